@@ -1,0 +1,35 @@
+# engine_add_plugin: builds one engine plugin as a loadable module.
+#
+#   engine_add_plugin(my_loader
+#     SOURCES my_loader.cc
+#     PROTOS my_loader_options.proto)       # compiled into this library only
+#
+# The result is <name>.so named "engine_<name>.so", with hidden symbols except the two entry points that
+# ENGINE_PLUGIN defines. Put it in a directory on the engine's plugin path (--plugin_path or
+# $ENGINE_PLUGIN_PATH). Options protos may `import "engine/options.proto"`.
+#
+# Inside the engine's own tree ENGINE_PLUGIN_LINK_TARGET is engine_core; an installed SDK sets it to
+# Engine::engine.
+function(engine_add_plugin name)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIRECTORY" "SOURCES;PROTOS" ${ARGN})
+  set(target engine_plugin_${name})
+  add_library(${target} MODULE ${ARG_SOURCES})
+  if(ARG_PROTOS)
+    protobuf_generate(TARGET ${target} LANGUAGE cpp PROTOS ${ARG_PROTOS}
+      IMPORT_DIRS ${CMAKE_CURRENT_SOURCE_DIR} ${ENGINE_PROTO_IMPORT_DIRS}
+      PROTOC_OUT_DIR ${CMAKE_CURRENT_BINARY_DIR})
+    target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_BINARY_DIR})
+  endif()
+  target_link_libraries(${target} PRIVATE ${ENGINE_PLUGIN_LINK_TARGET})
+  target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  if(NOT ARG_OUTPUT_DIRECTORY)
+    set(ARG_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  endif()
+  set_target_properties(${target} PROPERTIES
+    PREFIX ""
+    OUTPUT_NAME engine_${name}
+    CXX_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON
+    LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIRECTORY}
+    INSTALL_RPATH "$ORIGIN/../..")
+endfunction()

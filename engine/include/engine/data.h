@@ -1,0 +1,84 @@
+// Data loader plugins: a dataset with a train and an eval split, read by index.
+//
+//   class MyLoader : public engine::DataLoaderPlugin {
+//     const google::protobuf::Message& default_options() const override;
+//     engine::StatusOr<std::unique_ptr<engine::Dataset>> Open(
+//         const google::protobuf::Message& options, const engine::DataContext& context) const override;
+//   };
+//
+// The engine opens the dataset at `engine check` time (to print split sizes and steps per epoch) and
+// again at `engine run`. Open reads what it needs to know the sizes; it reports a missing or malformed
+// file as an error naming the file and, where there is one, the line.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/plugin.h"
+
+namespace engine {
+
+// Named tensors; every tensor's first dimension is the example index.
+using Batch = std::map<std::string, at::Tensor>;
+
+enum class Split { kTrain, kEval };
+std::string_view SplitName(Split split);
+
+// One field every example has.
+struct FieldSpec {
+  std::string name;
+  at::ScalarType dtype = at::kFloat;
+  // Shape of one example; -1 marks a dimension whose size varies.
+  std::vector<int64_t> shape;
+  // For integer class labels, the number of classes; 0 otherwise.
+  int64_t num_classes = 0;
+};
+
+// What a dataset's batches contain. Model loaders read it to size their inputs and outputs.
+struct DataSpec {
+  std::vector<FieldSpec> fields;
+
+  const FieldSpec* Find(std::string_view name) const;
+  // "features f32[64], labels i64[] (10 classes)".
+  std::string ToString() const;
+};
+
+struct DataContext {
+  // Relative paths in options resolve against this directory (the pipeline file's).
+  std::filesystem::path base_dir;
+  // The stage's seed; splits and shuffles derived from it are reproducible.
+  uint64_t seed = 0;
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+
+  virtual const DataSpec& spec() const = 0;
+  virtual int64_t size(Split split) const = 0;
+  // The examples `indices` (each in [0, size(split))) stacked along a new first dimension, on the CPU.
+  // Safe to call from several threads at once.
+  virtual StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const = 0;
+  // One line for the plan, e.g. "1,797 images 8x8 from /data/digits.csv.gz".
+  virtual std::string description() const = 0;
+  // Changes whenever the examples or their split change (a content hash plus the options that shape
+  // the data); part of a stage's fingerprint.
+  virtual std::string identity() const = 0;
+};
+
+class DataLoaderPlugin : public Plugin {
+ public:
+  PluginKind kind() const final { return PluginKind::kDataLoader; }
+
+  virtual StatusOr<std::unique_ptr<Dataset>> Open(const google::protobuf::Message& options,
+                                                  const DataContext& context) const = 0;
+};
+
+}  // namespace engine

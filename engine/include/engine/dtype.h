@@ -1,0 +1,20 @@
+// Names for tensor dtypes, as the engine prints them and as safetensors stores them.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace engine {
+
+// Short names for plans and messages: "f32", "bf16", "f16", "i64", "bool", ...
+std::string_view DtypeShortName(at::ScalarType dtype);
+std::optional<at::ScalarType> DtypeFromShortName(std::string_view name);
+
+// The safetensors names: "F32", "BF16", "F16", "I64", "BOOL", ... Unsupported dtypes give nullopt.
+std::optional<std::string_view> SafetensorsDtypeName(at::ScalarType dtype);
+std::optional<at::ScalarType> DtypeFromSafetensorsName(std::string_view name);
+
+}  // namespace engine

@@ -1,0 +1,36 @@
+#include "pipeline/diagnostics.h"
+
+namespace engine {
+
+std::string Diagnostic::ToString() const {
+  std::string out = location.file;
+  if (location.line > 0) {
+    out += ":" + std::to_string(location.line);
+    if (location.column > 0) out += ":" + std::to_string(location.column);
+  }
+  if (!out.empty()) out += ": ";
+  out += "error: " + message;
+  return out;
+}
+
+void Diagnostics::Add(SourceLocation location, std::string message) {
+  entries_.push_back({std::move(location), std::move(message)});
+}
+
+std::string Diagnostics::ToString() const {
+  std::string out;
+  for (const Diagnostic& d : entries_) {
+    out += d.ToString();
+    out += "\n";
+  }
+  return out;
+}
+
+Status Diagnostics::ToStatus() const {
+  if (entries_.empty()) return Status::Ok();
+  std::string text = ToString();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return InvalidArgumentError(std::move(text));
+}
+
+}  // namespace engine

@@ -1,0 +1,544 @@
+#include "pipeline/validator.h"
+
+#include <google/protobuf/descriptor.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/glob.h"
+#include "engine/options.pb.h"
+#include "core/guarded_call.h"
+
+namespace engine {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+class StageChecker {
+ public:
+  StageChecker(const PluginRegistry& registry, ResolvedPipeline* pipeline,
+               Diagnostics* diagnostics)
+      : registry_(registry), pipeline_(pipeline), diagnostics_(diagnostics) {}
+
+  void Error(const std::string& path, std::string message) {
+    diagnostics_->Add(pipeline_->Locate(path), std::move(message));
+  }
+
+  // Binds `ref` (a PluginRef or CallbackRef at `path`) to a registered plugin and checks its options.
+  // `ref` may be null when the stage leaves it out and `default_plugin` names the plugin to use.
+  bool Bind(PluginKind kind, const Message* ref, const std::string& path, const std::string& stage,
+            const std::string& default_plugin, ResolvedPluginRef* out) {
+    const std::string title(PluginKindTitle(kind));
+    std::string plugin_name = default_plugin;
+    const google::protobuf::Any* options = nullptr;
+    if (ref != nullptr) {
+      const auto* reflection = ref->GetReflection();
+      const auto* plugin_field = ref->GetDescriptor()->FindFieldByName("plugin");
+      const auto* options_field = ref->GetDescriptor()->FindFieldByName("options");
+      plugin_name = reflection->GetString(*ref, plugin_field);
+      if (reflection->HasField(*ref, options_field)) {
+        options = google::protobuf::DynamicCastToGenerated<google::protobuf::Any>(
+            &reflection->GetMessage(*ref, options_field));
+      }
+      if (plugin_name.empty()) {
+        Error(path, "stage '" + stage + "': `plugin` is required: name the " + title +
+                        " to use (see `engine plugins`)");
+        return false;
+      }
+    }
+    const PluginRegistry::Entry* entry = registry_.Find(kind, plugin_name);
+    if (entry == nullptr) {
+      Error(ref != nullptr ? path + ".plugin" : path,
+            "stage '" + stage + "': " + UnknownPluginMessage(kind, plugin_name));
+      return false;
+    }
+    out->entry = entry;
+    out->path = path;
+    out->context = "stage '" + stage + "' " + title + " '" + plugin_name + "'";
+    const Message& defaults = entry->plugin->default_options();
+    out->options.reset(defaults.New());
+    if (options != nullptr) {
+      const std::string given = TypeNameFromUrlLocal(options->type_url());
+      const std::string expected = defaults.GetDescriptor()->full_name();
+      if (given != expected) {
+        Error(path + ".options", out->context + ": options of type '" + given +
+                                    "' were given, but this plugin takes '" + expected + "'");
+        return false;
+      }
+      if (!options->UnpackTo(out->options.get())) {
+        Error(path + ".options", out->context + ": the options cannot be decoded as '" +
+                                     expected + "'");
+        return false;
+      }
+      pipeline_->source_map->MapAnyBody(proto::Pipeline::descriptor(), path + ".options",
+                                        defaults.GetDescriptor());
+    }
+    bool ok = CheckRequired(*out->options, path + ".options", "", out->context);
+    OptionErrors option_errors;
+    Status status = GuardedCall(out->context, [&]() -> Status {
+      entry->plugin->ValidateOptions(*out->options, &option_errors);
+      return Status::Ok();
+    });
+    if (!status.ok()) {
+      Error(path, status.message());
+      return false;
+    }
+    for (const OptionErrors::Entry& e : option_errors.entries()) {
+      Error(e.field_path.empty() ? path + ".options" : path + ".options." + e.field_path,
+            out->context + ": " + (e.field_path.empty() ? "" : "options." + e.field_path + ": ") +
+                e.message);
+      ok = false;
+    }
+    return ok;
+  }
+
+  std::string UnknownPluginMessage(PluginKind kind, const std::string& name) {
+    const std::string title(PluginKindTitle(kind));
+    std::string message = "unknown " + title + " plugin '" + name + "'";
+    std::vector<std::string> known = registry_.NamesOfKind(kind);
+    if (known.empty()) {
+      message += "; no " + title + " plugins are installed";
+    } else {
+      message += "; installed " + title + "s: ";
+      for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : "") + known[i];
+    }
+    for (const PluginRegistry::Entry* other : registry_.FindByName(name)) {
+      message += " ('" + name + "' is a " + std::string(PluginKindTitle(other->kind)) + ")";
+    }
+    if (!registry_.skipped().empty()) {
+      message += "; libraries on the plugin path that could not be loaded: ";
+      for (size_t i = 0; i < registry_.skipped().size(); ++i) {
+        message += (i ? "; " : "") + registry_.skipped()[i];
+      }
+    }
+    return message;
+  }
+
+  // Fields marked (engine.required) must be set, in the options and in any set sub-message.
+  bool CheckRequired(const Message& message, const std::string& path, const std::string& prefix,
+                     const std::string& context) {
+    bool ok = true;
+    const Descriptor* descriptor = message.GetDescriptor();
+    const auto* reflection = message.GetReflection();
+    for (int i = 0; i < descriptor->field_count(); ++i) {
+      const FieldDescriptor* field = descriptor->field(i);
+      const std::string name = prefix.empty() ? field->name() : prefix + "." + field->name();
+      const bool set = field->is_repeated() ? reflection->FieldSize(message, field) > 0
+                                            : reflection->HasField(message, field);
+      if (field->options().GetExtension(engine::required) && !set) {
+        std::string help = field->options().GetExtension(engine::help);
+        Error(path, context + ": options." + name + " is required" +
+                        (help.empty() ? "" : " (" + help + ")"));
+        ok = false;
+      }
+      if (set && !field->is_repeated() &&
+          field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        ok &= CheckRequired(reflection->GetMessage(message, field), path, name, context);
+      }
+    }
+    return ok;
+  }
+
+  static std::string TypeNameFromUrlLocal(const std::string& url) {
+    size_t slash = url.rfind('/');
+    return slash == std::string::npos ? url : url.substr(slash + 1);
+  }
+
+  void CheckOptimizer(const proto::Stage& stage, const std::string& path,
+                      const std::string& name) {
+    const std::string where = "stage '" + name + "': ";
+    const proto::Optimizer& o = stage.optimizer();
+    const std::string p = path + ".optimizer";
+    if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
+      Error(p + ".learning_rate", where + "optimizer.learning_rate must be a positive number (got " +
+                                      Num(o.learning_rate()) + ")");
+    }
+    if (!(o.max_grad_norm() >= 0) || !std::isfinite(o.max_grad_norm())) {
+      Error(p + ".max_grad_norm", where + "optimizer.max_grad_norm must be >= 0 (0 turns clipping "
+                                          "off; got " + Num(o.max_grad_norm()) + ")");
+    }
+    if (o.has_adamw()) {
+      const auto& a = o.adamw();
+      CheckUnitInterval(a.beta1(), p + ".adamw.beta1", where + "optimizer.adamw.beta1");
+      CheckUnitInterval(a.beta2(), p + ".adamw.beta2", where + "optimizer.adamw.beta2");
+      if (!(a.epsilon() > 0)) {
+        Error(p + ".adamw.epsilon", where + "optimizer.adamw.epsilon must be > 0 (got " +
+                                        Num(a.epsilon()) + ")");
+      }
+      if (!(a.weight_decay() >= 0)) {
+        Error(p + ".adamw.weight_decay", where + "optimizer.adamw.weight_decay must be >= 0 (got " +
+                                             Num(a.weight_decay()) + ")");
+      }
+    }
+    if (o.has_sgd()) {
+      const auto& s = o.sgd();
+      if (!(s.momentum() >= 0 && s.momentum() < 1)) {
+        Error(p + ".sgd.momentum", where + "optimizer.sgd.momentum must be in [0, 1) (got " +
+                                       Num(s.momentum()) + ")");
+      }
+      if (s.nesterov() && !(s.momentum() > 0)) {
+        Error(p + ".sgd.nesterov", where + "optimizer.sgd.nesterov needs a momentum > 0");
+      }
+      if (!(s.weight_decay() >= 0)) {
+        Error(p + ".sgd.weight_decay", where + "optimizer.sgd.weight_decay must be >= 0 (got " +
+                                           Num(s.weight_decay()) + ")");
+      }
+    }
+    const proto::LrSchedule& lr = o.lr_schedule();
+    if (lr.kind() == proto::LrSchedule::CONSTANT && lr.warmup_steps() > 0) {
+      Error(p + ".lr_schedule.warmup_steps",
+            where + "optimizer.lr_schedule.warmup_steps needs kind LINEAR_WARMUP or COSINE "
+                    "(a CONSTANT schedule has no warm-up)");
+    }
+    if (!(lr.min_lr_ratio() >= 0 && lr.min_lr_ratio() <= 1)) {
+      Error(p + ".lr_schedule.min_lr_ratio",
+            where + "optimizer.lr_schedule.min_lr_ratio must be in [0, 1] (got " +
+                Num(lr.min_lr_ratio()) + ")");
+    } else if (lr.min_lr_ratio() > 0 && lr.kind() != proto::LrSchedule::COSINE) {
+      Error(p + ".lr_schedule.min_lr_ratio",
+            where + "optimizer.lr_schedule.min_lr_ratio only applies to kind COSINE");
+    }
+  }
+
+  void CheckUnitInterval(double v, const std::string& path, const std::string& what) {
+    if (!(v >= 0 && v < 1)) Error(path, what + " must be in [0, 1) (got " + Num(v) + ")");
+  }
+
+  void CheckSchedule(const proto::Stage& stage, const std::string& path,
+                     const std::string& name) {
+    const std::string where = "stage '" + name + "': ";
+    const proto::Schedule& s = stage.schedule();
+    const std::string p = path + ".schedule";
+    if (s.batch_size() == 0) {
+      Error(p + ".batch_size", where + "schedule.batch_size must be > 0 (got 0)");
+    }
+    if (s.gradient_accumulation_steps() == 0) {
+      Error(p + ".gradient_accumulation_steps",
+            where + "schedule.gradient_accumulation_steps must be > 0 (got 0)");
+    }
+    if (s.length_case() == proto::Schedule::kEpochs && s.epochs() == 0) {
+      Error(p + ".epochs", where + "schedule.epochs must be > 0 (got 0)");
+    }
+    if (s.length_case() == proto::Schedule::kMaxSteps && s.max_steps() == 0) {
+      Error(p + ".max_steps", where + "schedule.max_steps must be > 0 (got 0)");
+    }
+  }
+
+  void CheckTrainable(const proto::Stage& stage, const std::string& path,
+                      const std::string& name) {
+    const auto check = [&](const google::protobuf::RepeatedPtrField<std::string>& patterns,
+                           const std::string& field) {
+      for (int i = 0; i < patterns.size(); ++i) {
+        std::string problem = GlobSyntaxError(patterns.Get(i));
+        if (!problem.empty()) {
+          Error(path + ".trainable." + field + "[" + std::to_string(i) + "]",
+                "stage '" + name + "': trainable." + field + " pattern '" + patterns.Get(i) +
+                    "': " + problem);
+        }
+      }
+    };
+    check(stage.trainable().include(), "include");
+    check(stage.trainable().exclude(), "exclude");
+  }
+
+  static std::string Num(double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  }
+
+ private:
+  const PluginRegistry& registry_;
+  ResolvedPipeline* pipeline_;
+  Diagnostics* diagnostics_;
+};
+
+bool ValidStageName(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Kahn's algorithm, taking ready stages in file order. Returns the cycle's stages when there is one.
+std::vector<int> RunOrder(const std::vector<ResolvedStage>& stages, std::vector<int>* cycle) {
+  const int n = static_cast<int>(stages.size());
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<int>> dependents(n);
+  for (const ResolvedStage& s : stages) {
+    for (int dep : s.dependencies) {
+      ++pending[s.index];
+      dependents[dep].push_back(s.index);
+    }
+  }
+  std::vector<int> order;
+  std::set<int> ready;
+  for (int i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.insert(i);
+  }
+  while (!ready.empty()) {
+    int next = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(next);
+    for (int d : dependents[next]) {
+      if (--pending[d] == 0) ready.insert(d);
+    }
+  }
+  if (static_cast<int>(order.size()) < n) {
+    // Walk dependencies from a stage that never became ready until a stage repeats.
+    int start = 0;
+    while (pending[start] == 0) ++start;
+    std::vector<int> seen_at(n, -1);
+    std::vector<int> walk;
+    int current = start;
+    while (seen_at[current] < 0) {
+      seen_at[current] = static_cast<int>(walk.size());
+      walk.push_back(current);
+      int next = -1;
+      for (int dep : stages[current].dependencies) {
+        if (pending[dep] > 0) {
+          next = dep;
+          break;
+        }
+      }
+      if (next < 0) break;
+      current = next;
+    }
+    cycle->assign(walk.begin() + std::max(seen_at[current], 0), walk.end());
+  }
+  return order;
+}
+
+}  // namespace
+
+std::string OutputDirProblem(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec)) {
+    if (!std::filesystem::is_directory(dir, ec)) return "'" + dir.string() + "' is not a directory";
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) return "'" + dir.string() + "' is not writable";
+    return "";
+  }
+  std::filesystem::path parent = dir.parent_path();
+  while (!parent.empty() && !std::filesystem::exists(parent, ec)) {
+    if (parent == parent.parent_path()) break;
+    parent = parent.parent_path();
+  }
+  if (parent.empty()) parent = ".";
+  if (!std::filesystem::is_directory(parent, ec)) {
+    return "'" + dir.string() + "' cannot be created: '" + parent.string() +
+           "' is not a directory";
+  }
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+    return "'" + dir.string() + "' cannot be created: '" + parent.string() + "' is not writable";
+  }
+  return "";
+}
+
+StatusOr<DeviceChoice> ChooseDevice(const std::string& requested) {
+  const bool cuda = compat::CudaAvailable();
+  const int count = cuda ? compat::CudaDeviceCount() : 0;
+  if (requested == "auto") {
+    if (cuda && count > 0) return DeviceChoice{"cuda:0", "auto: the first of " +
+                                                             std::to_string(count) +
+                                                             " CUDA device(s)"};
+    return DeviceChoice{"cpu", std::string("auto: no CUDA device (LibTorch ") +
+                                   compat::kTorchVersion + ")"};
+  }
+  if (requested == "cpu") return DeviceChoice{"cpu", "requested"};
+  if (requested == "cuda" || requested.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (requested.size() > 5) {
+      const std::string digits = requested.substr(5);
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+        return InvalidArgumentError("parallel.device '" + requested +
+                                    "' is not a device; use \"cpu\", \"cuda\", \"cuda:N\" or "
+                                    "\"auto\"");
+      }
+      index = std::stoi(digits);
+    }
+    if (!cuda || count == 0) {
+      return FailedPreconditionError("parallel.device '" + requested +
+                                     "' was requested, but this LibTorch (" +
+                                     compat::kTorchVersion +
+                                     ") has no CUDA support or sees no CUDA device; use "
+                                     "\"cpu\" or \"auto\"");
+    }
+    if (index >= count) {
+      return FailedPreconditionError("parallel.device '" + requested + "' does not exist: " +
+                                     std::to_string(count) + " CUDA device(s) are visible");
+    }
+    return DeviceChoice{"cuda:" + std::to_string(index), "requested"};
+  }
+  return InvalidArgumentError("parallel.device '" + requested +
+                              "' is not a device; use \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"");
+}
+
+void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry,
+                      ResolvedPipeline* pipeline, Diagnostics* diagnostics) {
+  const proto::Pipeline& config = pipeline->config;
+  StageChecker checker(registry, pipeline, diagnostics);
+
+  pipeline->name =
+      config.has_name() ? config.name() : pipeline->file.stem().string();
+  pipeline->seed = config.seed();
+  if (options.output_dir) {
+    pipeline->output_dir = std::filesystem::absolute(*options.output_dir).lexically_normal();
+  } else {
+    std::filesystem::path out = config.has_output_dir()
+                                    ? std::filesystem::path(config.output_dir())
+                                    : std::filesystem::path("runs") / pipeline->name;
+    pipeline->output_dir =
+        (out.is_absolute() ? out : pipeline->base_dir / out).lexically_normal();
+  }
+  const std::string output_problem = OutputDirProblem(pipeline->output_dir);
+  if (!output_problem.empty()) {
+    diagnostics->Add(options.output_dir ? pipeline->source_map->FileOnly()
+                                        : pipeline->Locate("output_dir"),
+                     "output directory " + output_problem);
+  }
+  if (config.stage_size() == 0) {
+    diagnostics->Add(pipeline->source_map->FileOnly(),
+                     "the pipeline has no stage; add `stage { name: ... model {...} data {...} }`");
+    return;
+  }
+
+  std::map<std::string, int> index_by_name;
+  pipeline->stages.resize(config.stage_size());
+  for (int i = 0; i < config.stage_size(); ++i) {
+    const proto::Stage& stage = config.stage(i);
+    ResolvedStage& s = pipeline->stages[i];
+    s.index = i;
+    s.config = &stage;
+    s.name = stage.name();
+    const std::string path = s.path();
+    if (!stage.has_name()) {
+      checker.Error(path, "stage " + std::to_string(i + 1) + " has no name");
+      s.name = "#" + std::to_string(i + 1);
+    } else if (!ValidStageName(s.name)) {
+      checker.Error(path + ".name", "stage name '" + s.name +
+                                        "' may only hold letters, digits, '_' and '-' (it names "
+                                        "the stage's output directory)");
+    } else if (auto [it, inserted] = index_by_name.emplace(s.name, i); !inserted) {
+      checker.Error(path + ".name",
+                    "stage name '" + s.name + "' is used twice (first at line " +
+                        std::to_string(pipeline->Locate("stage[" + std::to_string(it->second) +
+                                                        "].name")
+                                           .line) +
+                        ")");
+    }
+    s.seed = stage.has_seed() ? stage.seed() : config.seed();
+
+    if (!stage.has_model()) {
+      checker.Error(path, "stage '" + s.name +
+                              "': `model` is required: name a model loader, e.g. "
+                              "model { plugin: \"mlp\" }");
+    } else {
+      checker.Bind(PluginKind::kModelLoader, &stage.model(), path + ".model", s.name, "",
+                   &s.model);
+    }
+    if (!stage.has_data()) {
+      checker.Error(path, "stage '" + s.name +
+                              "': `data` is required: name a data loader, e.g. "
+                              "data { plugin: \"digits\" }");
+    } else {
+      checker.Bind(PluginKind::kDataLoader, &stage.data(), path + ".data", s.name, "", &s.data);
+    }
+    checker.Bind(PluginKind::kPrecisionPolicy, stage.has_precision() ? &stage.precision() : nullptr,
+                 path + ".precision", s.name, "fp32", &s.precision);
+    if (stage.has_quantizer()) {
+      ResolvedPluginRef ignored;
+      if (checker.Bind(PluginKind::kQuantizer, &stage.quantizer(), path + ".quantizer", s.name, "",
+                       &ignored)) {
+        checker.Error(path + ".quantizer",
+                      "stage '" + s.name + "': quantizer plugins cannot be applied by this "
+                                           "engine version (plugin API " +
+                          std::to_string(ENGINE_PLUGIN_API_VERSION) +
+                          " has no quantizer interface)");
+      }
+    }
+    for (int a = 0; a < stage.adapter_size(); ++a) {
+      ResolvedPluginRef ignored;
+      const std::string adapter_path = path + ".adapter[" + std::to_string(a) + "]";
+      if (checker.Bind(PluginKind::kAdapter, &stage.adapter(a), adapter_path, s.name, "",
+                       &ignored)) {
+        checker.Error(adapter_path,
+                      "stage '" + s.name + "': adapter plugins cannot be applied by this engine "
+                                           "version (plugin API " +
+                          std::to_string(ENGINE_PLUGIN_API_VERSION) +
+                          " has no adapter interface)");
+      }
+    }
+    for (int c = 0; c < stage.callback_size(); ++c) {
+      ResolvedCallback callback;
+      callback.on_error = stage.callback(c).on_error();
+      if (checker.Bind(PluginKind::kCallback, &stage.callback(c),
+                       path + ".callback[" + std::to_string(c) + "]", s.name, "", &callback.ref)) {
+        s.callbacks.push_back(std::move(callback));
+      }
+    }
+    checker.CheckTrainable(stage, path, s.name);
+    checker.CheckOptimizer(stage, path, s.name);
+    checker.CheckSchedule(stage, path, s.name);
+    StatusOr<DeviceChoice> device = ChooseDevice(stage.parallel().device());
+    if (device.ok()) {
+      s.device = *device;
+    } else {
+      checker.Error(path + ".parallel.device", "stage '" + s.name + "': " +
+                                                   device.status().message());
+    }
+  }
+
+  // The stage graph.
+  for (ResolvedStage& s : pipeline->stages) {
+    const std::string path = s.path();
+    std::set<int> deps;
+    auto resolve = [&](const std::string& other, const std::string& field_path,
+                       const std::string& field) -> std::optional<int> {
+      auto it = index_by_name.find(other);
+      if (it == index_by_name.end()) {
+        checker.Error(field_path, "stage '" + s.name + "': " + field + " names an unknown stage '" +
+                                      other + "'");
+        return std::nullopt;
+      }
+      if (it->second == s.index) {
+        checker.Error(field_path, "stage '" + s.name + "': " + field + " names the stage itself");
+        return std::nullopt;
+      }
+      return it->second;
+    };
+    for (int a = 0; a < s.config->after_size(); ++a) {
+      if (auto dep = resolve(s.config->after(a), path + ".after[" + std::to_string(a) + "]",
+                             "`after`")) {
+        deps.insert(*dep);
+      }
+    }
+    if (s.config->has_from_stage()) {
+      if (auto dep = resolve(s.config->from_stage(), path + ".from_stage", "`from_stage`")) {
+        deps.insert(*dep);
+        s.from_stage = *dep;
+      }
+    }
+    s.dependencies.assign(deps.begin(), deps.end());
+  }
+  if (!diagnostics->empty()) return;
+  std::vector<int> cycle;
+  pipeline->run_order = RunOrder(pipeline->stages, &cycle);
+  if (!cycle.empty()) {
+    std::string text;
+    for (int i : cycle) text += "'" + pipeline->stages[i].name + "' -> ";
+    text += "'" + pipeline->stages[cycle.front()].name + "'";
+    checker.Error(pipeline->stages[cycle.front()].path(),
+                  "the stages form a cycle: " + text + " (each waits for the next)");
+  }
+}
+
+}  // namespace engine

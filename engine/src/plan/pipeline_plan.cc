@@ -1,0 +1,330 @@
+#include "plan/pipeline_plan.h"
+
+#include <ATen/Context.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "core/fingerprint.h"
+#include "engine/hash.h"
+#include "core/glob.h"
+#include "core/guarded_call.h"
+#include "engine/dtype.h"
+
+namespace engine {
+namespace {
+
+std::string FormatDouble(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+std::string OptimizerSummary(const proto::Optimizer& o) {
+  std::string out;
+  if (o.has_sgd()) {
+    const auto& s = o.sgd();
+    out = "sgd lr " + FormatDouble(o.learning_rate());
+    if (s.momentum() > 0) {
+      out += ", momentum " + FormatDouble(s.momentum()) + (s.nesterov() ? " (nesterov)" : "");
+    }
+    if (s.weight_decay() > 0) out += ", weight decay " + FormatDouble(s.weight_decay());
+  } else {
+    const auto& a = o.adamw();
+    out = "adamw lr " + FormatDouble(o.learning_rate()) + ", betas " + FormatDouble(a.beta1()) +
+          "/" + FormatDouble(a.beta2()) + ", eps " + FormatDouble(a.epsilon()) +
+          ", weight decay " + FormatDouble(a.weight_decay());
+  }
+  const auto& lr = o.lr_schedule();
+  switch (lr.kind()) {
+    case proto::LrSchedule::CONSTANT:
+      out += "; constant learning rate";
+      break;
+    case proto::LrSchedule::LINEAR_WARMUP:
+      out += "; linear warm-up over " + std::to_string(lr.warmup_steps()) + " steps, then constant";
+      break;
+    case proto::LrSchedule::COSINE:
+      out += "; warm-up " + std::to_string(lr.warmup_steps()) + " steps, cosine to " +
+             FormatDouble(lr.min_lr_ratio()) + "x";
+      break;
+  }
+  out += o.max_grad_norm() > 0 ? "; clip grad norm at " + FormatDouble(o.max_grad_norm())
+                               : "; no gradient clipping";
+  return out;
+}
+
+class PlanBuilder {
+ public:
+  PlanBuilder(const ResolvedPipeline& pipeline, Diagnostics* diagnostics)
+      : pipeline_(pipeline), diagnostics_(diagnostics) {}
+
+  void Error(const std::string& path, std::string message) {
+    diagnostics_->Add(pipeline_.Locate(path), std::move(message));
+  }
+
+  // Fills `plan`; returns false after reporting when the stage cannot run.
+  bool Build(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan* plan) {
+    const proto::Stage& config = *stage.config;
+    plan->stage = &stage;
+    const std::string where = "stage '" + stage.name + "': ";
+
+    // Data.
+    const auto* data_plugin = static_cast<const DataLoaderPlugin*>(stage.data.entry->plugin.get());
+    DataContext data_context{pipeline_.base_dir, stage.seed};
+    StatusOr<std::unique_ptr<Dataset>> dataset = GuardedCall(stage.data.context, [&] {
+      return data_plugin->Open(*stage.data.options, data_context);
+    });
+    if (!dataset.ok()) {
+      Error(stage.data.path + ".options", dataset.status().message());
+      return false;
+    }
+    plan->dataset = std::move(*dataset);
+    plan->train_examples = plan->dataset->size(Split::kTrain);
+    plan->eval_examples = plan->dataset->size(Split::kEval);
+    if (plan->train_examples <= 0) {
+      Error(stage.data.path, stage.data.context + ": the training split is empty");
+      return false;
+    }
+
+    // Model, initialised from the stage seed.
+    const auto* model_plugin =
+        static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
+    ModelContext model_context{&plan->dataset->spec(), pipeline_.base_dir, stage.seed};
+    at::manual_seed(stage.seed);
+    StatusOr<std::unique_ptr<Model>> model = GuardedCall(stage.model.context, [&] {
+      return model_plugin->Create(*stage.model.options, model_context);
+    });
+    if (!model.ok()) {
+      Error(stage.model.path, model.status().message());
+      return false;
+    }
+    plan->model = std::move(*model);
+    if (!SelectTrainable(stage, plan)) return false;
+
+    // Precision.
+    const auto* precision_plugin =
+        static_cast<const PrecisionPolicyPlugin*>(stage.precision.entry->plugin.get());
+    StatusOr<std::unique_ptr<PrecisionPolicy>> policy = GuardedCall(
+        stage.precision.context, [&] { return precision_plugin->Create(*stage.precision.options); });
+    if (!policy.ok()) {
+      Error(stage.precision.path, policy.status().message());
+      return false;
+    }
+    plan->precision_policy = std::move(*policy);
+    StatusOr<PrecisionPlan> precision = GuardedCall(stage.precision.context, [&] {
+      return plan->precision_policy->MakePlan(plan->census);
+    });
+    if (!precision.ok()) {
+      Error(stage.precision.path, precision.status().message());
+      return false;
+    }
+    plan->precision = std::move(*precision);
+
+    if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
+
+    // Steps.
+    const proto::Schedule& s = config.schedule();
+    plan->batch_size = s.batch_size();
+    plan->gradient_accumulation_steps = s.gradient_accumulation_steps();
+    plan->world_size = 1;
+    plan->global_batch = plan->batch_size * plan->gradient_accumulation_steps * plan->world_size;
+    plan->eval_batch_size = s.eval_batch_size() > 0 ? s.eval_batch_size() : s.batch_size();
+    plan->micro_batches_per_epoch =
+        s.drop_last() ? plan->train_examples / plan->batch_size
+                      : (plan->train_examples + plan->batch_size - 1) / plan->batch_size;
+    if (plan->micro_batches_per_epoch == 0) {
+      Error(stage.path() + ".schedule.batch_size",
+            where + "schedule.batch_size " + std::to_string(plan->batch_size) +
+                " is larger than the " + std::to_string(plan->train_examples) +
+                " training examples and drop_last is set, so an epoch has no batch");
+      return false;
+    }
+    plan->steps_per_epoch =
+        (plan->micro_batches_per_epoch + plan->gradient_accumulation_steps - 1) /
+        plan->gradient_accumulation_steps;
+    if (s.length_case() == proto::Schedule::kMaxSteps) {
+      plan->total_steps = static_cast<int64_t>(s.max_steps());
+      plan->epochs = static_cast<double>(plan->total_steps) / plan->steps_per_epoch;
+    } else {
+      const int64_t epochs = s.length_case() == proto::Schedule::kEpochs ? s.epochs() : 1;
+      plan->total_steps = epochs * plan->steps_per_epoch;
+      plan->epochs = static_cast<double>(epochs);
+    }
+    const auto& lr = config.optimizer().lr_schedule();
+    if (static_cast<int64_t>(lr.warmup_steps()) > plan->total_steps) {
+      Error(stage.path() + ".optimizer.lr_schedule.warmup_steps",
+            where + "optimizer.lr_schedule.warmup_steps (" + std::to_string(lr.warmup_steps()) +
+                ") is longer than the stage (" + std::to_string(plan->total_steps) + " steps)");
+      return false;
+    }
+    plan->optimizer_summary = OptimizerSummary(config.optimizer());
+    plan->fingerprint = Fingerprint(stage, so_far, *plan);
+    return true;
+  }
+
+ private:
+  bool SelectTrainable(const ResolvedStage& stage, StagePlan* plan) {
+    const proto::Trainable& t = stage.config->trainable();
+    torch::nn::Module& module = plan->model->module();
+    auto parameters = module.named_parameters(/*recurse=*/true);
+    std::vector<int> include_hits(t.include_size(), 0);
+    std::vector<int> exclude_hits(t.exclude_size(), 0);
+    for (auto& item : parameters) {
+      const std::string& name = item.key();
+      bool included = t.include_size() == 0;
+      for (int i = 0; i < t.include_size(); ++i) {
+        if (GlobMatch(t.include(i), name)) {
+          included = true;
+          ++include_hits[i];
+        }
+      }
+      bool excluded = false;
+      for (int i = 0; i < t.exclude_size(); ++i) {
+        if (GlobMatch(t.exclude(i), name)) {
+          excluded = true;
+          ++exclude_hits[i];
+        }
+      }
+      const bool trainable = included && !excluded;
+      item.value().set_requires_grad(trainable);
+      plan->census.push_back(
+          {name, item.value().scalar_type(), item.value().numel(), trainable, false});
+      plan->total_parameters += item.value().numel();
+      if (trainable) {
+        plan->trainable_parameters += item.value().numel();
+        ++plan->trainable_tensors;
+      }
+    }
+    for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+      plan->census.push_back(
+          {item.key(), item.value().scalar_type(), item.value().numel(), false, true});
+    }
+    bool ok = true;
+    const std::string examples = ExampleNames(parameters.keys());
+    for (int i = 0; i < t.include_size(); ++i) {
+      if (include_hits[i] == 0) {
+        Error(stage.path() + ".trainable.include[" + std::to_string(i) + "]",
+              "stage '" + stage.name + "': trainable.include pattern '" + t.include(i) +
+                  "' matches no parameter; parameters are named like " + examples);
+        ok = false;
+      }
+    }
+    for (int i = 0; i < t.exclude_size(); ++i) {
+      if (exclude_hits[i] == 0) {
+        Error(stage.path() + ".trainable.exclude[" + std::to_string(i) + "]",
+              "stage '" + stage.name + "': trainable.exclude pattern '" + t.exclude(i) +
+                  "' matches no parameter; parameters are named like " + examples);
+        ok = false;
+      }
+    }
+    if (ok && plan->trainable_tensors == 0) {
+      Error(stage.path() + ".trainable",
+            "stage '" + stage.name + "': the trainable selection leaves no parameter to train");
+      ok = false;
+    }
+    return ok;
+  }
+
+  static std::string ExampleNames(const std::vector<std::string>& names) {
+    std::string out;
+    const size_t n = std::min<size_t>(names.size(), 4);
+    for (size_t i = 0; i < n; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+    if (names.size() > n) out += ", ... (" + std::to_string(names.size()) + " in all)";
+    return out;
+  }
+
+  // A stage that starts from another's weights must have exactly the same tensors.
+  bool CheckHandoff(const ResolvedStage& stage, const PipelinePlan& so_far, const StagePlan& plan) {
+    const StagePlan* parent = so_far.ForStage(*stage.from_stage);
+    if (parent == nullptr) return true;  // the parent failed and was reported already
+    std::map<std::string, std::vector<int64_t>> mine;
+    for (const auto& item : plan.model->module().named_parameters()) {
+      mine[item.key()] = item.value().sizes().vec();
+    }
+    for (const auto& item : plan.model->module().named_buffers()) {
+      mine[item.key()] = item.value().sizes().vec();
+    }
+    std::vector<std::string> problems;
+    auto shape = [](const std::vector<int64_t>& s) {
+      std::string out = "[";
+      for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+      return out + "]";
+    };
+    std::map<std::string, std::vector<int64_t>> theirs;
+    for (const auto& item : parent->model->module().named_parameters()) {
+      theirs[item.key()] = item.value().sizes().vec();
+    }
+    for (const auto& item : parent->model->module().named_buffers()) {
+      theirs[item.key()] = item.value().sizes().vec();
+    }
+    for (const auto& [name, s] : theirs) {
+      auto it = mine.find(name);
+      if (it == mine.end()) {
+        problems.push_back("'" + name + "' exists only in '" + parent->stage->name + "'");
+      } else if (it->second != s) {
+        problems.push_back("'" + name + "' is " + shape(s) + " in '" + parent->stage->name +
+                           "' but " + shape(it->second) + " here");
+      }
+    }
+    for (const auto& [name, s] : mine) {
+      if (!theirs.count(name)) problems.push_back("'" + name + "' exists only here");
+    }
+    if (problems.empty()) return true;
+    std::string message = "stage '" + stage.name + "' starts from stage '" +
+                          parent->stage->name + "', but their models differ: ";
+    for (size_t i = 0; i < problems.size() && i < 5; ++i) message += (i ? "; " : "") + problems[i];
+    if (problems.size() > 5) message += "; ... (" + std::to_string(problems.size()) + " in all)";
+    Error(stage.path() + ".from_stage", message);
+    return false;
+  }
+
+  std::string Fingerprint(const ResolvedStage& stage, const PipelinePlan& so_far,
+                          const StagePlan& plan) {
+    std::string text = CanonicalText(*stage.config);
+    auto add_plugin = [&text](const ResolvedPluginRef& ref) {
+      text += "|" + std::string(PluginKindName(ref.entry->kind)) + ":" + ref.entry->name + "@" +
+              ref.entry->version + ":" + CanonicalText(*ref.options);
+    };
+    add_plugin(stage.model);
+    add_plugin(stage.data);
+    add_plugin(stage.precision);
+    text += "|seed:" + std::to_string(stage.seed);
+    text += "|data:" + plan.dataset->identity();
+    for (int dep : stage.dependencies) {
+      if (const StagePlan* parent = so_far.ForStage(dep)) text += "|after:" + parent->fingerprint;
+    }
+    return Fnv1a64Hex(text);
+  }
+
+  const ResolvedPipeline& pipeline_;
+  Diagnostics* diagnostics_;
+};
+
+}  // namespace
+
+const StagePlan* PipelinePlan::ForStage(int stage_index) const {
+  for (const StagePlan& s : stages) {
+    if (s.stage != nullptr && s.stage->index == stage_index) return &s;
+  }
+  return nullptr;
+}
+
+std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline,
+                                        Diagnostics* diagnostics) {
+  auto plan = std::make_unique<PipelinePlan>();
+  plan->pipeline = &pipeline;
+  PlanBuilder builder(pipeline, diagnostics);
+  plan->stages.reserve(pipeline.run_order.size());
+  for (int index : pipeline.run_order) {
+    StagePlan stage_plan;
+    if (builder.Build(pipeline.stages[index], *plan, &stage_plan)) {
+      plan->stages.push_back(std::move(stage_plan));
+    }
+  }
+  if (!diagnostics->empty()) return nullptr;
+  return plan;
+}
+
+}  // namespace engine

@@ -1,0 +1,68 @@
+// The plan: for every stage, what will run, checked and counted before step 0.
+//
+// Building the plan opens each stage's data, builds its model (on the CPU, seeded), selects the
+// trainable parameters, takes the dtype census and asks the precision policy for its plan. Anything
+// that cannot work is reported with its position in the pipeline file. `engine check` prints the plan;
+// `engine run` builds the same plan and runs exactly it, reusing the objects built here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data.h"
+#include "engine/model.h"
+#include "engine/precision.h"
+#include "pipeline/diagnostics.h"
+#include "pipeline/resolved_pipeline.h"
+
+namespace engine {
+
+struct StagePlan {
+  const ResolvedStage* stage = nullptr;
+
+  std::unique_ptr<Dataset> dataset;
+  int64_t train_examples = 0;
+  int64_t eval_examples = 0;
+
+  std::unique_ptr<Model> model;
+  ParameterCensus census;  // parameters then buffers, in module order
+  int64_t total_parameters = 0;
+  int64_t trainable_parameters = 0;
+  int64_t trainable_tensors = 0;
+
+  std::unique_ptr<PrecisionPolicy> precision_policy;
+  PrecisionPlan precision;
+
+  // One step = gradient_accumulation_steps micro-batches of batch_size examples (per device).
+  int64_t world_size = 1;
+  int64_t batch_size = 0;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t global_batch = 0;  // examples per step across all devices
+  int64_t eval_batch_size = 0;
+  int64_t micro_batches_per_epoch = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+  double epochs = 0;  // may be fractional under max_steps
+
+  std::string optimizer_summary;
+
+  // Hash of the resolved stage (configuration with defaults, plugin versions, data identity, parent
+  // fingerprint).
+  std::string fingerprint;
+};
+
+struct PipelinePlan {
+  const ResolvedPipeline* pipeline = nullptr;
+  // In run order.
+  std::vector<StagePlan> stages;
+
+  const StagePlan* ForStage(int stage_index) const;
+};
+
+// Returns nullptr (with diagnostics) when any stage cannot run as written.
+std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline,
+                                        Diagnostics* diagnostics);
+
+}  // namespace engine

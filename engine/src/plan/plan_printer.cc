@@ -1,0 +1,234 @@
+#include "plan/plan_printer.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "engine/dtype.h"
+
+namespace engine {
+namespace {
+
+std::string Dt(at::ScalarType t) { return std::string(DtypeShortName(t)); }
+
+std::string OnErrorName(proto::CallbackRef::OnError e) {
+  switch (e) {
+    case proto::CallbackRef::WARN:
+      return "warn";
+    case proto::CallbackRef::FAIL_STAGE:
+      return "fail the stage";
+    case proto::CallbackRef::DISABLE:
+      return "disable";
+  }
+  return "disable";
+}
+
+std::string Pad(std::string s, size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+std::string PadLeft(std::string s, size_t width) {
+  if (s.size() < width) s.insert(0, width - s.size(), ' ');
+  return s;
+}
+
+std::string EpochsText(double epochs) {
+  std::ostringstream out;
+  out << epochs;
+  return out.str();
+}
+
+std::string EvalText(const StagePlan& s) {
+  const auto every = s.stage->config->schedule().eval_every_steps();
+  std::string out = every > 0 ? "every " + std::to_string(every) + " steps and at the end"
+                              : "at the end";
+  out += ", batch " + std::to_string(s.eval_batch_size);
+  if (s.eval_examples == 0) out = "none (the eval split is empty)";
+  return out;
+}
+
+std::string CheckpointText(const StagePlan& s) {
+  const auto& schedule = s.stage->config->schedule();
+  const auto& c = s.stage->config->checkpoint();
+  std::string out = schedule.checkpoint_every_steps() > 0
+                        ? "every " + std::to_string(schedule.checkpoint_every_steps()) +
+                              " steps (keeping the last " + std::to_string(c.keep_last()) +
+                              ") and at the end"
+                        : "at the end";
+  out += c.save_optimizer_state() ? "; optimizer state saved" : "; weights only";
+  return out;
+}
+
+}  // namespace
+
+std::string WithThousands(int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+std::string HumanBytes(int64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1000 && unit < 4) {
+    v /= 1000;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), unit == 0 ? "%.0f %s" : "%.1f %s", v, units[unit]);
+  return buffer;
+}
+
+std::string PlanToText(const PipelinePlan& plan) {
+  const ResolvedPipeline& p = *plan.pipeline;
+  std::ostringstream out;
+  out << "pipeline '" << p.name << "' (" << p.file.string() << ")\n";
+  out << "  output      " << p.output_dir.string() << "\n";
+  out << "  seed        " << p.seed << "\n";
+  out << "  run order   ";
+  for (size_t i = 0; i < plan.stages.size(); ++i) {
+    out << (i ? " -> " : "") << plan.stages[i].stage->name;
+  }
+  out << "\n";
+  for (const StagePlan& s : plan.stages) {
+    const ResolvedStage& st = *s.stage;
+    const int64_t frozen = s.total_parameters - s.trainable_parameters;
+    out << "\nstage '" << st.name << "' (fingerprint " << s.fingerprint << ")\n";
+    if (!st.dependencies.empty()) {
+      out << "  after       ";
+      for (size_t i = 0; i < st.dependencies.size(); ++i) {
+        out << (i ? ", " : "") << p.stages[st.dependencies[i]].name;
+      }
+      out << "\n";
+    }
+    if (st.from_stage) {
+      out << "  starts from the final weights of stage '" << p.stages[*st.from_stage].name << "'\n";
+    }
+    out << "  device      " << st.device.device << " (" << st.device.reason << "), world size "
+        << s.world_size << "\n";
+    out << "  model       " << st.model.entry->name << " " << st.model.entry->version << ": "
+        << WithThousands(s.total_parameters) << " parameters, "
+        << WithThousands(s.trainable_parameters) << " trainable in " << s.trainable_tensors
+        << " tensors, " << WithThousands(frozen) << " frozen\n";
+    out << "  data        " << st.data.entry->name << " " << st.data.entry->version << ": "
+        << WithThousands(s.train_examples) << " train / " << WithThousands(s.eval_examples)
+        << " eval examples; " << s.dataset->spec().ToString() << "\n";
+    out << "              " << s.dataset->description() << "\n";
+    out << "  steps       " << EpochsText(s.epochs) << " epoch(s) x " << s.steps_per_epoch
+        << " steps = " << WithThousands(s.total_steps) << " steps; " << s.batch_size
+        << " examples x " << s.gradient_accumulation_steps << " accumulation x " << s.world_size
+        << " device = " << s.global_batch << " examples per step\n";
+    out << "  eval        " << EvalText(s) << "\n";
+    out << "  checkpoint  " << CheckpointText(s) << "\n";
+    out << "  optimizer   " << s.optimizer_summary << "\n";
+    out << "  precision   " << s.precision.policy;
+    if (!s.precision.reason.empty()) out << " (" << s.precision.reason << ")";
+    out << (s.precision.loss_scaling ? "; dynamic loss scaling" : "; no loss scaling") << "\n";
+    out << "    " << Pad("group", 12) << PadLeft("tensors", 8) << PadLeft("elements", 14)
+        << PadLeft("bytes", 11) << "  storage compute grad  master optim\n";
+    for (const PrecisionGroupPlan& g : s.precision.groups) {
+      out << "    " << Pad(g.name, 12) << PadLeft(std::to_string(g.num_tensors), 8)
+          << PadLeft(WithThousands(g.num_elements), 14) << PadLeft(HumanBytes(g.bytes), 11)
+          << "  " << Pad(Dt(g.storage), 8) << Pad(Dt(g.compute), 8)
+          << Pad(g.has_grad ? Dt(g.grad) : "-", 6) << Pad(g.has_grad ? Dt(g.master) : "-", 7)
+          << (g.has_grad ? Dt(g.optimizer_state) : "-") << "\n";
+    }
+    if (!st.callbacks.empty()) {
+      out << "  callbacks   ";
+      for (size_t i = 0; i < st.callbacks.size(); ++i) {
+        out << (i ? ", " : "") << st.callbacks[i].ref.entry->name << " (on error: "
+            << OnErrorName(st.callbacks[i].on_error) << ")";
+      }
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+nlohmann::json PlanToJson(const PipelinePlan& plan) {
+  const ResolvedPipeline& p = *plan.pipeline;
+  nlohmann::json j;
+  j["pipeline"] = p.name;
+  j["file"] = p.file.string();
+  j["output_dir"] = p.output_dir.string();
+  j["seed"] = p.seed;
+  j["stages"] = nlohmann::json::array();
+  for (const StagePlan& s : plan.stages) {
+    const ResolvedStage& st = *s.stage;
+    nlohmann::json js;
+    js["name"] = st.name;
+    js["fingerprint"] = s.fingerprint;
+    js["after"] = nlohmann::json::array();
+    for (int d : st.dependencies) js["after"].push_back(p.stages[d].name);
+    js["from_stage"] = st.from_stage ? nlohmann::json(p.stages[*st.from_stage].name)
+                                     : nlohmann::json(nullptr);
+    js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
+    js["world_size"] = s.world_size;
+    js["model"] = {{"plugin", st.model.entry->name},
+                   {"version", st.model.entry->version},
+                   {"architecture", s.model->architecture()},
+                   {"parameters", s.total_parameters},
+                   {"trainable_parameters", s.trainable_parameters},
+                   {"trainable_tensors", s.trainable_tensors},
+                   {"frozen_parameters", s.total_parameters - s.trainable_parameters}};
+    js["data"] = {{"plugin", st.data.entry->name},
+                  {"version", st.data.entry->version},
+                  {"train_examples", s.train_examples},
+                  {"eval_examples", s.eval_examples},
+                  {"fields", s.dataset->spec().ToString()},
+                  {"description", s.dataset->description()}};
+    js["schedule"] = {{"epochs", s.epochs},
+                      {"steps_per_epoch", s.steps_per_epoch},
+                      {"micro_batches_per_epoch", s.micro_batches_per_epoch},
+                      {"total_steps", s.total_steps},
+                      {"batch_size", s.batch_size},
+                      {"gradient_accumulation_steps", s.gradient_accumulation_steps},
+                      {"global_batch", s.global_batch},
+                      {"eval_batch_size", s.eval_batch_size},
+                      {"eval_every_steps", st.config->schedule().eval_every_steps()},
+                      {"checkpoint_every_steps", st.config->schedule().checkpoint_every_steps()}};
+    js["optimizer"] = {{"algorithm", st.config->optimizer().has_sgd() ? "sgd" : "adamw"},
+                       {"learning_rate", st.config->optimizer().learning_rate()},
+                       {"summary", s.optimizer_summary}};
+    nlohmann::json groups = nlohmann::json::array();
+    for (const PrecisionGroupPlan& g : s.precision.groups) {
+      groups.push_back({{"name", g.name},
+                        {"tensors", g.num_tensors},
+                        {"elements", g.num_elements},
+                        {"bytes", g.bytes},
+                        {"storage", Dt(g.storage)},
+                        {"compute", Dt(g.compute)},
+                        {"grad", g.has_grad ? nlohmann::json(Dt(g.grad)) : nlohmann::json()},
+                        {"master", g.has_grad ? nlohmann::json(Dt(g.master)) : nlohmann::json()},
+                        {"optimizer_state",
+                         g.has_grad ? nlohmann::json(Dt(g.optimizer_state)) : nlohmann::json()}});
+    }
+    js["precision"] = {{"policy", s.precision.policy},
+                       {"reason", s.precision.reason},
+                       {"loss_scaling", s.precision.loss_scaling},
+                       {"groups", groups}};
+    nlohmann::json census = nlohmann::json::array();
+    for (const TensorCensusEntry& e : s.census) {
+      census.push_back({{"name", e.name},
+                        {"dtype", Dt(e.dtype)},
+                        {"elements", e.numel},
+                        {"trainable", e.trainable},
+                        {"buffer", e.is_buffer}});
+    }
+    js["census"] = census;
+    nlohmann::json callbacks = nlohmann::json::array();
+    for (const ResolvedCallback& c : st.callbacks) {
+      callbacks.push_back({{"plugin", c.ref.entry->name}, {"on_error", OnErrorName(c.on_error)}});
+    }
+    js["callbacks"] = callbacks;
+    j["stages"].push_back(js);
+  }
+  return j;
+}
+
+}  // namespace engine

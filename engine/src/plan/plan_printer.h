@@ -1,0 +1,19 @@
+// Renders a plan for people (text) and for programs (JSON, `engine check --format=json`).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "plan/pipeline_plan.h"
+
+namespace engine {
+
+std::string PlanToText(const PipelinePlan& plan);
+nlohmann::json PlanToJson(const PipelinePlan& plan);
+
+// "26,122".
+std::string WithThousands(int64_t value);
+// "104.5 KB".
+std::string HumanBytes(int64_t bytes);
+
+}  // namespace engine

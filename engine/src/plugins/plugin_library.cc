@@ -1,0 +1,177 @@
+#define BOOST_DLL_USE_STD_FS
+#include "plugins/plugin_library.h"
+
+#include <dlfcn.h>
+
+#include <boost/dll/shared_library.hpp>
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+namespace engine {
+namespace {
+
+// Keeps every opened library loaded until the process ends.
+void KeepLoaded(const boost::dll::shared_library& library) {
+  static std::mutex mu;
+  static auto* libraries = new std::vector<boost::dll::shared_library>();
+  std::lock_guard<std::mutex> lock(mu);
+  libraries->push_back(library);
+}
+
+std::string MajorMinor(std::string_view version) {
+  size_t first = version.find('.');
+  if (first == std::string_view::npos) return std::string(version);
+  size_t second = version.find('.', first + 1);
+  return std::string(version.substr(0, second));
+}
+
+bool ValidPluginName(const char* name) {
+  if (name == nullptr || *name == '\0') return false;
+  for (const char* p = name; *p; ++p) {
+    char c = *p;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+class Registrar : public PluginRegistrar {
+ public:
+  void Register(std::unique_ptr<Plugin> plugin) override {
+    if (plugin_ != nullptr) {
+      failure_ = "it registered more than one plugin (a library holds exactly one)";
+      return;
+    }
+    plugin_ = std::move(plugin);
+  }
+  void Fail(std::string message) override { failure_ = std::move(message); }
+
+  std::unique_ptr<Plugin> plugin_;
+  std::string failure_;
+};
+
+// Everything the manifest must agree on. Returns the first disagreement in words.
+Status CheckManifest(const EnginePluginManifest& m) {
+  constexpr size_t kMinimumSize = offsetof(EnginePluginManifest, protobuf_version) + sizeof(int32_t);
+  if (m.struct_size < kMinimumSize) {
+    return FailedPreconditionError("its manifest is " + std::to_string(m.struct_size) +
+                                   " bytes, shorter than any engine SDK writes");
+  }
+  if (m.api_version != ENGINE_PLUGIN_API_VERSION) {
+    return FailedPreconditionError(
+        "it was built for engine plugin API " + std::to_string(m.api_version) +
+        ", but this engine speaks API " + std::to_string(ENGINE_PLUGIN_API_VERSION) +
+        "; rebuild the plugin against this engine's SDK");
+  }
+  if (!ValidPluginName(m.name)) {
+    return FailedPreconditionError(
+        "its manifest has no valid name (letters, digits, '_', '-' and '.')");
+  }
+  if (m.kind == nullptr || !PluginKindFromName(m.kind)) {
+    return FailedPreconditionError(std::string("its manifest names an unknown kind '") +
+                                   (m.kind ? m.kind : "") + "'");
+  }
+  const std::string plugin_torch = m.torch_version ? m.torch_version : "";
+  if (MajorMinor(plugin_torch) != MajorMinor(compat::kTorchVersion)) {
+    return FailedPreconditionError("it was built against LibTorch " + plugin_torch +
+                                   ", but this engine runs LibTorch " + compat::kTorchVersion +
+                                   "; rebuild the plugin against the same LibTorch");
+  }
+  if (m.cxx11_abi != ENGINE_CXX11_ABI_VALUE) {
+    return FailedPreconditionError(
+        "it was built with _GLIBCXX_USE_CXX11_ABI=" + std::to_string(m.cxx11_abi) +
+        ", but this engine uses " + std::to_string(ENGINE_CXX11_ABI_VALUE) +
+        "; C++ objects cannot cross between the two, rebuild the plugin with the engine's setting");
+  }
+  if (m.protobuf_version / 1000 != GOOGLE_PROTOBUF_VERSION / 1000) {
+    return FailedPreconditionError("it was built against protobuf " +
+                                   std::to_string(m.protobuf_version) + ", but this engine uses " +
+                                   std::to_string(GOOGLE_PROTOBUF_VERSION));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
+  const std::string where = "plugin library '" + path.string() + "'";
+  std::error_code fs_error;
+  if (!std::filesystem::exists(path, fs_error)) return NotFoundError(where + " does not exist");
+  if (!std::filesystem::is_regular_file(path, fs_error)) {
+    return InvalidArgumentError(where + " is not a regular file");
+  }
+  std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
+  if (fs_error) canonical = std::filesystem::absolute(path);
+
+  boost::dll::shared_library library;
+  boost::dll::fs::error_code load_error;
+  ::dlerror();  // clear any earlier message
+  library.load(canonical, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local,
+               load_error);
+  if (load_error || !library.is_loaded()) {
+    const char* reason = ::dlerror();
+    return FailedPreconditionError(
+        "cannot load " + where + ": " +
+        (reason ? std::string(reason) : load_error.message()) +
+        " (is it a shared library built for this machine and this engine?)");
+  }
+  // Even a library that fails the checks below stays loaded: its static initialisers may already have
+  // registered descriptors (protobuf) that would dangle after dlclose.
+  KeepLoaded(library);
+  if (!library.has(ENGINE_PLUGIN_MANIFEST_SYMBOL)) {
+    return FailedPreconditionError(where + " is not an engine plugin: it exports no '" +
+                                   ENGINE_PLUGIN_MANIFEST_SYMBOL +
+                                   "' (define one with ENGINE_PLUGIN in engine/plugin.h)");
+  }
+  auto manifest_fn = library.get<const EnginePluginManifest*()>(ENGINE_PLUGIN_MANIFEST_SYMBOL);
+  const EnginePluginManifest* manifest = manifest_fn();
+  if (manifest == nullptr) return FailedPreconditionError(where + ": its manifest is null");
+  ENGINE_RETURN_IF_ERROR(CheckManifest(*manifest).WithContext(where));
+
+  const std::string name = manifest->name;
+  const PluginKind kind = *PluginKindFromName(manifest->kind);
+  const std::string named = where + " (plugin '" + name + "')";
+  if (!library.has(ENGINE_PLUGIN_REGISTER_SYMBOL)) {
+    return FailedPreconditionError(named + " exports no '" + ENGINE_PLUGIN_REGISTER_SYMBOL +
+                                   "' entry point");
+  }
+  auto register_fn = library.get<int(void*)>(ENGINE_PLUGIN_REGISTER_SYMBOL);
+  Registrar registrar;
+  int rc = 1;
+  try {
+    rc = register_fn(static_cast<PluginRegistrar*>(&registrar));
+  } catch (const std::exception& e) {
+    registrar.failure_ = std::string("an exception escaped registration: ") + e.what();
+  } catch (...) {
+    registrar.failure_ = "a non-standard exception escaped registration";
+  }
+  if (!registrar.failure_.empty()) {
+    return FailedPreconditionError(named + ": registration failed: " + registrar.failure_);
+  }
+  if (rc != 0 || registrar.plugin_ == nullptr) {
+    return FailedPreconditionError(named + ": registration failed: no plugin was registered");
+  }
+  if (registrar.plugin_->kind() != kind) {
+    return FailedPreconditionError(named + ": the manifest says it is a " +
+                                   std::string(PluginKindTitle(kind)) + " but it registered a " +
+                                   std::string(PluginKindTitle(registrar.plugin_->kind())));
+  }
+  try {
+    (void)registrar.plugin_->default_options().GetDescriptor();
+  } catch (...) {
+    return FailedPreconditionError(named + ": default_options() threw");
+  }
+
+  LoadedPlugin loaded;
+  loaded.library = canonical;
+  loaded.name = name;
+  loaded.kind = kind;
+  loaded.version = manifest->version ? manifest->version : "";
+  loaded.description = manifest->description ? manifest->description : "";
+  loaded.plugin = std::move(registrar.plugin_);
+  return loaded;
+}
+
+}  // namespace engine

@@ -1,0 +1,48 @@
+#include "train/callback_runner.h"
+
+#include <glog/logging.h>
+
+#include "core/guarded_call.h"
+
+namespace engine {
+
+void CallbackRunner::Add(std::string name, std::unique_ptr<Callback> callback,
+                         proto::CallbackRef::OnError on_error) {
+  slots_.push_back({std::move(name), std::move(callback), on_error, false});
+}
+
+Status CallbackRunner::Dispatch(const Event& event) {
+  for (Slot& slot : slots_) {
+    if (slot.disabled) continue;
+    const std::string context = "callback '" + slot.name + "' on " +
+                                std::string(EventTypeName(event.type)) + " at step " +
+                                std::to_string(event.step);
+    Status status = GuardedCall(context, [&] { return slot.callback->OnEvent(event); });
+    if (status.ok()) continue;
+    switch (slot.on_error) {
+      case proto::CallbackRef::WARN:
+        LOG(WARNING) << status.message() << " (on_error: WARN, it stays enabled)";
+        break;
+      case proto::CallbackRef::FAIL_STAGE:
+        LOG(ERROR) << status.message() << " (on_error: FAIL_STAGE)";
+        return status;
+      case proto::CallbackRef::DISABLE:
+      default:
+        LOG(WARNING) << status.message()
+                     << " (on_error: DISABLE, it will not be called again; training goes on)";
+        slot.disabled = true;
+        break;
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> CallbackRunner::Disabled() const {
+  std::vector<std::string> out;
+  for (const Slot& slot : slots_) {
+    if (slot.disabled) out.push_back(slot.name);
+  }
+  return out;
+}
+
+}  // namespace engine

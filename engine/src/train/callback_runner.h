@@ -1,0 +1,42 @@
+// The fault boundary around callbacks (failure catalogue F8).
+//
+// Every event goes to every live callback in order. An error returned or thrown by a callback is
+// logged with the callback's name, the event and the step, then handled by its `on_error`:
+// DISABLE (the default) stops calling it, WARN keeps calling it, FAIL_STAGE makes Dispatch return the
+// error so the stage stops (after its last checkpoint, which stays valid).
+//
+// Thread safety: one thread at a time (the training thread).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/callback.h"
+#include "engine/pipeline.pb.h"
+
+namespace engine {
+
+class CallbackRunner {
+ public:
+  void Add(std::string name, std::unique_ptr<Callback> callback,
+           proto::CallbackRef::OnError on_error);
+
+  // OK unless a FAIL_STAGE callback failed.
+  Status Dispatch(const Event& event);
+
+  // Callbacks disabled after an error, by name.
+  std::vector<std::string> Disabled() const;
+  size_t size() const { return slots_.size(); }
+
+ private:
+  struct Slot {
+    std::string name;
+    std::unique_ptr<Callback> callback;
+    proto::CallbackRef::OnError on_error;
+    bool disabled = false;
+  };
+  std::vector<Slot> slots_;
+};
+
+}  // namespace engine

@@ -1,0 +1,137 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <google/protobuf/text_format.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "engine/atomic_file.h"
+#include "engine/dtype.h"
+
+namespace engine {
+namespace {
+
+std::string HiddenTemporaryName(const std::filesystem::path& dir) {
+  static int counter = 0;
+  return "." + dir.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++);
+}
+
+// Swaps `from` into `to`: atomic replacement when `to` exists (renameat2 RENAME_EXCHANGE), a plain
+// rename otherwise. On success `from` names the old directory (or nothing).
+Status Publish(const std::filesystem::path& from, const std::filesystem::path& to, bool* swapped) {
+  *swapped = false;
+  std::error_code ec;
+  if (std::filesystem::exists(to, ec)) {
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+      *swapped = true;
+      return Status::Ok();
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+      return IoError("cannot replace '" + to.string() + "': " + std::strerror(errno));
+    }
+    // No atomic exchange on this file system: move the old one aside first. A crash in between
+    // leaves no directory under `to`, never a partial one.
+    const std::filesystem::path aside = to.parent_path() / ("." + to.filename().string() +
+                                                            ".tmp-old-" +
+                                                            std::to_string(::getpid()));
+    if (::rename(to.c_str(), aside.c_str()) != 0) {
+      return IoError("cannot move '" + to.string() + "' aside: " + std::strerror(errno));
+    }
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return IoError("cannot publish checkpoint '" + to.string() + "': " + std::strerror(errno));
+    }
+    std::filesystem::remove_all(aside, ec);
+    return Status::Ok();
+  }
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return IoError("cannot publish checkpoint '" + to.string() + "': " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents) {
+  const std::filesystem::path parent = dir.parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return IoError("cannot create '" + parent.string() + "': " + ec.message());
+  const std::filesystem::path temp = parent / HiddenTemporaryName(dir);
+  std::filesystem::create_directory(temp, ec);
+  if (ec) return IoError("cannot create '" + temp.string() + "': " + ec.message());
+  struct Cleanup {
+    std::filesystem::path path;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (!path.empty()) std::filesystem::remove_all(path, ignored);
+    }
+  } cleanup{temp};
+
+  proto::CheckpointManifest& manifest = contents.manifest;
+  manifest.set_format_version(kCheckpointFormatVersion);
+  manifest.clear_tensor();
+  for (const auto& [name, tensor] : contents.model) {
+    proto::TensorInfo* info = manifest.add_tensor();
+    info->set_name(name);
+    auto dtype = SafetensorsDtypeName(tensor.scalar_type());
+    info->set_dtype(dtype ? std::string(*dtype) : std::string(DtypeShortName(tensor.scalar_type())));
+    for (int64_t d : tensor.sizes()) info->add_shape(d);
+    info->set_trainable(tensor.requires_grad());
+  }
+  safetensors::Metadata model_metadata = {{"format", "pt"},
+                                          {"stage", manifest.stage()},
+                                          {"step", std::to_string(manifest.step())}};
+  ENGINE_RETURN_IF_ERROR(safetensors::Write(temp / kModelFile, contents.model, model_metadata));
+  if (!contents.optimizer.empty()) {
+    ENGINE_RETURN_IF_ERROR(safetensors::Write(temp / kOptimizerFile, contents.optimizer,
+                                              contents.optimizer_metadata));
+    manifest.mutable_optimizer()->set_state_file(kOptimizerFile);
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(manifest, &text);
+  ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kManifestFile, text));
+  ENGINE_RETURN_IF_ERROR(SyncDirectory(temp));
+
+  bool swapped = false;
+  ENGINE_RETURN_IF_ERROR(Publish(temp, dir, &swapped));
+  // After a swap `temp` holds the previous checkpoint, which the cleanup removes; after a plain
+  // rename it no longer exists.
+  if (!swapped) cleanup.path.clear();
+  return SyncDirectory(parent);
+}
+
+StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / kManifestFile;
+  ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  proto::CheckpointManifest manifest;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &manifest)) {
+    return DataLossError("checkpoint manifest '" + path.string() + "' is corrupt");
+  }
+  if (manifest.format_version() == 0 || manifest.format_version() > kCheckpointFormatVersion) {
+    return FailedPreconditionError(
+        "checkpoint manifest '" + path.string() + "' has format version " +
+        std::to_string(manifest.format_version()) + "; this engine reads versions up to " +
+        std::to_string(kCheckpointFormatVersion));
+  }
+  return manifest;
+}
+
+void RemoveStaleTemporaries(const std::filesystem::path& parent) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(parent, ec)) return;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& item : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = item.path().filename().string();
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos) {
+      stale.push_back(item.path());
+    }
+  }
+  for (const auto& path : stale) std::filesystem::remove_all(path, ec);
+}
+
+}  // namespace engine

@@ -1,0 +1,42 @@
+// Checkpoint directories: weights, optimizer state and a manifest, published atomically.
+//
+//   <dir>/model.safetensors      every parameter and buffer, by name, in its stored dtype
+//   <dir>/optimizer.safetensors  optimizer slots ("<param>.exp_avg"), when saved
+//   <dir>/manifest.pbtxt         engine.proto.CheckpointManifest, protobuf text
+//
+// WriteCheckpoint builds the directory under a hidden temporary name beside `dir`, syncs every file,
+// then swaps it into place in one rename (replacing an older checkpoint of the same name, atomically).
+// A crash at any moment leaves either the old checkpoint or the new one, plus perhaps a hidden
+// ".<name>.tmp-*" directory that RemoveStaleTemporaries clears; ReadManifest never accepts one.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "engine/checkpoint.pb.h"
+#include "engine/safetensors.h"
+#include "engine/status.h"
+
+namespace engine {
+
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kManifestFile = "manifest.pbtxt";
+inline constexpr uint32_t kCheckpointFormatVersion = 1;
+
+struct CheckpointContents {
+  proto::CheckpointManifest manifest;  // tensor list and format version are filled in by the writer
+  safetensors::NamedTensors model;
+  safetensors::NamedTensors optimizer;  // empty: no optimizer file
+  safetensors::Metadata optimizer_metadata;
+};
+
+Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);
+
+// Reads and checks `<dir>/manifest.pbtxt`.
+StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& dir);
+
+// Removes hidden temporary directories left in `parent` by interrupted writes.
+void RemoveStaleTemporaries(const std::filesystem::path& parent);
+
+}  // namespace engine

@@ -1,0 +1,171 @@
+#include "train/optimizer.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <cmath>
+#include <map>
+
+namespace engine {
+namespace {
+
+// Shared state bookkeeping: named slots per parameter, created on first use.
+class SlotOptimizer : public Optimizer {
+ public:
+  SlotOptimizer(std::vector<NamedParameter> parameters, std::vector<std::string> slot_names)
+      : parameters_(std::move(parameters)), slot_names_(std::move(slot_names)) {
+    slots_.resize(parameters_.size());
+  }
+
+  safetensors::NamedTensors State() const override {
+    safetensors::NamedTensors out;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      for (size_t s = 0; s < slots_[i].size(); ++s) {
+        out.emplace_back(parameters_[i].name + "." + slot_names_[s], slots_[i][s]);
+      }
+    }
+    return out;
+  }
+
+  Status LoadState(const safetensors::NamedTensors& state, int64_t steps) override {
+    std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
+    std::vector<std::vector<at::Tensor>> loaded(parameters_.size());
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const at::Tensor& p = parameters_[i].tensor;
+      for (const std::string& slot : slot_names_) {
+        auto it = by_name.find(parameters_[i].name + "." + slot);
+        if (it == by_name.end()) {
+          if (!loaded[i].empty()) {
+            return DataLossError("optimizer state for '" + parameters_[i].name + "' lacks '" +
+                                 slot + "'");
+          }
+          break;  // this parameter never had a gradient
+        }
+        if (!it->second.sizes().equals(p.sizes())) {
+          return DataLossError("optimizer state '" + it->first + "' has the wrong shape");
+        }
+        loaded[i].push_back(it->second.to(p.device(), p.scalar_type()).clone());
+        by_name.erase(it);
+      }
+    }
+    if (!by_name.empty()) {
+      return DataLossError("optimizer state holds '" + by_name.begin()->first +
+                           "', which matches no trainable parameter");
+    }
+    slots_ = std::move(loaded);
+    steps_ = steps;
+    return Status::Ok();
+  }
+
+ protected:
+  std::vector<at::Tensor>& SlotsFor(size_t i) {
+    if (slots_[i].empty()) {
+      for (size_t s = 0; s < slot_names_.size(); ++s) {
+        slots_[i].push_back(at::zeros_like(parameters_[i].tensor));
+      }
+    }
+    return slots_[i];
+  }
+
+  std::vector<NamedParameter> parameters_;
+  std::vector<std::string> slot_names_;
+  std::vector<std::vector<at::Tensor>> slots_;
+};
+
+class AdamW : public SlotOptimizer {
+ public:
+  AdamW(const proto::Optimizer::AdamW& config, std::vector<NamedParameter> parameters)
+      : SlotOptimizer(std::move(parameters), {"exp_avg", "exp_avg_sq"}), config_(config) {}
+
+  std::string algorithm() const override { return "adamw"; }
+
+  void Step(double lr) override {
+    at::NoGradGuard no_grad;
+    ++steps_;
+    const double b1 = config_.beta1(), b2 = config_.beta2();
+    const double bias1 = 1 - std::pow(b1, static_cast<double>(steps_));
+    const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(steps_)));
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      at::Tensor& p = parameters_[i].tensor;
+      const at::Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      auto& slots = SlotsFor(i);
+      at::Tensor& m = slots[0];
+      at::Tensor& v = slots[1];
+      if (config_.weight_decay() != 0) p.mul_(1 - lr * config_.weight_decay());
+      m.mul_(b1).add_(g, 1 - b1);
+      v.mul_(b2).addcmul_(g, g, 1 - b2);
+      at::Tensor denom = v.sqrt().div_(bias2_sqrt).add_(config_.epsilon());
+      p.addcdiv_(m, denom, -lr / bias1);
+    }
+  }
+
+ private:
+  proto::Optimizer::AdamW config_;
+};
+
+class Sgd : public SlotOptimizer {
+ public:
+  Sgd(const proto::Optimizer::Sgd& config, std::vector<NamedParameter> parameters)
+      : SlotOptimizer(std::move(parameters),
+                      config.momentum() > 0 ? std::vector<std::string>{"momentum_buffer"}
+                                            : std::vector<std::string>{}),
+        config_(config) {}
+
+  std::string algorithm() const override { return "sgd"; }
+
+  void Step(double lr) override {
+    at::NoGradGuard no_grad;
+    ++steps_;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      at::Tensor& p = parameters_[i].tensor;
+      at::Tensor g = p.grad();
+      if (!g.defined()) continue;
+      if (config_.weight_decay() != 0) g = g.add(p, config_.weight_decay());
+      if (config_.momentum() > 0) {
+        const bool first = slots_[i].empty();
+        at::Tensor& buffer = SlotsFor(i)[0];
+        if (first) {
+          buffer.copy_(g);
+        } else {
+          buffer.mul_(config_.momentum()).add_(g);
+        }
+        g = config_.nesterov() ? g.add(buffer, config_.momentum()) : buffer;
+      }
+      p.add_(g, -lr);
+    }
+  }
+
+ private:
+  proto::Optimizer::Sgd config_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> MakeOptimizer(const proto::Optimizer& config,
+                                         std::vector<NamedParameter> parameters) {
+  if (config.has_sgd()) return std::make_unique<Sgd>(config.sgd(), std::move(parameters));
+  return std::make_unique<AdamW>(config.adamw(), std::move(parameters));
+}
+
+double ClipGradNorm(const std::vector<NamedParameter>& parameters, double max_norm) {
+  at::NoGradGuard no_grad;
+  double total_sq = 0;
+  for (const NamedParameter& p : parameters) {
+    const at::Tensor& g = p.tensor.grad();
+    if (!g.defined()) continue;
+    const double n = g.norm().item<double>();
+    total_sq += n * n;
+  }
+  const double total = std::sqrt(total_sq);
+  if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
+    const double scale = max_norm / (total + 1e-6);
+    for (const NamedParameter& p : parameters) {
+      at::Tensor g = p.tensor.grad();
+      if (g.defined()) g.mul_(scale);
+    }
+  }
+  return total;
+}
+
+}  // namespace engine

@@ -1,0 +1,420 @@
+#include "train/trainer.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <glog/logging.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <random>
+
+#include "core/guarded_call.h"
+#include "engine/dtype.h"
+#include "engine/version.h"
+#include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string UtcNow() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+class StageTrainer {
+ public:
+  explicit StageTrainer(const StageRunRequest& request)
+      : request_(request),
+        plan_(*request.plan),
+        stage_(*plan_.stage),
+        config_(*stage_.config),
+        model_(*plan_.model),
+        module_(model_.module()),
+        device_(stage_.device.device),
+        context_("stage '" + stage_.name + "'") {}
+
+  StatusOr<StageResult> Run() {
+    start_ = Clock::now();
+    ENGINE_RETURN_IF_ERROR(Prepare());
+    ENGINE_RETURN_IF_ERROR(Emit(MakeEvent(EventType::kStageBegin)));
+
+    const int64_t n = plan_.train_examples;
+    const int64_t batch = plan_.batch_size;
+    const int64_t accumulation = plan_.gradient_accumulation_steps;
+    const bool drop_last = config_.schedule().drop_last();
+    const uint64_t eval_every = config_.schedule().eval_every_steps();
+    const uint64_t checkpoint_every = config_.schedule().checkpoint_every_steps();
+    module_.train();
+
+    while (step_ < plan_.total_steps) {
+      const std::vector<int64_t> order = EpochOrder(stage_.seed, epoch_, n);
+      std::vector<std::vector<int64_t>> micro_batches;
+      for (int64_t begin = 0; begin < n; begin += batch) {
+        const int64_t end = std::min(n, begin + batch);
+        if (drop_last && end - begin < batch) break;
+        micro_batches.emplace_back(order.begin() + begin, order.begin() + end);
+      }
+      for (size_t first = 0; first < micro_batches.size() && step_ < plan_.total_steps;
+           first += accumulation) {
+        const size_t last = std::min(micro_batches.size(), first + accumulation);
+        ENGINE_RETURN_IF_ERROR(TrainStep(micro_batches, first, last));
+        const bool at_end = step_ == plan_.total_steps;
+        if (!at_end && eval_every > 0 && step_ % eval_every == 0) {
+          ENGINE_RETURN_IF_ERROR(EvaluateAndReport().status());
+        }
+        if (!at_end && checkpoint_every > 0 && step_ % checkpoint_every == 0) {
+          ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint());
+        }
+      }
+      ++epoch_;
+    }
+
+    StageResult result;
+    result.steps = step_;
+    result.final_train_loss = last_loss_;
+    ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
+    result.eval_examples = plan_.eval_examples;
+    result.final_checkpoint = request_.stage_dir / "final";
+    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(result.final_checkpoint, /*final=*/true,
+                                          result.eval_metrics));
+    result.seconds = Seconds();
+    Event end = MakeEvent(EventType::kStageEnd);
+    end.metrics = result.eval_metrics;
+    end.path = result.final_checkpoint.string();
+    ENGINE_RETURN_IF_ERROR(Emit(end));
+    return result;
+  }
+
+ private:
+  Status Prepare() {
+    if (!request_.parent_checkpoint.empty()) ENGINE_RETURN_IF_ERROR(LoadParentWeights());
+    ENGINE_RETURN_IF_ERROR(GuardedCall(stage_.precision.context, [&] {
+      return plan_.precision_policy->Apply(plan_.precision, module_);
+    }));
+    ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
+      module_.to(device_);
+      return Status::Ok();
+    }));
+    for (auto& item : module_.named_parameters(/*recurse=*/true)) {
+      if (item.value().requires_grad()) trainable_.push_back({item.key(), item.value()});
+    }
+    optimizer_ = MakeOptimizer(config_.optimizer(), trainable_);
+    if (config_.parallel().num_threads() > 0) {
+      at::set_num_threads(static_cast<int>(config_.parallel().num_threads()));
+    }
+    return Status::Ok();
+  }
+
+  // Loads every tensor of the parent stage's final checkpoint into the freshly built model, after
+  // checking the manifest against the model.
+  Status LoadParentWeights() {
+    const std::filesystem::path& dir = request_.parent_checkpoint;
+    const std::string where = context_ + ": starting from '" + dir.string() + "'";
+    ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest,
+                            ReadManifest(dir).WithContext(where));
+    if (!manifest.final()) {
+      return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
+    }
+    ENGINE_ASSIGN_OR_RETURN(auto file,
+                            safetensors::File::Open(dir / kModelFile).WithContext(where));
+    at::NoGradGuard no_grad;
+    auto load = [&](const std::string& name, at::Tensor& target) -> Status {
+      const safetensors::TensorInfo* info = file->Find(name);
+      if (info == nullptr) return DataLossError(where + ": the checkpoint lacks '" + name + "'");
+      if (info->shape != target.sizes().vec()) {
+        return DataLossError(where + ": '" + name + "' has another shape in the checkpoint");
+      }
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor source, file->Get(name));
+      target.copy_(source);
+      return Status::Ok();
+    };
+    size_t loaded = 0;
+    for (auto& item : module_.named_parameters(/*recurse=*/true)) {
+      ENGINE_RETURN_IF_ERROR(load(item.key(), item.value()));
+      ++loaded;
+    }
+    for (auto& item : module_.named_buffers(/*recurse=*/true)) {
+      ENGINE_RETURN_IF_ERROR(load(item.key(), item.value()));
+      ++loaded;
+    }
+    if (loaded != file->tensors().size()) {
+      return DataLossError(where + ": the checkpoint holds " +
+                           std::to_string(file->tensors().size()) + " tensors, the model " +
+                           std::to_string(loaded));
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<Batch> LoadBatch(Split split, const std::vector<int64_t>& indices) {
+    ENGINE_ASSIGN_OR_RETURN(Batch batch, GuardedCall(stage_.data.context, [&] {
+                              return plan_.dataset->GetBatch(split, indices);
+                            }));
+    if (device_.is_cpu()) return batch;
+    for (auto& [name, tensor] : batch) tensor = tensor.to(device_, /*non_blocking=*/true);
+    return batch;
+  }
+
+  Status TrainStep(const std::vector<std::vector<int64_t>>& micro_batches, size_t first,
+                   size_t last) {
+    for (NamedParameter& p : trainable_) {
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().reset();
+    }
+    at::Tensor loss_sum;
+    int64_t count = 0;
+    for (size_t i = first; i < last; ++i) {
+      ENGINE_ASSIGN_OR_RETURN(Batch batch, LoadBatch(Split::kTrain, micro_batches[i]));
+      ENGINE_ASSIGN_OR_RETURN(ModelOutput output, GuardedCall(stage_.model.context, [&] {
+                                return model_.Forward(batch);
+                              }));
+      if (output.loss_count <= 0) continue;
+      ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
+        at::Tensor weighted = output.loss * static_cast<double>(output.loss_count);
+        weighted.backward();
+        loss_sum = loss_sum.defined() ? loss_sum + weighted.detach() : weighted.detach();
+        return Status::Ok();
+      }));
+      count += output.loss_count;
+    }
+    if (count == 0) {
+      return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
+                                     " had no loss terms (every example was masked)");
+    }
+    {
+      at::NoGradGuard no_grad;
+      for (NamedParameter& p : trainable_) {
+        if (p.tensor.grad().defined()) p.tensor.mutable_grad().div_(static_cast<double>(count));
+      }
+    }
+    const double loss = loss_sum.item<double>() / static_cast<double>(count);
+    if (!std::isfinite(loss)) {
+      return FailedPreconditionError(
+          context_ + ": the training loss became " + std::to_string(loss) + " at step " +
+          std::to_string(step_ + 1) +
+          "; the weights were not updated. Lower optimizer.learning_rate or set "
+          "optimizer.max_grad_norm");
+    }
+    double grad_norm = -1;
+    if (config_.optimizer().max_grad_norm() > 0) {
+      grad_norm = ClipGradNorm(trainable_, config_.optimizer().max_grad_norm());
+    }
+    const double lr = LearningRateAt(config_.optimizer(), step_, plan_.total_steps);
+    ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
+      optimizer_->Step(lr);
+      return Status::Ok();
+    }));
+    ++step_;
+    examples_ += count;
+    last_loss_ = loss;
+    Event event = MakeEvent(EventType::kStepEnd);
+    event.metrics = {{"loss", loss}, {"lr", lr}, {"examples", static_cast<double>(examples_)}};
+    if (grad_norm >= 0) event.metrics["grad_norm"] = grad_norm;
+    return Emit(event);
+  }
+
+  StatusOr<std::map<std::string, double>> Evaluate() {
+    std::map<std::string, double> out;
+    const int64_t n = plan_.eval_examples;
+    if (n == 0) return out;
+    module_.eval();
+    at::NoGradGuard no_grad;
+    double loss_sum = 0;
+    int64_t loss_count = 0;
+    std::map<std::string, Metric> metrics;
+    for (int64_t begin = 0; begin < n; begin += plan_.eval_batch_size) {
+      std::vector<int64_t> indices;
+      for (int64_t i = begin; i < std::min(n, begin + plan_.eval_batch_size); ++i) {
+        indices.push_back(i);
+      }
+      auto batch = LoadBatch(Split::kEval, indices);
+      if (!batch.ok()) {
+        module_.train();
+        return batch.status();
+      }
+      auto output = GuardedCall(stage_.model.context, [&] { return model_.Forward(*batch); });
+      if (!output.ok()) {
+        module_.train();
+        return output.status();
+      }
+      loss_sum += output->loss.item<double>() * static_cast<double>(output->loss_count);
+      loss_count += output->loss_count;
+      for (const auto& [name, metric] : output->metrics) {
+        metrics[name].sum += metric.sum;
+        metrics[name].count += metric.count;
+      }
+    }
+    module_.train();
+    if (loss_count > 0) out["eval/loss"] = loss_sum / static_cast<double>(loss_count);
+    for (const auto& [name, metric] : metrics) out["eval/" + name] = metric.mean();
+    return out;
+  }
+
+  StatusOr<std::map<std::string, double>> EvaluateAndReport() {
+    ENGINE_ASSIGN_OR_RETURN(auto metrics, Evaluate());
+    if (!metrics.empty()) {
+      Event event = MakeEvent(EventType::kEval);
+      event.metrics = metrics;
+      ENGINE_RETURN_IF_ERROR(Emit(event));
+    }
+    return metrics;
+  }
+
+  Status SavePeriodicCheckpoint() {
+    char name[32];
+    std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step_));
+    const std::filesystem::path parent = request_.stage_dir / "checkpoints";
+    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(parent / name, /*final=*/false, {}));
+    const uint32_t keep = config_.checkpoint().keep_last();
+    if (keep == 0) return Status::Ok();
+    std::vector<std::filesystem::path> existing;
+    std::error_code ec;
+    for (const auto& item : std::filesystem::directory_iterator(parent, ec)) {
+      if (item.path().filename().string().rfind("step-", 0) == 0) existing.push_back(item.path());
+    }
+    std::sort(existing.begin(), existing.end());
+    for (size_t i = 0; i + keep < existing.size(); ++i) {
+      std::filesystem::remove_all(existing[i], ec);
+    }
+    return Status::Ok();
+  }
+
+  Status SaveCheckpoint(const std::filesystem::path& dir, bool final,
+                        const std::map<std::string, double>& metrics) {
+    RemoveStaleTemporaries(dir.parent_path());
+    CheckpointContents contents;
+    proto::CheckpointManifest& m = contents.manifest;
+    m.set_pipeline(request_.pipeline->name);
+    m.set_stage(stage_.name);
+    m.set_step(static_cast<uint64_t>(step_));
+    m.set_total_steps(static_cast<uint64_t>(plan_.total_steps));
+    m.set_epoch(static_cast<uint32_t>(epoch_));
+    m.set_final(final);
+    m.set_fingerprint(plan_.fingerprint);
+    if (!request_.parent_checkpoint.empty()) {
+      m.set_parent_checkpoint(request_.parent_checkpoint.string());
+    }
+    m.set_created_at(UtcNow());
+    m.set_engine_version(ENGINE_VERSION);
+    m.set_torch_version(compat::kTorchVersion);
+    m.set_data_identity(plan_.dataset->identity());
+    proto::ModelInfo* model = m.mutable_model();
+    model->set_plugin(stage_.model.entry->name);
+    model->set_plugin_version(stage_.model.entry->version);
+    model->set_architecture(model_.architecture());
+    model->set_config_json(model_.config_json());
+    proto::PrecisionInfo* precision = m.mutable_precision();
+    precision->set_policy(plan_.precision.policy);
+    precision->set_plugin_version(stage_.precision.entry->version);
+    for (const PrecisionGroupPlan& g : plan_.precision.groups) {
+      proto::PrecisionGroup* group = precision->add_group();
+      group->set_name(g.name);
+      group->set_storage_dtype(std::string(DtypeShortName(g.storage)));
+      group->set_compute_dtype(std::string(DtypeShortName(g.compute)));
+      group->set_grad_dtype(std::string(DtypeShortName(g.grad)));
+      group->set_master_dtype(std::string(DtypeShortName(g.master)));
+      group->set_optimizer_state_dtype(std::string(DtypeShortName(g.optimizer_state)));
+      group->set_num_params(g.num_elements);
+      group->set_bytes(g.bytes);
+    }
+    m.mutable_optimizer()->set_algorithm(optimizer_->algorithm());
+    for (const auto& [name, value] : metrics) (*m.mutable_metrics())[name] = value;
+    for (const ResolvedPluginRef* ref : {&stage_.model, &stage_.data, &stage_.precision}) {
+      proto::PluginVersion* v = m.add_plugin();
+      v->set_name(ref->entry->name);
+      v->set_kind(std::string(PluginKindName(ref->entry->kind)));
+      v->set_version(ref->entry->version);
+    }
+    for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
+      contents.model.emplace_back(item.key(), item.value());
+    }
+    for (const auto& item : module_.named_buffers(/*recurse=*/true)) {
+      contents.model.emplace_back(item.key(), item.value());
+    }
+    if (config_.checkpoint().save_optimizer_state()) {
+      contents.optimizer = optimizer_->State();
+      contents.optimizer_metadata = {{"algorithm", optimizer_->algorithm()},
+                                     {"step", std::to_string(optimizer_->steps())}};
+    }
+    ENGINE_RETURN_IF_ERROR(WriteCheckpoint(dir, std::move(contents)).WithContext(context_));
+    Event event = MakeEvent(EventType::kCheckpointSaved);
+    event.path = dir.string();
+    return Emit(event);
+  }
+
+  Event MakeEvent(EventType type) const {
+    Event event;
+    event.type = type;
+    event.pipeline = request_.pipeline->name;
+    event.stage = stage_.name;
+    event.step = step_;
+    event.total_steps = plan_.total_steps;
+    event.epoch = epoch_;
+    event.elapsed_seconds = Seconds();
+    return event;
+  }
+
+  Status Emit(const Event& event) {
+    if (request_.callbacks == nullptr) return Status::Ok();
+    return request_.callbacks->Dispatch(event).WithContext(context_);
+  }
+
+  double Seconds() const {
+    return std::chrono::duration<double>(Clock::now() - start_).count();
+  }
+
+  const StageRunRequest& request_;
+  StagePlan& plan_;
+  const ResolvedStage& stage_;
+  const proto::Stage& config_;
+  Model& model_;
+  torch::nn::Module& module_;
+  at::Device device_;
+  std::string context_;
+
+  std::vector<NamedParameter> trainable_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t step_ = 0;
+  int64_t epoch_ = 0;
+  int64_t examples_ = 0;
+  double last_loss_ = 0;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(epoch) + 1);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+StatusOr<StageResult> TrainStage(const StageRunRequest& request) {
+  StageTrainer trainer(request);
+  StatusOr<StageResult> result = trainer.Run();
+  if (!result.ok() && request.callbacks != nullptr) {
+    Event event;
+    event.type = EventType::kError;
+    event.pipeline = request.pipeline->name;
+    event.stage = request.plan->stage->name;
+    event.message = result.status().message();
+    request.callbacks->Dispatch(event).IgnoreError();
+  }
+  return result;
+}
+
+}  // namespace engine

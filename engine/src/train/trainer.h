@@ -1,0 +1,47 @@
+// One stage's training loop: batches, forward, backward, accumulation, clipping, the optimizer step,
+// evaluation, checkpoints and callback events, exactly as the stage's plan says.
+//
+// Counting follows the plan: a step is one optimizer update over gradient_accumulation_steps
+// micro-batches; micro-batches are weighted by the number of loss terms they hold, so accumulation
+// gives the gradient of the mean over the step's examples. The training order is a deterministic
+// shuffle from the stage seed and the epoch.
+//
+// On failure (a plugin error, a non-finite loss, a FAIL_STAGE callback) the error comes back with the
+// stage's context; checkpoints already written stay valid and nothing half-written is left.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "plan/pipeline_plan.h"
+#include "train/callback_runner.h"
+
+namespace engine {
+
+struct StageRunRequest {
+  const ResolvedPipeline* pipeline = nullptr;
+  StagePlan* plan = nullptr;
+  // <output_dir>/<stage name>
+  std::filesystem::path stage_dir;
+  CallbackRunner* callbacks = nullptr;
+  // The final checkpoint of the from_stage parent, empty when the stage starts from its model plugin.
+  std::filesystem::path parent_checkpoint;
+};
+
+struct StageResult {
+  int64_t steps = 0;
+  double seconds = 0;
+  double final_train_loss = 0;
+  // "eval/loss", "eval/accuracy", ... from the final evaluation.
+  std::map<std::string, double> eval_metrics;
+  int64_t eval_examples = 0;
+  std::filesystem::path final_checkpoint;
+};
+
+StatusOr<StageResult> TrainStage(const StageRunRequest& request);
+
+// The training order of epoch `epoch`: a permutation of [0, n) from `seed`.
+std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n);
+
+}  // namespace engine
