@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <sstream>
 
 #include "digits_options.pb.h"
 #include "engine/data.h"
@@ -23,6 +24,21 @@ namespace {
 
 constexpr int kPixels = 64;
 constexpr int kClasses = 10;
+
+std::string WithThousands(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string Number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
 
 // Reads a plain or gzip-compressed file (zlib reads both).
 StatusOr<std::string> ReadMaybeCompressed(const std::filesystem::path& path) {
@@ -102,7 +118,7 @@ class DigitsLoader : public DataLoaderPlugin {
     const auto& options = OptionsAs<DigitsOptions>(message);
     if (!(options.eval_fraction() >= 0 && options.eval_fraction() < 1)) {
       errors->Add("eval_fraction",
-                  "must be in [0, 1) (got " + std::to_string(options.eval_fraction()) + ")");
+                  "must be in [0, 1) (got " + Number(options.eval_fraction()) + ")");
     }
   }
 
@@ -148,7 +164,7 @@ class DigitsLoader : public DataLoaderPlugin {
     std::vector<int64_t> eval(order.begin(), order.begin() + eval_count);
     std::vector<int64_t> train(order.begin() + eval_count, order.end());
 
-    const std::string description = std::to_string(n) + " images 8x8 (" +
+    const std::string description = WithThousands(n) + " images 8x8 (" +
                                     (options.normalize() ? "scaled to 0..1" : "values 0..16") +
                                     ") from " + path.string();
     const std::string identity = "digits:" + Fnv1a64Hex(text) + ":n=" + std::to_string(n) +

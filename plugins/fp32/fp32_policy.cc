@@ -2,6 +2,7 @@
 // updated in float32. Tensors loaded in another floating dtype are cast to float32, and the plan says
 // how many and from what.
 #include <google/protobuf/empty.pb.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
 
 #include <map>
@@ -47,8 +48,20 @@ class Fp32Policy : public PrecisionPolicy {
     return plan;
   }
 
+  // Only floating-point tensors change; integer buffers (positions, counters) keep their dtype,
+  // which Module::to(dtype) would not respect.
   Status Apply(const PrecisionPlan&, torch::nn::Module& module) const override {
-    module.to(at::kFloat);
+    at::NoGradGuard no_grad;
+    for (auto& p : module.named_parameters(/*recurse=*/true)) {
+      if (at::isFloatingType(p.value().scalar_type()) && p.value().scalar_type() != at::kFloat) {
+        p.value().set_data(p.value().to(at::kFloat));
+      }
+    }
+    for (auto& b : module.named_buffers(/*recurse=*/true)) {
+      if (at::isFloatingType(b.value().scalar_type()) && b.value().scalar_type() != at::kFloat) {
+        b.value().set_data(b.value().to(at::kFloat));
+      }
+    }
     return Status::Ok();
   }
 };

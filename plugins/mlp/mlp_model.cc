@@ -13,6 +13,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/model.h"
 #include "mlp_options.pb.h"
@@ -130,7 +131,9 @@ class MlpLoader : public ModelLoaderPlugin {
       }
     }
     if (!(options.dropout() >= 0 && options.dropout() < 1)) {
-      errors->Add("dropout", "must be in [0, 1) (got " + std::to_string(options.dropout()) + ")");
+      std::ostringstream got;
+      got << options.dropout();
+      errors->Add("dropout", "must be in [0, 1) (got " + got.str() + ")");
     }
   }
 

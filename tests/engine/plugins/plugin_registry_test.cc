@@ -1,0 +1,153 @@
+#include "plugins/plugin_registry.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/data.h"
+#include "plugins/plugin_library.h"
+#include "plugins/search_path.h"
+#include "testing/test_paths.h"
+
+namespace engine {
+namespace {
+
+std::filesystem::path Fixture(const std::string& name) {
+  return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");
+}
+
+std::string LoadError(const std::string& fixture) {
+  auto loaded = LoadPluginLibrary(Fixture(fixture));
+  return loaded.ok() ? std::string("(loaded)") : loaded.status().message();
+}
+
+TEST(PluginLibraryTest, LoadsABuiltinPlugin) {
+  auto loaded = LoadPluginLibrary(std::filesystem::path(testing::kBuiltinPluginDir) /
+                                  "engine_digits.so");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->name, "digits");
+  EXPECT_EQ(loaded->kind, PluginKind::kDataLoader);
+  EXPECT_EQ(loaded->version, "0.1.0");
+  EXPECT_FALSE(loaded->description.empty());
+  ASSERT_NE(loaded->plugin, nullptr);
+  EXPECT_EQ(loaded->plugin->default_options().GetDescriptor()->full_name(),
+            "engine.plugins.DigitsOptions");
+}
+
+TEST(PluginLibraryTest, WrongApiVersionIsRefusedBeforeRegistration) {
+  const std::string error = LoadError("wrong_api");
+  EXPECT_NE(error.find("engine_wrong_api.so"), std::string::npos) << error;
+  EXPECT_NE(error.find("built for engine plugin API 999"), std::string::npos) << error;
+  EXPECT_NE(error.find("this engine speaks API 1"), std::string::npos) << error;
+}
+
+TEST(PluginLibraryTest, WrongCxxAbiIsRefused) {
+  const std::string error = LoadError("wrong_abi");
+  EXPECT_NE(error.find("_GLIBCXX_USE_CXX11_ABI"), std::string::npos) << error;
+}
+
+TEST(PluginLibraryTest, WrongLibTorchIsRefused) {
+  const std::string error = LoadError("wrong_torch");
+  EXPECT_NE(error.find("built against LibTorch 0.4.1"), std::string::npos) << error;
+  EXPECT_NE(error.find(compat::kTorchVersion), std::string::npos) << error;
+}
+
+TEST(PluginLibraryTest, MissingEntryPointIsNamed) {
+  const std::string error = LoadError("no_entry");
+  EXPECT_NE(error.find("exports no 'engine_plugin_register' entry point"), std::string::npos)
+      << error;
+}
+
+TEST(PluginLibraryTest, LibraryWithoutManifestIsNotAPlugin) {
+  const std::string error = LoadError("no_manifest");
+  EXPECT_NE(error.find("is not an engine plugin"), std::string::npos) << error;
+}
+
+TEST(PluginLibraryTest, FileThatIsNotASharedLibrary) {
+  const std::string error = LoadError("not_a_library");
+  EXPECT_NE(error.find("cannot load plugin library"), std::string::npos) << error;
+  EXPECT_NE(error.find("engine_not_a_library.so"), std::string::npos) << error;
+}
+
+TEST(PluginLibraryTest, UndefinedSymbolIsNamed) {
+  const std::string error = LoadError("undefined_symbol");
+  EXPECT_NE(error.find("engine_fixture_symbol_nobody_defines"), std::string::npos) << error;
+}
+
+TEST(PluginLibraryTest, ThrowingRegistrationIsAnErrorNotACrash) {
+  const std::string error = LoadError("throwing_register");
+  EXPECT_NE(error.find("registration failed"), std::string::npos) << error;
+  EXPECT_NE(error.find("the fixture refuses to be built"), std::string::npos) << error;
+}
+
+TEST(PluginLibraryTest, KindMustMatchTheManifest) {
+  const std::string error = LoadError("wrong_kind");
+  EXPECT_NE(error.find("the manifest says it is a callback but it registered a data loader"),
+            std::string::npos)
+      << error;
+}
+
+TEST(PluginLibraryTest, MissingFile) {
+  auto loaded = LoadPluginLibrary("/nonexistent/engine_x.so");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(loaded.status().message().find("does not exist"), std::string::npos);
+}
+
+TEST(PluginRegistryTest, DuplicateNamesBothLibraries) {
+  PluginRegistry registry;
+  ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
+  Status dup = registry.LoadLibrary(Fixture("dup_digits"));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(dup.message().find("data loader plugin 'digits' is provided by two libraries"),
+            std::string::npos)
+      << dup.message();
+  EXPECT_NE(dup.message().find("engine_digits.so"), std::string::npos) << dup.message();
+  EXPECT_NE(dup.message().find("engine_dup_digits.so"), std::string::npos) << dup.message();
+  // The first registration stays.
+  EXPECT_EQ(registry.Find(PluginKind::kDataLoader, "digits")->version, "0.1.0");
+}
+
+TEST(PluginRegistryTest, SameLibraryTwiceIsLoadedOnce) {
+  PluginRegistry registry;
+  ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
+  ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
+  EXPECT_EQ(registry.All().size(), 4u);
+}
+
+TEST(PluginRegistryTest, BrokenLibrariesInASearchedDirectoryAreSkippedWithTheReason) {
+  PluginRegistry registry;
+  ASSERT_TRUE(registry
+                  .LoadSearchPath({testing::kBuiltinPluginDir,
+                                   std::filesystem::path(testing::kTestPluginDir) / "wrong_api",
+                                   std::filesystem::path(testing::kTestPluginDir) / "not_a_library",
+                                   "/nonexistent-plugin-dir"})
+                  .ok());
+  EXPECT_EQ(registry.All().size(), 4u);
+  ASSERT_EQ(registry.skipped().size(), 2u);
+  EXPECT_NE(registry.skipped()[0].find("API 999"), std::string::npos);
+}
+
+TEST(PluginRegistryTest, FindAndList) {
+  PluginRegistry registry;
+  ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
+  EXPECT_NE(registry.Find(PluginKind::kModelLoader, "mlp"), nullptr);
+  EXPECT_EQ(registry.Find(PluginKind::kDataLoader, "mlp"), nullptr);
+  EXPECT_EQ(registry.FindByName("mlp").size(), 1u);
+  EXPECT_EQ(registry.NamesOfKind(PluginKind::kCallback), std::vector<std::string>{"progress"});
+  EXPECT_TRUE(registry.NamesOfKind(PluginKind::kQuantizer).empty());
+}
+
+TEST(SearchPathTest, BuiltinThenFlagsThenEnvironment) {
+  EXPECT_EQ(BuiltinPluginDir(), std::filesystem::path(testing::kBuiltinPluginDir));
+  ::setenv("ENGINE_PLUGIN_PATH", "/env/a::/env/b", 1);
+  auto dirs = PluginSearchPath({"/flag"});
+  ::unsetenv("ENGINE_PLUGIN_PATH");
+  ASSERT_EQ(dirs.size(), 4u);
+  EXPECT_EQ(dirs[0], BuiltinPluginDir());
+  EXPECT_EQ(dirs[1], "/flag");
+  EXPECT_EQ(dirs[2], "/env/a");
+  EXPECT_EQ(dirs[3], "/env/b");
+}
+
+}  // namespace
+}  // namespace engine

@@ -1,0 +1,99 @@
+#include "train/checkpoint.h"
+
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randn.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "testing/temp_dir.h"
+
+namespace engine {
+namespace {
+
+CheckpointContents Contents(uint64_t step) {
+  CheckpointContents c;
+  c.manifest.set_stage("s");
+  c.manifest.set_step(step);
+  c.model = {{"w", at::randn({3, 2})}, {"b", at::randn({3}).to(at::kBFloat16)}};
+  c.optimizer = {{"w.exp_avg", at::randn({3, 2})}};
+  c.optimizer_metadata = {{"step", std::to_string(step)}};
+  return c;
+}
+
+std::vector<std::string> Listing(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& item : std::filesystem::directory_iterator(dir)) {
+    names.push_back(item.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(CheckpointTest, WritesWeightsOptimizerAndManifest) {
+  testing::TempDir dir;
+  const auto ckpt = dir.path() / "stage" / "final";
+  CheckpointContents c = Contents(7);
+  at::Tensor w = c.model[0].second;
+  ASSERT_TRUE(WriteCheckpoint(ckpt, c).ok());
+  EXPECT_EQ(Listing(ckpt),
+            (std::vector<std::string>{"manifest.pbtxt", "model.safetensors",
+                                      "optimizer.safetensors"}));
+  auto manifest = ReadManifest(ckpt);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().message();
+  EXPECT_EQ(manifest->format_version(), kCheckpointFormatVersion);
+  EXPECT_EQ(manifest->step(), 7u);
+  ASSERT_EQ(manifest->tensor_size(), 2);
+  EXPECT_EQ(manifest->tensor(1).name(), "b");
+  EXPECT_EQ(manifest->tensor(1).dtype(), "BF16");
+  EXPECT_EQ(manifest->tensor(0).shape_size(), 2);
+  EXPECT_EQ(manifest->optimizer().state_file(), "optimizer.safetensors");
+  auto file = safetensors::File::Open(ckpt / kModelFile);
+  ASSERT_TRUE(file.ok());
+  EXPECT_TRUE(at::equal(*(*file)->Get("w"), w));
+  EXPECT_EQ((*file)->metadata().at("step"), "7");
+}
+
+TEST(CheckpointTest, ReplacingIsAtomicAndLeavesNoTemporaries) {
+  testing::TempDir dir;
+  const auto ckpt = dir.path() / "final";
+  ASSERT_TRUE(WriteCheckpoint(ckpt, Contents(1)).ok());
+  ASSERT_TRUE(WriteCheckpoint(ckpt, Contents(2)).ok());
+  EXPECT_EQ(ReadManifest(ckpt)->step(), 2u);
+  EXPECT_EQ(Listing(dir.path()), std::vector<std::string>{"final"});
+}
+
+TEST(CheckpointTest, FailedWriteKeepsThePreviousCheckpoint) {
+  testing::TempDir dir;
+  const auto ckpt = dir.path() / "final";
+  ASSERT_TRUE(WriteCheckpoint(ckpt, Contents(1)).ok());
+  CheckpointContents bad = Contents(2);
+  bad.model.emplace_back("w", at::randn({1}));  // a duplicate name fails the weights file
+  EXPECT_FALSE(WriteCheckpoint(ckpt, bad).ok());
+  EXPECT_EQ(ReadManifest(ckpt)->step(), 1u);
+  EXPECT_EQ(Listing(dir.path()), std::vector<std::string>{"final"});
+}
+
+TEST(CheckpointTest, InterruptedWritesAreNeverReadAndAreCleanedUp) {
+  testing::TempDir dir;
+  // What a kill in the middle of a write leaves: a hidden temporary with part of the files.
+  dir.Write(".final.tmp-123-0/model.safetensors", "partial");
+  EXPECT_FALSE(ReadManifest(dir.path() / "final").ok());
+  RemoveStaleTemporaries(dir.path());
+  EXPECT_TRUE(Listing(dir.path()).empty());
+}
+
+TEST(CheckpointTest, ManifestProblemsAreNamed) {
+  testing::TempDir dir;
+  dir.Write("c/manifest.pbtxt", "format_version: 99\n");
+  auto newer = ReadManifest(dir.path() / "c");
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.status().message().find("format version 99"), std::string::npos);
+  dir.Write("d/manifest.pbtxt", "this is { not a manifest");
+  auto corrupt = ReadManifest(dir.path() / "d");
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.status().message().find("is corrupt"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace engine

@@ -1,0 +1,162 @@
+// The training loop on the real digits data: determinism, accumulation, checkpoints and events.
+#include "train/trainer.h"
+
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/equal.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "pipeline/pipeline_loader.h"
+#include "run/pipeline_runner.h"
+#include "testing/temp_dir.h"
+#include "testing/test_paths.h"
+#include "train/checkpoint.h"
+
+namespace engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(registry_.LoadDirectory(testing::kBuiltinPluginDir).ok()); }
+
+  std::string Stage(const std::string& name, const std::string& extra) {
+    return "stage {\n  name: \"" + name +
+           "\"\n  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins."
+           "MlpOptions] { hidden_units: 32 } } }\n  data { plugin: \"digits\" options { "
+           "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
+           testing::DigitsDataPath().string() + "\" } } }\n" + extra + "\n}\n";
+  }
+
+  // Plans and runs `text` into out/<tag>; returns the final weights of `stage`.
+  safetensors::NamedTensors Run(const std::string& tag, const std::string& text,
+                                const std::string& stage, Status* status = nullptr) {
+    Diagnostics diagnostics;
+    auto file = dir_.Write(tag + ".pbtxt", "output_dir: \"out/" + tag + "\"\n" + text);
+    pipelines_.push_back(LoadPipeline(file, {}, &registry_, &diagnostics));
+    EXPECT_NE(pipelines_.back(), nullptr) << diagnostics.ToString();
+    if (pipelines_.back() == nullptr) return {};
+    auto plan = BuildPlan(*pipelines_.back(), &diagnostics);
+    EXPECT_NE(plan, nullptr) << diagnostics.ToString();
+    if (plan == nullptr) return {};
+    std::ostringstream out;
+    Status s = RunPipeline(plan.get(), out, &outcomes_);
+    if (status != nullptr) {
+      *status = s;
+    } else {
+      EXPECT_TRUE(s.ok()) << s.message();
+    }
+    auto weights = safetensors::File::Open(dir_.path() / "out" / tag / stage / "final" /
+                                           kModelFile);
+    if (!weights.ok()) return {};
+    return *(*weights)->GetAll();
+  }
+
+  testing::TempDir dir_;
+  PluginRegistry registry_;
+  std::vector<std::unique_ptr<ResolvedPipeline>> pipelines_;
+  std::vector<StageOutcome> outcomes_;
+};
+
+void ExpectSameWeights(const safetensors::NamedTensors& a, const safetensors::NamedTensors& b,
+                       bool bitwise, double atol = 0) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    if (bitwise) {
+      EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+    } else {
+      EXPECT_TRUE(at::allclose(a[i].second, b[i].second, 1e-4, atol)) << a[i].first;
+    }
+  }
+}
+
+TEST_F(TrainerTest, SameSeedSameWeightsBitForBit) {
+  auto a = Run("a", Stage("s", "schedule { epochs: 2 }"), "s");
+  auto b = Run("b", Stage("s", "schedule { epochs: 2 }"), "s");
+  ExpectSameWeights(a, b, /*bitwise=*/true);
+  auto c = Run("c", "seed: 1\n" + Stage("s", "schedule { epochs: 2 }"), "s");
+  EXPECT_FALSE(at::equal(a[0].second, c[0].second)) << "another seed trains differently";
+}
+
+TEST_F(TrainerTest, AccumulationEqualsTheLargerBatch) {
+  // 1,438 examples: 23 steps of 64 either way, the last one of 30 examples.
+  auto big = Run("big", Stage("s", "schedule { epochs: 1 batch_size: 64 } "
+                                   "optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 }"),
+                 "s");
+  auto accumulated = Run("acc", Stage("s", "schedule { epochs: 1 batch_size: 32 "
+                                           "gradient_accumulation_steps: 2 } "
+                                           "optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 }"),
+                         "s");
+  ASSERT_EQ(outcomes_[0].result.steps, 23);
+  ASSERT_EQ(outcomes_[1].result.steps, 23);
+  ExpectSameWeights(big, accumulated, /*bitwise=*/false, 1e-5);
+}
+
+TEST_F(TrainerTest, LearnsTheDigits) {
+  Run("learn", Stage("s", "schedule { epochs: 10 } optimizer { learning_rate: 0.003 }"), "s");
+  ASSERT_EQ(outcomes_.size(), 1u);
+  const StageResult& r = outcomes_[0].result;
+  EXPECT_EQ(r.steps, 450);
+  EXPECT_EQ(r.eval_examples, 359);
+  EXPECT_GT(r.eval_metrics.at("eval/accuracy"), 0.9);
+  EXPECT_LT(r.eval_metrics.at("eval/loss"), 0.4);
+  auto manifest = ReadManifest(r.final_checkpoint);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_TRUE(manifest->final());
+  EXPECT_EQ(manifest->step(), 450u);
+  EXPECT_DOUBLE_EQ(manifest->metrics().at("eval/accuracy"), r.eval_metrics.at("eval/accuracy"));
+}
+
+TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
+  Run("periodic", Stage("s", "schedule { max_steps: 50 checkpoint_every_steps: 10 } "
+                             "checkpoint { keep_last: 2 }"),
+      "s");
+  const auto dir = dir_.path() / "out" / "periodic" / "s";
+  std::vector<std::string> names;
+  for (const auto& item : std::filesystem::directory_iterator(dir / "checkpoints")) {
+    names.push_back(item.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000030", "step-00000040"}));
+  EXPECT_EQ(ReadManifest(dir / "checkpoints" / "step-00000040")->step(), 40u);
+  EXPECT_FALSE(ReadManifest(dir / "checkpoints" / "step-00000040")->final());
+  EXPECT_EQ(ReadManifest(dir / "final")->step(), 50u);
+}
+
+TEST_F(TrainerTest, FromStageStartsFromTheParentsFinalWeights) {
+  const std::string text = Stage("first", "schedule { max_steps: 30 }") +
+                           Stage("second", "from_stage: \"first\" schedule { max_steps: 1 } "
+                                           "optimizer { sgd {} learning_rate: 1e-9 }");
+  auto second = Run("handoff", text, "second");
+  auto first = *(*safetensors::File::Open(dir_.path() / "out/handoff/first/final" / kModelFile))
+                    ->GetAll();
+  // One step at a vanishing learning rate: the second stage ends where the first did.
+  ExpectSameWeights(first, second, /*bitwise=*/false, 1e-6);
+  auto manifest = ReadManifest(dir_.path() / "out/handoff/second/final");
+  EXPECT_THAT(manifest->parent_checkpoint(), HasSubstr("handoff/first/final"));
+}
+
+TEST_F(TrainerTest, NonFiniteLossStopsTheStageWithoutAFinalCheckpoint) {
+  Status status;
+  Run("diverge", Stage("s", "optimizer { sgd {} learning_rate: 1e30 }"), "s", &status);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("stage 's': the training loss became"));
+  EXPECT_THAT(status.message(), HasSubstr("Lower optimizer.learning_rate"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() / "out/diverge/s/final"));
+}
+
+TEST(EpochOrderTest, APermutationFixedBySeedAndEpoch) {
+  auto a = EpochOrder(7, 0, 100);
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(sorted[i], i);
+  EXPECT_EQ(a, EpochOrder(7, 0, 100));
+  EXPECT_NE(a, EpochOrder(7, 1, 100));
+  EXPECT_NE(a, EpochOrder(8, 0, 100));
+}
+
+}  // namespace
+}  // namespace engine
