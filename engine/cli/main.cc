@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/allocator.h"
 #include "engine/version.h"
 
 namespace {
@@ -27,6 +28,7 @@ commands:
 }  // namespace
 
 int main(int argc, char** argv) {
+  engine::ConfigureAllocatorForTraining();
   std::vector<std::string> args;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {

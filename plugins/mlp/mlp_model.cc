@@ -2,7 +2,7 @@
 //
 // Parameters are named "layers.<i>.weight" / "layers.<i>.bias" for the hidden layers and
 // "head.weight" / "head.bias" for the output layer. The loss is the mean cross-entropy over the batch;
-// the metric "accuracy" counts exact predictions.
+// the metric "accuracy" (in eval mode) counts exact predictions.
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/dropout.h>
@@ -42,6 +42,8 @@ class MlpModule : public torch::nn::Module {
     }
     head_ = register_module("head", torch::nn::Linear(width, config.num_classes));
   }
+
+  at::ScalarType head_dtype() const { return head_->weight.scalar_type(); }
 
   at::Tensor forward(at::Tensor x) {
     x = x.reshape({x.size(0), -1});
@@ -85,14 +87,17 @@ class MlpModel : public Model {
                                   config_.label_field + "'");
     }
     at::Tensor x = input->second;
-    const auto parameter_dtype = module_->parameters().front().scalar_type();
+    const auto parameter_dtype = module_->head_dtype();
     if (x.scalar_type() != parameter_dtype) x = x.to(parameter_dtype);
     at::Tensor logits = module_->forward(x);
     ModelOutput out;
     out.loss = at::cross_entropy_loss(logits, labels->second);
     out.loss_count = labels->second.numel();
-    const double correct = at::argmax(logits, 1).eq(labels->second).sum().item<double>();
-    out.metrics["accuracy"] = {correct, static_cast<double>(out.loss_count)};
+    // Accuracy costs a synchronisation; the engine reads metrics only when evaluating.
+    if (!module_->is_training()) {
+      const double correct = at::argmax(logits, 1).eq(labels->second).sum().item<double>();
+      out.metrics["accuracy"] = {correct, static_cast<double>(out.loss_count)};
+    }
     return out;
   }
 

@@ -34,7 +34,8 @@ struct ModelOutput {
   // that are not masked). The engine weights micro-batches by loss_count when it accumulates.
   at::Tensor loss;
   int64_t loss_count = 0;
-  // Metrics summed over the batch, e.g. {"accuracy", {correct, examples}}.
+  // Metrics summed over the batch, e.g. {"accuracy", {correct, examples}}. The engine reads them only
+  // when evaluating, so a model may skip them in training mode.
   std::map<std::string, Metric> metrics;
 };
 

@@ -81,6 +81,7 @@ class StageTrainer {
     }
 
     StageResult result;
+    result.train_seconds = Seconds();
     result.steps = step_;
     result.final_train_loss = last_loss_;
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
@@ -170,6 +171,10 @@ class StageTrainer {
     for (NamedParameter& p : trainable_) {
       if (p.tensor.grad().defined()) p.tensor.mutable_grad().reset();
     }
+    // Each micro-batch's mean loss is weighted by its number of loss terms, and the summed gradient
+    // divided by the step's total, so the step follows the mean over all of its terms. With a
+    // single micro-batch that is the plain mean, and both scalings are skipped.
+    const bool single = last - first == 1;
     at::Tensor loss_sum;
     int64_t count = 0;
     for (size_t i = first; i < last; ++i) {
@@ -179,7 +184,8 @@ class StageTrainer {
                               }));
       if (output.loss_count <= 0) continue;
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
-        at::Tensor weighted = output.loss * static_cast<double>(output.loss_count);
+        at::Tensor weighted =
+            single ? output.loss : output.loss * static_cast<double>(output.loss_count);
         weighted.backward();
         loss_sum = loss_sum.defined() ? loss_sum + weighted.detach() : weighted.detach();
         return Status::Ok();
@@ -190,13 +196,13 @@ class StageTrainer {
       return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
                                      " had no loss terms (every example was masked)");
     }
-    {
+    if (!single) {
       at::NoGradGuard no_grad;
       for (NamedParameter& p : trainable_) {
         if (p.tensor.grad().defined()) p.tensor.mutable_grad().div_(static_cast<double>(count));
       }
     }
-    const double loss = loss_sum.item<double>() / static_cast<double>(count);
+    const double loss = loss_sum.item<double>() / (single ? 1.0 : static_cast<double>(count));
     if (!std::isfinite(loss)) {
       return FailedPreconditionError(
           context_ + ": the training loss became " + std::to_string(loss) + " at step " +
@@ -216,6 +222,7 @@ class StageTrainer {
     ++step_;
     examples_ += count;
     last_loss_ = loss;
+    if (!HasCallbacks()) return Status::Ok();
     Event event = MakeEvent(EventType::kStepEnd);
     event.metrics = {{"loss", loss}, {"lr", lr}, {"examples", static_cast<double>(examples_)}};
     if (grad_norm >= 0) event.metrics["grad_norm"] = grad_norm;
@@ -363,8 +370,10 @@ class StageTrainer {
     return event;
   }
 
+  bool HasCallbacks() const { return request_.callbacks != nullptr && request_.callbacks->size() > 0; }
+
   Status Emit(const Event& event) {
-    if (request_.callbacks == nullptr) return Status::Ok();
+    if (!HasCallbacks()) return Status::Ok();
     return request_.callbacks->Dispatch(event).WithContext(context_);
   }
 

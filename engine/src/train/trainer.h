@@ -31,7 +31,9 @@ struct StageRunRequest {
 
 struct StageResult {
   int64_t steps = 0;
+  // The whole stage, and the training steps alone (without the final evaluation and checkpoint).
   double seconds = 0;
+  double train_seconds = 0;
   double final_train_loss = 0;
   // "eval/loss", "eval/accuracy", ... from the final evaluation.
   std::map<std::string, double> eval_metrics;

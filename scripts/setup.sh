@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine for the engine and then runs the main job or the tests:
+#
+#   scripts/setup.sh main    # install what is missing, build, train pipelines/digits_mlp.pbtxt
+#   scripts/setup.sh test    # install what is missing, build, run every test
+#   scripts/setup.sh build   # install what is missing, build
+#
+# Runs as root or as a user with sudo (only apt-get needs it). Everything is incremental: packages
+# already installed are not touched, the data is fetched once, the build only redoes what changed.
+# Environment: BUILD_DIR (default: build), JOBS (default: all cores), CTEST_ARGS (extra ctest flags).
+set -euo pipefail
+
+mode=${1:-}
+case "$mode" in
+  main | test | build) ;;
+  *)
+    echo "usage: $0 main|test|build" >&2
+    exit 2
+    ;;
+esac
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${BUILD_DIR:-$root/build}
+jobs=${JOBS:-$(nproc)}
+data_dir=$root/data
+
+say() { printf '\033[1m== %s\033[0m\n' "$*"; }
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "$0: installing packages needs root: run as root, or install and configure sudo" >&2
+  exit 1
+fi
+
+# --- Debian packages -------------------------------------------------------------------------
+packages=(
+  g++ cmake ninja-build ccache
+  libtorch-dev libopenblas0-pthread
+  protobuf-compiler libprotobuf-dev
+  libgoogle-glog-dev libgflags-dev
+  libboost-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libgmock-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  if [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != "installed" ]; then
+    missing+=("$p")
+  fi
+done
+apt_updated=0
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  apt_updated=1
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+fi
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
+case "$blas" in
+  *openblas*) ;;
+  *) echo "warning: libblas.so.3 is $blas, not OpenBLAS; fp32 matmul will be about 20x slower" >&2 ;;
+esac
+
+# --- Data: scikit-learn's digits, taken out of Debian's python3-sklearn package ------------------
+fetch_digits() {
+  local tmp
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp"
+  if ! (cd "$tmp" && apt-get download python3-sklearn >/dev/null 2>&1); then
+    if [ "$apt_updated" -eq 0 ]; then
+      "${sudo[@]}" apt-get update -qq
+      apt_updated=1
+    fi
+    (cd "$tmp" && apt-get download python3-sklearn >/dev/null 2>&1) || {
+      echo "$0: cannot download python3-sklearn (needed for data/digits.csv.gz)" >&2
+      rm -rf "$tmp"
+      exit 1
+    }
+  fi
+  dpkg -x "$tmp"/python3-sklearn_*.deb "$tmp/x"
+  mkdir -p "$data_dir"
+  cp "$tmp/x/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz" \
+    "$data_dir/digits.csv.gz.part"
+  rm -rf "$tmp"
+  local rows
+  rows=$(gzip -dc "$data_dir/digits.csv.gz.part" | wc -l)
+  if [ "$rows" -ne 1797 ]; then
+    echo "$0: digits.csv.gz holds $rows rows, expected 1797" >&2
+    exit 1
+  fi
+  mv "$data_dir/digits.csv.gz.part" "$data_dir/digits.csv.gz"
+}
+if [ ! -s "$data_dir/digits.csv.gz" ]; then
+  say "fetching data/digits.csv.gz from Debian's python3-sklearn"
+  fetch_digits
+fi
+
+# --- Build -----------------------------------------------------------------------------------
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  say "configuring $build_dir"
+  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+say "building ($jobs jobs)"
+cmake --build "$build_dir" -j "$jobs"
+
+case "$mode" in
+  main)
+    say "engine run pipelines/digits_mlp.pbtxt"
+    exec "$build_dir/bin/engine" run "$root/pipelines/digits_mlp.pbtxt"
+    ;;
+  test)
+    say "ctest"
+    # shellcheck disable=SC2086
+    exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900 ${CTEST_ARGS:-}
+    ;;
+esac
