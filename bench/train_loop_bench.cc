@@ -46,13 +46,19 @@ std::string HiddenText(const std::vector<int>& hidden) {
 double EngineSeconds(const std::string& data, const Case& c, const std::filesystem::path& dir,
                      int64_t* steps, double* stage_seconds) {
   const std::string text =
-      "output_dir: \"" + (dir / "out").string() + "\"\nstage { name: \"bench\"\n"
+      "output_dir: \"" + (dir / "out").string() +
+      "\"\nstage { name: \"bench\"\n"
       "  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins.MlpOptions] {" +
-      HiddenText(c.hidden) + " } } }\n"
+      HiddenText(c.hidden) +
+      " } } }\n"
       "  data { plugin: \"digits\" options { [type.googleapis.com/engine.plugins.DigitsOptions] "
-      "{ path: \"" + data + "\" } } }\n"
+      "{ path: \"" +
+      data +
+      "\" } } }\n"
       "  optimizer { adamw {} learning_rate: 0.001 }\n"
-      "  schedule { epochs: " + std::to_string(c.epochs) + " batch_size: 32 }\n"
+      "  schedule { epochs: " +
+      std::to_string(c.epochs) +
+      " batch_size: 32 }\n"
       "  checkpoint { save_optimizer_state: false }\n}\n";
   std::filesystem::create_directories(dir);
   const auto file = dir / "bench.pbtxt";
@@ -82,7 +88,8 @@ struct PlainMlp : torch::nn::Module {
   explicit PlainMlp(const std::vector<int>& hidden) {
     int64_t width = 64;
     for (size_t i = 0; i < hidden.size(); ++i) {
-      layers.push_back(register_module("l" + std::to_string(i), torch::nn::Linear(width, hidden[i])));
+      layers.push_back(
+          register_module("l" + std::to_string(i), torch::nn::Linear(width, hidden[i])));
       width = hidden[i];
     }
     head = register_module("head", torch::nn::Linear(width, 10));
@@ -146,8 +153,8 @@ int main(int argc, char** argv) {
 
   std::printf("threads %d, LibTorch %s, allocator: %s\n", torch::get_num_threads(), TORCH_VERSION,
               configured ? "engine settings" : "glibc defaults");
-  std::printf("%-14s %6s %10s %10s %12s %10s %7s\n", "mlp hidden", "steps", "engine s",
-              "stage s", "zero_grad s", "reset s", "ratio");
+  std::printf("%-14s %6s %10s %10s %12s %10s %7s\n", "mlp hidden", "steps", "engine s", "stage s",
+              "zero_grad s", "reset s", "ratio");
   const std::vector<Case> cases = {{{128}, 10}, {{512, 512}, 3}, {{2048, 2048}, 1}};
   for (const Case& c : cases) {
     double engine_best = 1e30, stage_best = 1e30, zero_best = 1e30, reset_best = 1e30;

@@ -1,7 +1,7 @@
 // A small command-line parser for `engine <command> [flags] [arguments]`.
 //
-// Flags are `--name=value`, `--name value` or, for switches, `--name`; `-h`/`--help` anywhere asks for
-// help. Anything else starting with '-' is an error naming the flag.
+// Flags are `--name=value`, `--name value` or, for switches, `--name`; `-h`/`--help` anywhere asks
+// for help. Anything else starting with '-' is an error naming the flag.
 #pragma once
 
 #include <map>

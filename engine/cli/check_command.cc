@@ -45,8 +45,7 @@ int CheckCommand(const std::vector<std::string>& args) {
   if (!ok) {
     std::cerr << session.diagnostics.ToString();
     std::cerr << "engine check: " << session.diagnostics.size() << " error"
-              << (session.diagnostics.size() == 1 ? "" : "s") << " in " << a.positional[0]
-              << "\n";
+              << (session.diagnostics.size() == 1 ? "" : "s") << " in " << a.positional[0] << "\n";
     if (format == "json") {
       nlohmann::json errors = nlohmann::json::array();
       for (const Diagnostic& d : session.diagnostics.entries()) {

@@ -1,5 +1,5 @@
-// The subcommands of the `engine` tool. Each takes the arguments after its name and returns the exit
-// status: 0 success, 1 the pipeline is invalid or the run failed, 2 the command line is wrong.
+// The subcommands of the `engine` tool. Each takes the arguments after its name and returns the
+// exit status: 0 success, 1 the pipeline is invalid or the run failed, 2 the command line is wrong.
 #pragma once
 
 #include <string>

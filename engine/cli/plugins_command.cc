@@ -70,8 +70,8 @@ void SnippetFields(const Message& defaults, int indent, std::ostream& out) {
       SnippetFields(defaults.GetReflection()->GetMessage(defaults, f), indent + 2, out);
       out << pad << "}\n";
     } else if (required) {
-      out << pad << f->name() << ": " << (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING ? "\"\"" : "0")
-          << "  # required\n";
+      out << pad << f->name() << ": "
+          << (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING ? "\"\"" : "0") << "  # required\n";
     } else {
       out << pad << f->name() << ": " << DefaultText(defaults, f) << "\n";
     }

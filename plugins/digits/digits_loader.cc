@@ -1,8 +1,8 @@
 // The `digits` data loader: scikit-learn's 1,797 8x8 handwritten digits with their labels.
 //
-// Reads the whole file at Open (it is 57 KB compressed), checks every line, and splits the images into
-// train and eval by a shuffle from the stage seed. Batches hold "features" (f32 [B, 64]) and "labels"
-// (i64 [B], 10 classes).
+// Reads the whole file at Open (it is 57 KB compressed), checks every line, and splits the images
+// into train and eval by a shuffle from the stage seed. Batches hold "features" (f32 [B, 64]) and
+// "labels" (i64 [B], 10 classes).
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/index_select.h>
@@ -44,8 +44,8 @@ std::string Number(double v) {
 StatusOr<std::string> ReadMaybeCompressed(const std::filesystem::path& path) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
-    return NotFoundError("cannot open '" + path.string() + "': " +
-                         (errno ? std::strerror(errno) : "unknown error"));
+    return NotFoundError("cannot open '" + path.string() +
+                         "': " + (errno ? std::strerror(errno) : "unknown error"));
   }
   std::string content;
   char buffer[1 << 16];
@@ -83,12 +83,11 @@ class DigitsDataset : public Dataset {
     for (int64_t i : indices) {
       if (i < 0 || i >= n) {
         return InvalidArgumentError("example " + std::to_string(i) + " is outside the " +
-                                    std::string(SplitName(split)) + " split (" +
-                                    std::to_string(n) + " examples)");
+                                    std::string(SplitName(split)) + " split (" + std::to_string(n) +
+                                    " examples)");
       }
     }
-    at::Tensor picked =
-        rows.index_select(0, at::tensor(indices, at::kLong));
+    at::Tensor picked = rows.index_select(0, at::tensor(indices, at::kLong));
     return Batch{{"features", features_.index_select(0, picked)},
                  {"labels", labels_.index_select(0, picked)}};
   }
@@ -171,9 +170,9 @@ class DigitsLoader : public DataLoaderPlugin {
                                  ":eval_fraction=" + std::to_string(options.eval_fraction()) +
                                  ":normalize=" + std::to_string(options.normalize()) +
                                  ":seed=" + std::to_string(context.seed);
-    return std::unique_ptr<Dataset>(new DigitsDataset(std::move(features),
-                                                      std::move(label_tensor), std::move(train),
-                                                      std::move(eval), description, identity));
+    return std::unique_ptr<Dataset>(new DigitsDataset(std::move(features), std::move(label_tensor),
+                                                      std::move(train), std::move(eval),
+                                                      description, identity));
   }
 
  private:

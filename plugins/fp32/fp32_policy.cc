@@ -1,8 +1,8 @@
 // The `fp32` precision policy: every floating-point tensor is stored, computed, differentiated and
-// updated in float32. Tensors loaded in another floating dtype are cast to float32, and the plan says
-// how many and from what.
-#include <google/protobuf/empty.pb.h>
+// updated in float32. Tensors loaded in another floating dtype are cast to float32, and the plan
+// says how many and from what.
 #include <ATen/core/grad_mode.h>
+#include <google/protobuf/empty.pb.h>
 #include <torch/nn/module.h>
 
 #include <map>

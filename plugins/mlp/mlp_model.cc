@@ -1,8 +1,9 @@
-// The `mlp` model loader: a multi-layer perceptron classifier built from options, sized from the data.
+// The `mlp` model loader: a multi-layer perceptron classifier built from options, sized from the
+// data.
 //
 // Parameters are named "layers.<i>.weight" / "layers.<i>.bias" for the hidden layers and
-// "head.weight" / "head.bias" for the output layer. The loss is the mean cross-entropy over the batch;
-// the metric "accuracy" (in eval mode) counts exact predictions.
+// "head.weight" / "head.bias" for the output layer. The loss is the mean cross-entropy over the
+// batch; the metric "accuracy" (in eval mode) counts exact predictions.
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/dropout.h>
@@ -157,7 +158,8 @@ class MlpLoader : public ModelLoaderPlugin {
       return InvalidArgumentError("mlp needs an integer class-label field '" +
                                   options.label_field() +
                                   "' with a number of classes from the data loader, which "
-                                  "provides: " + data.ToString());
+                                  "provides: " +
+                                  data.ToString());
     }
     MlpConfig config;
     config.input_dim = 1;

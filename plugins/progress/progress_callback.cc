@@ -1,5 +1,5 @@
-// The `progress` callback: a bar with step, loss, steps/s and ETA on a terminal; plain periodic lines
-// otherwise. Writes to stderr, so a plan or results on stdout stay clean.
+// The `progress` callback: a bar with step, loss, steps/s and ETA on a terminal; plain periodic
+// lines otherwise. Writes to stderr, so a plan or results on stdout stay clean.
 #include <unistd.h>
 
 #include <chrono>
@@ -78,8 +78,8 @@ class ProgressCallback : public Callback {
     const double loss = e.metrics.count("loss") ? e.metrics.at("loss") : 0;
     char stats[160];
     std::snprintf(stats, sizeof(stats), "step %lld/%lld loss %.4f %.1f steps/s ETA %s",
-                  static_cast<long long>(e.step), static_cast<long long>(e.total_steps), loss,
-                  rate, Duration(eta).c_str());
+                  static_cast<long long>(e.step), static_cast<long long>(e.total_steps), loss, rate,
+                  Duration(eta).c_str());
     const bool last = e.step >= e.total_steps;
     if (bar_) {
       const auto now = std::chrono::steady_clock::now();
@@ -123,8 +123,8 @@ class ProgressPlugin : public CallbackPlugin {
                        OptionErrors* errors) const override {
     const auto& options = OptionsAs<ProgressOptions>(message);
     if (options.bar_width() < 10 || options.bar_width() > 200) {
-      errors->Add("bar_width", "must be in 10..200 (got " + std::to_string(options.bar_width()) +
-                                   ")");
+      errors->Add("bar_width",
+                  "must be in 10..200 (got " + std::to_string(options.bar_width()) + ")");
     }
   }
 

@@ -69,19 +69,20 @@ TEST(CliTest, PluginPathFlagAndEnvironment) {
   auto flag = RunEngine({"plugins", "--plugin_path=" + FixtureDir("throwing_callback")});
   EXPECT_EQ(flag.exit_code, 0);
   EXPECT_THAT(flag.out, HasSubstr("throwing_callback"));
-  auto env = RunEngine({"plugins"}, "",
-                       {{"ENGINE_PLUGIN_PATH", FixtureDir("throwing_callback")}});
+  auto env = RunEngine({"plugins"}, "", {{"ENGINE_PLUGIN_PATH", FixtureDir("throwing_callback")}});
   EXPECT_THAT(env.out, HasSubstr("throwing_callback"));
-  auto broken = RunEngine({"plugins", "--plugin_path",
-                           FixtureDir("wrong_api") + ":" + FixtureDir("not_a_library")});
+  auto broken = RunEngine(
+      {"plugins", "--plugin_path", FixtureDir("wrong_api") + ":" + FixtureDir("not_a_library")});
   EXPECT_EQ(broken.exit_code, 0);
   EXPECT_THAT(broken.err, HasSubstr("skipped: plugin library"));
   EXPECT_THAT(broken.err, HasSubstr("API 999"));
   auto dup = RunEngine({"plugins"}, "", {{"ENGINE_PLUGIN_PATH", FixtureDir("dup_digits")}});
   EXPECT_EQ(dup.exit_code, 1);
   EXPECT_THAT(dup.err, HasSubstr("the data loader plugin 'digits' is provided by two libraries: '" +
-                                 std::string(testing::kBuiltinPluginDir) + "/engine_digits.so' "
-                                 "and '" + FixtureDir("dup_digits") + "/engine_dup_digits.so'"));
+                                 std::string(testing::kBuiltinPluginDir) +
+                                 "/engine_digits.so' "
+                                 "and '" +
+                                 FixtureDir("dup_digits") + "/engine_dup_digits.so'"));
 }
 
 TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
@@ -96,8 +97,8 @@ TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
   snippet.replace(snippet.find(empty_path), empty_path.size(),
                   "path: \"" + testing::DigitsDataPath().string() + "\"");
   testing::TempDir dir;
-  auto file = dir.Write("p.pbtxt", "stage {\n name: \"s\"\n model { plugin: \"mlp\" }\n" +
-                                       snippet + "}\n");
+  auto file =
+      dir.Write("p.pbtxt", "stage {\n name: \"s\"\n model { plugin: \"mlp\" }\n" + snippet + "}\n");
   auto check = RunEngine({"check", file.string()});
   EXPECT_EQ(check.exit_code, 0) << check.err;
 
@@ -111,9 +112,10 @@ TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
 
 // A pipeline on the real data with `stage_extra` inside its only stage.
 std::string Pipeline(const std::string& stage_extra, const std::string& output_dir = "out") {
-  return "output_dir: \"" + output_dir + "\"\nstage {\n  name: \"s\"\n  model { plugin: \"mlp\" }\n"
-               "  data { plugin: \"digits\" options { "
-               "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
+  return "output_dir: \"" + output_dir +
+         "\"\nstage {\n  name: \"s\"\n  model { plugin: \"mlp\" }\n"
+         "  data { plugin: \"digits\" options { "
+         "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
          testing::DigitsDataPath().string() + "\" } } }\n" + stage_extra + "\n}\n";
 }
 
@@ -130,7 +132,7 @@ TEST(CliTest, BadInputsAreErrorsWithPositionsAndWriteNothing) {
        "p.pbtxt:6:9: error: Message type \"engine.proto.Stage\" has no field named \"epochs\""},
       {"unknown plugin", Pipeline("  precision { plugin: \"bf16-mixed\" }"),
        "p.pbtxt:6:15: error: stage 's': unknown precision policy plugin 'bf16-mixed'; installed "
-       "precision policys: fp32"},
+       "precision policy plugins: fp32"},
       {"wrong options type",
        Pipeline("  callback { plugin: \"progress\" options { "
                 "[type.googleapis.com/engine.plugins.MlpOptions] {} } }"),

@@ -31,7 +31,8 @@ TEST(DigitsMlpTest, TrainsToNinetyPercentAndCheckpoints) {
   EXPECT_THAT(r.out, HasSubstr("pipeline 'digits_mlp' finished: 1 stage"));
   std::smatch match;
   const std::string& text = r.out;
-  ASSERT_TRUE(std::regex_search(text, match, std::regex("eval on 359 examples: accuracy ([0-9.]+)")))
+  ASSERT_TRUE(
+      std::regex_search(text, match, std::regex("eval on 359 examples: accuracy ([0-9.]+)")))
       << r.out;
   const double printed_accuracy = std::stod(match[1]);
   EXPECT_GE(printed_accuracy, 0.90);
@@ -80,8 +81,8 @@ TEST(DigitsMlpTest, TrainsToNinetyPercentAndCheckpoints) {
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   auto batch = (*data)->GetBatch(Split::kEval, all);
   auto w = [&](const std::string& name) { return *(*weights)->Get(name); };
-  at::Tensor hidden = at::relu(batch->at("features").matmul(w("layers.0.weight").t()) +
-                               w("layers.0.bias"));
+  at::Tensor hidden =
+      at::relu(batch->at("features").matmul(w("layers.0.weight").t()) + w("layers.0.bias"));
   at::Tensor logits = hidden.matmul(w("head.weight").t()) + w("head.bias");
   const double accuracy =
       at::argmax(logits, 1).eq(batch->at("labels")).to(at::kDouble).mean().item<double>();

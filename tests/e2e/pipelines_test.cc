@@ -1,7 +1,8 @@
 // Every pipeline shipped in pipelines/ passes `engine check`, from any working directory.
 #include <gmock/gmock.h>
-#include <filesystem>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "testing/subprocess.h"
 #include "testing/test_paths.h"

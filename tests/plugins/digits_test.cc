@@ -10,8 +10,8 @@
 namespace engine {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::BuiltinPlugin;
+using ::testing::HasSubstr;
 using testing::Options;
 
 const DataLoaderPlugin& Digits() {
@@ -85,9 +85,10 @@ TEST(DigitsTest, RelativePathsResolveAgainstThePipeline) {
 
 TEST(DigitsTest, BadFilesNameTheLine) {
   testing::TempDir dir;
-  const std::string row = "0,0,5,13,9,1,0,0,0,0,13,15,10,15,5,0,0,3,15,2,0,11,8,0,0,4,12,0,0,"
-                          "8,8,0,0,5,8,0,0,9,8,0,0,4,11,0,1,12,7,0,0,2,14,5,10,12,0,0,0,0,6,13,"
-                          "10,0,0,0,";
+  const std::string row =
+      "0,0,5,13,9,1,0,0,0,0,13,15,10,15,5,0,0,3,15,2,0,11,8,0,0,4,12,0,0,"
+      "8,8,0,0,5,8,0,0,9,8,0,0,4,11,0,1,12,7,0,0,2,14,5,10,12,0,0,0,0,6,13,"
+      "10,0,0,0,";
   auto error = [&](const std::string& content) {
     auto path = dir.Write("d.csv", content);
     auto data = Open("path: \"" + path.string() + "\"");

@@ -14,8 +14,8 @@
 namespace engine {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::BuiltinPlugin;
+using ::testing::HasSubstr;
 using testing::Options;
 
 const ModelLoaderPlugin& Mlp() {
@@ -42,9 +42,8 @@ TEST(MlpTest, LayersAreSizedFromTheData) {
     names.push_back(p.key());
     shapes.push_back(p.value().sizes().vec());
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"layers.0.weight", "layers.0.bias",
-                                             "layers.1.weight", "layers.1.bias", "head.weight",
-                                             "head.bias"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.1.weight",
+                                             "layers.1.bias", "head.weight", "head.bias"}));
   EXPECT_EQ(shapes[0], (std::vector<int64_t>{32, 64}));
   EXPECT_EQ(shapes[4], (std::vector<int64_t>{10, 16}));
   auto config = nlohmann::json::parse((*model)->config_json());
@@ -78,8 +77,7 @@ TEST(MlpTest, ForwardGivesLossAndAccuracy) {
   EXPECT_LE(out->metrics.at("accuracy").sum, 6);
   out->loss.backward();
   for (const auto& p : (*model)->module().parameters()) EXPECT_TRUE(p.grad().defined());
-  EXPECT_FALSE(
-      (*model)->Forward({{"features", at::randn({2, 64})}}).ok());  // labels missing
+  EXPECT_FALSE((*model)->Forward({{"features", at::randn({2, 64})}}).ok());  // labels missing
 }
 
 TEST(MlpTest, RefusesDataItCannotUse) {
@@ -98,8 +96,7 @@ TEST(MlpTest, RefusesDataItCannotUse) {
 
 TEST(MlpTest, OptionValidation) {
   OptionErrors errors;
-  Mlp().ValidateOptions(*Options(Mlp(), "hidden_units: 4 hidden_units: 0 dropout: -0.5"),
-                        &errors);
+  Mlp().ValidateOptions(*Options(Mlp(), "hidden_units: 4 hidden_units: 0 dropout: -0.5"), &errors);
   ASSERT_EQ(errors.entries().size(), 2u);
   EXPECT_EQ(errors.entries()[0].field_path, "hidden_units[1]");
   EXPECT_EQ(errors.entries()[1].field_path, "dropout");

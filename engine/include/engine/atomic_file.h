@@ -1,8 +1,9 @@
 // Files that appear whole or not at all.
 //
 // WriteFileAtomically writes to a temporary file beside the target, fsyncs it, renames it over the
-// target and fsyncs the directory, so a crash or kill at any moment leaves either the old file or the
-// new one, never a mix. Temporary files are named "<target>.tmp-<pid>-<n>" and removed on failure.
+// target and fsyncs the directory, so a crash or kill at any moment leaves either the old file or
+// the new one, never a mix. Temporary files are named "<target>.tmp-<pid>-<n>" and removed on
+// failure.
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,9 @@
-// Callback plugins: observers of a run (progress, metrics files, monitors). They see read-only events,
-// never the mutable model.
+// Callback plugins: observers of a run (progress, metrics files, monitors). They see read-only
+// events, never the mutable model.
 //
 // Every call is behind a fault boundary: an error or exception from a callback is logged with the
-// callback's name, the event and the step, then handled by the pipeline's `on_error` for that callback
-// (default DISABLE). A callback can never lose a run or its checkpoints.
+// callback's name, the event and the step, then handled by the pipeline's `on_error` for that
+// callback (default DISABLE). A callback can never lose a run or its checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -50,8 +50,8 @@ struct Event {
 class Callback {
  public:
   virtual ~Callback() = default;
-  // Called on the training thread, in order, once per event. A returned error (or a thrown exception)
-  // is handled according to the callback's `on_error`.
+  // Called on the training thread, in order, once per event. A returned error (or a thrown
+  // exception) is handled according to the callback's `on_error`.
   virtual Status OnEvent(const Event& event) = 0;
 };
 

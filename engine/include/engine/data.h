@@ -3,12 +3,13 @@
 //   class MyLoader : public engine::DataLoaderPlugin {
 //     const google::protobuf::Message& default_options() const override;
 //     engine::StatusOr<std::unique_ptr<engine::Dataset>> Open(
-//         const google::protobuf::Message& options, const engine::DataContext& context) const override;
+//         const google::protobuf::Message& options, const engine::DataContext& context) const
+//         override;
 //   };
 //
-// The engine opens the dataset at `engine check` time (to print split sizes and steps per epoch) and
-// again at `engine run`. Open reads what it needs to know the sizes; it reports a missing or malformed
-// file as an error naming the file and, where there is one, the line.
+// The engine opens the dataset at `engine check` time (to print split sizes and steps per epoch)
+// and again at `engine run`. Open reads what it needs to know the sizes; it reports a missing or
+// malformed file as an error naming the file and, where there is one, the line.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -63,8 +64,8 @@ class Dataset {
 
   virtual const DataSpec& spec() const = 0;
   virtual int64_t size(Split split) const = 0;
-  // The examples `indices` (each in [0, size(split))) stacked along a new first dimension, on the CPU.
-  // Safe to call from several threads at once.
+  // The examples `indices` (each in [0, size(split))) stacked along a new first dimension, on the
+  // CPU. Safe to call from several threads at once.
   virtual StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const = 0;
   // One line for the plan, e.g. "1,797 images 8x8 from /data/digits.csv.gz".
   virtual std::string description() const = 0;

@@ -1,8 +1,8 @@
 // Model loader plugins: build (or load) a trainable module and define its forward pass and loss.
 //
 // A Model owns a torch::nn::Module. The engine reads its parameters by name (trainable selection,
-// census, optimizer, checkpoints), moves it to the stage's device and dtypes, and calls Forward with
-// batches from the stage's data loader. Parameter names are the checkpoint's tensor names.
+// census, optimizer, checkpoints), moves it to the stage's device and dtypes, and calls Forward
+// with batches from the stage's data loader. Parameter names are the checkpoint's tensor names.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,12 +30,13 @@ struct Metric {
 };
 
 struct ModelOutput {
-  // A scalar: the mean loss over the `loss_count` terms of this batch that count (examples, or tokens
-  // that are not masked). The engine weights micro-batches by loss_count when it accumulates.
+  // A scalar: the mean loss over the `loss_count` terms of this batch that count (examples, or
+  // tokens that are not masked). The engine weights micro-batches by loss_count when it
+  // accumulates.
   at::Tensor loss;
   int64_t loss_count = 0;
-  // Metrics summed over the batch, e.g. {"accuracy", {correct, examples}}. The engine reads them only
-  // when evaluating, so a model may skip them in training mode.
+  // Metrics summed over the batch, e.g. {"accuracy", {correct, examples}}. The engine reads them
+  // only when evaluating, so a model may skip them in training mode.
   std::map<std::string, Metric> metrics;
 };
 
@@ -44,8 +45,8 @@ class Model {
   virtual ~Model() = default;
 
   virtual torch::nn::Module& module() = 0;
-  // Runs the model on a batch (on the model's device) and returns the loss and metrics. Train or eval
-  // behaviour follows module().is_training(). Called from one thread at a time.
+  // Runs the model on a batch (on the model's device) and returns the loss and metrics. Train or
+  // eval behaviour follows module().is_training(). Called from one thread at a time.
   virtual StatusOr<ModelOutput> Forward(const Batch& batch) = 0;
   // What was built, e.g. "mlp".
   virtual std::string architecture() const = 0;
@@ -64,8 +65,8 @@ class ModelLoaderPlugin : public Plugin {
  public:
   PluginKind kind() const final { return PluginKind::kModelLoader; }
 
-  // Builds the model on the CPU. The engine seeds LibTorch's generator with the stage seed first, so
-  // random initialisation is reproducible.
+  // Builds the model on the CPU. The engine seeds LibTorch's generator with the stage seed first,
+  // so random initialisation is reproducible.
   virtual StatusOr<std::unique_ptr<Model>> Create(const google::protobuf::Message& options,
                                                   const ModelContext& context) const = 0;
 };

@@ -1,5 +1,5 @@
-// The C++ plugin interface shared by every plugin kind, and ENGINE_PLUGIN, which makes a shared library
-// a plugin.
+// The C++ plugin interface shared by every plugin kind, and ENGINE_PLUGIN, which makes a shared
+// library a plugin.
 //
 // A plugin library holds exactly one plugin. Its author derives from the interface of the kind
 // (DataLoaderPlugin in engine/data.h, ModelLoaderPlugin in engine/model.h, PrecisionPolicyPlugin in
@@ -47,7 +47,8 @@ std::string_view PluginKindName(PluginKind kind);
 std::string_view PluginKindTitle(PluginKind kind);
 std::optional<PluginKind> PluginKindFromName(std::string_view name);
 
-// Problems a plugin finds in its options. Each names the field by its path inside the options message
+// Problems a plugin finds in its options. Each names the field by its path inside the options
+// message
 // ("eval_fraction", "layers[1].width"); the engine turns it into "file:line:col: ...".
 class OptionErrors {
  public:
@@ -72,13 +73,14 @@ class Plugin {
   virtual PluginKind kind() const = 0;
 
   // An instance of the options message with its defaults. Its type is the one pipelines must use in
-  // `options { [type.googleapis.com/<type>] {...} }`; the engine refuses any other. A plugin without
-  // options returns google::protobuf::Empty::default_instance().
+  // `options { [type.googleapis.com/<type>] {...} }`; the engine refuses any other. A plugin
+  // without options returns google::protobuf::Empty::default_instance().
   virtual const google::protobuf::Message& default_options() const = 0;
 
   // Checks values the schema cannot (ranges, combinations) without side effects. Fields marked
   // `(engine.required) = true` are checked by the engine before this is called.
-  virtual void ValidateOptions(const google::protobuf::Message& options, OptionErrors* errors) const {
+  virtual void ValidateOptions(const google::protobuf::Message& options,
+                               OptionErrors* errors) const {
     (void)options;
     (void)errors;
   }
@@ -137,15 +139,20 @@ inline int RegisterPluginInstance(void* registrar_handle,
 #define ENGINE_PLUGIN_EXPORT extern "C" __attribute__((visibility("default")))
 
 // Defines the library's manifest and registration entry point. CLASS must be default-constructible.
-#define ENGINE_PLUGIN(NAME, KIND, VERSION, DESCRIPTION, CLASS)                                  \
-  ENGINE_PLUGIN_EXPORT const EnginePluginManifest* engine_plugin_manifest(void) {              \
-    static const EnginePluginManifest manifest = {                                             \
-        sizeof(EnginePluginManifest), ENGINE_PLUGIN_API_VERSION, NAME,           KIND,         \
-        VERSION,                      DESCRIPTION,               TORCH_VERSION, \
-        ENGINE_CXX11_ABI_VALUE,       GOOGLE_PROTOBUF_VERSION};                                \
-    return &manifest;                                                                          \
-  }                                                                                            \
-  ENGINE_PLUGIN_EXPORT int engine_plugin_register(void* registrar) {                           \
-    return ::engine::internal::RegisterPluginInstance(                                         \
-        registrar, [] { return std::unique_ptr<::engine::Plugin>(new CLASS()); });             \
+#define ENGINE_PLUGIN(NAME, KIND, VERSION, DESCRIPTION, CLASS)                     \
+  ENGINE_PLUGIN_EXPORT const EnginePluginManifest* engine_plugin_manifest(void) {  \
+    static const EnginePluginManifest manifest = {sizeof(EnginePluginManifest),    \
+                                                  ENGINE_PLUGIN_API_VERSION,       \
+                                                  NAME,                            \
+                                                  KIND,                            \
+                                                  VERSION,                         \
+                                                  DESCRIPTION,                     \
+                                                  TORCH_VERSION,                   \
+                                                  ENGINE_CXX11_ABI_VALUE,          \
+                                                  GOOGLE_PROTOBUF_VERSION};        \
+    return &manifest;                                                              \
+  }                                                                                \
+  ENGINE_PLUGIN_EXPORT int engine_plugin_register(void* registrar) {               \
+    return ::engine::internal::RegisterPluginInstance(                             \
+        registrar, [] { return std::unique_ptr<::engine::Plugin>(new CLASS()); }); \
   }

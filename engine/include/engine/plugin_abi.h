@@ -5,10 +5,11 @@
  *   const EnginePluginManifest* engine_plugin_manifest(void);
  *   int engine_plugin_register(void* registrar);
  *
- * The engine opens the library, calls `engine_plugin_manifest` and compares the manifest with itself
- * (API version, LibTorch version, C++ ABI, protobuf version). Only when they agree does it call
- * `engine_plugin_register`, passing its `engine::PluginRegistrar*`; from then on the two sides speak
- * C++. A mismatch is reported as a plain error naming the library and the field, never a crash.
+ * The engine opens the library, calls `engine_plugin_manifest` and compares the manifest with
+ * itself (API version, LibTorch version, C++ ABI, protobuf version). Only when they agree does it
+ * call `engine_plugin_register`, passing its `engine::PluginRegistrar*`; from then on the two sides
+ * speak C++. A mismatch is reported as a plain error naming the library and the field, never a
+ * crash.
  *
  * Plugin authors do not write these by hand: `ENGINE_PLUGIN(...)` in engine/plugin.h defines both.
  *

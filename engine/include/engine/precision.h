@@ -1,8 +1,9 @@
-// Precision policy plugins: which dtype each group of parameters is stored, computed, differentiated
-// and updated in, decided from a census of the real tensors (never from a model-level attribute).
+// Precision policy plugins: which dtype each group of parameters is stored, computed,
+// differentiated and updated in, decided from a census of the real tensors (never from a
+// model-level attribute).
 //
-// The engine takes the census, asks the policy for a plan, prints the plan, and applies it before the
-// optimizer is built. The plan is what `engine check` shows and what runs.
+// The engine takes the census, asks the policy for a plan, prints the plan, and applies it before
+// the optimizer is built. The plan is what `engine check` shows and what runs.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -60,7 +61,8 @@ class PrecisionPolicy {
 
   // Decides the plan. Refuses (with the group, the rule and the fix) what it cannot honour.
   virtual StatusOr<PrecisionPlan> MakePlan(const ParameterCensus& census) const = 0;
-  // Casts the module's tensors to the plan's storage dtypes. Called once, before the optimizer exists.
+  // Casts the module's tensors to the plan's storage dtypes. Called once, before the optimizer
+  // exists.
   virtual Status Apply(const PrecisionPlan& plan, torch::nn::Module& module) const = 0;
 };
 

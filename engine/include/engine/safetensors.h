@@ -1,5 +1,5 @@
-// Reading and writing safetensors files (https://github.com/huggingface/safetensors), the weight format
-// the rest of the ecosystem reads.
+// Reading and writing safetensors files (https://github.com/huggingface/safetensors), the weight
+// format the rest of the ecosystem reads.
 //
 // Layout: an 8-byte little-endian header length N, N bytes of JSON
 // ({"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}}),
@@ -11,10 +11,11 @@
 //
 // Writing is atomic: the file appears complete under its name or not at all (temporary file, fsync,
 // rename, fsync of the directory). Reading maps the file; tensors returned by Get are copy-on-write
-// views of the mapping that keep it alive, so they stay valid after the File is gone, and writing into
-// them never changes the file. Every structural property is checked before any tensor is returned:
-// header size, JSON, dtypes, shapes, that offsets lie inside the file, match the shapes, and cover the
-// data without gaps or overlaps. A bad file is an error naming the file and the tensor, never a crash.
+// views of the mapping that keep it alive, so they stay valid after the File is gone, and writing
+// into them never changes the file. Every structural property is checked before any tensor is
+// returned: header size, JSON, dtypes, shapes, that offsets lie inside the file, match the shapes,
+// and cover the data without gaps or overlaps. A bad file is an error naming the file and the
+// tensor, never a crash.
 //
 // Thread safety: a File is immutable after Open; Get may be called concurrently.
 #pragma once

@@ -1,9 +1,10 @@
 // Status and StatusOr: errors as values, with context.
 //
-// Every call that can fail at a plugin boundary, on input from a user, or on the file system returns a
-// Status (or a StatusOr<T> holding either a value or an error). Messages are written for the person who
-// runs the engine: they say what was wrong, where, and if possible what to do. Callers add context as
-// the error travels up, so a user sees "stage 'train' plugin 'digits': cannot open '/x.csv': ...".
+// Every call that can fail at a plugin boundary, on input from a user, or on the file system
+// returns a Status (or a StatusOr<T> holding either a value or an error). Messages are written for
+// the person who runs the engine: they say what was wrong, where, and if possible what to do.
+// Callers add context as the error travels up, so a user sees "stage 'train' plugin 'digits':
+// cannot open '/x.csv': ...".
 //
 //   StatusOr<int> ParseCount(std::string_view text);
 //   ENGINE_ASSIGN_OR_RETURN(int count, ParseCount(text));
@@ -24,12 +25,13 @@ enum class StatusCode {
   kOk = 0,
   kInvalidArgument,     // the user's input is wrong (a pipeline field, an option, a flag)
   kNotFound,            // a file, plugin or tensor that was named does not exist
-  kFailedPrecondition,  // the request is well-formed but cannot run in this state or on this machine
+  kFailedPrecondition,  // the request is well-formed but cannot run in this state or on this
+                        // machine
   kAlreadyExists,
-  kDataLoss,            // a file is corrupt or truncated
-  kIo,                  // the operating system refused a read or a write
-  kAborted,             // stopped on purpose (a signal, a callback's FAIL_STAGE)
-  kInternal,            // a bug, or an exception from a plugin or LibTorch
+  kDataLoss,  // a file is corrupt or truncated
+  kIo,        // the operating system refused a read or a write
+  kAborted,   // stopped on purpose (a signal, a callback's FAIL_STAGE)
+  kInternal,  // a bug, or an exception from a plugin or LibTorch
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -120,10 +122,10 @@ class [[nodiscard]] StatusOr {
 #define ENGINE_STATUS_CONCAT_(a, b) ENGINE_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the current function when `expr` (a Status) is an error.
-#define ENGINE_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::engine::Status engine_status_ = (expr);         \
-    if (!engine_status_.ok()) return engine_status_;  \
+#define ENGINE_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::engine::Status engine_status_ = (expr);        \
+    if (!engine_status_.ok()) return engine_status_; \
   } while (false)
 
 // `lhs` = the value of `expr` (a StatusOr), or returns its error.

@@ -30,7 +30,8 @@ class TempFile {
   Status Close() {
     int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) return IoError("cannot close '" + path_.string() + "': " + ErrnoText(errno));
+    if (::close(fd) != 0)
+      return IoError("cannot close '" + path_.string() + "': " + ErrnoText(errno));
     return Status::Ok();
   }
   void Release() { released_ = true; }
@@ -53,7 +54,8 @@ std::filesystem::path TempPathFor(const std::filesystem::path& path) {
 Status SyncDirectory(const std::filesystem::path& dir) {
   std::filesystem::path target = dir.empty() ? std::filesystem::path(".") : dir;
   int fd = ::open(target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError("cannot open directory '" + target.string() + "': " + ErrnoText(errno));
+  if (fd < 0)
+    return IoError("cannot open directory '" + target.string() + "': " + ErrnoText(errno));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
@@ -96,9 +98,8 @@ Status WriteFileAtomically(const std::filesystem::path& path,
 }
 
 Status WriteFileAtomically(const std::filesystem::path& path, std::string_view content) {
-  return WriteFileAtomically(path, [content](const ByteSink& sink) {
-    return sink(content.data(), content.size());
-  });
+  return WriteFileAtomically(
+      path, [content](const ByteSink& sink) { return sink(content.data(), content.size()); });
 }
 
 StatusOr<std::string> ReadFile(const std::filesystem::path& path) {

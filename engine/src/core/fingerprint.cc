@@ -4,7 +4,6 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/text_format.h>
 
-
 namespace engine {
 namespace {
 

@@ -1,6 +1,6 @@
-// The fault boundary around every call into plugin code (and into LibTorch from it): whatever the call
-// throws comes back as an error with the plugin's context, so a plugin can fail a stage but never
-// crash the engine.
+// The fault boundary around every call into plugin code (and into LibTorch from it): whatever the
+// call throws comes back as an error with the plugin's context, so a plugin can fail a stage but
+// never crash the engine.
 //
 //   Status s = GuardedCall("stage 'train' data loader 'digits'", [&] { return plugin.Open(...); });
 #pragma once

@@ -70,8 +70,8 @@ Status Write(const std::filesystem::path& path, const NamedTensors& tensors,
     }
     entries.push_back({name, tensor.detach().cpu().contiguous(), *dtype_name});
   }
-  // Larger items first, then by name: every tensor starts aligned to its item size, as the reference
-  // implementation lays them out.
+  // Larger items first, then by name: every tensor starts aligned to its item size, as the
+  // reference implementation lays them out.
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     size_t ia = a.tensor.element_size(), ib = b.tensor.element_size();
     if (ia != ib) return ia > ib;
@@ -250,7 +250,8 @@ StatusOr<std::shared_ptr<const File>> File::Open(const std::filesystem::path& pa
     if (!expected || *expected != info.end - info.begin) {
       return DataLossError(tensor_where + ": its shape needs " +
                            (expected ? std::to_string(*expected) : std::string("too many")) +
-                           " bytes but data_offsets cover " + std::to_string(info.end - info.begin));
+                           " bytes but data_offsets cover " +
+                           std::to_string(info.end - info.begin));
     }
     file->tensors_.push_back(std::move(info));
   }

@@ -16,8 +16,7 @@ std::filesystem::path Resolve(const std::filesystem::path& base, const std::stri
 
 // Loads the libraries and directories the pipeline itself names.
 void LoadPipelinePlugins(const proto::Pipeline& header, const std::filesystem::path& base_dir,
-                         const SourceMap& map, PluginRegistry* registry,
-                         Diagnostics* diagnostics) {
+                         const SourceMap& map, PluginRegistry* registry, Diagnostics* diagnostics) {
   const auto* root = proto::Pipeline::descriptor();
   for (int i = 0; i < header.plugin_path_size(); ++i) {
     Status status = registry->LoadDirectory(Resolve(base_dir, header.plugin_path(i)));
@@ -91,8 +90,7 @@ std::optional<PluginKind> KindOfStageField(std::string_view field) {
 }
 
 std::unique_ptr<ResolvedPipeline> LoadPipeline(const std::filesystem::path& file,
-                                               const LoadOptions& options,
-                                               PluginRegistry* registry,
+                                               const LoadOptions& options, PluginRegistry* registry,
                                                Diagnostics* diagnostics) {
   const std::string display = file.string();
   StatusOr<std::string> text = ReadFile(file);
@@ -116,8 +114,7 @@ std::unique_ptr<ResolvedPipeline> LoadPipeline(const std::filesystem::path& file
   pipeline->file = file;
   pipeline->base_dir = base_dir;
   pipeline->source_map = std::make_unique<SourceMap>(display, *text);
-  if (!ParsePipeline(display, *text, &pipeline->config, pipeline->source_map.get(),
-                     diagnostics)) {
+  if (!ParsePipeline(display, *text, &pipeline->config, pipeline->source_map.get(), diagnostics)) {
     return nullptr;
   }
   ValidatePipeline(options, *registry, pipeline.get(), diagnostics);

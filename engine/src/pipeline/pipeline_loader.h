@@ -8,8 +8,8 @@
 //       LoadPipeline("pipelines/digits_mlp.pbtxt", {}, &registry, &diagnostics);
 //   if (pipeline == nullptr) std::cerr << diagnostics.ToString();
 //
-// All problems that can be found without building models or opening data are reported together, each
-// with its position. Nothing is written to disk.
+// All problems that can be found without building models or opening data are reported together,
+// each with its position. Nothing is written to disk.
 #pragma once
 
 #include <filesystem>
@@ -28,8 +28,7 @@ struct LoadOptions {
 };
 
 std::unique_ptr<ResolvedPipeline> LoadPipeline(const std::filesystem::path& file,
-                                               const LoadOptions& options,
-                                               PluginRegistry* registry,
+                                               const LoadOptions& options, PluginRegistry* registry,
                                                Diagnostics* diagnostics);
 
 // The plugin kind referenced by a field of Stage ("model" -> model loader, ...), if any.

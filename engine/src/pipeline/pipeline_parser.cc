@@ -23,8 +23,8 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     current[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1,
-                             previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      current[j] = std::min(
+          {previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
     }
     std::swap(previous, current);
   }
@@ -87,8 +87,8 @@ std::string Explain(const std::string& message) {
   return out;
 }
 
-// Pass 1 reads every Any body as an Empty with unknown fields allowed: the body is checked for syntax
-// and skipped.
+// Pass 1 reads every Any body as an Empty with unknown fields allowed: the body is checked for
+// syntax and skipped.
 class SkipAnyBodies : public TextFormat::Finder {
  public:
   const Descriptor* FindAnyType(const Message&, const std::string&,
@@ -97,8 +97,9 @@ class SkipAnyBodies : public TextFormat::Finder {
   }
 };
 
-void ForEachAnyIn(const Message& message, const std::string& prefix,
-                  const std::function<void(const std::string&, const google::protobuf::Any&)>& visit) {
+void ForEachAnyIn(
+    const Message& message, const std::string& prefix,
+    const std::function<void(const std::string&, const google::protobuf::Any&)>& visit) {
   const Reflection* reflection = message.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   reflection->ListFields(message, &fields);
@@ -128,8 +129,8 @@ void ForEachAnyIn(const Message& message, const std::string& prefix,
 
 }  // namespace
 
-bool ParsePipelineHeader(const std::string& file, const std::string& text,
-                         proto::Pipeline* header, SourceMap* map, Diagnostics* diagnostics) {
+bool ParsePipelineHeader(const std::string& file, const std::string& text, proto::Pipeline* header,
+                         SourceMap* map, Diagnostics* diagnostics) {
   TextFormat::Parser parser;
   DiagnosticCollector errors(file, diagnostics, /*report_warnings=*/false);
   SkipAnyBodies finder;
@@ -149,8 +150,9 @@ bool ParsePipeline(const std::string& file, const std::string& text, proto::Pipe
   return parser.ParseFromString(text, pipeline) && errors.errors() == 0;
 }
 
-void ForEachAny(const Message& message,
-                const std::function<void(const std::string&, const google::protobuf::Any&)>& visit) {
+void ForEachAny(
+    const Message& message,
+    const std::function<void(const std::string&, const google::protobuf::Any&)>& visit) {
   ForEachAnyIn(message, "", visit);
 }
 

@@ -1,5 +1,5 @@
-// A pipeline after it has been read and checked: every plugin reference bound to a loaded plugin and
-// its options unpacked into the plugin's own message, paths made absolute, stages in run order.
+// A pipeline after it has been read and checked: every plugin reference bound to a loaded plugin
+// and its options unpacked into the plugin's own message, paths made absolute, stages in run order.
 //
 // Everything here is immutable once LoadPipeline returns it; plans and runs only read it.
 #pragma once
@@ -21,7 +21,8 @@ namespace engine {
 
 struct ResolvedPluginRef {
   const PluginRegistry::Entry* entry = nullptr;
-  // Of the type of entry->plugin->default_options(), holding the pipeline's values over the defaults.
+  // Of the type of entry->plugin->default_options(), holding the pipeline's values over the
+  // defaults.
   std::unique_ptr<google::protobuf::Message> options;
   // Field path of the reference, e.g. "stage[0].data", for error positions.
   std::string path;

@@ -22,7 +22,8 @@ class SilentErrors : public io::ErrorCollector {
   bool failed = false;
 };
 
-// Byte offset of a tokenizer position (0-based line; column counting tabs to the next multiple of 8).
+// Byte offset of a tokenizer position (0-based line; column counting tabs to the next multiple of
+// 8).
 std::optional<size_t> OffsetOf(const std::string& text, int line, int column) {
   size_t offset = 0;
   for (int l = 0; l < line; ++l) {

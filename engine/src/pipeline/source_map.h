@@ -1,9 +1,10 @@
-// Where each field of a parsed pipeline sits in its file, so that any error can name "file:line:col".
+// Where each field of a parsed pipeline sits in its file, so that any error can name
+// "file:line:col".
 //
 // Fields are addressed by paths such as "stage[1].schedule.batch_size". Paths continue into plugin
 // options ("stage[0].data.options.eval_fraction") once the body of that Any has been mapped with
-// MapAnyBody. A field that was not written in the file (a default) resolves to the nearest enclosing
-// field that was, so every error points somewhere useful.
+// MapAnyBody. A field that was not written in the file (a default) resolves to the nearest
+// enclosing field that was, so every error points somewhere useful.
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -33,8 +34,8 @@ class SourceMap {
   SourceLocation FileOnly() const { return {file_, 0, 0}; }
 
   // Finds the text of the Any at `any_path` (which must be located in this map), parses it again as
-  // `type` to record where its fields are, and lets Locate descend into it. Returns false when the body
-  // cannot be found or parsed; Locate then stops at the Any itself.
+  // `type` to record where its fields are, and lets Locate descend into it. Returns false when the
+  // body cannot be found or parsed; Locate then stops at the Any itself.
   bool MapAnyBody(const google::protobuf::Descriptor* root, std::string_view any_path,
                   const google::protobuf::Descriptor* type);
 

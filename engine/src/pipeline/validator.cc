@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "core/glob.h"
-#include "engine/options.pb.h"
 #include "core/guarded_call.h"
+#include "engine/options.pb.h"
 
 namespace engine {
 namespace {
@@ -22,16 +22,16 @@ using google::protobuf::Message;
 
 class StageChecker {
  public:
-  StageChecker(const PluginRegistry& registry, ResolvedPipeline* pipeline,
-               Diagnostics* diagnostics)
+  StageChecker(const PluginRegistry& registry, ResolvedPipeline* pipeline, Diagnostics* diagnostics)
       : registry_(registry), pipeline_(pipeline), diagnostics_(diagnostics) {}
 
   void Error(const std::string& path, std::string message) {
     diagnostics_->Add(pipeline_->Locate(path), std::move(message));
   }
 
-  // Binds `ref` (a PluginRef or CallbackRef at `path`) to a registered plugin and checks its options.
-  // `ref` may be null when the stage leaves it out and `default_plugin` names the plugin to use.
+  // Binds `ref` (a PluginRef or CallbackRef at `path`) to a registered plugin and checks its
+  // options. `ref` may be null when the stage leaves it out and `default_plugin` names the plugin
+  // to use.
   bool Bind(PluginKind kind, const Message* ref, const std::string& path, const std::string& stage,
             const std::string& default_plugin, ResolvedPluginRef* out) {
     const std::string title(PluginKindTitle(kind));
@@ -68,12 +68,12 @@ class StageChecker {
       const std::string expected = defaults.GetDescriptor()->full_name();
       if (given != expected) {
         Error(path + ".options", out->context + ": options of type '" + given +
-                                    "' were given, but this plugin takes '" + expected + "'");
+                                     "' were given, but this plugin takes '" + expected + "'");
         return false;
       }
       if (!options->UnpackTo(out->options.get())) {
-        Error(path + ".options", out->context + ": the options cannot be decoded as '" +
-                                     expected + "'");
+        Error(path + ".options",
+              out->context + ": the options cannot be decoded as '" + expected + "'");
         return false;
       }
       pipeline_->source_map->MapAnyBody(proto::Pipeline::descriptor(), path + ".options",
@@ -105,7 +105,7 @@ class StageChecker {
     if (known.empty()) {
       message += "; no " + title + " plugins are installed";
     } else {
-      message += "; installed " + title + "s: ";
+      message += "; installed " + title + " plugins: ";
       for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : "") + known[i];
     }
     for (const PluginRegistry::Entry* other : registry_.FindByName(name)) {
@@ -137,8 +137,7 @@ class StageChecker {
                         (help.empty() ? "" : " (" + help + ")"));
         ok = false;
       }
-      if (set && !field->is_repeated() &&
-          field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (set && !field->is_repeated() && field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
         ok &= CheckRequired(reflection->GetMessage(message, field), path, name, context);
       }
     }
@@ -150,26 +149,28 @@ class StageChecker {
     return slash == std::string::npos ? url : url.substr(slash + 1);
   }
 
-  void CheckOptimizer(const proto::Stage& stage, const std::string& path,
-                      const std::string& name) {
+  void CheckOptimizer(const proto::Stage& stage, const std::string& path, const std::string& name) {
     const std::string where = "stage '" + name + "': ";
     const proto::Optimizer& o = stage.optimizer();
     const std::string p = path + ".optimizer";
     if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
-      Error(p + ".learning_rate", where + "optimizer.learning_rate must be a positive number (got " +
+      Error(p + ".learning_rate", where +
+                                      "optimizer.learning_rate must be a positive number (got " +
                                       Num(o.learning_rate()) + ")");
     }
     if (!(o.max_grad_norm() >= 0) || !std::isfinite(o.max_grad_norm())) {
-      Error(p + ".max_grad_norm", where + "optimizer.max_grad_norm must be >= 0 (0 turns clipping "
-                                          "off; got " + Num(o.max_grad_norm()) + ")");
+      Error(p + ".max_grad_norm", where +
+                                      "optimizer.max_grad_norm must be >= 0 (0 turns clipping "
+                                      "off; got " +
+                                      Num(o.max_grad_norm()) + ")");
     }
     if (o.has_adamw()) {
       const auto& a = o.adamw();
       CheckUnitInterval(a.beta1(), p + ".adamw.beta1", where + "optimizer.adamw.beta1");
       CheckUnitInterval(a.beta2(), p + ".adamw.beta2", where + "optimizer.adamw.beta2");
       if (!(a.epsilon() > 0)) {
-        Error(p + ".adamw.epsilon", where + "optimizer.adamw.epsilon must be > 0 (got " +
-                                        Num(a.epsilon()) + ")");
+        Error(p + ".adamw.epsilon",
+              where + "optimizer.adamw.epsilon must be > 0 (got " + Num(a.epsilon()) + ")");
       }
       if (!(a.weight_decay() >= 0)) {
         Error(p + ".adamw.weight_decay", where + "optimizer.adamw.weight_decay must be >= 0 (got " +
@@ -179,8 +180,8 @@ class StageChecker {
     if (o.has_sgd()) {
       const auto& s = o.sgd();
       if (!(s.momentum() >= 0 && s.momentum() < 1)) {
-        Error(p + ".sgd.momentum", where + "optimizer.sgd.momentum must be in [0, 1) (got " +
-                                       Num(s.momentum()) + ")");
+        Error(p + ".sgd.momentum",
+              where + "optimizer.sgd.momentum must be in [0, 1) (got " + Num(s.momentum()) + ")");
       }
       if (s.nesterov() && !(s.momentum() > 0)) {
         Error(p + ".sgd.nesterov", where + "optimizer.sgd.nesterov needs a momentum > 0");
@@ -193,8 +194,9 @@ class StageChecker {
     const proto::LrSchedule& lr = o.lr_schedule();
     if (lr.kind() == proto::LrSchedule::CONSTANT && lr.warmup_steps() > 0) {
       Error(p + ".lr_schedule.warmup_steps",
-            where + "optimizer.lr_schedule.warmup_steps needs kind LINEAR_WARMUP or COSINE "
-                    "(a CONSTANT schedule has no warm-up)");
+            where +
+                "optimizer.lr_schedule.warmup_steps needs kind LINEAR_WARMUP or COSINE "
+                "(a CONSTANT schedule has no warm-up)");
     }
     if (!(lr.min_lr_ratio() >= 0 && lr.min_lr_ratio() <= 1)) {
       Error(p + ".lr_schedule.min_lr_ratio",
@@ -210,8 +212,7 @@ class StageChecker {
     if (!(v >= 0 && v < 1)) Error(path, what + " must be in [0, 1) (got " + Num(v) + ")");
   }
 
-  void CheckSchedule(const proto::Stage& stage, const std::string& path,
-                     const std::string& name) {
+  void CheckSchedule(const proto::Stage& stage, const std::string& path, const std::string& name) {
     const std::string where = "stage '" + name + "': ";
     const proto::Schedule& s = stage.schedule();
     const std::string p = path + ".schedule";
@@ -230,8 +231,7 @@ class StageChecker {
     }
   }
 
-  void CheckTrainable(const proto::Stage& stage, const std::string& path,
-                      const std::string& name) {
+  void CheckTrainable(const proto::Stage& stage, const std::string& path, const std::string& name) {
     const auto check = [&](const google::protobuf::RepeatedPtrField<std::string>& patterns,
                            const std::string& field) {
       for (int i = 0; i < patterns.size(); ++i) {
@@ -269,7 +269,8 @@ bool ValidStageName(const std::string& name) {
   return true;
 }
 
-// Kahn's algorithm, taking ready stages in file order. Returns the cycle's stages when there is one.
+// Kahn's algorithm, taking ready stages in file order. Returns the cycle's stages when there is
+// one.
 std::vector<int> RunOrder(const std::vector<ResolvedStage>& stages, std::vector<int>* cycle) {
   const int n = static_cast<int>(stages.size());
   std::vector<int> pending(n, 0);
@@ -334,8 +335,7 @@ std::string OutputDirProblem(const std::filesystem::path& dir) {
   }
   if (parent.empty()) parent = ".";
   if (!std::filesystem::is_directory(parent, ec)) {
-    return "'" + dir.string() + "' cannot be created: '" + parent.string() +
-           "' is not a directory";
+    return "'" + dir.string() + "' cannot be created: '" + parent.string() + "' is not a directory";
   }
   if (::access(parent.c_str(), W_OK | X_OK) != 0) {
     return "'" + dir.string() + "' cannot be created: '" + parent.string() + "' is not writable";
@@ -347,11 +347,11 @@ StatusOr<DeviceChoice> ChooseDevice(const std::string& requested) {
   const bool cuda = compat::CudaAvailable();
   const int count = cuda ? compat::CudaDeviceCount() : 0;
   if (requested == "auto") {
-    if (cuda && count > 0) return DeviceChoice{"cuda:0", "auto: the first of " +
-                                                             std::to_string(count) +
-                                                             " CUDA device(s)"};
-    return DeviceChoice{"cpu", std::string("auto: no CUDA device (LibTorch ") +
-                                   compat::kTorchVersion + ")"};
+    if (cuda && count > 0)
+      return DeviceChoice{"cuda:0",
+                          "auto: the first of " + std::to_string(count) + " CUDA device(s)"};
+    return DeviceChoice{
+        "cpu", std::string("auto: no CUDA device (LibTorch ") + compat::kTorchVersion + ")"};
   }
   if (requested == "cpu") return DeviceChoice{"cpu", "requested"};
   if (requested == "cuda" || requested.rfind("cuda:", 0) == 0) {
@@ -387,8 +387,7 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
   const proto::Pipeline& config = pipeline->config;
   StageChecker checker(registry, pipeline, diagnostics);
 
-  pipeline->name =
-      config.has_name() ? config.name() : pipeline->file.stem().string();
+  pipeline->name = config.has_name() ? config.name() : pipeline->file.stem().string();
   pipeline->seed = config.seed();
   if (options.output_dir) {
     pipeline->output_dir = std::filesystem::absolute(*options.output_dir).lexically_normal();
@@ -396,14 +395,13 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     std::filesystem::path out = config.has_output_dir()
                                     ? std::filesystem::path(config.output_dir())
                                     : std::filesystem::path("runs") / pipeline->name;
-    pipeline->output_dir =
-        (out.is_absolute() ? out : pipeline->base_dir / out).lexically_normal();
+    pipeline->output_dir = (out.is_absolute() ? out : pipeline->base_dir / out).lexically_normal();
   }
   const std::string output_problem = OutputDirProblem(pipeline->output_dir);
   if (!output_problem.empty()) {
-    diagnostics->Add(options.output_dir ? pipeline->source_map->FileOnly()
-                                        : pipeline->Locate("output_dir"),
-                     "output directory " + output_problem);
+    diagnostics->Add(
+        options.output_dir ? pipeline->source_map->FileOnly() : pipeline->Locate("output_dir"),
+        "output directory " + output_problem);
   }
   if (config.stage_size() == 0) {
     diagnostics->Add(pipeline->source_map->FileOnly(),
@@ -428,12 +426,12 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
                                         "' may only hold letters, digits, '_' and '-' (it names "
                                         "the stage's output directory)");
     } else if (auto [it, inserted] = index_by_name.emplace(s.name, i); !inserted) {
-      checker.Error(path + ".name",
-                    "stage name '" + s.name + "' is used twice (first at line " +
-                        std::to_string(pipeline->Locate("stage[" + std::to_string(it->second) +
-                                                        "].name")
-                                           .line) +
-                        ")");
+      checker.Error(
+          path + ".name",
+          "stage name '" + s.name + "' is used twice (first at line " +
+              std::to_string(
+                  pipeline->Locate("stage[" + std::to_string(it->second) + "].name").line) +
+              ")");
     }
     s.seed = stage.has_seed() ? stage.seed() : config.seed();
 
@@ -442,8 +440,7 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
                               "': `model` is required: name a model loader, e.g. "
                               "model { plugin: \"mlp\" }");
     } else {
-      checker.Bind(PluginKind::kModelLoader, &stage.model(), path + ".model", s.name, "",
-                   &s.model);
+      checker.Bind(PluginKind::kModelLoader, &stage.model(), path + ".model", s.name, "", &s.model);
     }
     if (!stage.has_data()) {
       checker.Error(path, "stage '" + s.name +
@@ -458,11 +455,11 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
       ResolvedPluginRef ignored;
       if (checker.Bind(PluginKind::kQuantizer, &stage.quantizer(), path + ".quantizer", s.name, "",
                        &ignored)) {
-        checker.Error(path + ".quantizer",
-                      "stage '" + s.name + "': quantizer plugins cannot be applied by this "
-                                           "engine version (plugin API " +
-                          std::to_string(ENGINE_PLUGIN_API_VERSION) +
-                          " has no quantizer interface)");
+        checker.Error(path + ".quantizer", "stage '" + s.name +
+                                               "': quantizer plugins cannot be applied by this "
+                                               "engine version (plugin API " +
+                                               std::to_string(ENGINE_PLUGIN_API_VERSION) +
+                                               " has no quantizer interface)");
       }
     }
     for (int a = 0; a < stage.adapter_size(); ++a) {
@@ -470,11 +467,11 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
       const std::string adapter_path = path + ".adapter[" + std::to_string(a) + "]";
       if (checker.Bind(PluginKind::kAdapter, &stage.adapter(a), adapter_path, s.name, "",
                        &ignored)) {
-        checker.Error(adapter_path,
-                      "stage '" + s.name + "': adapter plugins cannot be applied by this engine "
-                                           "version (plugin API " +
-                          std::to_string(ENGINE_PLUGIN_API_VERSION) +
-                          " has no adapter interface)");
+        checker.Error(adapter_path, "stage '" + s.name +
+                                        "': adapter plugins cannot be applied by this engine "
+                                        "version (plugin API " +
+                                        std::to_string(ENGINE_PLUGIN_API_VERSION) +
+                                        " has no adapter interface)");
       }
     }
     for (int c = 0; c < stage.callback_size(); ++c) {
@@ -492,8 +489,8 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     if (device.ok()) {
       s.device = *device;
     } else {
-      checker.Error(path + ".parallel.device", "stage '" + s.name + "': " +
-                                                   device.status().message());
+      checker.Error(path + ".parallel.device",
+                    "stage '" + s.name + "': " + device.status().message());
     }
   }
 
@@ -516,8 +513,8 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
       return it->second;
     };
     for (int a = 0; a < s.config->after_size(); ++a) {
-      if (auto dep = resolve(s.config->after(a), path + ".after[" + std::to_string(a) + "]",
-                             "`after`")) {
+      if (auto dep =
+              resolve(s.config->after(a), path + ".after[" + std::to_string(a) + "]", "`after`")) {
         deps.insert(*dep);
       }
     }

@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "core/fingerprint.h"
-#include "engine/hash.h"
 #include "core/glob.h"
 #include "core/guarded_call.h"
 #include "engine/dtype.h"
+#include "engine/hash.h"
 
 namespace engine {
 namespace {
@@ -34,8 +34,8 @@ std::string OptimizerSummary(const proto::Optimizer& o) {
   } else {
     const auto& a = o.adamw();
     out = "adamw lr " + FormatDouble(o.learning_rate()) + ", betas " + FormatDouble(a.beta1()) +
-          "/" + FormatDouble(a.beta2()) + ", eps " + FormatDouble(a.epsilon()) +
-          ", weight decay " + FormatDouble(a.weight_decay());
+          "/" + FormatDouble(a.beta2()) + ", eps " + FormatDouble(a.epsilon()) + ", weight decay " +
+          FormatDouble(a.weight_decay());
   }
   const auto& lr = o.lr_schedule();
   switch (lr.kind()) {
@@ -73,9 +73,8 @@ class PlanBuilder {
     // Data.
     const auto* data_plugin = static_cast<const DataLoaderPlugin*>(stage.data.entry->plugin.get());
     DataContext data_context{pipeline_.base_dir, stage.seed};
-    StatusOr<std::unique_ptr<Dataset>> dataset = GuardedCall(stage.data.context, [&] {
-      return data_plugin->Open(*stage.data.options, data_context);
-    });
+    StatusOr<std::unique_ptr<Dataset>> dataset = GuardedCall(
+        stage.data.context, [&] { return data_plugin->Open(*stage.data.options, data_context); });
     if (!dataset.ok()) {
       Error(stage.data.path + ".options", dataset.status().message());
       return false;
@@ -106,16 +105,16 @@ class PlanBuilder {
     // Precision.
     const auto* precision_plugin =
         static_cast<const PrecisionPolicyPlugin*>(stage.precision.entry->plugin.get());
-    StatusOr<std::unique_ptr<PrecisionPolicy>> policy = GuardedCall(
-        stage.precision.context, [&] { return precision_plugin->Create(*stage.precision.options); });
+    StatusOr<std::unique_ptr<PrecisionPolicy>> policy = GuardedCall(stage.precision.context, [&] {
+      return precision_plugin->Create(*stage.precision.options);
+    });
     if (!policy.ok()) {
       Error(stage.precision.path, policy.status().message());
       return false;
     }
     plan->precision_policy = std::move(*policy);
-    StatusOr<PrecisionPlan> precision = GuardedCall(stage.precision.context, [&] {
-      return plan->precision_policy->MakePlan(plan->census);
-    });
+    StatusOr<PrecisionPlan> precision = GuardedCall(
+        stage.precision.context, [&] { return plan->precision_policy->MakePlan(plan->census); });
     if (!precision.ok()) {
       Error(stage.precision.path, precision.status().message());
       return false;
@@ -272,8 +271,8 @@ class PlanBuilder {
       if (!theirs.count(name)) problems.push_back("'" + name + "' exists only here");
     }
     if (problems.empty()) return true;
-    std::string message = "stage '" + stage.name + "' starts from stage '" +
-                          parent->stage->name + "', but their models differ: ";
+    std::string message = "stage '" + stage.name + "' starts from stage '" + parent->stage->name +
+                          "', but their models differ: ";
     for (size_t i = 0; i < problems.size() && i < 5; ++i) message += (i ? "; " : "") + problems[i];
     if (problems.size() > 5) message += "; ... (" + std::to_string(problems.size()) + " in all)";
     Error(stage.path() + ".from_stage", message);

@@ -2,8 +2,8 @@
 //
 // Building the plan opens each stage's data, builds its model (on the CPU, seeded), selects the
 // trainable parameters, takes the dtype census and asks the precision policy for its plan. Anything
-// that cannot work is reported with its position in the pipeline file. `engine check` prints the plan;
-// `engine run` builds the same plan and runs exactly it, reusing the objects built here.
+// that cannot work is reported with its position in the pipeline file. `engine check` prints the
+// plan; `engine run` builds the same plan and runs exactly it, reusing the objects built here.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +62,6 @@ struct PipelinePlan {
 };
 
 // Returns nullptr (with diagnostics) when any stage cannot run as written.
-std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline,
-                                        Diagnostics* diagnostics);
+std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagnostics* diagnostics);
 
 }  // namespace engine

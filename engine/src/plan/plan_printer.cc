@@ -40,8 +40,8 @@ std::string EpochsText(double epochs) {
 
 std::string EvalText(const StagePlan& s) {
   const auto every = s.stage->config->schedule().eval_every_steps();
-  std::string out = every > 0 ? "every " + std::to_string(every) + " steps and at the end"
-                              : "at the end";
+  std::string out =
+      every > 0 ? "every " + std::to_string(every) + " steps and at the end" : "at the end";
   out += ", batch " + std::to_string(s.eval_batch_size);
   if (s.eval_examples == 0) out = "none (the eval split is empty)";
   return out;
@@ -133,16 +133,16 @@ std::string PlanToText(const PipelinePlan& plan) {
         << PadLeft("bytes", 11) << "  storage compute grad  master optim\n";
     for (const PrecisionGroupPlan& g : s.precision.groups) {
       out << "    " << Pad(g.name, 12) << PadLeft(std::to_string(g.num_tensors), 8)
-          << PadLeft(WithThousands(g.num_elements), 14) << PadLeft(HumanBytes(g.bytes), 11)
-          << "  " << Pad(Dt(g.storage), 8) << Pad(Dt(g.compute), 8)
-          << Pad(g.has_grad ? Dt(g.grad) : "-", 6) << Pad(g.has_grad ? Dt(g.master) : "-", 7)
-          << (g.has_grad ? Dt(g.optimizer_state) : "-") << "\n";
+          << PadLeft(WithThousands(g.num_elements), 14) << PadLeft(HumanBytes(g.bytes), 11) << "  "
+          << Pad(Dt(g.storage), 8) << Pad(Dt(g.compute), 8) << Pad(g.has_grad ? Dt(g.grad) : "-", 6)
+          << Pad(g.has_grad ? Dt(g.master) : "-", 7) << (g.has_grad ? Dt(g.optimizer_state) : "-")
+          << "\n";
     }
     if (!st.callbacks.empty()) {
       out << "  callbacks   ";
       for (size_t i = 0; i < st.callbacks.size(); ++i) {
-        out << (i ? ", " : "") << st.callbacks[i].ref.entry->name << " (on error: "
-            << OnErrorName(st.callbacks[i].on_error) << ")";
+        out << (i ? ", " : "") << st.callbacks[i].ref.entry->name
+            << " (on error: " << OnErrorName(st.callbacks[i].on_error) << ")";
       }
       out << "\n";
     }
@@ -165,8 +165,8 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
     js["fingerprint"] = s.fingerprint;
     js["after"] = nlohmann::json::array();
     for (int d : st.dependencies) js["after"].push_back(p.stages[d].name);
-    js["from_stage"] = st.from_stage ? nlohmann::json(p.stages[*st.from_stage].name)
-                                     : nlohmann::json(nullptr);
+    js["from_stage"] =
+        st.from_stage ? nlohmann::json(p.stages[*st.from_stage].name) : nlohmann::json(nullptr);
     js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
     js["world_size"] = s.world_size;
     js["model"] = {{"plugin", st.model.entry->name},
@@ -176,12 +176,10 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
                    {"trainable_parameters", s.trainable_parameters},
                    {"trainable_tensors", s.trainable_tensors},
                    {"frozen_parameters", s.total_parameters - s.trainable_parameters}};
-    js["data"] = {{"plugin", st.data.entry->name},
-                  {"version", st.data.entry->version},
-                  {"train_examples", s.train_examples},
-                  {"eval_examples", s.eval_examples},
-                  {"fields", s.dataset->spec().ToString()},
-                  {"description", s.dataset->description()}};
+    js["data"] = {
+        {"plugin", st.data.entry->name},          {"version", st.data.entry->version},
+        {"train_examples", s.train_examples},     {"eval_examples", s.eval_examples},
+        {"fields", s.dataset->spec().ToString()}, {"description", s.dataset->description()}};
     js["schedule"] = {{"epochs", s.epochs},
                       {"steps_per_epoch", s.steps_per_epoch},
                       {"micro_batches_per_epoch", s.micro_batches_per_epoch},

@@ -54,16 +54,17 @@ class Registrar : public PluginRegistrar {
 
 // Everything the manifest must agree on. Returns the first disagreement in words.
 Status CheckManifest(const EnginePluginManifest& m) {
-  constexpr size_t kMinimumSize = offsetof(EnginePluginManifest, protobuf_version) + sizeof(int32_t);
+  constexpr size_t kMinimumSize =
+      offsetof(EnginePluginManifest, protobuf_version) + sizeof(int32_t);
   if (m.struct_size < kMinimumSize) {
     return FailedPreconditionError("its manifest is " + std::to_string(m.struct_size) +
                                    " bytes, shorter than any engine SDK writes");
   }
   if (m.api_version != ENGINE_PLUGIN_API_VERSION) {
-    return FailedPreconditionError(
-        "it was built for engine plugin API " + std::to_string(m.api_version) +
-        ", but this engine speaks API " + std::to_string(ENGINE_PLUGIN_API_VERSION) +
-        "; rebuild the plugin against this engine's SDK");
+    return FailedPreconditionError("it was built for engine plugin API " +
+                                   std::to_string(m.api_version) + ", but this engine speaks API " +
+                                   std::to_string(ENGINE_PLUGIN_API_VERSION) +
+                                   "; rebuild the plugin against this engine's SDK");
   }
   if (!ValidPluginName(m.name)) {
     return FailedPreconditionError(
@@ -113,12 +114,11 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   if (load_error || !library.is_loaded()) {
     const char* reason = ::dlerror();
     return FailedPreconditionError(
-        "cannot load " + where + ": " +
-        (reason ? std::string(reason) : load_error.message()) +
+        "cannot load " + where + ": " + (reason ? std::string(reason) : load_error.message()) +
         " (is it a shared library built for this machine and this engine?)");
   }
-  // Even a library that fails the checks below stays loaded: its static initialisers may already have
-  // registered descriptors (protobuf) that would dangle after dlclose.
+  // Even a library that fails the checks below stays loaded: its static initialisers may already
+  // have registered descriptors (protobuf) that would dangle after dlclose.
   KeepLoaded(library);
   if (!library.has(ENGINE_PLUGIN_MANIFEST_SYMBOL)) {
     return FailedPreconditionError(where + " is not an engine plugin: it exports no '" +

@@ -1,13 +1,13 @@
 // Opening one plugin library: the manifest check, then registration.
 //
 // The manifest is read and compared with this engine (API version, LibTorch version, C++ ABI,
-// protobuf version) before any C++ symbol of the library is used. Every failure is a Status naming the
-// library and what is wrong with it; nothing the library does (a missing symbol, a throwing factory) can
-// crash the caller. Libraries are never unloaded: the handle is kept for the life of the process, since
-// plugin objects, option descriptors and vtables live inside them.
+// protobuf version) before any C++ symbol of the library is used. Every failure is a Status naming
+// the library and what is wrong with it; nothing the library does (a missing symbol, a throwing
+// factory) can crash the caller. Libraries are never unloaded: the handle is kept for the life of
+// the process, since plugin objects, option descriptors and vtables live inside them.
 //
-// Thread safety: call from one thread at a time (dlopen itself is thread-safe; registration order is
-// not).
+// Thread safety: call from one thread at a time (dlopen itself is thread-safe; registration order
+// is not).
 #pragma once
 
 #include <filesystem>

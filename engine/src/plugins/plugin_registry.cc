@@ -9,7 +9,8 @@ namespace engine {
 
 Status PluginRegistry::Register(std::string name, std::string version, std::string description,
                                 std::filesystem::path library, std::unique_ptr<Plugin> plugin) {
-  if (plugin == nullptr) return InvalidArgumentError("cannot register a null plugin '" + name + "'");
+  if (plugin == nullptr)
+    return InvalidArgumentError("cannot register a null plugin '" + name + "'");
   const PluginKind kind = plugin->kind();
   auto key = std::make_pair(kind, name);
   auto it = entries_.find(key);
@@ -40,9 +41,8 @@ Status PluginRegistry::LoadLibrary(const std::filesystem::path& path) {
   }
   ENGINE_ASSIGN_OR_RETURN(LoadedPlugin loaded, LoadPluginLibrary(path));
   loaded_libraries_.push_back(canonical);
-  return Register(std::move(loaded.name), std::move(loaded.version),
-                  std::move(loaded.description), std::move(loaded.library),
-                  std::move(loaded.plugin));
+  return Register(std::move(loaded.name), std::move(loaded.version), std::move(loaded.description),
+                  std::move(loaded.library), std::move(loaded.plugin));
 }
 
 Status PluginRegistry::LoadDirectory(const std::filesystem::path& dir) {

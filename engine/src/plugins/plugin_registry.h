@@ -5,12 +5,14 @@
 //   const PluginRegistry::Entry* digits = registry.Find(PluginKind::kDataLoader, "digits");
 //
 // Two libraries that provide the same (kind, name) are an error naming both; the same library file
-// reached twice (say, through two search-path entries) is loaded once. Files in a searched directory
-// that cannot be loaded are skipped and remembered, so an "unknown plugin" error can say why a plugin
-// the user expected is missing; a library named explicitly (LoadLibrary) fails loudly instead.
+// reached twice (say, through two search-path entries) is loaded once. Files in a searched
+// directory that cannot be loaded are skipped and remembered, so an "unknown plugin" error can say
+// why a plugin the user expected is missing; a library named explicitly (LoadLibrary) fails loudly
+// instead.
 //
-// Ownership: the registry owns the plugin objects; their libraries stay loaded for the whole process.
-// Thread safety: load from one thread; after loading, Find and All may be called from any thread.
+// Ownership: the registry owns the plugin objects; their libraries stay loaded for the whole
+// process. Thread safety: load from one thread; after loading, Find and All may be called from any
+// thread.
 #pragma once
 
 #include <filesystem>
@@ -39,8 +41,8 @@ class PluginRegistry {
 
   // Loads one library and registers its plugin.
   Status LoadLibrary(const std::filesystem::path& path);
-  // Loads every "*.so" file in `dir`, in name order. A missing directory is not an error. Returns the
-  // first duplicate-registration error; other failures are recorded in skipped().
+  // Loads every "*.so" file in `dir`, in name order. A missing directory is not an error. Returns
+  // the first duplicate-registration error; other failures are recorded in skipped().
   Status LoadDirectory(const std::filesystem::path& dir);
   // LoadDirectory for each directory in order.
   Status LoadSearchPath(const std::vector<std::filesystem::path>& dirs);

@@ -1,6 +1,6 @@
-// Where plugin libraries are looked for, in order: the built-in plugin directory, the directories given
-// with --plugin_path, then those in $ENGINE_PLUGIN_PATH (':'-separated). A pipeline may add its own
-// `plugin_path` entries after these.
+// Where plugin libraries are looked for, in order: the built-in plugin directory, the directories
+// given with --plugin_path, then those in $ENGINE_PLUGIN_PATH (':'-separated). A pipeline may add
+// its own `plugin_path` entries after these.
 #pragma once
 
 #include <filesystem>

@@ -10,7 +10,8 @@
 namespace engine {
 namespace {
 
-// Builds the stage's callbacks; a callback that cannot even be created fails the stage before step 0.
+// Builds the stage's callbacks; a callback that cannot even be created fails the stage before step
+// 0.
 Status MakeCallbacks(const ResolvedStage& stage, CallbackRunner* runner) {
   for (const ResolvedCallback& c : stage.callbacks) {
     const auto* plugin = static_cast<const CallbackPlugin*>(c.ref.entry->plugin.get());
@@ -27,8 +28,8 @@ Status MakeCallbacks(const ResolvedStage& stage, CallbackRunner* runner) {
 std::string StageSummary(const std::string& stage, const StageResult& result) {
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.1f", result.seconds);
-  std::string out = "stage '" + stage + "': " + WithThousands(result.steps) + " steps in " +
-                    seconds + " s";
+  std::string out =
+      "stage '" + stage + "': " + WithThousands(result.steps) + " steps in " + seconds + " s";
   if (!result.eval_metrics.empty()) {
     out += "; eval on " + WithThousands(result.eval_examples) + " examples:";
     for (const auto& [name, value] : result.eval_metrics) {
@@ -53,11 +54,11 @@ Status RunPipeline(PipelinePlan* plan, std::ostream& out, std::vector<StageOutco
     request.stage_dir = pipeline.output_dir / stage.name;
     request.callbacks = &callbacks;
     if (stage.from_stage) {
-      request.parent_checkpoint = pipeline.output_dir / pipeline.stages[*stage.from_stage].name /
-                                  "final";
+      request.parent_checkpoint =
+          pipeline.output_dir / pipeline.stages[*stage.from_stage].name / "final";
     }
-    LOG(INFO) << "stage '" << stage.name << "': training " << stage_plan.total_steps
-              << " steps on " << stage.device.device;
+    LOG(INFO) << "stage '" << stage.name << "': training " << stage_plan.total_steps << " steps on "
+              << stage.device.device;
     ENGINE_ASSIGN_OR_RETURN(StageResult result, TrainStage(request));
     out << StageSummary(stage.name, result) << std::endl;
     if (outcomes != nullptr) outcomes->push_back({stage.name, result});

@@ -1,5 +1,5 @@
-// `engine run`: trains the stages of a checked plan in order, each into <output_dir>/<stage>/, handing
-// a stage's final weights to the stages that start from it.
+// `engine run`: trains the stages of a checked plan in order, each into <output_dir>/<stage>/,
+// handing a stage's final weights to the stages that start from it.
 #pragma once
 
 #include <ostream>

@@ -2,8 +2,8 @@
 //
 // Every event goes to every live callback in order. An error returned or thrown by a callback is
 // logged with the callback's name, the event and the step, then handled by its `on_error`:
-// DISABLE (the default) stops calling it, WARN keeps calling it, FAIL_STAGE makes Dispatch return the
-// error so the stage stops (after its last checkpoint, which stays valid).
+// DISABLE (the default) stops calling it, WARN keeps calling it, FAIL_STAGE makes Dispatch return
+// the error so the stage stops (after its last checkpoint, which stays valid).
 //
 // Thread safety: one thread at a time (the training thread).
 #pragma once

@@ -36,9 +36,9 @@ Status Publish(const std::filesystem::path& from, const std::filesystem::path& t
     }
     // No atomic exchange on this file system: move the old one aside first. A crash in between
     // leaves no directory under `to`, never a partial one.
-    const std::filesystem::path aside = to.parent_path() / ("." + to.filename().string() +
-                                                            ".tmp-old-" +
-                                                            std::to_string(::getpid()));
+    const std::filesystem::path aside =
+        to.parent_path() /
+        ("." + to.filename().string() + ".tmp-old-" + std::to_string(::getpid()));
     if (::rename(to.c_str(), aside.c_str()) != 0) {
       return IoError("cannot move '" + to.string() + "' aside: " + std::strerror(errno));
     }
@@ -79,17 +79,17 @@ Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents cont
     proto::TensorInfo* info = manifest.add_tensor();
     info->set_name(name);
     auto dtype = SafetensorsDtypeName(tensor.scalar_type());
-    info->set_dtype(dtype ? std::string(*dtype) : std::string(DtypeShortName(tensor.scalar_type())));
+    info->set_dtype(dtype ? std::string(*dtype)
+                          : std::string(DtypeShortName(tensor.scalar_type())));
     for (int64_t d : tensor.sizes()) info->add_shape(d);
     info->set_trainable(tensor.requires_grad());
   }
-  safetensors::Metadata model_metadata = {{"format", "pt"},
-                                          {"stage", manifest.stage()},
-                                          {"step", std::to_string(manifest.step())}};
+  safetensors::Metadata model_metadata = {
+      {"format", "pt"}, {"stage", manifest.stage()}, {"step", std::to_string(manifest.step())}};
   ENGINE_RETURN_IF_ERROR(safetensors::Write(temp / kModelFile, contents.model, model_metadata));
   if (!contents.optimizer.empty()) {
-    ENGINE_RETURN_IF_ERROR(safetensors::Write(temp / kOptimizerFile, contents.optimizer,
-                                              contents.optimizer_metadata));
+    ENGINE_RETURN_IF_ERROR(
+        safetensors::Write(temp / kOptimizerFile, contents.optimizer, contents.optimizer_metadata));
     manifest.mutable_optimizer()->set_state_file(kOptimizerFile);
   }
   std::string text;

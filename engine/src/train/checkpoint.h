@@ -4,9 +4,10 @@
 //   <dir>/optimizer.safetensors  optimizer slots ("<param>.exp_avg"), when saved
 //   <dir>/manifest.pbtxt         engine.proto.CheckpointManifest, protobuf text
 //
-// WriteCheckpoint builds the directory under a hidden temporary name beside `dir`, syncs every file,
-// then swaps it into place in one rename (replacing an older checkpoint of the same name, atomically).
-// A crash at any moment leaves either the old checkpoint or the new one, plus perhaps a hidden
+// WriteCheckpoint builds the directory under a hidden temporary name beside `dir`, syncs every
+// file, then swaps it into place in one rename (replacing an older checkpoint of the same name,
+// atomically). A crash at any moment leaves either the old checkpoint or the new one, plus perhaps
+// a hidden
 // ".<name>.tmp-*" directory that RemoveStaleTemporaries clears; ReadManifest never accepts one.
 #pragma once
 

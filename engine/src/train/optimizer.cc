@@ -107,9 +107,9 @@ class AdamW : public SlotOptimizer {
 class Sgd : public SlotOptimizer {
  public:
   Sgd(const proto::Optimizer::Sgd& config, std::vector<NamedParameter> parameters)
-      : SlotOptimizer(std::move(parameters),
-                      config.momentum() > 0 ? std::vector<std::string>{"momentum_buffer"}
-                                            : std::vector<std::string>{}),
+      : SlotOptimizer(std::move(parameters), config.momentum() > 0
+                                                 ? std::vector<std::string>{"momentum_buffer"}
+                                                 : std::vector<std::string>{}),
         config_(config) {}
 
   std::string algorithm() const override { return "sgd"; }

@@ -2,7 +2,8 @@
 //
 // Parameters are updated in place from their .grad(); a parameter without a gradient this step is
 // left alone, as in PyTorch. State tensors have the parameter's dtype and device and are named
-// "<parameter>.<slot>" ("head.weight.exp_avg"), so an optimizer checkpoint is a plain safetensors file.
+// "<parameter>.<slot>" ("head.weight.exp_avg"), so an optimizer checkpoint is a plain safetensors
+// file.
 //
 // Thread safety: one thread at a time.
 #pragma once

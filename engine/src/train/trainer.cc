@@ -87,8 +87,8 @@ class StageTrainer {
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
     result.eval_examples = plan_.eval_examples;
     result.final_checkpoint = request_.stage_dir / "final";
-    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(result.final_checkpoint, /*final=*/true,
-                                          result.eval_metrics));
+    ENGINE_RETURN_IF_ERROR(
+        SaveCheckpoint(result.final_checkpoint, /*final=*/true, result.eval_metrics));
     result.seconds = Seconds();
     Event end = MakeEvent(EventType::kStageEnd);
     end.metrics = result.eval_metrics;
@@ -370,16 +370,16 @@ class StageTrainer {
     return event;
   }
 
-  bool HasCallbacks() const { return request_.callbacks != nullptr && request_.callbacks->size() > 0; }
+  bool HasCallbacks() const {
+    return request_.callbacks != nullptr && request_.callbacks->size() > 0;
+  }
 
   Status Emit(const Event& event) {
     if (!HasCallbacks()) return Status::Ok();
     return request_.callbacks->Dispatch(event).WithContext(context_);
   }
 
-  double Seconds() const {
-    return std::chrono::duration<double>(Clock::now() - start_).count();
-  }
+  double Seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
   const StageRunRequest& request_;
   StagePlan& plan_;

@@ -1,13 +1,13 @@
-// One stage's training loop: batches, forward, backward, accumulation, clipping, the optimizer step,
-// evaluation, checkpoints and callback events, exactly as the stage's plan says.
+// One stage's training loop: batches, forward, backward, accumulation, clipping, the optimizer
+// step, evaluation, checkpoints and callback events, exactly as the stage's plan says.
 //
 // Counting follows the plan: a step is one optimizer update over gradient_accumulation_steps
 // micro-batches; micro-batches are weighted by the number of loss terms they hold, so accumulation
 // gives the gradient of the mean over the step's examples. The training order is a deterministic
 // shuffle from the stage seed and the epoch.
 //
-// On failure (a plugin error, a non-finite loss, a FAIL_STAGE callback) the error comes back with the
-// stage's context; checkpoints already written stay valid and nothing half-written is left.
+// On failure (a plugin error, a non-finite loss, a FAIL_STAGE callback) the error comes back with
+// the stage's context; checkpoints already written stay valid and nothing half-written is left.
 #pragma once
 
 #include <filesystem>
@@ -25,7 +25,8 @@ struct StageRunRequest {
   // <output_dir>/<stage name>
   std::filesystem::path stage_dir;
   CallbackRunner* callbacks = nullptr;
-  // The final checkpoint of the from_stage parent, empty when the stage starts from its model plugin.
+  // The final checkpoint of the from_stage parent, empty when the stage starts from its model
+  // plugin.
   std::filesystem::path parent_checkpoint;
 };
 

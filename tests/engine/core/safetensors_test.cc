@@ -22,8 +22,8 @@ using engine::testing::ReadText;
 using engine::testing::TempDir;
 
 // Writes raw bytes: an 8-byte little-endian header length, the header, then `data`.
-void WriteRaw(const std::filesystem::path& path, const std::string& header,
-              const std::string& data, uint64_t claimed_length = UINT64_MAX) {
+void WriteRaw(const std::filesystem::path& path, const std::string& header, const std::string& data,
+              uint64_t claimed_length = UINT64_MAX) {
   uint64_t n = claimed_length == UINT64_MAX ? header.size() : claimed_length;
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((n >> (8 * i)) & 0xff);
@@ -72,7 +72,8 @@ TEST(SafetensorsTest, HeaderFollowsTheFormat) {
   ASSERT_TRUE(Write(path, {{"b", at::randn({2})}, {"a", at::ones({3}, at::kHalf)}}).ok());
   const std::string bytes = ReadText(path);
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   EXPECT_EQ((8 + n) % 8, 0u) << "the data section starts 8-byte aligned";
   auto header = nlohmann::json::parse(bytes.substr(8, n));
   EXPECT_EQ(header["b"]["dtype"], "F32");
@@ -127,9 +128,9 @@ TEST(SafetensorsTest, LargeHeader) {
   TempDir dir;
   NamedTensors tensors;
   for (int i = 0; i < 3000; ++i) {
-    tensors.emplace_back("model.layers." + std::to_string(i) +
-                             ".self_attn.a_rather_long_projection_name.weight",
-                         at::full({2}, static_cast<double>(i), at::kFloat));
+    tensors.emplace_back(
+        "model.layers." + std::to_string(i) + ".self_attn.a_rather_long_projection_name.weight",
+        at::full({2}, static_cast<double>(i), at::kFloat));
   }
   const auto path = dir.path() / "big.safetensors";
   ASSERT_TRUE(Write(path, tensors).ok());
@@ -205,8 +206,7 @@ TEST(SafetensorsTest, RejectsCorruptHeaders) {
                           const std::string& fragment) {
     WriteRaw(path, header, data);
     const std::string error = ErrorOf(path);
-    EXPECT_NE(error.find(fragment), std::string::npos)
-        << "header " << header << " gave: " << error;
+    EXPECT_NE(error.find(fragment), std::string::npos) << "header " << header << " gave: " << error;
   };
   expect_error("{not json", eight, "not valid JSON");
   expect_error("[1,2]", "", "not an object");

@@ -75,10 +75,10 @@ TEST_F(PipelineLoaderTest, ReadsAGoodPipelineWithDefaults) {
 }
 
 TEST_F(PipelineLoaderTest, SyntaxErrorHasItsPosition) {
-  EXPECT_THAT(Errors("name: \"x\"\nstage {\n  name: \"a\"\n  model { plugin: \"mlp\" \n}\n"),
-              ::testing::ElementsAre(
-                  Prefix() + "6:1: error: Expected identifier, got: the end of the file "
-                             "(is a '}' missing?)"));
+  EXPECT_THAT(
+      Errors("name: \"x\"\nstage {\n  name: \"a\"\n  model { plugin: \"mlp\" \n}\n"),
+      ::testing::ElementsAre(Prefix() + "6:1: error: Expected identifier, got: the end of the file "
+                                        "(is a '}' missing?)"));
   EXPECT_THAT(Errors("name: \"x\" stage { name: 3 }"),
               ::testing::ElementsAre(HasSubstr(Prefix() + "1:25: error: Expected string")));
 }
@@ -118,12 +118,13 @@ TEST_F(PipelineLoaderTest, OptionsOfAnotherPluginsTypeAreRefused) {
 }
 
 TEST_F(PipelineLoaderTest, PluginOptionErrorsPointInsideTheOptions) {
-  auto errors = Errors("stage {\n  name: \"a\"\n  model { plugin: \"mlp\" }\n"
-                       "  data {\n    plugin: \"digits\"\n    options {\n"
-                       "      [type.googleapis.com/engine.plugins.DigitsOptions] {\n"
-                       "\tpath: \"x\"\n"
-                       "\t  eval_fraction: 1.5\n"
-                       "      }\n    }\n  }\n}\n");
+  auto errors = Errors(
+      "stage {\n  name: \"a\"\n  model { plugin: \"mlp\" }\n"
+      "  data {\n    plugin: \"digits\"\n    options {\n"
+      "      [type.googleapis.com/engine.plugins.DigitsOptions] {\n"
+      "\tpath: \"x\"\n"
+      "\t  eval_fraction: 1.5\n"
+      "      }\n    }\n  }\n}\n");
   ASSERT_EQ(errors.size(), 1u);
   // A tab counts to the next multiple of 8, as protobuf's tokenizer counts columns.
   EXPECT_EQ(errors[0], Prefix() +
@@ -152,7 +153,7 @@ TEST_F(PipelineLoaderTest, UnknownPluginListsWhatIsInstalled) {
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_EQ(errors[0], Prefix() +
                            "3:11: error: stage 'a': unknown model loader plugin 'digits'; "
-                           "installed model loaders: mlp ('digits' is a data loader)");
+                           "installed model loader plugins: mlp ('digits' is a data loader)");
   EXPECT_EQ(errors[1], Prefix() +
                            "5:15: error: stage 'a': unknown quantizer plugin 'nf4'; no quantizer "
                            "plugins are installed");
@@ -200,24 +201,27 @@ TEST_F(PipelineLoaderTest, BadValuesAreAllReportedWithPositions) {
 
 TEST_F(PipelineLoaderTest, CudaOnACpuOnlyLibTorchIsRefused) {
   if (compat::CudaAvailable()) GTEST_SKIP() << "this LibTorch has CUDA";
-  auto errors = Errors(std::string(kGoodStage).replace(
-      std::string(kGoodStage).find("  model"), 0, "  parallel { device: \"cuda\" }\n"));
+  auto errors = Errors(std::string(kGoodStage)
+                           .replace(std::string(kGoodStage).find("  model"), 0,
+                                    "  parallel { device: \"cuda\" }\n"));
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_THAT(errors[0], HasSubstr("parallel.device 'cuda' was requested, but this LibTorch"));
 }
 
 TEST_F(PipelineLoaderTest, StageNamesAndTheGraph) {
-  const std::string stage_a = "stage { name: \"a\" model { plugin: \"mlp\" } data { plugin: "
-                              "\"digits\" options { [type.googleapis.com/engine.plugins."
-                              "DigitsOptions] { path: \"x\" } } } ";
-  auto errors = Errors(stage_a + "}\n" + stage_a + "}\n" + stage_a +
-                       "after: \"nope\" from_stage: \"a\" }\n");
+  const std::string stage_a =
+      "stage { name: \"a\" model { plugin: \"mlp\" } data { plugin: "
+      "\"digits\" options { [type.googleapis.com/engine.plugins."
+      "DigitsOptions] { path: \"x\" } } } ";
+  auto errors =
+      Errors(stage_a + "}\n" + stage_a + "}\n" + stage_a + "after: \"nope\" from_stage: \"a\" }\n");
   ASSERT_EQ(errors.size(), 3u);
   EXPECT_EQ(errors[0], Prefix() + "2:9: error: stage name 'a' is used twice (first at line 1)");
   EXPECT_EQ(errors[1], Prefix() + "3:9: error: stage name 'a' is used twice (first at line 1)");
   EXPECT_EQ(errors[2], Prefix() + "3:146: error: stage 'a': `after` names an unknown stage 'nope'");
 
-  auto cycle = Errors(R"(stage { name: "a" after: "c" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
+  auto cycle = Errors(
+      R"(stage { name: "a" after: "c" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
 stage { name: "b" after: "a" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
 stage { name: "c" from_stage: "b" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
 stage { name: "bad/name" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
@@ -225,21 +229,24 @@ stage { name: "bad/name" model { plugin: "mlp" } data { plugin: "digits" options
   ASSERT_EQ(cycle.size(), 1u);
   EXPECT_THAT(cycle[0], HasSubstr("stage name 'bad/name' may only hold letters"));
 
-  auto only_cycle = Errors(R"(stage { name: "a" after: "c" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
+  auto only_cycle = Errors(
+      R"(stage { name: "a" after: "c" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
 stage { name: "b" after: "a" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
 stage { name: "c" from_stage: "b" model { plugin: "mlp" } data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } } }
 )");
   ASSERT_EQ(only_cycle.size(), 1u);
-  EXPECT_EQ(only_cycle[0], Prefix() + "1:1: error: the stages form a cycle: 'a' -> 'c' -> 'b' -> "
-                                      "'a' (each waits for the next)");
+  EXPECT_EQ(only_cycle[0], Prefix() +
+                               "1:1: error: the stages form a cycle: 'a' -> 'c' -> 'b' -> "
+                               "'a' (each waits for the next)");
 }
 
 TEST_F(PipelineLoaderTest, RunOrderFollowsDependenciesThenFileOrder) {
-  const std::string tail = " model { plugin: \"mlp\" } data { plugin: \"digits\" options { "
-                           "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"x\" } } "
-                           "} }\n";
-  auto p = Load("stage { name: \"late\" from_stage: \"early\"" + tail +
-                "stage { name: \"other\"" + tail + "stage { name: \"early\"" + tail);
+  const std::string tail =
+      " model { plugin: \"mlp\" } data { plugin: \"digits\" options { "
+      "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"x\" } } "
+      "} }\n";
+  auto p = Load("stage { name: \"late\" from_stage: \"early\"" + tail + "stage { name: \"other\"" +
+                tail + "stage { name: \"early\"" + tail);
   ASSERT_NE(p, nullptr) << diagnostics_.ToString();
   EXPECT_EQ(p->run_order, (std::vector<int>{1, 2, 0}));
   EXPECT_EQ(p->stages[0].from_stage, 2);
@@ -270,10 +277,11 @@ TEST_F(PipelineLoaderTest, PipelineNamedPluginLibraryMustLoad) {
 }
 
 TEST_F(PipelineLoaderTest, PipelinePluginPathAddsPlugins) {
-  auto p = Load("plugin_path: \"" + std::string(testing::kTestPluginDir) +
-                "/throwing_callback\"\n" + std::string(kGoodStage).replace(
-                    std::string(kGoodStage).rfind('}'), 1,
-                    "callback { plugin: \"throwing_callback\" on_error: WARN } }"));
+  auto p =
+      Load("plugin_path: \"" + std::string(testing::kTestPluginDir) + "/throwing_callback\"\n" +
+           std::string(kGoodStage)
+               .replace(std::string(kGoodStage).rfind('}'), 1,
+                        "callback { plugin: \"throwing_callback\" on_error: WARN } }"));
   ASSERT_NE(p, nullptr) << diagnostics_.ToString();
   ASSERT_EQ(p->stages[0].callbacks.size(), 1u);
   EXPECT_EQ(p->stages[0].callbacks[0].on_error, proto::CallbackRef::WARN);
@@ -292,9 +300,8 @@ stage { name: "a" data { plugin: "p" options { [type.googleapis.com/x.Unknown] {
   EXPECT_EQ(header.plugin_path(0), "dir");
   EXPECT_EQ(header.stage(0).data().options().type_url(), "type.googleapis.com/x.Unknown");
   std::vector<std::string> paths;
-  ForEachAny(header, [&](const std::string& path, const google::protobuf::Any&) {
-    paths.push_back(path);
-  });
+  ForEachAny(header,
+             [&](const std::string& path, const google::protobuf::Any&) { paths.push_back(path); });
   EXPECT_EQ(paths, std::vector<std::string>{"stage[0].data.options"});
   EXPECT_EQ(TypeNameFromUrl("type.googleapis.com/a.b.C"), "a.b.C");
 }

@@ -23,8 +23,8 @@ class PipelinePlanTest : public ::testing::Test {
     return "stage {\n  name: \"" + name + "\"\n  model { plugin: \"mlp\"" +
            (model_options.empty()
                 ? ""
-                : " options { [type.googleapis.com/engine.plugins.MlpOptions] { " +
-                      model_options + " } }") +
+                : " options { [type.googleapis.com/engine.plugins.MlpOptions] { " + model_options +
+                      " } }") +
            " }\n  data { plugin: \"digits\" options { "
            "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
            testing::DigitsDataPath().string() + "\" } } }\n" + extra + "\n}\n";
@@ -58,8 +58,9 @@ TEST_F(PipelinePlanTest, CountsStepsFromDataAndSchedule) {
   EXPECT_EQ(s.world_size, 1);
   EXPECT_EQ(s.eval_batch_size, 100);
 
-  plan = Plan(Stage("a", "schedule { epochs: 2 batch_size: 100 gradient_accumulation_steps: 4 "
-                         "drop_last: true eval_batch_size: 7 }"));
+  plan = Plan(Stage("a",
+                    "schedule { epochs: 2 batch_size: 100 gradient_accumulation_steps: 4 "
+                    "drop_last: true eval_batch_size: 7 }"));
   ASSERT_NE(plan, nullptr) << diagnostics_.ToString();
   EXPECT_EQ(plan->stages[0].micro_batches_per_epoch, 14);
   EXPECT_EQ(plan->stages[0].steps_per_epoch, 4);
@@ -96,8 +97,9 @@ TEST_F(PipelinePlanTest, ModelIsSizedFromTheDataAndCensused) {
 }
 
 TEST_F(PipelinePlanTest, TrainableSelection) {
-  auto plan = Plan(Stage("a", "trainable { include: \"head.*\" include: \"layers.*\" exclude: "
-                              "\"*.bias\" }"));
+  auto plan = Plan(Stage("a",
+                         "trainable { include: \"head.*\" include: \"layers.*\" exclude: "
+                         "\"*.bias\" }"));
   ASSERT_NE(plan, nullptr) << diagnostics_.ToString();
   const StagePlan& s = plan->stages[0];
   EXPECT_EQ(s.trainable_tensors, 2);
@@ -136,10 +138,10 @@ TEST_F(PipelinePlanTest, MissingDataFileIsReportedAtTheDataOptions) {
   data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "no/such.csv.gz" } } }
 })");
   EXPECT_EQ(plan, nullptr);
-  EXPECT_THAT(diagnostics_.ToString(),
-              HasSubstr("p.pbtxt:4:27: error: stage 'a' data loader 'digits': cannot open '" +
-                        (dir_.path() / "no/such.csv.gz").string() +
-                        "': No such file or directory"));
+  EXPECT_THAT(
+      diagnostics_.ToString(),
+      HasSubstr("p.pbtxt:4:27: error: stage 'a' data loader 'digits': cannot open '" +
+                (dir_.path() / "no/such.csv.gz").string() + "': No such file or directory"));
 }
 
 TEST_F(PipelinePlanTest, HandoffNeedsTheSameTensors) {
@@ -175,9 +177,10 @@ TEST_F(PipelinePlanTest, FingerprintFollowsMeaningNotSpelling) {
 }
 
 TEST_F(PipelinePlanTest, TextAndJsonShowThePlan) {
-  auto plan = Plan("name: \"demo\"\n" +
-                   Stage("a", "schedule { epochs: 2 batch_size: 64 }\ncallback { plugin: "
-                              "\"progress\" }"));
+  auto plan =
+      Plan("name: \"demo\"\n" + Stage("a",
+                                      "schedule { epochs: 2 batch_size: 64 }\ncallback { plugin: "
+                                      "\"progress\" }"));
   ASSERT_NE(plan, nullptr) << diagnostics_.ToString();
   const std::string text = PlanToText(*plan);
   EXPECT_THAT(text, HasSubstr("pipeline 'demo'"));

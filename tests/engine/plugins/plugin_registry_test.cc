@@ -20,8 +20,8 @@ std::string LoadError(const std::string& fixture) {
 }
 
 TEST(PluginLibraryTest, LoadsABuiltinPlugin) {
-  auto loaded = LoadPluginLibrary(std::filesystem::path(testing::kBuiltinPluginDir) /
-                                  "engine_digits.so");
+  auto loaded =
+      LoadPluginLibrary(std::filesystem::path(testing::kBuiltinPluginDir) / "engine_digits.so");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_EQ(loaded->name, "digits");
   EXPECT_EQ(loaded->kind, PluginKind::kDataLoader);

@@ -34,8 +34,7 @@ Event Step(int64_t step) {
 TEST(CallbackRunnerTest, DisableStopsCallingAFailingCallback) {
   int failing = 0, healthy = 0;
   CallbackRunner runner;
-  runner.Add("failing", std::make_unique<Recorder>(&failing, 2, true),
-             proto::CallbackRef::DISABLE);
+  runner.Add("failing", std::make_unique<Recorder>(&failing, 2, true), proto::CallbackRef::DISABLE);
   runner.Add("healthy", std::make_unique<Recorder>(&healthy), proto::CallbackRef::DISABLE);
   for (int step = 1; step <= 5; ++step) EXPECT_TRUE(runner.Dispatch(Step(step)).ok());
   EXPECT_EQ(failing, 2);
@@ -55,8 +54,7 @@ TEST(CallbackRunnerTest, WarnKeepsCalling) {
 TEST(CallbackRunnerTest, FailStageReturnsTheErrorWithContext) {
   int calls = 0;
   CallbackRunner runner;
-  runner.Add("strict", std::make_unique<Recorder>(&calls, 2, true),
-             proto::CallbackRef::FAIL_STAGE);
+  runner.Add("strict", std::make_unique<Recorder>(&calls, 2, true), proto::CallbackRef::FAIL_STAGE);
   EXPECT_TRUE(runner.Dispatch(Step(1)).ok());
   Status s = runner.Dispatch(Step(2));
   ASSERT_FALSE(s.ok());

@@ -36,9 +36,8 @@ TEST(CheckpointTest, WritesWeightsOptimizerAndManifest) {
   CheckpointContents c = Contents(7);
   at::Tensor w = c.model[0].second;
   ASSERT_TRUE(WriteCheckpoint(ckpt, c).ok());
-  EXPECT_EQ(Listing(ckpt),
-            (std::vector<std::string>{"manifest.pbtxt", "model.safetensors",
-                                      "optimizer.safetensors"}));
+  EXPECT_EQ(Listing(ckpt), (std::vector<std::string>{"manifest.pbtxt", "model.safetensors",
+                                                     "optimizer.safetensors"}));
   auto manifest = ReadManifest(ckpt);
   ASSERT_TRUE(manifest.ok()) << manifest.status().message();
   EXPECT_EQ(manifest->format_version(), kCheckpointFormatVersion);

@@ -47,8 +47,8 @@ class TrainerTest : public ::testing::Test {
     } else {
       EXPECT_TRUE(s.ok()) << s.message();
     }
-    auto weights = safetensors::File::Open(dir_.path() / "out" / tag / stage / "final" /
-                                           kModelFile);
+    auto weights =
+        safetensors::File::Open(dir_.path() / "out" / tag / stage / "final" / kModelFile);
     if (!weights.ok()) return {};
     return *(*weights)->GetAll();
   }
@@ -83,12 +83,16 @@ TEST_F(TrainerTest, SameSeedSameWeightsBitForBit) {
 
 TEST_F(TrainerTest, AccumulationEqualsTheLargerBatch) {
   // 1,438 examples: 23 steps of 64 either way, the last one of 30 examples.
-  auto big = Run("big", Stage("s", "schedule { epochs: 1 batch_size: 64 } "
-                                   "optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 }"),
+  auto big = Run("big",
+                 Stage("s",
+                       "schedule { epochs: 1 batch_size: 64 } "
+                       "optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 }"),
                  "s");
-  auto accumulated = Run("acc", Stage("s", "schedule { epochs: 1 batch_size: 32 "
-                                           "gradient_accumulation_steps: 2 } "
-                                           "optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 }"),
+  auto accumulated = Run("acc",
+                         Stage("s",
+                               "schedule { epochs: 1 batch_size: 32 "
+                               "gradient_accumulation_steps: 2 } "
+                               "optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 }"),
                          "s");
   ASSERT_EQ(outcomes_[0].result.steps, 23);
   ASSERT_EQ(outcomes_[1].result.steps, 23);
@@ -111,8 +115,10 @@ TEST_F(TrainerTest, LearnsTheDigits) {
 }
 
 TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
-  Run("periodic", Stage("s", "schedule { max_steps: 50 checkpoint_every_steps: 10 } "
-                             "checkpoint { keep_last: 2 }"),
+  Run("periodic",
+      Stage("s",
+            "schedule { max_steps: 50 checkpoint_every_steps: 10 } "
+            "checkpoint { keep_last: 2 }"),
       "s");
   const auto dir = dir_.path() / "out" / "periodic" / "s";
   std::vector<std::string> names;
@@ -128,11 +134,12 @@ TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
 
 TEST_F(TrainerTest, FromStageStartsFromTheParentsFinalWeights) {
   const std::string text = Stage("first", "schedule { max_steps: 30 }") +
-                           Stage("second", "from_stage: \"first\" schedule { max_steps: 1 } "
-                                           "optimizer { sgd {} learning_rate: 1e-9 }");
+                           Stage("second",
+                                 "from_stage: \"first\" schedule { max_steps: 1 } "
+                                 "optimizer { sgd {} learning_rate: 1e-9 }");
   auto second = Run("handoff", text, "second");
-  auto first = *(*safetensors::File::Open(dir_.path() / "out/handoff/first/final" / kModelFile))
-                    ->GetAll();
+  auto first =
+      *(*safetensors::File::Open(dir_.path() / "out/handoff/first/final" / kModelFile))->GetAll();
   // One step at a vanishing learning rate: the second stage ends where the first did.
   ExpectSameWeights(first, second, /*bitwise=*/false, 1e-6);
   auto manifest = ReadManifest(dir_.path() / "out/handoff/second/final");

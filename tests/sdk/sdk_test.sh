@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The SDK as a third party uses it: install the engine, build examples/hello_callback against the
+# installed package with find_package(Engine), then load the plugin and train with it.
+#   sdk_test.sh <source dir> <build dir>
+set -euo pipefail
+src=$1
+build=$2
+work=$(mktemp -d)
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
+
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+test -x "$work/prefix/bin/engine"
+test -f "$work/prefix/include/engine/plugin.h"
+test -f "$work/prefix/include/engine/pipeline.pb.h"
+libdir=$(dirname "$(find "$work/prefix" -name libengine.so | head -n 1)")
+test -f "$libdir/engine/plugins/engine_digits.so"
+
+cmake -S "$src/examples/hello_callback" -B "$work/hello" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/hello" >/dev/null
+plugin=$(find "$work/hello" -name engine_hello.so)
+test -n "$plugin"
+
+engine=$work/prefix/bin/engine
+export ENGINE_PLUGIN_PATH=$(dirname "$plugin")
+listing=$("$engine" plugins)
+echo "$listing"
+grep -q "^hello .*callback .*1.0.0 .*engine_hello.so" <<<"$listing"
+grep -q "engine_digits.so" <<<"$listing"   # the installed engine finds its built-in plugins
+"$engine" plugins describe hello | grep -q 'greeting: "hello"'
+
+cat >"$work/p.pbtxt" <<PIPELINE
+output_dir: "out"
+stage {
+  name: "greeted"
+  model { plugin: "mlp" }
+  data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "$src/data/digits.csv.gz" } } }
+  schedule { max_steps: 5 }
+  callback { plugin: "hello" options { [type.googleapis.com/hello.HelloOptions] { greeting: "good morning" } } }
+}
+PIPELINE
+out=$("$engine" run "$work/p.pbtxt")
+echo "$out"
+grep -q "good morning, stage 'greeted'" <<<"$out"
+grep -q "stage 'greeted' ended with eval/accuracy" <<<"$out"
+test -f "$work/out/greeted/final/manifest.pbtxt"
+
+sed -i 's/good morning//' "$work/p.pbtxt"
+if "$engine" check "$work/p.pbtxt" 2>"$work/err"; then
+  echo "an empty greeting was accepted" >&2
+  exit 1
+fi
+grep -q "p.pbtxt:7:83: error: stage .greeted. callback 'hello': options.greeting: must not be empty" "$work/err"
+echo "SDK OK"
