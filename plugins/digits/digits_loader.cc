@@ -13,10 +13,10 @@
 #include <cmath>
 #include <cstring>
 #include <random>
-#include <sstream>
 
 #include "digits_options.pb.h"
 #include "engine/data.h"
+#include "engine/format.h"
 #include "engine/hash.h"
 
 namespace engine::plugins {
@@ -24,21 +24,6 @@ namespace {
 
 constexpr int kPixels = 64;
 constexpr int kClasses = 10;
-
-std::string WithThousands(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
-std::string Number(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
 
 // Reads a plain or gzip-compressed file (zlib reads both).
 StatusOr<std::string> ReadMaybeCompressed(const std::filesystem::path& path) {
@@ -117,7 +102,7 @@ class DigitsLoader : public DataLoaderPlugin {
     const auto& options = OptionsAs<DigitsOptions>(message);
     if (!(options.eval_fraction() >= 0 && options.eval_fraction() < 1)) {
       errors->Add("eval_fraction",
-                  "must be in [0, 1) (got " + Number(options.eval_fraction()) + ")");
+                  "must be in [0, 1) (got " + FormatNumber(options.eval_fraction()) + ")");
     }
   }
 

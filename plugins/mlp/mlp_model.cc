@@ -14,8 +14,8 @@
 #include <torch/nn/modules/linear.h>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "engine/format.h"
 #include "engine/model.h"
 #include "mlp_options.pb.h"
 
@@ -137,9 +137,7 @@ class MlpLoader : public ModelLoaderPlugin {
       }
     }
     if (!(options.dropout() >= 0 && options.dropout() < 1)) {
-      std::ostringstream got;
-      got << options.dropout();
-      errors->Add("dropout", "must be in [0, 1) (got " + got.str() + ")");
+      errors->Add("dropout", "must be in [0, 1) (got " + FormatNumber(options.dropout()) + ")");
     }
   }
 

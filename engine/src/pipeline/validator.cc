@@ -7,10 +7,10 @@
 #include <functional>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "core/glob.h"
 #include "core/guarded_call.h"
+#include "engine/format.h"
 #include "engine/options.pb.h"
 
 namespace engine {
@@ -156,39 +156,39 @@ class StageChecker {
     if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
       Error(p + ".learning_rate", where +
                                       "optimizer.learning_rate must be a positive number (got " +
-                                      Num(o.learning_rate()) + ")");
+                                      FormatNumber(o.learning_rate()) + ")");
     }
     if (!(o.max_grad_norm() >= 0) || !std::isfinite(o.max_grad_norm())) {
       Error(p + ".max_grad_norm", where +
                                       "optimizer.max_grad_norm must be >= 0 (0 turns clipping "
                                       "off; got " +
-                                      Num(o.max_grad_norm()) + ")");
+                                      FormatNumber(o.max_grad_norm()) + ")");
     }
     if (o.has_adamw()) {
       const auto& a = o.adamw();
       CheckUnitInterval(a.beta1(), p + ".adamw.beta1", where + "optimizer.adamw.beta1");
       CheckUnitInterval(a.beta2(), p + ".adamw.beta2", where + "optimizer.adamw.beta2");
       if (!(a.epsilon() > 0)) {
-        Error(p + ".adamw.epsilon",
-              where + "optimizer.adamw.epsilon must be > 0 (got " + Num(a.epsilon()) + ")");
+        Error(p + ".adamw.epsilon", where + "optimizer.adamw.epsilon must be > 0 (got " +
+                                        FormatNumber(a.epsilon()) + ")");
       }
       if (!(a.weight_decay() >= 0)) {
         Error(p + ".adamw.weight_decay", where + "optimizer.adamw.weight_decay must be >= 0 (got " +
-                                             Num(a.weight_decay()) + ")");
+                                             FormatNumber(a.weight_decay()) + ")");
       }
     }
     if (o.has_sgd()) {
       const auto& s = o.sgd();
       if (!(s.momentum() >= 0 && s.momentum() < 1)) {
-        Error(p + ".sgd.momentum",
-              where + "optimizer.sgd.momentum must be in [0, 1) (got " + Num(s.momentum()) + ")");
+        Error(p + ".sgd.momentum", where + "optimizer.sgd.momentum must be in [0, 1) (got " +
+                                       FormatNumber(s.momentum()) + ")");
       }
       if (s.nesterov() && !(s.momentum() > 0)) {
         Error(p + ".sgd.nesterov", where + "optimizer.sgd.nesterov needs a momentum > 0");
       }
       if (!(s.weight_decay() >= 0)) {
         Error(p + ".sgd.weight_decay", where + "optimizer.sgd.weight_decay must be >= 0 (got " +
-                                           Num(s.weight_decay()) + ")");
+                                           FormatNumber(s.weight_decay()) + ")");
       }
     }
     const proto::LrSchedule& lr = o.lr_schedule();
@@ -201,7 +201,7 @@ class StageChecker {
     if (!(lr.min_lr_ratio() >= 0 && lr.min_lr_ratio() <= 1)) {
       Error(p + ".lr_schedule.min_lr_ratio",
             where + "optimizer.lr_schedule.min_lr_ratio must be in [0, 1] (got " +
-                Num(lr.min_lr_ratio()) + ")");
+                FormatNumber(lr.min_lr_ratio()) + ")");
     } else if (lr.min_lr_ratio() > 0 && lr.kind() != proto::LrSchedule::COSINE) {
       Error(p + ".lr_schedule.min_lr_ratio",
             where + "optimizer.lr_schedule.min_lr_ratio only applies to kind COSINE");
@@ -209,7 +209,7 @@ class StageChecker {
   }
 
   void CheckUnitInterval(double v, const std::string& path, const std::string& what) {
-    if (!(v >= 0 && v < 1)) Error(path, what + " must be in [0, 1) (got " + Num(v) + ")");
+    if (!(v >= 0 && v < 1)) Error(path, what + " must be in [0, 1) (got " + FormatNumber(v) + ")");
   }
 
   void CheckSchedule(const proto::Stage& stage, const std::string& path, const std::string& name) {
@@ -245,12 +245,6 @@ class StageChecker {
     };
     check(stage.trainable().include(), "include");
     check(stage.trainable().exclude(), "exclude");
-  }
-
-  static std::string Num(double v) {
-    std::ostringstream out;
-    out << v;
-    return out.str();
   }
 
  private:
@@ -451,28 +445,22 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     }
     checker.Bind(PluginKind::kPrecisionPolicy, stage.has_precision() ? &stage.precision() : nullptr,
                  path + ".precision", s.name, "fp32", &s.precision);
+    // Quantizers and adapters are named in the language already; binding them still reports unknown
+    // plugins and bad options, but no interface exists yet to apply one.
+    auto refuse = [&](PluginKind kind, const proto::PluginRef& ref, const std::string& ref_path) {
+      ResolvedPluginRef bound;
+      if (!checker.Bind(kind, &ref, ref_path, s.name, "", &bound)) return;
+      const std::string title(PluginKindTitle(kind));
+      checker.Error(ref_path, "stage '" + s.name + "': " + title +
+                                  " plugins cannot be applied by this engine version (plugin API " +
+                                  std::to_string(ENGINE_PLUGIN_API_VERSION) + " has no " + title +
+                                  " interface)");
+    };
     if (stage.has_quantizer()) {
-      ResolvedPluginRef ignored;
-      if (checker.Bind(PluginKind::kQuantizer, &stage.quantizer(), path + ".quantizer", s.name, "",
-                       &ignored)) {
-        checker.Error(path + ".quantizer", "stage '" + s.name +
-                                               "': quantizer plugins cannot be applied by this "
-                                               "engine version (plugin API " +
-                                               std::to_string(ENGINE_PLUGIN_API_VERSION) +
-                                               " has no quantizer interface)");
-      }
+      refuse(PluginKind::kQuantizer, stage.quantizer(), path + ".quantizer");
     }
     for (int a = 0; a < stage.adapter_size(); ++a) {
-      ResolvedPluginRef ignored;
-      const std::string adapter_path = path + ".adapter[" + std::to_string(a) + "]";
-      if (checker.Bind(PluginKind::kAdapter, &stage.adapter(a), adapter_path, s.name, "",
-                       &ignored)) {
-        checker.Error(adapter_path, "stage '" + s.name +
-                                        "': adapter plugins cannot be applied by this engine "
-                                        "version (plugin API " +
-                                        std::to_string(ENGINE_PLUGIN_API_VERSION) +
-                                        " has no adapter interface)");
-      }
+      refuse(PluginKind::kAdapter, stage.adapter(a), path + ".adapter[" + std::to_string(a) + "]");
     }
     for (int c = 0; c < stage.callback_size(); ++c) {
       ResolvedCallback callback;

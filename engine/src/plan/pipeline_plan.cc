@@ -5,37 +5,31 @@
 
 #include <cmath>
 #include <map>
-#include <sstream>
 
 #include "core/fingerprint.h"
 #include "core/glob.h"
 #include "core/guarded_call.h"
 #include "engine/dtype.h"
+#include "engine/format.h"
 #include "engine/hash.h"
 
 namespace engine {
 namespace {
 
-std::string FormatDouble(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
 std::string OptimizerSummary(const proto::Optimizer& o) {
   std::string out;
   if (o.has_sgd()) {
     const auto& s = o.sgd();
-    out = "sgd lr " + FormatDouble(o.learning_rate());
+    out = "sgd lr " + FormatNumber(o.learning_rate());
     if (s.momentum() > 0) {
-      out += ", momentum " + FormatDouble(s.momentum()) + (s.nesterov() ? " (nesterov)" : "");
+      out += ", momentum " + FormatNumber(s.momentum()) + (s.nesterov() ? " (nesterov)" : "");
     }
-    if (s.weight_decay() > 0) out += ", weight decay " + FormatDouble(s.weight_decay());
+    if (s.weight_decay() > 0) out += ", weight decay " + FormatNumber(s.weight_decay());
   } else {
     const auto& a = o.adamw();
-    out = "adamw lr " + FormatDouble(o.learning_rate()) + ", betas " + FormatDouble(a.beta1()) +
-          "/" + FormatDouble(a.beta2()) + ", eps " + FormatDouble(a.epsilon()) + ", weight decay " +
-          FormatDouble(a.weight_decay());
+    out = "adamw lr " + FormatNumber(o.learning_rate()) + ", betas " + FormatNumber(a.beta1()) +
+          "/" + FormatNumber(a.beta2()) + ", eps " + FormatNumber(a.epsilon()) + ", weight decay " +
+          FormatNumber(a.weight_decay());
   }
   const auto& lr = o.lr_schedule();
   switch (lr.kind()) {
@@ -47,10 +41,10 @@ std::string OptimizerSummary(const proto::Optimizer& o) {
       break;
     case proto::LrSchedule::COSINE:
       out += "; warm-up " + std::to_string(lr.warmup_steps()) + " steps, cosine to " +
-             FormatDouble(lr.min_lr_ratio()) + "x";
+             FormatNumber(lr.min_lr_ratio()) + "x";
       break;
   }
-  out += o.max_grad_norm() > 0 ? "; clip grad norm at " + FormatDouble(o.max_grad_norm())
+  out += o.max_grad_norm() > 0 ? "; clip grad norm at " + FormatNumber(o.max_grad_norm())
                                : "; no gradient clipping";
   return out;
 }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/dtype.h"
+#include "engine/format.h"
 
 namespace engine {
 namespace {
@@ -32,12 +33,6 @@ std::string PadLeft(std::string s, size_t width) {
   return s;
 }
 
-std::string EpochsText(double epochs) {
-  std::ostringstream out;
-  out << epochs;
-  return out.str();
-}
-
 std::string EvalText(const StagePlan& s) {
   const auto every = s.stage->config->schedule().eval_every_steps();
   std::string out =
@@ -60,16 +55,6 @@ std::string CheckpointText(const StagePlan& s) {
 }
 
 }  // namespace
-
-std::string WithThousands(int64_t value) {
-  std::string digits = std::to_string(value < 0 ? -value : value);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return value < 0 ? "-" + out : out;
-}
 
 std::string HumanBytes(int64_t bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
@@ -119,7 +104,7 @@ std::string PlanToText(const PipelinePlan& plan) {
         << WithThousands(s.train_examples) << " train / " << WithThousands(s.eval_examples)
         << " eval examples; " << s.dataset->spec().ToString() << "\n";
     out << "              " << s.dataset->description() << "\n";
-    out << "  steps       " << EpochsText(s.epochs) << " epoch(s) x " << s.steps_per_epoch
+    out << "  steps       " << FormatNumber(s.epochs) << " epoch(s) x " << s.steps_per_epoch
         << " steps = " << WithThousands(s.total_steps) << " steps; " << s.batch_size
         << " examples x " << s.gradient_accumulation_steps << " accumulation x " << s.world_size
         << " device = " << s.global_batch << " examples per step\n";

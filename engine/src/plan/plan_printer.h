@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/format.h"
 #include "plan/pipeline_plan.h"
 
 namespace engine {
@@ -11,8 +12,6 @@ namespace engine {
 std::string PlanToText(const PipelinePlan& plan);
 nlohmann::json PlanToJson(const PipelinePlan& plan);
 
-// "26,122".
-std::string WithThousands(int64_t value);
 // "104.5 KB".
 std::string HumanBytes(int64_t bytes);
 
