@@ -2,9 +2,19 @@
 #include "plugins/plugin_library.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/dll/shared_library.hpp>
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -94,6 +104,86 @@ Status CheckManifest(const EnginePluginManifest& m) {
   return Status::Ok();
 }
 
+constexpr int kProbeLoaded = 0;
+constexpr int kProbeRefused = 3;
+constexpr int kProbeThrew = 4;
+
+// Opens the library once in a forked child first. Static initialisers run at dlopen, before any
+// manifest can be read, and some failures there abort the whole process: protobuf does so when two
+// libraries define the same .proto file or message name. In a child that costs only the child.
+Status ProbeInChild(const std::filesystem::path& path, const std::string& where) {
+  const char* skip = std::getenv("ENGINE_PLUGIN_PROBE");
+  if (skip != nullptr && std::string(skip) == "0") return Status::Ok();
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Status::Ok();  // cannot probe; load directly
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    return Status::Ok();
+  }
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], 2);
+    const int null_fd = ::open("/dev/null", O_WRONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 1);
+    // An exception thrown by a static initialiser comes out of dlopen; it must not unwind into the
+    // caller's code in the child.
+    try {
+      void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      ::_exit(handle != nullptr ? kProbeLoaded : kProbeRefused);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+    } catch (...) {
+    }
+    ::_exit(kProbeThrew);
+  }
+  ::close(pipe_fds[1]);
+  std::string said;
+  char buffer[4096];
+  struct pollfd poll_fd = {pipe_fds[0], POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool timed_out = false;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    const int ready = ::poll(&poll_fd, 1, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    const ssize_t n = ::read(pipe_fds[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    said.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    return FailedPreconditionError("loading " + where +
+                                   " did not finish within 60 s (its static initialisers hang)");
+  }
+  if (WIFEXITED(status) &&
+      (WEXITSTATUS(status) == kProbeLoaded || WEXITSTATUS(status) == kProbeRefused)) {
+    return Status::Ok();  // a refusal is reported, with dlerror's reason, by the real load
+  }
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  if (said.size() > 600) said = "..." + said.substr(said.size() - 600);
+  return FailedPreconditionError(
+      "loading " + where + " crashed (" +
+      (WIFSIGNALED(status) ? std::string(::strsignal(WTERMSIG(status)))
+                           : std::string("an exception escaped")) +
+      ") while its static initialisers ran, so it was not loaded" +
+      (said.empty() ? std::string() : "; it said: " + said) +
+      ". Two plugins whose .proto files share a file name or a message name cause this");
+}
+
 }  // namespace
 
 StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
@@ -106,6 +196,7 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
   if (fs_error) canonical = std::filesystem::absolute(path);
 
+  ENGINE_RETURN_IF_ERROR(ProbeInChild(canonical, where));
   boost::dll::shared_library library;
   boost::dll::fs::error_code load_error;
   ::dlerror();  // clear any earlier message

@@ -85,6 +85,22 @@ TEST(PluginLibraryTest, KindMustMatchTheManifest) {
       << error;
 }
 
+TEST(PluginLibraryTest, ProtoClashAbortsOnlyTheProbeNotTheEngine) {
+  PluginRegistry registry;
+  ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
+  Status clash = registry.LoadLibrary(Fixture("proto_clash"));
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.message().find("engine_proto_clash.so"), std::string::npos) << clash.message();
+  EXPECT_NE(clash.message().find("crashed ("), std::string::npos) << clash.message();
+  EXPECT_NE(clash.message().find(") while its static initialisers ran"),
+            std::string::npos)
+      << clash.message();
+  EXPECT_NE(clash.message().find("digits_options.proto"), std::string::npos) << clash.message();
+  // This process is intact and still has the built-in plugin.
+  EXPECT_NE(registry.Find(PluginKind::kDataLoader, "digits"), nullptr);
+  EXPECT_EQ(registry.Find(PluginKind::kDataLoader, "proto_clash"), nullptr);
+}
+
 TEST(PluginLibraryTest, MissingFile) {
   auto loaded = LoadPluginLibrary("/nonexistent/engine_x.so");
   ASSERT_FALSE(loaded.ok());
