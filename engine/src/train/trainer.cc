@@ -276,21 +276,19 @@ class StageTrainer {
     return metrics;
   }
 
+  // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
+  // never deleted here.
   Status SavePeriodicCheckpoint() {
     char name[32];
     std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step_));
-    const std::filesystem::path parent = request_.stage_dir / "checkpoints";
-    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(parent / name, /*final=*/false, {}));
+    const std::filesystem::path dir = request_.stage_dir / "checkpoints" / name;
+    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(dir, /*final=*/false, {}));
+    periodic_.push_back(dir);
     const uint32_t keep = config_.checkpoint().keep_last();
-    if (keep == 0) return Status::Ok();
-    std::vector<std::filesystem::path> existing;
-    std::error_code ec;
-    for (const auto& item : std::filesystem::directory_iterator(parent, ec)) {
-      if (item.path().filename().string().rfind("step-", 0) == 0) existing.push_back(item.path());
-    }
-    std::sort(existing.begin(), existing.end());
-    for (size_t i = 0; i + keep < existing.size(); ++i) {
-      std::filesystem::remove_all(existing[i], ec);
+    while (keep > 0 && periodic_.size() > keep) {
+      std::error_code ec;
+      std::filesystem::remove_all(periodic_.front(), ec);
+      periodic_.erase(periodic_.begin());
     }
     return Status::Ok();
   }
@@ -392,6 +390,7 @@ class StageTrainer {
 
   std::vector<NamedParameter> trainable_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::filesystem::path> periodic_;
   int64_t step_ = 0;
   int64_t epoch_ = 0;
   int64_t examples_ = 0;

@@ -130,6 +130,20 @@ TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
   EXPECT_EQ(ReadManifest(dir / "checkpoints" / "step-00000040")->step(), 40u);
   EXPECT_FALSE(ReadManifest(dir / "checkpoints" / "step-00000040")->final());
   EXPECT_EQ(ReadManifest(dir / "final")->step(), 50u);
+
+  // A second run keeps its own newest one; it never deletes what it did not write.
+  Run("periodic",
+      Stage("s",
+            "schedule { max_steps: 25 checkpoint_every_steps: 10 } "
+            "checkpoint { keep_last: 1 }"),
+      "s");
+  names.clear();
+  for (const auto& item : std::filesystem::directory_iterator(dir / "checkpoints")) {
+    names.push_back(item.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000020", "step-00000030", "step-00000040"}));
+  EXPECT_EQ(ReadManifest(dir / "final")->step(), 25u);
 }
 
 TEST_F(TrainerTest, FromStageStartsFromTheParentsFinalWeights) {
