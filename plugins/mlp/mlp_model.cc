@@ -17,6 +17,7 @@
 
 #include "engine/format.h"
 #include "engine/model.h"
+#include "engine/precision_context.h"
 #include "mlp_options.pb.h"
 
 namespace engine::plugins {
@@ -30,6 +31,8 @@ struct MlpConfig {
   double dropout = 0;
   std::string input_field;
   std::string label_field;
+  bool head_compute_fp32 = false;
+  at::ScalarType param_dtype = at::kFloat;
 };
 
 class MlpModule : public torch::nn::Module {
@@ -42,9 +45,14 @@ class MlpModule : public torch::nn::Module {
       width = units;
     }
     head_ = register_module("head", torch::nn::Linear(width, config.num_classes));
+    if (!layers_->is_empty()) first_weight_ = layers_[0]->as<torch::nn::Linear>()->weight;
+    if (config.param_dtype != at::kFloat) to(config.param_dtype);
   }
 
-  at::ScalarType head_dtype() const { return head_->weight.scalar_type(); }
+  // The dtype the first layer's weights are stored in; inputs are cast to it.
+  at::ScalarType input_dtype() const {
+    return first_weight_.defined() ? first_weight_.scalar_type() : head_->weight.scalar_type();
+  }
 
   at::Tensor forward(at::Tensor x) {
     x = x.reshape({x.size(0), -1});
@@ -64,13 +72,17 @@ class MlpModule : public torch::nn::Module {
       }
       if (config_.dropout > 0) x = at::dropout(x, config_.dropout, is_training());
     }
-    return head_->forward(x);
+    if (!config_.head_compute_fp32) return head_->forward(x);
+    // Declared to the plan: the head computes in f32 whatever the autocast dtype.
+    auto scope = PrecisionContext::None().Enter();
+    return head_->forward(x.to(at::kFloat));
   }
 
  private:
   MlpConfig config_;
   torch::nn::ModuleList layers_{nullptr};
   torch::nn::Linear head_{nullptr};
+  at::Tensor first_weight_;  // shares the first layer's parameter, whatever its dtype becomes
 };
 
 class MlpModel : public Model {
@@ -88,7 +100,7 @@ class MlpModel : public Model {
                                   config_.label_field + "'");
     }
     at::Tensor x = input->second;
-    const auto parameter_dtype = module_->head_dtype();
+    const auto parameter_dtype = module_->input_dtype();
     if (x.scalar_type() != parameter_dtype) x = x.to(parameter_dtype);
     at::Tensor logits = module_->forward(x);
     ModelOutput out;
@@ -104,6 +116,11 @@ class MlpModel : public Model {
 
   std::string architecture() const override { return "mlp"; }
 
+  std::vector<ComputeDeclaration> compute_declarations() const override {
+    if (!config_.head_compute_fp32) return {};
+    return {{"head.*", at::kFloat, "the mlp's head_compute_fp32 option"}};
+  }
+
   std::string config_json() const override {
     static const char* kActivations[] = {"relu", "gelu", "tanh"};
     nlohmann::json j = {{"architecture", "mlp"},
@@ -113,7 +130,8 @@ class MlpModel : public Model {
                         {"activation", kActivations[config_.activation]},
                         {"dropout", config_.dropout},
                         {"input_field", config_.input_field},
-                        {"label_field", config_.label_field}};
+                        {"label_field", config_.label_field},
+                        {"head_compute_fp32", config_.head_compute_fp32}};
     return j.dump();
   }
 
@@ -175,6 +193,10 @@ class MlpLoader : public ModelLoaderPlugin {
     config.dropout = options.dropout();
     config.input_field = options.input_field();
     config.label_field = options.label_field();
+    config.head_compute_fp32 = options.head_compute_fp32();
+    config.param_dtype = options.param_dtype() == MlpOptions::BF16  ? at::kBFloat16
+                         : options.param_dtype() == MlpOptions::F16 ? at::kHalf
+                                                                    : at::kFloat;
     return std::unique_ptr<Model>(new MlpModel(std::move(config)));
   }
 };

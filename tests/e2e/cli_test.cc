@@ -55,10 +55,13 @@ TEST(CliTest, WrongCommandLinesExitWithTwo) {
 TEST(CliTest, PluginsListsTheBuiltins) {
   auto r = RunEngine({"plugins"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("NAME      KIND              VERSION  LIBRARY"));
+  EXPECT_THAT(r.out, HasSubstr("NAME        KIND              VERSION  LIBRARY"));
   for (const std::string line :
-       {"mlp       model_loader      0.1.0    ", "digits    data_loader       0.1.0    ",
-        "fp32      precision_policy  0.1.0    ", "progress  callback          0.1.0    "}) {
+       {"mlp         model_loader      0.1.0    ", "digits      data_loader       0.1.0    ",
+        "auto        precision_policy  0.1.0    ", "bf16-mixed  precision_policy  0.1.0    ",
+        "bf16-true   precision_policy  0.1.0    ", "fp16-mixed  precision_policy  0.1.0    ",
+        "fp16-true   precision_policy  0.1.0    ", "fp32        precision_policy  0.1.0    ",
+        "progress    callback          0.1.0    "}) {
     EXPECT_THAT(r.out, HasSubstr(line));
   }
   EXPECT_THAT(r.out, HasSubstr(std::string(testing::kBuiltinPluginDir) + "/engine_mlp.so"));
@@ -103,8 +106,10 @@ TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
   EXPECT_EQ(check.exit_code, 0) << check.err;
 
   auto fp32 = RunEngine({"plugins", "describe", "fp32"});
-  EXPECT_THAT(fp32.out, HasSubstr("options: none"));
-  EXPECT_THAT(fp32.out, HasSubstr("precision {\n    plugin: \"fp32\"\n  }"));
+  EXPECT_THAT(fp32.out, HasSubstr("options: engine.proto.PrecisionOptions"));
+  EXPECT_THAT(fp32.out, HasSubstr("keep_fp32  (repeated string)"));
+  EXPECT_THAT(fp32.out, HasSubstr("precision {\n    plugin: \"fp32\"\n    options {\n      "
+                                  "[type.googleapis.com/engine.proto.PrecisionOptions] {"));
   auto missing = RunEngine({"plugins", "describe", "nf4"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("no plugin named 'nf4' is installed"));
@@ -130,9 +135,9 @@ TEST(CliTest, BadInputsAreErrorsWithPositionsAndWriteNothing) {
       {"malformed", "stage {\n  name: \"s\"\n", "p.pbtxt:3:1: error: Expected identifier, got: "},
       {"unknown field", Pipeline("  epochs: 3"),
        "p.pbtxt:6:9: error: Message type \"engine.proto.Stage\" has no field named \"epochs\""},
-      {"unknown plugin", Pipeline("  precision { plugin: \"bf16-mixed\" }"),
-       "p.pbtxt:6:15: error: stage 's': unknown precision policy plugin 'bf16-mixed'; installed "
-       "precision policy plugins: fp32"},
+      {"unknown plugin", Pipeline("  precision { plugin: \"bf16-mixd\" }"),
+       "p.pbtxt:6:15: error: stage 's': unknown precision policy plugin 'bf16-mixd'; installed "
+       "precision policy plugins: auto, bf16-mixed, bf16-true, fp16-mixed, fp16-true, fp32"},
       {"wrong options type",
        Pipeline("  callback { plugin: \"progress\" options { "
                 "[type.googleapis.com/engine.plugins.MlpOptions] {} } }"),

@@ -47,7 +47,9 @@ TEST(DigitsMlpTest, TrainsToNinetyPercentAndCheckpoints) {
   EXPECT_TRUE(manifest->final());
   EXPECT_EQ(manifest->step(), 675u);
   EXPECT_EQ(manifest->model().plugin(), "mlp");
-  EXPECT_EQ(manifest->precision().policy(), "fp32");
+  EXPECT_TRUE(manifest->precision().policy() == "fp32" ||
+              manifest->precision().policy() == "bf16-mixed")
+      << manifest->precision().policy();
   EXPECT_EQ(manifest->optimizer().algorithm(), "adamw");
   EXPECT_EQ(manifest->fingerprint().size(), 16u);
   EXPECT_NEAR(manifest->metrics().at("eval/accuracy"), printed_accuracy, 1e-4);
@@ -66,7 +68,8 @@ TEST(DigitsMlpTest, TrainsToNinetyPercentAndCheckpoints) {
   EXPECT_EQ((*optimizer)->tensors().size(), 8u);
   EXPECT_EQ((*optimizer)->metadata().at("step"), "675");
 
-  // Recompute the eval accuracy from the saved weights alone.
+  // Recompute the eval accuracy from the saved (f32) weights alone. Under bf16-mixed the stage
+  // evaluated with bf16 products, which may flip an example or two.
   PluginRegistry registry;
   ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
   const auto& digits = static_cast<const DataLoaderPlugin&>(
@@ -86,7 +89,8 @@ TEST(DigitsMlpTest, TrainsToNinetyPercentAndCheckpoints) {
   at::Tensor logits = hidden.matmul(w("head.weight").t()) + w("head.bias");
   const double accuracy =
       at::argmax(logits, 1).eq(batch->at("labels")).to(at::kDouble).mean().item<double>();
-  EXPECT_NEAR(accuracy, printed_accuracy, 1e-4);
+  const double tolerance = manifest->precision().policy() == "fp32" ? 1e-4 : 2.5 / 359;
+  EXPECT_NEAR(accuracy, printed_accuracy, tolerance);
 }
 
 }  // namespace

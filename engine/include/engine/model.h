@@ -12,9 +12,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/data.h"
 #include "engine/plugin.h"
+#include "engine/precision.h"
 
 namespace torch::nn {
 class Module;
@@ -52,6 +54,9 @@ class Model {
   virtual std::string architecture() const = 0;
   // The resolved configuration as JSON (sizes taken from the data included), stored in checkpoints.
   virtual std::string config_json() const = 0;
+  // Parts of the model that compute in a fixed dtype whatever the precision policy (failure
+  // catalogue F3); the model runs them with PrecisionContext::None(). The plan lists them.
+  virtual std::vector<ComputeDeclaration> compute_declarations() const { return {}; }
 };
 
 struct ModelContext {

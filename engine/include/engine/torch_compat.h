@@ -4,6 +4,8 @@
 // means editing one file.
 #pragma once
 
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
 #define ENGINE_TORCH_AT_LEAST(major, minor) \
@@ -18,5 +20,18 @@ inline constexpr const char* kTorchVersion = TORCH_VERSION;
 // Whether the LibTorch this process runs with was built with CUDA and sees a device.
 bool CudaAvailable();
 int CudaDeviceCount();
+
+// Autocast state of the calling thread for one device type (kCPU or kCUDA). LibTorch 1.13 to 2.3
+// have per-device functions (set_cpu_enabled, set_autocast_gpu_dtype, ...); 2.4 and later take the
+// device type. SetAutocastDtype throws c10::Error when this LibTorch cannot autocast to `dtype`
+// there.
+bool AutocastEnabled(c10::DeviceType device_type);
+void SetAutocastEnabled(c10::DeviceType device_type, bool enabled);
+c10::ScalarType AutocastDtype(c10::DeviceType device_type);
+void SetAutocastDtype(c10::DeviceType device_type, c10::ScalarType dtype);
+// Autocast caches casts of weights within a region; the outermost region's exit must clear it.
+int IncrementAutocastNesting();
+int DecrementAutocastNesting();
+void ClearAutocastCache();
 
 }  // namespace engine::compat

@@ -444,7 +444,7 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
       checker.Bind(PluginKind::kDataLoader, &stage.data(), path + ".data", s.name, "", &s.data);
     }
     checker.Bind(PluginKind::kPrecisionPolicy, stage.has_precision() ? &stage.precision() : nullptr,
-                 path + ".precision", s.name, "fp32", &s.precision);
+                 path + ".precision", s.name, "auto", &s.precision);
     // Quantizers and adapters are named in the language already; binding them still reports unknown
     // plugins and bad options, but no interface exists yet to apply one.
     auto refuse = [&](PluginKind kind, const proto::PluginRef& ref, const std::string& ref_path) {

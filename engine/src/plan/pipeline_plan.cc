@@ -12,6 +12,9 @@
 #include "engine/dtype.h"
 #include "engine/format.h"
 #include "engine/hash.h"
+#include "engine/precision_kit.h"
+#include "precision/census.h"
+#include "precision/device_capability.h"
 
 namespace engine {
 namespace {
@@ -96,25 +99,7 @@ class PlanBuilder {
     plan->model = std::move(*model);
     if (!SelectTrainable(stage, plan)) return false;
 
-    // Precision.
-    const auto* precision_plugin =
-        static_cast<const PrecisionPolicyPlugin*>(stage.precision.entry->plugin.get());
-    StatusOr<std::unique_ptr<PrecisionPolicy>> policy = GuardedCall(stage.precision.context, [&] {
-      return precision_plugin->Create(*stage.precision.options);
-    });
-    if (!policy.ok()) {
-      Error(stage.precision.path, policy.status().message());
-      return false;
-    }
-    plan->precision_policy = std::move(*policy);
-    StatusOr<PrecisionPlan> precision = GuardedCall(
-        stage.precision.context, [&] { return plan->precision_policy->MakePlan(plan->census); });
-    if (!precision.ok()) {
-      Error(stage.precision.path, precision.status().message());
-      return false;
-    }
-    plan->precision = std::move(*precision);
-
+    if (!PlanPrecision(stage, plan)) return false;
     if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
 
     // Steps.
@@ -158,6 +143,65 @@ class PlanBuilder {
   }
 
  private:
+  // The census, the device's capabilities and the model's declarations go to the policy; its plan
+  // must then pass the invariants whoever wrote the policy.
+  bool PlanPrecision(const ResolvedStage& stage, StagePlan* plan) {
+    const auto* plugin =
+        static_cast<const PrecisionPolicyPlugin*>(stage.precision.entry->plugin.get());
+    StatusOr<std::unique_ptr<PrecisionPolicy>> policy = GuardedCall(
+        stage.precision.context, [&] { return plugin->Create(*stage.precision.options); });
+    if (!policy.ok()) {
+      Error(stage.precision.path, policy.status().message());
+      return false;
+    }
+    plan->device = ProbeDevice(stage.device.device);
+    PrecisionRequest request;
+    request.census = plan->census;
+    request.device = plan->device;
+    request.declared_compute = plan->model->compute_declarations();
+    OptionErrors field_errors;
+    StatusOr<PrecisionPlan> precision = GuardedCall(
+        stage.precision.context, [&] { return (*policy)->MakePlan(request, &field_errors); });
+    for (const OptionErrors::Entry& e : field_errors.entries()) {
+      Error(stage.precision.path + ".options." + e.field_path,
+            stage.precision.context + ": options." + e.field_path + ": " + e.message);
+    }
+    if (!precision.ok()) {
+      Error(stage.precision.path, precision.status().message());
+      return false;
+    }
+    if (!field_errors.empty()) return false;
+    Status complete = CoversCensus(*precision, plan->census);
+    if (complete.ok()) complete = CheckPlanInvariants(*precision, plan->device);
+    if (!complete.ok()) {
+      Error(stage.precision.path, stage.precision.context + ": " + complete.message());
+      return false;
+    }
+    plan->precision = std::move(*precision);
+    plan->precision.requested = stage.precision.entry->name;
+    return true;
+  }
+
+  static Status CoversCensus(const PrecisionPlan& precision, const ParameterCensus& census) {
+    std::map<std::string, const TensorPlan*> planned;
+    for (const TensorPlan& t : precision.tensors) planned[t.name] = &t;
+    for (const TensorCensusEntry& e : census) {
+      auto it = planned.find(e.name);
+      if (it == planned.end()) {
+        return InternalError("the precision plan leaves tensor '" + e.name + "' out");
+      }
+      if (it->second->trainable != e.trainable) {
+        return InternalError("the precision plan has tensor '" + e.name + "' " +
+                             (e.trainable ? "frozen" : "trainable") + ", the stage has it " +
+                             (e.trainable ? "trainable" : "frozen"));
+      }
+    }
+    if (planned.size() != census.size()) {
+      return InternalError("the precision plan names tensors the model does not have");
+    }
+    return Status::Ok();
+  }
+
   bool SelectTrainable(const ResolvedStage& stage, StagePlan* plan) {
     const proto::Trainable& t = stage.config->trainable();
     torch::nn::Module& module = plan->model->module();
@@ -182,18 +226,13 @@ class PlanBuilder {
       }
       const bool trainable = included && !excluded;
       item.value().set_requires_grad(trainable);
-      plan->census.push_back(
-          {name, item.value().scalar_type(), item.value().numel(), trainable, false});
       plan->total_parameters += item.value().numel();
       if (trainable) {
         plan->trainable_parameters += item.value().numel();
         ++plan->trainable_tensors;
       }
     }
-    for (const auto& item : module.named_buffers(/*recurse=*/true)) {
-      plan->census.push_back(
-          {item.key(), item.value().scalar_type(), item.value().numel(), false, true});
-    }
+    plan->census = TakeCensus(module);
     bool ok = true;
     const std::string examples = ExampleNames(parameters.keys());
     for (int i = 0; i < t.include_size(); ++i) {
@@ -283,6 +322,7 @@ class PlanBuilder {
     add_plugin(stage.model);
     add_plugin(stage.data);
     add_plugin(stage.precision);
+    text += "|precision:" + plan.precision.policy;
     text += "|seed:" + std::to_string(stage.seed);
     text += "|data:" + plan.dataset->identity();
     for (int dep : stage.dependencies) {

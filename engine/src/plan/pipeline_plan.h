@@ -27,12 +27,12 @@ struct StagePlan {
   int64_t eval_examples = 0;
 
   std::unique_ptr<Model> model;
-  ParameterCensus census;  // parameters then buffers, in module order
+  ParameterCensus census;  // as loaded: parameters then buffers, in module order
   int64_t total_parameters = 0;
   int64_t trainable_parameters = 0;
   int64_t trainable_tensors = 0;
 
-  std::unique_ptr<PrecisionPolicy> precision_policy;
+  DeviceCapability device;  // probed
   PrecisionPlan precision;
 
   // One step = gradient_accumulation_steps micro-batches of batch_size examples (per device).

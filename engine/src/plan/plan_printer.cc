@@ -5,6 +5,7 @@
 
 #include "engine/dtype.h"
 #include "engine/format.h"
+#include "precision/census.h"
 
 namespace engine {
 namespace {
@@ -54,7 +55,34 @@ std::string CheckpointText(const StagePlan& s) {
   return out;
 }
 
+std::string PrecisionHeadline(const PrecisionPlan& p) {
+  std::string out =
+      p.requested.empty() || p.requested == p.policy ? p.policy : p.requested + " -> " + p.policy;
+  out += p.autocast ? "; autocast " + Dt(*p.autocast) : std::string("; no autocast");
+  if (p.loss_scaling.enabled) {
+    out += "; dynamic loss scaling from " + FormatNumber(p.loss_scaling.initial_scale) + " (x" +
+           FormatNumber(p.loss_scaling.growth_factor) + " every " +
+           std::to_string(p.loss_scaling.growth_interval) + " clean steps, x" +
+           FormatNumber(p.loss_scaling.backoff_factor) + " on overflow)";
+  } else {
+    out += "; no loss scaling";
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string CensusText(const ParameterCensus& census, const std::string& indent) {
+  std::ostringstream out;
+  out << indent << Pad("group", 18) << Pad("role", 11) << Pad("dtype", 6) << PadLeft("tensors", 8)
+      << PadLeft("elements", 14) << PadLeft("bytes", 11) << "\n";
+  for (const CensusRow& row : SummarizeCensus(census)) {
+    out << indent << Pad(row.group, 18) << Pad(row.role, 11) << Pad(Dt(row.dtype), 6)
+        << PadLeft(std::to_string(row.tensors), 8) << PadLeft(WithThousands(row.elements), 14)
+        << PadLeft(HumanBytes(row.bytes), 11) << "\n";
+  }
+  return out.str();
+}
 
 std::string HumanBytes(int64_t bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
@@ -111,17 +139,21 @@ std::string PlanToText(const PipelinePlan& plan) {
     out << "  eval        " << EvalText(s) << "\n";
     out << "  checkpoint  " << CheckpointText(s) << "\n";
     out << "  optimizer   " << s.optimizer_summary << "\n";
-    out << "  precision   " << s.precision.policy;
-    if (!s.precision.reason.empty()) out << " (" << s.precision.reason << ")";
-    out << (s.precision.loss_scaling ? "; dynamic loss scaling" : "; no loss scaling") << "\n";
-    out << "    " << Pad("group", 12) << PadLeft("tensors", 8) << PadLeft("elements", 14)
+    out << "  census      as loaded (" << s.device.Describe() << ")\n";
+    out << CensusText(s.census, "    ");
+    out << "  precision   " << PrecisionHeadline(s.precision) << "\n";
+    if (!s.precision.reason.empty()) out << "              " << s.precision.reason << "\n";
+    out << "    " << Pad("group", 22) << PadLeft("tensors", 8) << PadLeft("elements", 14)
         << PadLeft("bytes", 11) << "  storage compute grad  master optim\n";
     for (const PrecisionGroupPlan& g : s.precision.groups) {
-      out << "    " << Pad(g.name, 12) << PadLeft(std::to_string(g.num_tensors), 8)
+      out << "    " << Pad(g.name, 22) << PadLeft(std::to_string(g.num_tensors), 8)
           << PadLeft(WithThousands(g.num_elements), 14) << PadLeft(HumanBytes(g.bytes), 11) << "  "
           << Pad(Dt(g.storage), 8) << Pad(Dt(g.compute), 8) << Pad(g.has_grad ? Dt(g.grad) : "-", 6)
           << Pad(g.has_grad ? Dt(g.master) : "-", 7) << (g.has_grad ? Dt(g.optimizer_state) : "-")
           << "\n";
+    }
+    for (const std::string& warning : s.precision.warnings) {
+      out << "    warning: " << warning << "\n";
     }
     if (!st.callbacks.empty()) {
       out << "  callbacks   ";
@@ -191,19 +223,68 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
                         {"optimizer_state",
                          g.has_grad ? nlohmann::json(Dt(g.optimizer_state)) : nlohmann::json()}});
     }
-    js["precision"] = {{"policy", s.precision.policy},
-                       {"reason", s.precision.reason},
-                       {"loss_scaling", s.precision.loss_scaling},
-                       {"groups", groups}};
+    js["precision"] = {
+        {"requested", s.precision.requested},
+        {"policy", s.precision.policy},
+        {"reason", s.precision.reason},
+        {"autocast",
+         s.precision.autocast ? nlohmann::json(Dt(*s.precision.autocast)) : nlohmann::json()},
+        {"loss_scaling",
+         s.precision.loss_scaling.enabled
+             ? nlohmann::json{{"initial_scale", s.precision.loss_scaling.initial_scale},
+                              {"growth_factor", s.precision.loss_scaling.growth_factor},
+                              {"backoff_factor", s.precision.loss_scaling.backoff_factor},
+                              {"growth_interval", s.precision.loss_scaling.growth_interval}}
+             : nlohmann::json()},
+        {"unsafe_low_precision_updates", s.precision.unsafe_low_precision_updates},
+        {"warnings", s.precision.warnings},
+        {"groups", groups}};
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const TensorPlan& t : s.precision.tensors) {
+      auto optional = [](at::ScalarType d) {
+        return d == at::ScalarType::Undefined ? nlohmann::json() : nlohmann::json(Dt(d));
+      };
+      tensors.push_back({{"name", t.name},
+                         {"trainable", t.trainable},
+                         {"buffer", t.is_buffer},
+                         {"kept_fp32", t.kept_fp32},
+                         {"storage", Dt(t.storage)},
+                         {"compute", Dt(t.compute)},
+                         {"grad", optional(t.grad)},
+                         {"master", optional(t.master)},
+                         {"optimizer_state", optional(t.optimizer_state)}});
+    }
+    js["precision"]["tensors"] = tensors;
+    js["device_capability"] = {{"device", s.device.device},
+                               {"name", s.device.name},
+                               {"cuda", s.device.cuda},
+                               {"compute_capability", s.device.compute_capability},
+                               {"bf16", s.device.bf16},
+                               {"bf16_fast", s.device.bf16_fast},
+                               {"fp16", s.device.fp16},
+                               {"bf16_autocast", s.device.bf16_autocast},
+                               {"fp16_autocast", s.device.fp16_autocast}};
     nlohmann::json census = nlohmann::json::array();
     for (const TensorCensusEntry& e : s.census) {
       census.push_back({{"name", e.name},
+                        {"group", e.group},
                         {"dtype", Dt(e.dtype)},
                         {"elements", e.numel},
+                        {"bytes", e.bytes()},
                         {"trainable", e.trainable},
                         {"buffer", e.is_buffer}});
     }
     js["census"] = census;
+    nlohmann::json census_rows = nlohmann::json::array();
+    for (const CensusRow& row : SummarizeCensus(s.census)) {
+      census_rows.push_back({{"group", row.group},
+                             {"role", row.role},
+                             {"dtype", Dt(row.dtype)},
+                             {"tensors", row.tensors},
+                             {"elements", row.elements},
+                             {"bytes", row.bytes}});
+    }
+    js["census_summary"] = census_rows;
     nlohmann::json callbacks = nlohmann::json::array();
     for (const ResolvedCallback& c : st.callbacks) {
       callbacks.push_back({{"plugin", c.ref.entry->name}, {"on_error", OnErrorName(c.on_error)}});

@@ -10,6 +10,8 @@
 namespace engine {
 
 std::string PlanToText(const PipelinePlan& plan);
+// The census as a table (group, role, dtype, tensors, elements, bytes), each line led by `indent`.
+std::string CensusText(const ParameterCensus& census, const std::string& indent);
 nlohmann::json PlanToJson(const PipelinePlan& plan);
 
 // "104.5 KB".

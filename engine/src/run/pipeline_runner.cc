@@ -53,6 +53,7 @@ Status RunPipeline(PipelinePlan* plan, std::ostream& out, std::vector<StageOutco
     request.plan = &stage_plan;
     request.stage_dir = pipeline.output_dir / stage.name;
     request.callbacks = &callbacks;
+    request.out = &out;
     if (stage.from_stage) {
       request.parent_checkpoint =
           pipeline.output_dir / pipeline.stages[*stage.from_stage].name / "final";

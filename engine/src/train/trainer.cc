@@ -13,15 +13,22 @@
 
 #include "core/guarded_call.h"
 #include "engine/dtype.h"
+#include "engine/format.h"
 #include "engine/version.h"
+#include "plan/plan_printer.h"
+#include "precision/census.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/precision_runtime.h"
 
 namespace engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// fp16 overflows in this many consecutive steps stop the stage instead of training nothing.
+constexpr int64_t kMaxConsecutiveSkips = 30;
 
 std::string UtcNow() {
   std::time_t now = std::time(nullptr);
@@ -100,17 +107,26 @@ class StageTrainer {
  private:
   Status Prepare() {
     if (!request_.parent_checkpoint.empty()) ENGINE_RETURN_IF_ERROR(LoadParentWeights());
-    ENGINE_RETURN_IF_ERROR(GuardedCall(stage_.precision.context, [&] {
-      return plan_.precision_policy->Apply(plan_.precision, module_);
-    }));
     ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
       module_.to(device_);
       return Status::Ok();
     }));
-    for (auto& item : module_.named_parameters(/*recurse=*/true)) {
-      if (item.value().requires_grad()) trainable_.push_back({item.key(), item.value()});
+    ENGINE_ASSIGN_OR_RETURN(precision_, GuardedCall(context_, [&] {
+                              return PrecisionRuntime::Apply(plan_.precision, module_, device_);
+                            }));
+    for (const std::string& warning : plan_.precision.warnings) {
+      LOG(WARNING) << context_ << ": " << warning;
     }
-    optimizer_ = MakeOptimizer(config_.optimizer(), trainable_);
+    if (request_.out != nullptr) {
+      *request_.out << "stage '" << stage_.name << "' starts: " << plan_.precision.policy
+                    << " applied (" << precision_->context().ToString()
+                    << (precision_->loss_scaling()
+                            ? ", loss scale " + FormatNumber(precision_->loss_scale())
+                            : std::string())
+                    << "); census now:\n"
+                    << CensusText(TakeCensus(module_), "    ");
+    }
+    optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     if (config_.parallel().num_threads() > 0) {
       at::set_num_threads(static_cast<int>(config_.parallel().num_threads()));
     }
@@ -166,27 +182,31 @@ class StageTrainer {
     return batch;
   }
 
+  StatusOr<ModelOutput> ForwardInContext(const Batch& batch) {
+    return GuardedCall(stage_.model.context, [&]() -> StatusOr<ModelOutput> {
+      auto scope = precision_->context().Enter();
+      return model_.Forward(batch);
+    });
+  }
+
   Status TrainStep(const std::vector<std::vector<int64_t>>& micro_batches, size_t first,
                    size_t last) {
-    for (NamedParameter& p : trainable_) {
-      if (p.tensor.grad().defined()) p.tensor.mutable_grad().reset();
-    }
+    precision_->ZeroGrad();
     // Each micro-batch's mean loss is weighted by its number of loss terms, and the summed gradient
     // divided by the step's total, so the step follows the mean over all of its terms. With a
-    // single micro-batch that is the plain mean, and both scalings are skipped.
+    // single micro-batch that is the plain mean, and the weighting is skipped.
     const bool single = last - first == 1;
+    const double scale = precision_->loss_scale();
     at::Tensor loss_sum;
     int64_t count = 0;
     for (size_t i = first; i < last; ++i) {
       ENGINE_ASSIGN_OR_RETURN(Batch batch, LoadBatch(Split::kTrain, micro_batches[i]));
-      ENGINE_ASSIGN_OR_RETURN(ModelOutput output, GuardedCall(stage_.model.context, [&] {
-                                return model_.Forward(batch);
-                              }));
+      ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
       if (output.loss_count <= 0) continue;
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
         at::Tensor weighted =
             single ? output.loss : output.loss * static_cast<double>(output.loss_count);
-        weighted.backward();
+        (scale != 1.0 ? weighted * scale : weighted).backward();
         loss_sum = loss_sum.defined() ? loss_sum + weighted.detach() : weighted.detach();
         return Status::Ok();
       }));
@@ -196,36 +216,59 @@ class StageTrainer {
       return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
                                      " had no loss terms (every example was masked)");
     }
-    if (!single) {
-      at::NoGradGuard no_grad;
-      for (NamedParameter& p : trainable_) {
-        if (p.tensor.grad().defined()) p.tensor.mutable_grad().div_(static_cast<double>(count));
-      }
-    }
     const double loss = loss_sum.item<double>() / (single ? 1.0 : static_cast<double>(count));
     if (!std::isfinite(loss)) {
       return FailedPreconditionError(
           context_ + ": the training loss became " + std::to_string(loss) + " at step " +
-          std::to_string(step_ + 1) +
-          "; the weights were not updated. Lower optimizer.learning_rate or set "
-          "optimizer.max_grad_norm");
+          std::to_string(step_ + 1) + " (" + plan_.precision.policy +
+          "); the weights were not updated. Lower optimizer.learning_rate or set "
+          "optimizer.max_grad_norm" +
+          (plan_.precision.autocast ? std::string(", or compute in a wider dtype") : ""));
     }
+    const bool finite = precision_->UnscaleAndCheck(single ? 1.0 : static_cast<double>(count));
     double grad_norm = -1;
-    if (config_.optimizer().max_grad_norm() > 0) {
-      grad_norm = ClipGradNorm(trainable_, config_.optimizer().max_grad_norm());
+    if (finite) {
+      if (config_.optimizer().max_grad_norm() > 0) {
+        grad_norm =
+            ClipGradNorm(precision_->optimizer_parameters(), config_.optimizer().max_grad_norm());
+      }
+      const double lr = LearningRateAt(config_.optimizer(), step_, plan_.total_steps);
+      ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
+        optimizer_->Step(lr);
+        precision_->SyncParameters();
+        return Status::Ok();
+      }));
+      last_lr_ = lr;
+    } else if (!precision_->loss_scaling()) {
+      return FailedPreconditionError(context_ + ": the gradients became non-finite at step " +
+                                     std::to_string(step_ + 1) + " (" + plan_.precision.policy +
+                                     "); the weights were not updated. Lower "
+                                     "optimizer.learning_rate or set optimizer.max_grad_norm");
+    } else {
+      LOG(WARNING) << context_ << ": step " << step_ + 1 << " overflowed at loss scale "
+                   << FormatNumber(scale) << "; skipped (weights unchanged), scale now "
+                   << FormatNumber(scale * plan_.precision.loss_scaling.backoff_factor);
     }
-    const double lr = LearningRateAt(config_.optimizer(), step_, plan_.total_steps);
-    ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
-      optimizer_->Step(lr);
-      return Status::Ok();
-    }));
+    precision_->UpdateScale(!finite);
+    if (precision_->consecutive_skipped_steps() >= kMaxConsecutiveSkips) {
+      return FailedPreconditionError(
+          context_ + ": " + std::to_string(kMaxConsecutiveSkips) +
+          " steps in a row overflowed in fp16 even at loss scale " +
+          FormatNumber(precision_->loss_scale()) +
+          "; the gradients do not fit fp16. Use bf16-mixed (where the device has bf16) or fp32");
+    }
     ++step_;
     examples_ += count;
     last_loss_ = loss;
     if (!HasCallbacks()) return Status::Ok();
     Event event = MakeEvent(EventType::kStepEnd);
-    event.metrics = {{"loss", loss}, {"lr", lr}, {"examples", static_cast<double>(examples_)}};
+    event.metrics = {
+        {"loss", loss}, {"lr", last_lr_}, {"examples", static_cast<double>(examples_)}};
     if (grad_norm >= 0) event.metrics["grad_norm"] = grad_norm;
+    if (precision_->loss_scaling()) {
+      event.metrics["loss_scale"] = precision_->loss_scale();
+      event.metrics["skipped_steps"] = static_cast<double>(precision_->skipped_steps());
+    }
     return Emit(event);
   }
 
@@ -248,7 +291,7 @@ class StageTrainer {
         module_.train();
         return batch.status();
       }
-      auto output = GuardedCall(stage_.model.context, [&] { return model_.Forward(*batch); });
+      auto output = ForwardInContext(*batch);
       if (!output.ok()) {
         module_.train();
         return output.status();
@@ -347,8 +390,12 @@ class StageTrainer {
     }
     if (config_.checkpoint().save_optimizer_state()) {
       contents.optimizer = optimizer_->State();
-      contents.optimizer_metadata = {{"algorithm", optimizer_->algorithm()},
-                                     {"step", std::to_string(optimizer_->steps())}};
+      for (auto& master : precision_->MasterTensors()) contents.optimizer.push_back(master);
+      contents.optimizer_metadata = {
+          {"algorithm", optimizer_->algorithm()},
+          {"step", std::to_string(optimizer_->steps())},
+          {"loss_scale", FormatNumber(precision_->loss_scale())},
+          {"skipped_steps", std::to_string(precision_->skipped_steps())}};
     }
     ENGINE_RETURN_IF_ERROR(WriteCheckpoint(dir, std::move(contents)).WithContext(context_));
     Event event = MakeEvent(EventType::kCheckpointSaved);
@@ -388,13 +435,14 @@ class StageTrainer {
   at::Device device_;
   std::string context_;
 
-  std::vector<NamedParameter> trainable_;
+  std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::filesystem::path> periodic_;
   int64_t step_ = 0;
   int64_t epoch_ = 0;
   int64_t examples_ = 0;
   double last_loss_ = 0;
+  double last_lr_ = 0;
   Clock::time_point start_;
 };
 

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <string>
 
 #include "plan/pipeline_plan.h"
@@ -28,6 +29,8 @@ struct StageRunRequest {
   // The final checkpoint of the from_stage parent, empty when the stage starts from its model
   // plugin.
   std::filesystem::path parent_checkpoint;
+  // Receives the census after the precision plan is applied; may be null.
+  std::ostream* out = nullptr;
 };
 
 struct StageResult {

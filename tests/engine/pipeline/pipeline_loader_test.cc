@@ -67,7 +67,7 @@ TEST_F(PipelineLoaderTest, ReadsAGoodPipelineWithDefaults) {
   EXPECT_EQ(s.name, "train");
   EXPECT_EQ(s.seed, 3u);
   EXPECT_EQ(s.model.entry->name, "mlp");
-  EXPECT_EQ(s.precision.entry->name, "fp32") << "fp32 is the default precision policy";
+  EXPECT_EQ(s.precision.entry->name, "auto") << "auto is the default precision policy (F11)";
   EXPECT_EQ(s.device.device, "cpu");
   EXPECT_EQ(s.data.options->GetDescriptor()->full_name(), "engine.plugins.DigitsOptions");
   EXPECT_THAT(s.data.options->ShortDebugString(), HasSubstr("eval_fraction: 0.25"));

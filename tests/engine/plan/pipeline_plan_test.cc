@@ -177,10 +177,10 @@ TEST_F(PipelinePlanTest, FingerprintFollowsMeaningNotSpelling) {
 }
 
 TEST_F(PipelinePlanTest, TextAndJsonShowThePlan) {
-  auto plan =
-      Plan("name: \"demo\"\n" + Stage("a",
-                                      "schedule { epochs: 2 batch_size: 64 }\ncallback { plugin: "
-                                      "\"progress\" }"));
+  auto plan = Plan("name: \"demo\"\n" + Stage("a",
+                                              "precision { plugin: \"fp32\" }\nschedule { epochs: "
+                                              "2 batch_size: 64 }\ncallback { plugin: "
+                                              "\"progress\" }"));
   ASSERT_NE(plan, nullptr) << diagnostics_.ToString();
   const std::string text = PlanToText(*plan);
   EXPECT_THAT(text, HasSubstr("pipeline 'demo'"));

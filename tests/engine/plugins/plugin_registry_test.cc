@@ -10,6 +10,9 @@
 namespace engine {
 namespace {
 
+// digits, mlp, progress and the six precision policies.
+constexpr size_t kBuiltinPlugins = 9;
+
 std::filesystem::path Fixture(const std::string& name) {
   return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");
 }
@@ -92,8 +95,7 @@ TEST(PluginLibraryTest, ProtoClashAbortsOnlyTheProbeNotTheEngine) {
   ASSERT_FALSE(clash.ok());
   EXPECT_NE(clash.message().find("engine_proto_clash.so"), std::string::npos) << clash.message();
   EXPECT_NE(clash.message().find("crashed ("), std::string::npos) << clash.message();
-  EXPECT_NE(clash.message().find(") while its static initialisers ran"),
-            std::string::npos)
+  EXPECT_NE(clash.message().find(") while its static initialisers ran"), std::string::npos)
       << clash.message();
   EXPECT_NE(clash.message().find("digits_options.proto"), std::string::npos) << clash.message();
   // This process is intact and still has the built-in plugin.
@@ -127,7 +129,7 @@ TEST(PluginRegistryTest, SameLibraryTwiceIsLoadedOnce) {
   PluginRegistry registry;
   ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
   ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
-  EXPECT_EQ(registry.All().size(), 4u);
+  EXPECT_EQ(registry.All().size(), kBuiltinPlugins);
 }
 
 TEST(PluginRegistryTest, BrokenLibrariesInASearchedDirectoryAreSkippedWithTheReason) {
@@ -138,7 +140,7 @@ TEST(PluginRegistryTest, BrokenLibrariesInASearchedDirectoryAreSkippedWithTheRea
                                    std::filesystem::path(testing::kTestPluginDir) / "not_a_library",
                                    "/nonexistent-plugin-dir"})
                   .ok());
-  EXPECT_EQ(registry.All().size(), 4u);
+  EXPECT_EQ(registry.All().size(), kBuiltinPlugins);
   ASSERT_EQ(registry.skipped().size(), 2u);
   EXPECT_NE(registry.skipped()[0].find("API 999"), std::string::npos);
 }

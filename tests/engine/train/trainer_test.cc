@@ -26,7 +26,8 @@ class TrainerTest : public ::testing::Test {
            "\"\n  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins."
            "MlpOptions] { hidden_units: 32 } } }\n  data { plugin: \"digits\" options { "
            "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
-           testing::DigitsDataPath().string() + "\" } } }\n" + extra + "\n}\n";
+           testing::DigitsDataPath().string() + "\" } } }\n  precision { plugin: \"fp32\" }\n" +
+           extra + "\n}\n";
   }
 
   // Plans and runs `text` into out/<tag>; returns the final weights of `stage`.

@@ -1,0 +1,162 @@
+#include "train/precision_runtime.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/dtype.h"
+#include "precision/census.h"
+
+namespace engine {
+
+StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const PrecisionPlan& plan,
+                                                                    torch::nn::Module& module,
+                                                                    c10::Device device) {
+  std::map<std::string, const TensorPlan*> by_name;
+  for (const TensorPlan& t : plan.tensors) by_name[t.name] = &t;
+  auto lookup = [&](const std::string& name) -> StatusOr<const TensorPlan*> {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return InternalError("the precision plan has no entry for tensor '" + name + "'");
+    }
+    return it->second;
+  };
+  {
+    at::NoGradGuard no_grad;
+    for (auto& item : module.named_parameters(/*recurse=*/true)) {
+      ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(item.key()));
+      if (item.value().scalar_type() != t->storage) {
+        item.value().set_data(item.value().to(t->storage));
+      }
+    }
+    for (auto& item : module.named_buffers(/*recurse=*/true)) {
+      ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(item.key()));
+      if (item.value().scalar_type() != t->storage) {
+        item.value().set_data(item.value().to(t->storage));
+      }
+    }
+  }
+  // The census after the casts must be the plan.
+  for (const TensorCensusEntry& e : TakeCensus(module)) {
+    ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(e.name));
+    if (e.dtype != t->storage) {
+      return InternalError("tensor '" + e.name + "' is " + std::string(DtypeShortName(e.dtype)) +
+                           " after applying the precision plan, which says " +
+                           std::string(DtypeShortName(t->storage)));
+    }
+  }
+
+  std::unique_ptr<PrecisionRuntime> runtime(new PrecisionRuntime());
+  if (plan.autocast) runtime->context_ = PrecisionContext::Autocast(device.type(), *plan.autocast);
+  runtime->loss_scaling_ = plan.loss_scaling;
+  runtime->scale_ = plan.loss_scaling.enabled ? plan.loss_scaling.initial_scale : 1.0;
+  at::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    const TensorPlan* t = by_name[item.key()];
+    if (!t->trainable) {
+      return InternalError("tensor '" + item.key() +
+                           "' trains, but the precision plan has it frozen");
+    }
+    runtime->parameters_.push_back({item.key(), item.value()});
+    const bool master = t->master != t->storage;
+    runtime->has_master_.push_back(master);
+    if (master) {
+      at::Tensor copy = item.value().detach().to(t->master).clone();
+      copy.set_requires_grad(true);
+      runtime->optimizer_parameters_.push_back({item.key(), copy});
+    } else {
+      runtime->optimizer_parameters_.push_back({item.key(), item.value()});
+    }
+  }
+  return runtime;
+}
+
+void PrecisionRuntime::ZeroGrad() {
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (parameters_[i].tensor.grad().defined()) parameters_[i].tensor.mutable_grad().reset();
+    if (has_master_[i] && optimizer_parameters_[i].tensor.grad().defined()) {
+      optimizer_parameters_[i].tensor.mutable_grad().reset();
+    }
+  }
+}
+
+bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
+  at::NoGradGuard no_grad;
+  const double factor = 1.0 / (scale_ * divisor);
+  at::Tensor total;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor& grad = parameters_[i].tensor.grad();
+    if (!grad.defined()) continue;
+    at::Tensor target;
+    if (has_master_[i]) {
+      at::Tensor& master = optimizer_parameters_[i].tensor;
+      target = grad.to(master.scalar_type());
+      if (factor != 1.0) target.mul_(factor);
+      master.mutable_grad() = target;
+    } else {
+      target = parameters_[i].tensor.mutable_grad();
+      if (factor != 1.0) target.mul_(factor);
+    }
+    // One reduction per tensor, in f32: any inf or nan makes the sum non-finite.
+    at::Tensor sum = target.sum(at::kFloat);
+    total = total.defined() ? total + sum : sum;
+  }
+  return !total.defined() || std::isfinite(total.item<double>());
+}
+
+void PrecisionRuntime::SyncParameters() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (has_master_[i]) parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
+  }
+}
+
+void PrecisionRuntime::UpdateScale(bool found_inf) {
+  if (found_inf) {
+    ++skipped_steps_;
+    ++consecutive_skips_;
+  } else {
+    consecutive_skips_ = 0;
+  }
+  if (!loss_scaling_.enabled) return;
+  if (found_inf) {
+    scale_ *= loss_scaling_.backoff_factor;
+    growth_tracker_ = 0;
+    return;
+  }
+  if (++growth_tracker_ >= loss_scaling_.growth_interval) {
+    scale_ *= loss_scaling_.growth_factor;
+    growth_tracker_ = 0;
+  }
+}
+
+safetensors::NamedTensors PrecisionRuntime::MasterTensors() const {
+  safetensors::NamedTensors out;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (has_master_[i]) {
+      out.emplace_back(parameters_[i].name + ".master", optimizer_parameters_[i].tensor.detach());
+    }
+  }
+  return out;
+}
+
+Status PrecisionRuntime::LoadMasterTensors(const safetensors::NamedTensors& tensors) {
+  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!has_master_[i]) continue;
+    auto it = by_name.find(parameters_[i].name + ".master");
+    if (it == by_name.end()) {
+      return DataLossError("the checkpoint has no f32 master for '" + parameters_[i].name + "'");
+    }
+    optimizer_parameters_[i].tensor.copy_(it->second);
+  }
+  SyncParameters();
+  return Status::Ok();
+}
+
+}  // namespace engine

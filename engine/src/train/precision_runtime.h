@@ -1,0 +1,82 @@
+// Carries out a precision plan for one stage: storage casts, f32 master weights, the autocast
+// context and dynamic loss scaling, around the optimizer step (failure catalogue F4, F6, F7).
+//
+// The step path, in order:
+//   ZeroGrad -> forward under context() -> backward of loss * loss_scale()
+//   -> UnscaleAndCheck: each gradient goes into the dtype of the weights the optimizer updates (its
+//      f32 master where there is one), divided by the loss scale; a non-finite one fails the check
+//   -> (skipped step, or clipping and the optimizer on optimizer_parameters())
+//   -> SyncParameters: masters copied back into the low-precision parameters -> UpdateScale.
+//
+// The optimizer therefore only ever sees gradients of its own state's dtype.
+//
+// Thread safety: the training thread only. context() may be captured and entered on other threads.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/precision.h"
+#include "engine/precision_context.h"
+#include "engine/safetensors.h"
+#include "engine/status.h"
+#include "train/optimizer.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace engine {
+
+class PrecisionRuntime {
+ public:
+  // Casts every tensor of `module` (already on `device`) to its planned storage dtype, checks the
+  // result with a fresh census, and makes f32 masters for trainable tensors stored in low
+  // precision.
+  static StatusOr<std::unique_ptr<PrecisionRuntime>> Apply(const PrecisionPlan& plan,
+                                                           torch::nn::Module& module,
+                                                           c10::Device device);
+
+  const PrecisionContext& context() const { return context_; }
+  // The module's trainable parameters, in their storage dtype.
+  const std::vector<NamedParameter>& parameters() const { return parameters_; }
+  // What the optimizer updates: a parameter's f32 master where it has one, else the parameter.
+  const std::vector<NamedParameter>& optimizer_parameters() const { return optimizer_parameters_; }
+
+  bool loss_scaling() const { return loss_scaling_.enabled; }
+  double loss_scale() const { return scale_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t consecutive_skipped_steps() const { return consecutive_skips_; }
+
+  void ZeroGrad();
+  // Moves the step's gradients into the optimizer's tensors divided by loss_scale() * divisor, and
+  // returns whether all of them are finite.
+  bool UnscaleAndCheck(double divisor);
+  // Copies updated masters into the low-precision parameters.
+  void SyncParameters();
+  // After a step: backs off on overflow (found_inf), grows after growth_interval clean steps.
+  void UpdateScale(bool found_inf);
+
+  // "<parameter>.master" for each f32 master, for checkpoints.
+  safetensors::NamedTensors MasterTensors() const;
+  // Restores masters saved by MasterTensors (and copies them into the parameters).
+  Status LoadMasterTensors(const safetensors::NamedTensors& tensors);
+
+ private:
+  PrecisionRuntime() = default;
+
+  PrecisionContext context_;
+  LossScalingPlan loss_scaling_;
+  double scale_ = 1;
+  int64_t growth_tracker_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t consecutive_skips_ = 0;
+  std::vector<NamedParameter> parameters_;
+  std::vector<NamedParameter> optimizer_parameters_;
+  std::vector<bool> has_master_;
+};
+
+}  // namespace engine

@@ -1,0 +1,105 @@
+#include "train/precision_runtime.h"
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
+#include "engine/precision_kit.h"
+#include "precision/census.h"
+#include "testing/devices.h"
+
+namespace engine {
+namespace {
+
+std::shared_ptr<torch::nn::Module> MakeModule() {
+  auto module = std::make_shared<torch::nn::Module>();
+  module->register_parameter("w", at::full({4}, 0.5, at::kFloat));
+  module->register_parameter("frozen", at::ones({2}), /*requires_grad=*/false);
+  module->register_buffer("count", at::ones({1}, at::kLong));
+  return module;
+}
+
+PrecisionPlan PlanFor(const std::string& policy, torch::nn::Module& module) {
+  PrecisionRequest request;
+  request.census = TakeCensus(module);
+  request.device = policy.rfind("fp16", 0) == 0 ? testing::Turing() : testing::CpuWithBf16();
+  OptionErrors errors;
+  return *BuildPolicyPlan(request, {}, *StandardPolicy(policy), policy, &errors);
+}
+
+TEST(PrecisionRuntimeTest, Bf16TrueCastsStorageAndKeepsF32Masters) {
+  auto module = MakeModule();
+  PrecisionPlan plan = PlanFor("bf16-true", *module);
+  auto runtime = PrecisionRuntime::Apply(plan, *module, at::kCPU);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().message();
+  EXPECT_EQ(module->named_parameters()["w"].scalar_type(), at::kBFloat16);
+  EXPECT_EQ(module->named_parameters()["frozen"].scalar_type(), at::kBFloat16);
+  EXPECT_EQ(module->named_buffers()["count"].scalar_type(), at::kLong);
+  ASSERT_EQ((*runtime)->parameters().size(), 1u);
+  const at::Tensor& master = (*runtime)->optimizer_parameters()[0].tensor;
+  EXPECT_EQ(master.scalar_type(), at::kFloat);
+  EXPECT_EQ((*runtime)->context(), PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16));
+
+  // A bf16 gradient reaches the master as f32, unscaled; the update lands back in bf16.
+  at::Tensor w = module->named_parameters()["w"];
+  w.mutable_grad() = at::full({4}, 2.0, at::kBFloat16);
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck(4.0));
+  EXPECT_EQ(master.grad().scalar_type(), at::kFloat);
+  EXPECT_FLOAT_EQ(master.grad()[0].item<float>(), 0.5f);
+  {
+    at::NoGradGuard no_grad;
+    master.add_(0.25);
+  }
+  (*runtime)->SyncParameters();
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 0.75f);
+  auto saved = (*runtime)->MasterTensors();
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved[0].first, "w.master");
+}
+
+TEST(PrecisionRuntimeTest, MixedTrainsTheParametersThemselves) {
+  auto module = MakeModule();
+  auto runtime = PrecisionRuntime::Apply(PlanFor("bf16-mixed", *module), *module, at::kCPU);
+  ASSERT_TRUE(runtime.ok());
+  EXPECT_TRUE(
+      (*runtime)->optimizer_parameters()[0].tensor.is_same(module->named_parameters()["w"]));
+  EXPECT_TRUE((*runtime)->MasterTensors().empty());
+}
+
+TEST(PrecisionRuntimeTest, DynamicLossScaling) {
+  auto module = MakeModule();
+  PrecisionPlan plan = PlanFor("fp32", *module);
+  plan.loss_scaling = {true, 1024, 2, 0.5, 3};
+  auto runtime = PrecisionRuntime::Apply(plan, *module, at::kCPU);
+  ASSERT_TRUE(runtime.ok());
+  EXPECT_EQ((*runtime)->loss_scale(), 1024);
+  at::Tensor w = module->named_parameters()["w"];
+  w.mutable_grad() = at::full({4}, 2048.0);
+  EXPECT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), 2.0f);
+  // An overflow: skipped, counted, scale halved; three clean steps grow it back.
+  w.mutable_grad() = at::full({4}, INFINITY);
+  EXPECT_FALSE((*runtime)->UnscaleAndCheck(1.0));
+  (*runtime)->UpdateScale(true);
+  EXPECT_EQ((*runtime)->loss_scale(), 512);
+  EXPECT_EQ((*runtime)->skipped_steps(), 1);
+  EXPECT_EQ((*runtime)->consecutive_skipped_steps(), 1);
+  for (int i = 0; i < 3; ++i) (*runtime)->UpdateScale(false);
+  EXPECT_EQ((*runtime)->loss_scale(), 1024);
+  EXPECT_EQ((*runtime)->consecutive_skipped_steps(), 0);
+  w.mutable_grad() = at::full({4}, NAN);
+  EXPECT_FALSE((*runtime)->UnscaleAndCheck(1.0));
+}
+
+TEST(PrecisionRuntimeTest, PlanMustCoverEveryTensor) {
+  auto module = MakeModule();
+  PrecisionPlan plan = PlanFor("fp32", *module);
+  plan.tensors.pop_back();
+  auto runtime = PrecisionRuntime::Apply(plan, *module, at::kCPU);
+  ASSERT_FALSE(runtime.ok());
+  EXPECT_EQ(runtime.status().message(), "the precision plan has no entry for tensor 'count'");
+}
+
+}  // namespace
+}  // namespace engine
