@@ -4,7 +4,7 @@
 //
 // For each model size, both sides train the same MLP (same shapes, AdamW, batch 32) on the digits
 // images for the same number of steps, in this process, and the best of --repeats runs is kept:
-//   engine: `engine run`'s path (plan, precision, data plugin, model plugin, optimizer), timed over
+//   engine: `engine run`'s path (plan, fp32 precision, data plugin, model plugin, optimizer), timed over
 //           the training steps; the whole stage (final eval and checkpoint included) is shown too;
 //   plain:  torch::nn::Linear layers, torch::optim::AdamW, index_select batches, no eval, no files,
 //           in two variants: optimizer.zero_grad() as most loops are written, and gradients reset
@@ -22,11 +22,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench_util.h"
 #include "core/allocator.h"
-#include "pipeline/pipeline_loader.h"
-#include "plan/pipeline_plan.h"
-#include "plugins/search_path.h"
-#include "run/pipeline_runner.h"
 
 namespace {
 
@@ -45,43 +42,15 @@ std::string HiddenText(const std::vector<int>& hidden) {
 
 double EngineSeconds(const std::string& data, const Case& c, const std::filesystem::path& dir,
                      int64_t* steps, double* stage_seconds) {
-  const std::string text =
-      "output_dir: \"" + (dir / "out").string() +
-      "\"\nstage { name: \"bench\"\n"
-      "  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins.MlpOptions] {" +
-      HiddenText(c.hidden) +
-      " } } }\n"
-      "  data { plugin: \"digits\" options { [type.googleapis.com/engine.plugins.DigitsOptions] "
-      "{ path: \"" +
-      data +
-      "\" } } }\n"
-      "  optimizer { adamw {} learning_rate: 0.001 }\n"
-      "  schedule { epochs: " +
-      std::to_string(c.epochs) +
-      " batch_size: 32 }\n"
-      "  checkpoint { save_optimizer_state: false }\n}\n";
-  std::filesystem::create_directories(dir);
-  const auto file = dir / "bench.pbtxt";
-  std::ofstream(file) << text;
-  engine::PluginRegistry registry;
-  if (!registry.LoadSearchPath(engine::PluginSearchPath({})).ok()) std::abort();
-  engine::Diagnostics diagnostics;
-  auto pipeline = engine::LoadPipeline(file, {}, &registry, &diagnostics);
-  auto plan = pipeline ? engine::BuildPlan(*pipeline, &diagnostics) : nullptr;
-  if (plan == nullptr) {
-    std::cerr << diagnostics.ToString();
-    std::exit(1);
-  }
-  std::ostringstream sink;
-  std::vector<engine::StageOutcome> outcomes;
-  engine::Status status = engine::RunPipeline(plan.get(), sink, &outcomes);
-  if (!status.ok()) {
-    std::cerr << status.message() << "\n";
-    std::exit(1);
-  }
-  *steps = outcomes[0].result.steps;
-  *stage_seconds = outcomes[0].result.seconds;
-  return outcomes[0].result.train_seconds;
+  const engine::StageResult result = engine::bench::RunStage(
+      dir, engine::bench::DigitsMlpPipeline(dir / "out", data, HiddenText(c.hidden),
+                                            "  precision { plugin: \"fp32\" }\n"
+                                            "  optimizer { adamw {} learning_rate: 0.001 }\n"
+                                            "  schedule { epochs: " +
+                                                std::to_string(c.epochs) + " batch_size: 32 }"));
+  *steps = result.steps;
+  *stage_seconds = result.seconds;
+  return result.train_seconds;
 }
 
 struct PlainMlp : torch::nn::Module {

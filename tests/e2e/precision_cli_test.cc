@@ -31,7 +31,7 @@ TEST(PrecisionCliTest, PlanShowsCensusAndGroupsAndRunShowsTheCensusAgain) {
   auto check = Check(dir, text);
   ASSERT_EQ(check.exit_code, 0) << check.err;
   EXPECT_THAT(check.out, HasSubstr("census      as loaded (cpu "));
-  EXPECT_THAT(check.out, HasSubstr("layers            trainable  f32          2         8,320"));
+  EXPECT_THAT(check.out, HasSubstr("layers            trainable            f32          2         8,320"));
   EXPECT_THAT(check.out, HasSubstr("precision   bf16-true; autocast bf16; no loss scaling"));
   EXPECT_THAT(check.out, HasSubstr("as the pipeline asks; casts 2 tensor(s) f32 to bf16"));
   EXPECT_THAT(check.out,
@@ -44,8 +44,10 @@ TEST(PrecisionCliTest, PlanShowsCensusAndGroupsAndRunShowsTheCensusAgain) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("stage 's' starts: bf16-true applied (autocast cpu bf16); census "
                                  "now:\n"));
-  EXPECT_THAT(run.out, HasSubstr("    layers            trainable  bf16         2         8,320"));
-  EXPECT_THAT(run.out, HasSubstr("    head              trainable  f32          2         1,290"));
+  EXPECT_THAT(run.out,
+              HasSubstr("    layers            trainable            bf16         2         8,320"));
+  EXPECT_THAT(run.out,
+              HasSubstr("    head              trainable, kept f32  f32          2         1,290"));
 }
 
 TEST(PrecisionCliTest, BadPrecisionInputIsRefusedWithPositions) {

@@ -1,5 +1,6 @@
 #include "plan/plan_printer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -72,12 +73,16 @@ std::string PrecisionHeadline(const PrecisionPlan& p) {
 
 }  // namespace
 
-std::string CensusText(const ParameterCensus& census, const std::string& indent) {
+std::string CensusText(const ParameterCensus& census, const std::string& indent,
+                       const PrecisionPlan* plan) {
+  const std::vector<CensusRow> rows = SummarizeCensus(census, plan);
+  size_t role_width = 11;
+  for (const CensusRow& row : rows) role_width = std::max(role_width, row.role.size() + 2);
   std::ostringstream out;
-  out << indent << Pad("group", 18) << Pad("role", 11) << Pad("dtype", 6) << PadLeft("tensors", 8)
-      << PadLeft("elements", 14) << PadLeft("bytes", 11) << "\n";
-  for (const CensusRow& row : SummarizeCensus(census)) {
-    out << indent << Pad(row.group, 18) << Pad(row.role, 11) << Pad(Dt(row.dtype), 6)
+  out << indent << Pad("group", 18) << Pad("role", role_width) << Pad("dtype", 6)
+      << PadLeft("tensors", 8) << PadLeft("elements", 14) << PadLeft("bytes", 11) << "\n";
+  for (const CensusRow& row : rows) {
+    out << indent << Pad(row.group, 18) << Pad(row.role, role_width) << Pad(Dt(row.dtype), 6)
         << PadLeft(std::to_string(row.tensors), 8) << PadLeft(WithThousands(row.elements), 14)
         << PadLeft(HumanBytes(row.bytes), 11) << "\n";
   }
@@ -140,7 +145,7 @@ std::string PlanToText(const PipelinePlan& plan) {
     out << "  checkpoint  " << CheckpointText(s) << "\n";
     out << "  optimizer   " << s.optimizer_summary << "\n";
     out << "  census      as loaded (" << s.device.Describe() << ")\n";
-    out << CensusText(s.census, "    ");
+    out << CensusText(s.census, "    ", &s.precision);
     out << "  precision   " << PrecisionHeadline(s.precision) << "\n";
     if (!s.precision.reason.empty()) out << "              " << s.precision.reason << "\n";
     out << "    " << Pad("group", 22) << PadLeft("tensors", 8) << PadLeft("elements", 14)
@@ -276,7 +281,7 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
     }
     js["census"] = census;
     nlohmann::json census_rows = nlohmann::json::array();
-    for (const CensusRow& row : SummarizeCensus(s.census)) {
+    for (const CensusRow& row : SummarizeCensus(s.census, &s.precision)) {
       census_rows.push_back({{"group", row.group},
                              {"role", row.role},
                              {"dtype", Dt(row.dtype)},

@@ -10,8 +10,10 @@
 namespace engine {
 
 std::string PlanToText(const PipelinePlan& plan);
-// The census as a table (group, role, dtype, tensors, elements, bytes), each line led by `indent`.
-std::string CensusText(const ParameterCensus& census, const std::string& indent);
+// The census as a table (group, role, dtype, tensors, elements, bytes), each line led by `indent`;
+// with a plan, its kept-f32 tensors show as their own role.
+std::string CensusText(const ParameterCensus& census, const std::string& indent,
+                       const PrecisionPlan* plan = nullptr);
 nlohmann::json PlanToJson(const PipelinePlan& plan);
 
 // "104.5 KB".

@@ -3,6 +3,7 @@
 #include <torch/nn/module.h>
 
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace engine {
@@ -37,11 +38,18 @@ ParameterCensus TakeCensus(const torch::nn::Module& module) {
   return census;
 }
 
-std::vector<CensusRow> SummarizeCensus(const ParameterCensus& census) {
+std::vector<CensusRow> SummarizeCensus(const ParameterCensus& census, const PrecisionPlan* plan) {
+  std::set<std::string> kept;
+  if (plan != nullptr) {
+    for (const TensorPlan& t : plan->tensors) {
+      if (t.kept_fp32) kept.insert(t.name);
+    }
+  }
   std::vector<CensusRow> rows;
   std::map<std::tuple<std::string, std::string, at::ScalarType>, size_t> index;
   for (const TensorCensusEntry& t : census) {
-    const std::string role = t.is_buffer ? "buffer" : (t.trainable ? "trainable" : "frozen");
+    std::string role = t.is_buffer ? "buffer" : (t.trainable ? "trainable" : "frozen");
+    if (kept.count(t.name)) role += ", kept f32";
     auto key = std::make_tuple(t.group, role, t.dtype);
     auto it = index.find(key);
     if (it == index.end()) {

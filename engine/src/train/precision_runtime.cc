@@ -134,6 +134,28 @@ void PrecisionRuntime::UpdateScale(bool found_inf) {
   }
 }
 
+Status PrecisionRuntime::VerifyOptimizerState(const Optimizer& optimizer) const {
+  std::map<std::string, const at::Tensor*> updated;
+  for (const NamedParameter& p : optimizer_parameters_) updated[p.name] = &p.tensor;
+  for (const auto& [name, state] : optimizer.State()) {
+    const size_t dot = name.rfind('.');
+    auto it = updated.find(name.substr(0, dot == std::string::npos ? 0 : dot));
+    if (it == updated.end()) {
+      return FailedPreconditionError("optimizer state '" + name +
+                                     "' belongs to no tensor the optimizer updates");
+    }
+    if (state.scalar_type() != it->second->scalar_type() ||
+        !state.sizes().equals(it->second->sizes())) {
+      return FailedPreconditionError(
+          "optimizer state '" + name + "' is " + std::string(DtypeShortName(state.scalar_type())) +
+          " but the weights it updates are " +
+          std::string(DtypeShortName(it->second->scalar_type())) +
+          " (or of another shape); the optimizer would meet mismatched dtypes (F6)");
+    }
+  }
+  return Status::Ok();
+}
+
 safetensors::NamedTensors PrecisionRuntime::MasterTensors() const {
   safetensors::NamedTensors out;
   for (size_t i = 0; i < parameters_.size(); ++i) {

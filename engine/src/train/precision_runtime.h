@@ -60,6 +60,10 @@ class PrecisionRuntime {
   // After a step: backs off on overflow (found_inf), grows after growth_interval clean steps.
   void UpdateScale(bool found_inf);
 
+  // The invariant at the optimizer (F6), re-asserted after optimizer state is loaded: every state
+  // tensor ("<parameter>.<slot>") has the dtype and shape of the weights it updates.
+  Status VerifyOptimizerState(const Optimizer& optimizer) const;
+
   // "<parameter>.master" for each f32 master, for checkpoints.
   safetensors::NamedTensors MasterTensors() const;
   // Restores masters saved by MasterTensors (and copies them into the parameters).

@@ -124,9 +124,10 @@ class StageTrainer {
                             ? ", loss scale " + FormatNumber(precision_->loss_scale())
                             : std::string())
                     << "); census now:\n"
-                    << CensusText(TakeCensus(module_), "    ");
+                    << CensusText(TakeCensus(module_), "    ", &plan_.precision);
     }
     optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
+    ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
     if (config_.parallel().num_threads() > 0) {
       at::set_num_threads(static_cast<int>(config_.parallel().num_threads()));
     }

@@ -92,6 +92,40 @@ TEST(PrecisionRuntimeTest, DynamicLossScaling) {
   EXPECT_FALSE((*runtime)->UnscaleAndCheck(1.0));
 }
 
+// An optimizer whose state is whatever the test says, as a loaded checkpoint could make it.
+class FixedStateOptimizer : public Optimizer {
+ public:
+  explicit FixedStateOptimizer(safetensors::NamedTensors state) : state_(std::move(state)) {}
+  void Step(double) override {}
+  std::string algorithm() const override { return "fixed"; }
+  safetensors::NamedTensors State() const override { return state_; }
+  Status LoadState(const safetensors::NamedTensors&, int64_t) override { return Status::Ok(); }
+
+ private:
+  safetensors::NamedTensors state_;
+};
+
+TEST(PrecisionRuntimeTest, OptimizerStateMustMatchTheMasters) {
+  auto module = MakeModule();
+  auto runtime = PrecisionRuntime::Apply(PlanFor("bf16-true", *module), *module, at::kCPU);
+  ASSERT_TRUE(runtime.ok());
+  proto::Optimizer config;
+  config.mutable_adamw();
+  auto adamw = MakeOptimizer(config, (*runtime)->optimizer_parameters());
+  module->named_parameters()["w"].mutable_grad() = at::ones({4}, at::kBFloat16);
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  adamw->Step(0.1);
+  EXPECT_TRUE((*runtime)->VerifyOptimizerState(*adamw).ok());
+
+  FixedStateOptimizer bf16_state({{"w.exp_avg", at::ones({4}, at::kBFloat16)}});
+  Status s = (*runtime)->VerifyOptimizerState(bf16_state);
+  EXPECT_EQ(s.message(),
+            "optimizer state 'w.exp_avg' is bf16 but the weights it updates are f32 (or of another "
+            "shape); the optimizer would meet mismatched dtypes (F6)");
+  FixedStateOptimizer stray({{"v.exp_avg", at::ones({4})}});
+  EXPECT_FALSE((*runtime)->VerifyOptimizerState(stray).ok());
+}
+
 TEST(PrecisionRuntimeTest, PlanMustCoverEveryTensor) {
   auto module = MakeModule();
   PrecisionPlan plan = PlanFor("fp32", *module);
