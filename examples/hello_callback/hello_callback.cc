@@ -10,7 +10,7 @@ class HelloCallback : public engine::Callback {
  public:
   explicit HelloCallback(std::string greeting) : greeting_(std::move(greeting)) {}
 
-  engine::Status OnEvent(const engine::Event& event) override {
+  engine::Status OnEvent(const engine::Event& event, engine::CallbackActions& actions) override {
     if (event.type == engine::EventType::kStageBegin) {
       std::printf("%s, stage '%s'\n", greeting_.c_str(), event.stage.c_str());
     }
@@ -40,7 +40,8 @@ class HelloPlugin : public engine::CallbackPlugin {
   }
 
   engine::StatusOr<std::unique_ptr<engine::Callback>> Create(
-      const google::protobuf::Message& options) const override {
+      const google::protobuf::Message& options,
+      const engine::CallbackContext& context) const override {
     return std::unique_ptr<engine::Callback>(
         new HelloCallback(engine::OptionsAs<hello::HelloOptions>(options).greeting()));
   }

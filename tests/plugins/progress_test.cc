@@ -14,27 +14,34 @@ const CallbackPlugin& Progress() {
   return testing::BuiltinPlugin<CallbackPlugin>(PluginKind::kCallback, "progress");
 }
 
+class NoActions : public CallbackActions {
+ public:
+  void RequestStop(const std::string&) override {}
+  void RequestCheckpoint() override {}
+};
+
 std::string Drive(const std::string& options, int total) {
-  auto callback = Progress().Create(*testing::Options(Progress(), options));
+  NoActions actions;
+  auto callback = Progress().Create(*testing::Options(Progress(), options), CallbackContext());
   EXPECT_TRUE(callback.ok());
   ::testing::internal::CaptureStderr();
   Event e;
   e.stage = "train";
   e.total_steps = total;
   e.type = EventType::kStageBegin;
-  EXPECT_TRUE((*callback)->OnEvent(e).ok());
+  EXPECT_TRUE((*callback)->OnEvent(e, actions).ok());
   for (int step = 1; step <= total; ++step) {
     e.type = EventType::kStepEnd;
     e.step = step;
     e.elapsed_seconds = step * 0.5;
     e.metrics = {{"loss", 1.0 / step}};
-    EXPECT_TRUE((*callback)->OnEvent(e).ok());
+    EXPECT_TRUE((*callback)->OnEvent(e, actions).ok());
   }
   e.type = EventType::kEval;
   e.metrics = {{"eval/accuracy", 0.97}};
-  EXPECT_TRUE((*callback)->OnEvent(e).ok());
+  EXPECT_TRUE((*callback)->OnEvent(e, actions).ok());
   e.type = EventType::kStageEnd;
-  EXPECT_TRUE((*callback)->OnEvent(e).ok());
+  EXPECT_TRUE((*callback)->OnEvent(e, actions).ok());
   return ::testing::internal::GetCapturedStderr();
 }
 

@@ -1,5 +1,9 @@
-// Callback plugins: observers of a run (progress, metrics files, monitors). They see read-only
-// events, never the mutable model.
+// Callback plugins: observers of a run (progress, metrics files, TensorBoard, monitors). They see
+// read-only events (metrics, memory statistics, the plan), never the mutable model. What they may
+// ask of the run goes through CallbackActions: stop the stage early, or write a checkpoint now.
+//
+// Callbacks named in a stage see that stage's events; callbacks named at the pipeline's top level
+// see the pipeline's begin and end and every stage's events.
 //
 // Every call is behind a fault boundary: an error or exception from a callback is logged with the
 // callback's name, the event and the step, then handled by the pipeline's `on_error` for that
@@ -7,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,22 +34,63 @@ enum class EventType {
 
 std::string_view EventTypeName(EventType type);
 
+// Memory of the process, read from the operating system and the allocators; never by walking
+// objects.
+struct MemoryStats {
+  int64_t rss_bytes = 0;       // resident now
+  int64_t peak_rss_bytes = 0;  // resident at most, since the process started
+  bool cuda = false;           // whether the cuda_* fields are filled
+  int64_t cuda_allocated_bytes = 0;
+  int64_t cuda_reserved_bytes = 0;
+  int64_t cuda_peak_allocated_bytes = 0;
+};
+
+// Reads MemoryStats for this process (CUDA fields when LibTorch has CUDA and a device is in use).
+MemoryStats ReadMemoryStats();
+
 struct Event {
   EventType type = EventType::kStepEnd;
   std::string pipeline;
-  std::string stage;
+  std::string stage;  // empty for pipeline events
   // Optimizer steps done in this stage, and planned.
   int64_t step = 0;
   int64_t total_steps = 0;
   int64_t epoch = 0;
-  // Seconds since the stage began.
+  // Seconds since the stage (pipeline events: the pipeline) began.
   double elapsed_seconds = 0;
-  // kStepEnd: "loss", "lr", "examples"; kEval: "eval/loss", "eval/accuracy", ...
+  // kStepEnd: "loss", "lr", "examples" (and "grad_norm", "loss_scale", "skipped_steps" when they
+  // apply); kEval and kStageEnd: "eval/loss", "eval/accuracy", ...
   std::map<std::string, double> metrics;
+  // kStepEnd and kStageEnd.
+  MemoryStats memory;
   // kCheckpointSaved: the checkpoint directory.
   std::string path;
-  // kError and kStageEnd: what happened, in words.
+  // kStageBegin: the stage's plan, as `engine check --format=json` prints one stage.
+  std::string plan_json;
+  // kError, kStageEnd and kPipelineEnd: what happened, in words.
   std::string message;
+};
+
+// What a callback may ask of the run. Requests take effect after the current event.
+class CallbackActions {
+ public:
+  virtual ~CallbackActions() = default;
+  // Ends the stage as if its last step had been reached: the final evaluation and checkpoint still
+  // happen, and the manifest records `reason`.
+  virtual void RequestStop(const std::string& reason) = 0;
+  // Writes a periodic checkpoint after this step.
+  virtual void RequestCheckpoint() = 0;
+};
+
+// Where a callback is used.
+struct CallbackContext {
+  std::string pipeline;
+  // Relative paths in options resolve against this directory (the pipeline file's).
+  std::filesystem::path base_dir;
+  // <output_dir> for pipeline callbacks, <output_dir>/<stage> for stage callbacks.
+  std::filesystem::path output_dir;
+  // Empty for pipeline callbacks.
+  std::string stage;
 };
 
 class Callback {
@@ -52,15 +98,15 @@ class Callback {
   virtual ~Callback() = default;
   // Called on the training thread, in order, once per event. A returned error (or a thrown
   // exception) is handled according to the callback's `on_error`.
-  virtual Status OnEvent(const Event& event) = 0;
+  virtual Status OnEvent(const Event& event, CallbackActions& actions) = 0;
 };
 
 class CallbackPlugin : public Plugin {
  public:
   PluginKind kind() const final { return PluginKind::kCallback; }
 
-  virtual StatusOr<std::unique_ptr<Callback>> Create(
-      const google::protobuf::Message& options) const = 0;
+  virtual StatusOr<std::unique_ptr<Callback>> Create(const google::protobuf::Message& options,
+                                                     const CallbackContext& context) const = 0;
 };
 
 }  // namespace engine

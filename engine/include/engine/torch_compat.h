@@ -8,6 +8,8 @@
 #include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
+#include <cstdint>
+
 #define ENGINE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||         \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -20,6 +22,10 @@ inline constexpr const char* kTorchVersion = TORCH_VERSION;
 // Whether the LibTorch this process runs with was built with CUDA and sees a device.
 bool CudaAvailable();
 int CudaDeviceCount();
+
+// The CUDA caching allocator's statistics for the current device, summed over pools; false (and
+// nothing filled) when this build has no CUDA or no device is in use.
+bool CudaMemory(int64_t* allocated, int64_t* reserved, int64_t* peak_allocated);
 
 // Autocast state of the calling thread for one device type (kCPU or kCUDA). LibTorch 1.13 to 2.3
 // have per-device functions (set_cpu_enabled, set_autocast_gpu_dtype, ...); 2.4 and later take the

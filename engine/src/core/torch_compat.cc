@@ -3,11 +3,33 @@
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
+#if defined(ENGINE_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace engine::compat {
 
 bool CudaAvailable() { return torch::cuda::is_available(); }
 
 int CudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
+
+bool CudaMemory(int64_t* allocated, int64_t* reserved, int64_t* peak_allocated) {
+#if defined(ENGINE_WITH_CUDA)
+  if (!CudaAvailable()) return false;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  constexpr size_t kAll = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+  *allocated = stats.allocated_bytes[kAll].current;
+  *reserved = stats.reserved_bytes[kAll].current;
+  *peak_allocated = stats.allocated_bytes[kAll].peak;
+  return true;
+#else
+  (void)allocated;
+  (void)reserved;
+  (void)peak_allocated;
+  return false;
+#endif
+}
 
 #if ENGINE_TORCH_AT_LEAST(2, 4)
 

@@ -48,28 +48,32 @@ bool CheckOptionTypes(const proto::Pipeline& header, const SourceMap& map,
     std::string message = "options type '" + type + "' is not defined by any loaded plugin";
     const std::string ref_path = path.substr(0, path.rfind('.'));
     std::vector<FieldPathStep> steps = SplitFieldPath(ref_path);
+    // The reference this Any belongs to: stage[i].<field>[j], or the pipeline's callback[j].
+    const google::protobuf::Message* owner = &header;
     if (steps.size() == 2 && steps[0].name == "stage" && steps[0].index >= 0 &&
         steps[0].index < header.stage_size()) {
-      const proto::Stage& stage = header.stage(steps[0].index);
-      std::optional<PluginKind> kind = KindOfStageField(steps[1].name);
-      std::string plugin;
-      const auto* reflection = stage.GetReflection();
-      const auto* field = stage.GetDescriptor()->FindFieldByName(steps[1].name);
-      if (field != nullptr && kind) {
-        const google::protobuf::Message& ref =
-            field->is_repeated()
-                ? reflection->GetRepeatedMessage(stage, field, std::max(steps[1].index, 0))
-                : reflection->GetMessage(stage, field);
-        const auto* plugin_field = ref.GetDescriptor()->FindFieldByName("plugin");
-        plugin = ref.GetReflection()->GetString(ref, plugin_field);
-        const PluginRegistry::Entry* entry = registry.Find(*kind, plugin);
-        if (entry != nullptr) {
-          message += "; " + std::string(PluginKindTitle(*kind)) + " '" + plugin + "' takes '" +
-                     entry->plugin->default_options().GetDescriptor()->full_name() + "'";
-        } else if (!plugin.empty()) {
-          message += ", and no " + std::string(PluginKindTitle(*kind)) + " plugin '" + plugin +
-                     "' is installed (see `engine plugins`)";
-        }
+      owner = &header.stage(steps[0].index);
+      steps.erase(steps.begin());
+    }
+    std::optional<PluginKind> kind =
+        steps.size() == 1 ? KindOfStageField(steps[0].name) : std::nullopt;
+    const auto* field = owner->GetDescriptor()->FindFieldByName(steps.empty() ? "" : steps[0].name);
+    if (field != nullptr && kind &&
+        field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      const auto* reflection = owner->GetReflection();
+      const google::protobuf::Message& ref =
+          field->is_repeated()
+              ? reflection->GetRepeatedMessage(*owner, field, std::max(steps[0].index, 0))
+              : reflection->GetMessage(*owner, field);
+      const auto* plugin_field = ref.GetDescriptor()->FindFieldByName("plugin");
+      const std::string plugin = ref.GetReflection()->GetString(ref, plugin_field);
+      const PluginRegistry::Entry* entry = registry.Find(*kind, plugin);
+      if (entry != nullptr) {
+        message += "; " + std::string(PluginKindTitle(*kind)) + " '" + plugin + "' takes '" +
+                   entry->plugin->default_options().GetDescriptor()->full_name() + "'";
+      } else if (!plugin.empty()) {
+        message += ", and no " + std::string(PluginKindTitle(*kind)) + " plugin '" + plugin +
+                   "' is installed (see `engine plugins`)";
       }
     }
     diagnostics->Add(map.Locate(proto::Pipeline::descriptor(), path), message);

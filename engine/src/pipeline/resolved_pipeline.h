@@ -68,8 +68,9 @@ struct ResolvedPipeline {
   uint64_t seed = 0;
   proto::Pipeline config;
   std::unique_ptr<SourceMap> source_map;
-  std::vector<ResolvedStage> stages;  // file order
-  std::vector<int> run_order;         // indices into stages, dependencies first
+  std::vector<ResolvedCallback> callbacks;  // the pipeline's own
+  std::vector<ResolvedStage> stages;        // file order
+  std::vector<int> run_order;               // indices into stages, dependencies first
 
   SourceLocation Locate(std::string_view path) const {
     return source_map->Locate(proto::Pipeline::descriptor(), path);

@@ -20,6 +20,11 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
+// "stage 'x'", or "pipeline" for what the pipeline names at its top level.
+std::string Subject(const std::string& stage) {
+  return stage.empty() ? std::string("pipeline") : "stage '" + stage + "'";
+}
+
 class StageChecker {
  public:
   StageChecker(const PluginRegistry& registry, ResolvedPipeline* pipeline, Diagnostics* diagnostics)
@@ -47,7 +52,7 @@ class StageChecker {
             &reflection->GetMessage(*ref, options_field));
       }
       if (plugin_name.empty()) {
-        Error(path, "stage '" + stage + "': `plugin` is required: name the " + title +
+        Error(path, Subject(stage) + ": `plugin` is required: name the " + title +
                         " to use (see `engine plugins`)");
         return false;
       }
@@ -55,12 +60,12 @@ class StageChecker {
     const PluginRegistry::Entry* entry = registry_.Find(kind, plugin_name);
     if (entry == nullptr) {
       Error(ref != nullptr ? path + ".plugin" : path,
-            "stage '" + stage + "': " + UnknownPluginMessage(kind, plugin_name));
+            Subject(stage) + ": " + UnknownPluginMessage(kind, plugin_name));
       return false;
     }
     out->entry = entry;
     out->path = path;
-    out->context = "stage '" + stage + "' " + title + " '" + plugin_name + "'";
+    out->context = Subject(stage) + " " + title + " '" + plugin_name + "'";
     const Message& defaults = entry->plugin->default_options();
     out->options.reset(defaults.New());
     if (options != nullptr) {
@@ -401,6 +406,15 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     diagnostics->Add(pipeline->source_map->FileOnly(),
                      "the pipeline has no stage; add `stage { name: ... model {...} data {...} }`");
     return;
+  }
+
+  for (int c = 0; c < config.callback_size(); ++c) {
+    ResolvedCallback callback;
+    callback.on_error = config.callback(c).on_error();
+    if (checker.Bind(PluginKind::kCallback, &config.callback(c),
+                     "callback[" + std::to_string(c) + "]", "", "", &callback.ref)) {
+      pipeline->callbacks.push_back(std::move(callback));
+    }
   }
 
   std::map<std::string, int> index_by_name;

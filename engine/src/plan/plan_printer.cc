@@ -113,6 +113,14 @@ std::string PlanToText(const PipelinePlan& plan) {
     out << (i ? " -> " : "") << plan.stages[i].stage->name;
   }
   out << "\n";
+  if (!p.callbacks.empty()) {
+    out << "  callbacks   ";
+    for (size_t i = 0; i < p.callbacks.size(); ++i) {
+      out << (i ? ", " : "") << p.callbacks[i].ref.entry->name
+          << " (on error: " << OnErrorName(p.callbacks[i].on_error) << ")";
+    }
+    out << "\n";
+  }
   for (const StagePlan& s : plan.stages) {
     const ResolvedStage& st = *s.stage;
     const int64_t frozen = s.total_parameters - s.trainable_parameters;
@@ -180,7 +188,17 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
   j["output_dir"] = p.output_dir.string();
   j["seed"] = p.seed;
   j["stages"] = nlohmann::json::array();
-  for (const StagePlan& s : plan.stages) {
+  for (const StagePlan& s : plan.stages) j["stages"].push_back(StagePlanToJson(p, s));
+  nlohmann::json callbacks = nlohmann::json::array();
+  for (const ResolvedCallback& c : p.callbacks) {
+    callbacks.push_back({{"plugin", c.ref.entry->name}, {"on_error", OnErrorName(c.on_error)}});
+  }
+  j["callbacks"] = callbacks;
+  return j;
+}
+
+nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
+  {
     const ResolvedStage& st = *s.stage;
     nlohmann::json js;
     js["name"] = st.name;
@@ -295,9 +313,8 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
       callbacks.push_back({{"plugin", c.ref.entry->name}, {"on_error", OnErrorName(c.on_error)}});
     }
     js["callbacks"] = callbacks;
-    j["stages"].push_back(js);
+    return js;
   }
-  return j;
 }
 
 }  // namespace engine

@@ -15,6 +15,8 @@ std::string PlanToText(const PipelinePlan& plan);
 std::string CensusText(const ParameterCensus& census, const std::string& indent,
                        const PrecisionPlan* plan = nullptr);
 nlohmann::json PlanToJson(const PipelinePlan& plan);
+// One stage's part of PlanToJson.
+nlohmann::json StagePlanToJson(const ResolvedPipeline& pipeline, const StagePlan& stage);
 
 // "104.5 KB".
 std::string HumanBytes(int64_t bytes);

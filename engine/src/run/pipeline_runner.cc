@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include <chrono>
 #include <cstdio>
 
 #include "core/guarded_call.h"
@@ -10,18 +11,28 @@
 namespace engine {
 namespace {
 
-// Builds the stage's callbacks; a callback that cannot even be created fails the stage before step
-// 0.
-Status MakeCallbacks(const ResolvedStage& stage, CallbackRunner* runner) {
-  for (const ResolvedCallback& c : stage.callbacks) {
+// Builds callbacks; one that cannot even be created fails the run before step 0.
+Status MakeCallbacks(const std::vector<ResolvedCallback>& refs, const CallbackContext& context,
+                     CallbackRunner* runner) {
+  for (const ResolvedCallback& c : refs) {
     const auto* plugin = static_cast<const CallbackPlugin*>(c.ref.entry->plugin.get());
     ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Callback> callback, GuardedCall(c.ref.context, [&] {
-                              return plugin->Create(*c.ref.options);
+                              return plugin->Create(*c.ref.options, context);
                             }));
     runner->Add(c.ref.entry->name, std::move(callback), c.on_error);
   }
   return Status::Ok();
 }
+
+// Pipeline events happen between stages, where stopping or checkpointing means nothing.
+class PipelineActions : public CallbackActions {
+ public:
+  void RequestStop(const std::string& reason) override {
+    LOG(WARNING) << "a pipeline callback asked to stop (" << reason
+                 << ") outside a stage; nothing to stop";
+  }
+  void RequestCheckpoint() override {}
+};
 
 }  // namespace
 
@@ -30,6 +41,7 @@ std::string StageSummary(const std::string& stage, const StageResult& result) {
   std::snprintf(seconds, sizeof(seconds), "%.1f", result.seconds);
   std::string out =
       "stage '" + stage + "': " + WithThousands(result.steps) + " steps in " + seconds + " s";
+  if (!result.stop_reason.empty()) out += " (stopped early: " + result.stop_reason + ")";
   if (!result.eval_metrics.empty()) {
     out += "; eval on " + WithThousands(result.eval_examples) + " examples:";
     for (const auto& [name, value] : result.eval_metrics) {
@@ -44,15 +56,35 @@ std::string StageSummary(const std::string& stage, const StageResult& result) {
 
 Status RunPipeline(PipelinePlan* plan, std::ostream& out, std::vector<StageOutcome>* outcomes) {
   const ResolvedPipeline& pipeline = *plan->pipeline;
+  const auto start = std::chrono::steady_clock::now();
+  CallbackRunner pipeline_callbacks;
+  ENGINE_RETURN_IF_ERROR(MakeCallbacks(pipeline.callbacks,
+                                       {pipeline.name, pipeline.base_dir, pipeline.output_dir, ""},
+                                       &pipeline_callbacks));
+  PipelineActions pipeline_actions;
+  auto pipeline_event = [&](EventType type, std::string message) {
+    Event event;
+    event.type = type;
+    event.pipeline = pipeline.name;
+    event.message = std::move(message);
+    event.elapsed_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return pipeline_callbacks.Dispatch(event, pipeline_actions);
+  };
+  ENGINE_RETURN_IF_ERROR(pipeline_event(EventType::kPipelineBegin, ""));
+
   for (StagePlan& stage_plan : plan->stages) {
     const ResolvedStage& stage = *stage_plan.stage;
-    CallbackRunner callbacks;
-    ENGINE_RETURN_IF_ERROR(MakeCallbacks(stage, &callbacks));
+    const std::filesystem::path stage_dir = pipeline.output_dir / stage.name;
+    CallbackRunner stage_callbacks;
+    ENGINE_RETURN_IF_ERROR(MakeCallbacks(stage.callbacks,
+                                         {pipeline.name, pipeline.base_dir, stage_dir, stage.name},
+                                         &stage_callbacks));
     StageRunRequest request;
     request.pipeline = &pipeline;
     request.plan = &stage_plan;
-    request.stage_dir = pipeline.output_dir / stage.name;
-    request.callbacks = &callbacks;
+    request.stage_dir = stage_dir;
+    request.callbacks = {&stage_callbacks, &pipeline_callbacks};
     request.out = &out;
     if (stage.from_stage) {
       request.parent_checkpoint =
@@ -60,13 +92,17 @@ Status RunPipeline(PipelinePlan* plan, std::ostream& out, std::vector<StageOutco
     }
     LOG(INFO) << "stage '" << stage.name << "': training " << stage_plan.total_steps << " steps on "
               << stage.device.device;
-    ENGINE_ASSIGN_OR_RETURN(StageResult result, TrainStage(request));
-    out << StageSummary(stage.name, result) << std::endl;
-    if (outcomes != nullptr) outcomes->push_back({stage.name, result});
+    StatusOr<StageResult> result = TrainStage(request);
+    if (!result.ok()) {
+      pipeline_event(EventType::kPipelineEnd, "failed: " + result.status().message()).IgnoreError();
+      return result.status();
+    }
+    out << StageSummary(stage.name, *result) << std::endl;
+    if (outcomes != nullptr) outcomes->push_back({stage.name, *result});
     // The weights live on in the checkpoint; later stages load them from there.
     stage_plan.model.reset();
   }
-  return Status::Ok();
+  return pipeline_event(EventType::kPipelineEnd, "finished");
 }
 
 }  // namespace engine

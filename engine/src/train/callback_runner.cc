@@ -11,13 +11,13 @@ void CallbackRunner::Add(std::string name, std::unique_ptr<Callback> callback,
   slots_.push_back({std::move(name), std::move(callback), on_error, false});
 }
 
-Status CallbackRunner::Dispatch(const Event& event) {
+Status CallbackRunner::Dispatch(const Event& event, CallbackActions& actions) {
   for (Slot& slot : slots_) {
     if (slot.disabled) continue;
     const std::string context = "callback '" + slot.name + "' on " +
                                 std::string(EventTypeName(event.type)) + " at step " +
                                 std::to_string(event.step);
-    Status status = GuardedCall(context, [&] { return slot.callback->OnEvent(event); });
+    Status status = GuardedCall(context, [&] { return slot.callback->OnEvent(event, actions); });
     if (status.ok()) continue;
     switch (slot.on_error) {
       case proto::CallbackRef::WARN:

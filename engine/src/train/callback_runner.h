@@ -22,8 +22,8 @@ class CallbackRunner {
   void Add(std::string name, std::unique_ptr<Callback> callback,
            proto::CallbackRef::OnError on_error);
 
-  // OK unless a FAIL_STAGE callback failed.
-  Status Dispatch(const Event& event);
+  // OK unless a FAIL_STAGE callback failed. Callbacks make their requests through `actions`.
+  Status Dispatch(const Event& event, CallbackActions& actions);
 
   // Callbacks disabled after an error, by name.
   std::vector<std::string> Disabled() const;

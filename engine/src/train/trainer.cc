@@ -39,7 +39,7 @@ std::string UtcNow() {
   return buffer;
 }
 
-class StageTrainer {
+class StageTrainer : public CallbackActions {
  public:
   explicit StageTrainer(const StageRunRequest& request)
       : request_(request),
@@ -51,10 +51,18 @@ class StageTrainer {
         device_(stage_.device.device),
         context_("stage '" + stage_.name + "'") {}
 
+  // CallbackActions: requests take effect once the current event has been delivered.
+  void RequestStop(const std::string& reason) override {
+    if (stop_reason_.empty()) stop_reason_ = reason.empty() ? "a callback asked to stop" : reason;
+  }
+  void RequestCheckpoint() override { checkpoint_requested_ = true; }
+
   StatusOr<StageResult> Run() {
     start_ = Clock::now();
     ENGINE_RETURN_IF_ERROR(Prepare());
-    ENGINE_RETURN_IF_ERROR(Emit(MakeEvent(EventType::kStageBegin)));
+    Event begin = MakeEvent(EventType::kStageBegin);
+    if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
+    ENGINE_RETURN_IF_ERROR(Emit(begin));
 
     const int64_t n = plan_.train_examples;
     const int64_t batch = plan_.batch_size;
@@ -64,7 +72,7 @@ class StageTrainer {
     const uint64_t checkpoint_every = config_.schedule().checkpoint_every_steps();
     module_.train();
 
-    while (step_ < plan_.total_steps) {
+    while (step_ < plan_.total_steps && stop_reason_.empty()) {
       const std::vector<int64_t> order = EpochOrder(stage_.seed, epoch_, n);
       std::vector<std::vector<int64_t>> micro_batches;
       for (int64_t begin = 0; begin < n; begin += batch) {
@@ -72,7 +80,8 @@ class StageTrainer {
         if (drop_last && end - begin < batch) break;
         micro_batches.emplace_back(order.begin() + begin, order.begin() + end);
       }
-      for (size_t first = 0; first < micro_batches.size() && step_ < plan_.total_steps;
+      for (size_t first = 0;
+           first < micro_batches.size() && step_ < plan_.total_steps && stop_reason_.empty();
            first += accumulation) {
         const size_t last = std::min(micro_batches.size(), first + accumulation);
         ENGINE_RETURN_IF_ERROR(TrainStep(micro_batches, first, last));
@@ -80,16 +89,23 @@ class StageTrainer {
         if (!at_end && eval_every > 0 && step_ % eval_every == 0) {
           ENGINE_RETURN_IF_ERROR(EvaluateAndReport().status());
         }
-        if (!at_end && checkpoint_every > 0 && step_ % checkpoint_every == 0) {
+        const bool due = checkpoint_every > 0 && step_ % checkpoint_every == 0;
+        if (!at_end && stop_reason_.empty() && (due || checkpoint_requested_)) {
+          checkpoint_requested_ = false;
           ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint());
         }
       }
       ++epoch_;
     }
 
+    if (!stop_reason_.empty()) {
+      LOG(WARNING) << context_ << ": stopping after step " << step_ << " of " << plan_.total_steps
+                   << ": " << stop_reason_;
+    }
     StageResult result;
     result.train_seconds = Seconds();
     result.steps = step_;
+    result.stop_reason = stop_reason_;
     result.final_train_loss = last_loss_;
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
     result.eval_examples = plan_.eval_examples;
@@ -100,6 +116,8 @@ class StageTrainer {
     Event end = MakeEvent(EventType::kStageEnd);
     end.metrics = result.eval_metrics;
     end.path = result.final_checkpoint.string();
+    end.message = stop_reason_.empty() ? "finished" : "stopped early: " + stop_reason_;
+    end.memory = ReadMemoryStats();
     ENGINE_RETURN_IF_ERROR(Emit(end));
     return result;
   }
@@ -270,6 +288,7 @@ class StageTrainer {
       event.metrics["loss_scale"] = precision_->loss_scale();
       event.metrics["skipped_steps"] = static_cast<double>(precision_->skipped_steps());
     }
+    event.memory = ReadMemoryStats();
     return Emit(event);
   }
 
@@ -348,6 +367,7 @@ class StageTrainer {
     m.set_total_steps(static_cast<uint64_t>(plan_.total_steps));
     m.set_epoch(static_cast<uint32_t>(epoch_));
     m.set_final(final);
+    if (final && !stop_reason_.empty()) m.set_stop_reason(stop_reason_);
     m.set_fingerprint(plan_.fingerprint);
     if (!request_.parent_checkpoint.empty()) {
       m.set_parent_checkpoint(request_.parent_checkpoint.string());
@@ -417,12 +437,17 @@ class StageTrainer {
   }
 
   bool HasCallbacks() const {
-    return request_.callbacks != nullptr && request_.callbacks->size() > 0;
+    for (const CallbackRunner* runner : request_.callbacks) {
+      if (runner->size() > 0) return true;
+    }
+    return false;
   }
 
   Status Emit(const Event& event) {
-    if (!HasCallbacks()) return Status::Ok();
-    return request_.callbacks->Dispatch(event).WithContext(context_);
+    for (CallbackRunner* runner : request_.callbacks) {
+      ENGINE_RETURN_IF_ERROR(runner->Dispatch(event, *this).WithContext(context_));
+    }
+    return Status::Ok();
   }
 
   double Seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
@@ -439,6 +464,8 @@ class StageTrainer {
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::filesystem::path> periodic_;
+  std::string stop_reason_;
+  bool checkpoint_requested_ = false;
   int64_t step_ = 0;
   int64_t epoch_ = 0;
   int64_t examples_ = 0;
@@ -463,13 +490,15 @@ std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
 StatusOr<StageResult> TrainStage(const StageRunRequest& request) {
   StageTrainer trainer(request);
   StatusOr<StageResult> result = trainer.Run();
-  if (!result.ok() && request.callbacks != nullptr) {
+  if (!result.ok()) {
     Event event;
     event.type = EventType::kError;
     event.pipeline = request.pipeline->name;
     event.stage = request.plan->stage->name;
     event.message = result.status().message();
-    request.callbacks->Dispatch(event).IgnoreError();
+    for (CallbackRunner* runner : request.callbacks) {
+      runner->Dispatch(event, trainer).IgnoreError();
+    }
   }
   return result;
 }

@@ -14,6 +14,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "plan/pipeline_plan.h"
 #include "train/callback_runner.h"
@@ -25,7 +26,8 @@ struct StageRunRequest {
   StagePlan* plan = nullptr;
   // <output_dir>/<stage name>
   std::filesystem::path stage_dir;
-  CallbackRunner* callbacks = nullptr;
+  // The stage's callbacks, then the pipeline's; each sees every event of the stage.
+  std::vector<CallbackRunner*> callbacks;
   // The final checkpoint of the from_stage parent, empty when the stage starts from its model
   // plugin.
   std::filesystem::path parent_checkpoint;
@@ -43,6 +45,8 @@ struct StageResult {
   std::map<std::string, double> eval_metrics;
   int64_t eval_examples = 0;
   std::filesystem::path final_checkpoint;
+  // Why the stage stopped before its planned steps; empty when it ran them all.
+  std::string stop_reason;
 };
 
 StatusOr<StageResult> TrainStage(const StageRunRequest& request);

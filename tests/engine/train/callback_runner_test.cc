@@ -11,7 +11,7 @@ class Recorder : public Callback {
  public:
   explicit Recorder(int* calls, int fail_from = 1 << 30, bool throw_instead = false)
       : calls_(calls), fail_from_(fail_from), throw_(throw_instead) {}
-  Status OnEvent(const Event& event) override {
+  Status OnEvent(const Event& event, CallbackActions&) override {
     ++*calls_;
     if (event.step < fail_from_) return Status::Ok();
     if (throw_) throw std::runtime_error("boom");
@@ -23,6 +23,13 @@ class Recorder : public Callback {
   int fail_from_;
   bool throw_;
 };
+
+class NoActions : public CallbackActions {
+ public:
+  void RequestStop(const std::string&) override {}
+  void RequestCheckpoint() override {}
+};
+NoActions no_actions;
 
 Event Step(int64_t step) {
   Event e;
@@ -36,7 +43,7 @@ TEST(CallbackRunnerTest, DisableStopsCallingAFailingCallback) {
   CallbackRunner runner;
   runner.Add("failing", std::make_unique<Recorder>(&failing, 2, true), proto::CallbackRef::DISABLE);
   runner.Add("healthy", std::make_unique<Recorder>(&healthy), proto::CallbackRef::DISABLE);
-  for (int step = 1; step <= 5; ++step) EXPECT_TRUE(runner.Dispatch(Step(step)).ok());
+  for (int step = 1; step <= 5; ++step) EXPECT_TRUE(runner.Dispatch(Step(step), no_actions).ok());
   EXPECT_EQ(failing, 2);
   EXPECT_EQ(healthy, 5);
   EXPECT_EQ(runner.Disabled(), std::vector<std::string>{"failing"});
@@ -46,7 +53,7 @@ TEST(CallbackRunnerTest, WarnKeepsCalling) {
   int calls = 0;
   CallbackRunner runner;
   runner.Add("noisy", std::make_unique<Recorder>(&calls, 1), proto::CallbackRef::WARN);
-  for (int step = 1; step <= 3; ++step) EXPECT_TRUE(runner.Dispatch(Step(step)).ok());
+  for (int step = 1; step <= 3; ++step) EXPECT_TRUE(runner.Dispatch(Step(step), no_actions).ok());
   EXPECT_EQ(calls, 3);
   EXPECT_TRUE(runner.Disabled().empty());
 }
@@ -55,8 +62,8 @@ TEST(CallbackRunnerTest, FailStageReturnsTheErrorWithContext) {
   int calls = 0;
   CallbackRunner runner;
   runner.Add("strict", std::make_unique<Recorder>(&calls, 2, true), proto::CallbackRef::FAIL_STAGE);
-  EXPECT_TRUE(runner.Dispatch(Step(1)).ok());
-  Status s = runner.Dispatch(Step(2));
+  EXPECT_TRUE(runner.Dispatch(Step(1), no_actions).ok());
+  Status s = runner.Dispatch(Step(2), no_actions);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "callback 'strict' on step_end at step 2: boom");
 }
