@@ -10,8 +10,8 @@
 namespace engine {
 namespace {
 
-// digits, mlp, progress and the six precision policies.
-constexpr size_t kBuiltinPlugins = 9;
+// digits, mlp, six precision policies and six callbacks.
+constexpr size_t kBuiltinPlugins = 14;
 
 std::filesystem::path Fixture(const std::string& name) {
   return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");
@@ -151,7 +151,9 @@ TEST(PluginRegistryTest, FindAndList) {
   EXPECT_NE(registry.Find(PluginKind::kModelLoader, "mlp"), nullptr);
   EXPECT_EQ(registry.Find(PluginKind::kDataLoader, "mlp"), nullptr);
   EXPECT_EQ(registry.FindByName("mlp").size(), 1u);
-  EXPECT_EQ(registry.NamesOfKind(PluginKind::kCallback), std::vector<std::string>{"progress"});
+  EXPECT_EQ(registry.NamesOfKind(PluginKind::kCallback),
+            (std::vector<std::string>{"checkpoint_every", "early_stopping", "memory_monitor",
+                                      "metrics_jsonl", "progress", "tensorboard"}));
   EXPECT_TRUE(registry.NamesOfKind(PluginKind::kQuantizer).empty());
 }
 
