@@ -33,3 +33,30 @@ function(engine_add_plugin name)
     LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIRECTORY}
     INSTALL_RPATH "$ORIGIN/../..")
 endfunction()
+
+# engine_add_conformance_test: a GoogleTest binary (registered with CTest) that runs the conformance
+# suite on a plugin built with engine_add_plugin.
+#
+#   engine_add_conformance_test(my_loader [OPTIONS ${CMAKE_CURRENT_SOURCE_DIR}/options.pbtxt])
+#
+# Needs GoogleTest and the engine's conformance library (Engine::conformance once installed).
+function(engine_add_conformance_test name)
+  cmake_parse_arguments(ARG "" "OPTIONS" "" ${ARGN})
+  set(plugin engine_plugin_${name})
+  set(source ${CMAKE_CURRENT_BINARY_DIR}/${name}_conformance_test.cc)
+  file(GENERATE OUTPUT ${source} CONTENT
+"#include \"engine/conformance_gtest.h\"
+using engine::conformance::PluginConformanceTest;
+INSTANTIATE_TEST_SUITE_P(${name}, PluginConformanceTest,
+    ::testing::Values(engine::conformance::Target{\"$<TARGET_FILE:${plugin}>\", \"${ARG_OPTIONS}\"}));
+")
+  add_executable(${name}_conformance_test ${source})
+  if(TARGET Engine::conformance)
+    target_link_libraries(${name}_conformance_test PRIVATE Engine::conformance GTest::gtest_main)
+  else()
+    target_link_libraries(${name}_conformance_test PRIVATE engine_conformance GTest::gtest_main)
+  endif()
+  add_dependencies(${name}_conformance_test ${plugin})
+  include(GoogleTest)
+  gtest_discover_tests(${name}_conformance_test DISCOVERY_TIMEOUT 120)
+endfunction()

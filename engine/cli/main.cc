@@ -20,6 +20,7 @@ commands:
   run PIPELINE.pbtxt       check, then train stage by stage
   plugins                  list the installed plugins
   plugins describe NAME    a plugin's options, defaults and a snippet for a stage
+  conformance PLUGIN.so    check that a plugin library behaves as the engine relies on
   help [COMMAND]           this text, or a command's
 
 `engine COMMAND --help` describes each command. Add -v (or --verbose) for log lines.
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   if (command == "check") return engine::cli::CheckCommand(rest);
   if (command == "run") return engine::cli::RunCommand(rest);
   if (command == "plugins") return engine::cli::PluginsCommand(rest);
+  if (command == "conformance") return engine::cli::ConformanceCommand(rest);
   if (command == "help" || command == "-h" || command == "--help") {
     if (rest.empty()) {
       std::cout << kUsage;
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
       std::cout << engine::cli::RunHelp();
     } else if (rest[0] == "plugins") {
       std::cout << engine::cli::PluginsHelp();
+    } else if (rest[0] == "conformance") {
+      std::cout << engine::cli::ConformanceHelp();
     } else {
       std::cerr << "engine help: no command '" << rest[0] << "'\n\n" << kUsage;
       return kExitUsage;

@@ -1,5 +1,6 @@
 // The `checkpoint_every` callback: asks for a periodic checkpoint every N steps and/or every T
-// minutes of wall time (the pipeline's schedule.checkpoint_every_steps counts steps only). The
+// minutes of wall time (default: every 30 minutes; the pipeline's schedule.checkpoint_every_steps
+// counts steps only). The
 // stage's checkpoint settings (keep_last) apply to them.
 #include <chrono>
 

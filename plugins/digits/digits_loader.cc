@@ -27,6 +27,10 @@ constexpr int kClasses = 10;
 
 // Reads a plain or gzip-compressed file (zlib reads both).
 StatusOr<std::string> ReadMaybeCompressed(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgumentError("'" + path.string() + "' is a directory, not the digits file");
+  }
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
     return NotFoundError("cannot open '" + path.string() +
@@ -37,10 +41,12 @@ StatusOr<std::string> ReadMaybeCompressed(const std::filesystem::path& path) {
   int n;
   while ((n = gzread(file, buffer, sizeof(buffer))) > 0) content.append(buffer, n);
   int error_code = Z_OK;
-  const char* message = gzerror(file, &error_code);
+  const char* error_text = gzerror(file, &error_code);
+  const std::string message = error_text != nullptr ? error_text : "";
   gzclose(file);
   if (n < 0 || (error_code != Z_OK && error_code != Z_STREAM_END)) {
-    return DataLossError("cannot read '" + path.string() + "': " + message +
+    return DataLossError("cannot read '" + path.string() + "'" +
+                         (message.empty() ? std::string() : ": " + message) +
                          " (is the file truncated?)");
   }
   return content;
@@ -100,6 +106,7 @@ class DigitsLoader : public DataLoaderPlugin {
   void ValidateOptions(const google::protobuf::Message& message,
                        OptionErrors* errors) const override {
     const auto& options = OptionsAs<DigitsOptions>(message);
+    if (options.has_path() && options.path().empty()) errors->Add("path", "is empty");
     if (!(options.eval_fraction() >= 0 && options.eval_fraction() < 1)) {
       errors->Add("eval_fraction",
                   "must be in [0, 1) (got " + FormatNumber(options.eval_fraction()) + ")");

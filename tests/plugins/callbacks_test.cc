@@ -231,7 +231,7 @@ TEST(EarlyStoppingTest, LossIsMinimisedAndAMissingMetricIsNamed) {
 }
 
 TEST(CheckpointEveryTest, AsksEveryNSteps) {
-  auto cb = Make("checkpoint_every", "steps: 25");
+  auto cb = Make("checkpoint_every", "steps: 25 minutes: 0");
   RecordingActions actions;
   ASSERT_TRUE(cb->OnEvent(At(EventType::kStageBegin, 0), actions).ok());
   for (int step = 1; step <= 100; ++step) {
@@ -241,7 +241,7 @@ TEST(CheckpointEveryTest, AsksEveryNSteps) {
   OptionErrors errors;
   const auto& plugin =
       testing::BuiltinPlugin<CallbackPlugin>(PluginKind::kCallback, "checkpoint_every");
-  plugin.ValidateOptions(plugin.default_options(), &errors);
+  plugin.ValidateOptions(*testing::Options(plugin, "minutes: 0"), &errors);
   ASSERT_EQ(errors.entries().size(), 1u);
   EXPECT_THAT(errors.entries()[0].message, HasSubstr("set steps or minutes"));
 }

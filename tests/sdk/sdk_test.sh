@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The SDK as a third party uses it: install the engine, build examples/hello_callback against the
-# installed package with find_package(Engine), then load the plugin and train with it.
+# The SDK as a third party uses it: install the engine, build examples/third_party_plugin against the
+# installed package with find_package(Engine), run its conformance tests, then load the plugin, check
+# it with `engine conformance` and train with it.
 #   sdk_test.sh <source dir> <build dir>
 set -euo pipefail
 src=$1
@@ -15,9 +16,12 @@ test -f "$work/prefix/include/engine/pipeline.pb.h"
 libdir=$(dirname "$(find "$work/prefix" -name libengine.so | head -n 1)")
 test -f "$libdir/engine/plugins/engine_digits.so"
 
-cmake -S "$src/examples/hello_callback" -B "$work/hello" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$src/examples/third_party_plugin" -B "$work/hello" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/hello" >/dev/null
+# The GoogleTest form of the conformance suite, linked from the installed SDK.
+(cd "$work/hello" && ctest --output-on-failure -j2 >"$work/ctest.log") || { cat "$work/ctest.log"; exit 1; }
+grep -q "100% tests passed" "$work/ctest.log"
 plugin=$(find "$work/hello" -name engine_hello.so)
 test -n "$plugin"
 
@@ -28,6 +32,9 @@ echo "$listing"
 grep -q "^hello .*callback .*1.0.0 .*engine_hello.so" <<<"$listing"
 grep -q "engine_digits.so" <<<"$listing"   # the installed engine finds its built-in plugins
 "$engine" plugins describe hello | grep -q 'greeting: "hello"'
+conformance=$("$engine" conformance "$plugin")
+echo "$conformance"
+grep -q "4 checks: 4 passed, 0 failed, 0 skipped" <<<"$conformance"
 
 cat >"$work/p.pbtxt" <<PIPELINE
 output_dir: "out"

@@ -10,6 +10,7 @@
 
 #include "core/glob.h"
 #include "core/guarded_call.h"
+#include "core/required_fields.h"
 #include "engine/format.h"
 #include "engine/options.pb.h"
 
@@ -84,7 +85,11 @@ class StageChecker {
       pipeline_->source_map->MapAnyBody(proto::Pipeline::descriptor(), path + ".options",
                                         defaults.GetDescriptor());
     }
-    bool ok = CheckRequired(*out->options, path + ".options", "", out->context);
+    OptionErrors required;
+    bool ok = CheckRequiredFields(*out->options, &required);
+    for (const OptionErrors::Entry& e : required.entries()) {
+      Error(path + ".options", out->context + ": options." + e.field_path + " " + e.message);
+    }
     OptionErrors option_errors;
     Status status = GuardedCall(out->context, [&]() -> Status {
       entry->plugin->ValidateOptions(*out->options, &option_errors);
@@ -123,30 +128,6 @@ class StageChecker {
       }
     }
     return message;
-  }
-
-  // Fields marked (engine.required) must be set, in the options and in any set sub-message.
-  bool CheckRequired(const Message& message, const std::string& path, const std::string& prefix,
-                     const std::string& context) {
-    bool ok = true;
-    const Descriptor* descriptor = message.GetDescriptor();
-    const auto* reflection = message.GetReflection();
-    for (int i = 0; i < descriptor->field_count(); ++i) {
-      const FieldDescriptor* field = descriptor->field(i);
-      const std::string name = prefix.empty() ? field->name() : prefix + "." + field->name();
-      const bool set = field->is_repeated() ? reflection->FieldSize(message, field) > 0
-                                            : reflection->HasField(message, field);
-      if (field->options().GetExtension(engine::required) && !set) {
-        std::string help = field->options().GetExtension(engine::help);
-        Error(path, context + ": options." + name + " is required" +
-                        (help.empty() ? "" : " (" + help + ")"));
-        ok = false;
-      }
-      if (set && !field->is_repeated() && field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-        ok &= CheckRequired(reflection->GetMessage(message, field), path, name, context);
-      }
-    }
-    return ok;
   }
 
   static std::string TypeNameFromUrlLocal(const std::string& url) {
