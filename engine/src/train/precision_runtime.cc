@@ -166,19 +166,4 @@ safetensors::NamedTensors PrecisionRuntime::MasterTensors() const {
   return out;
 }
 
-Status PrecisionRuntime::LoadMasterTensors(const safetensors::NamedTensors& tensors) {
-  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (!has_master_[i]) continue;
-    auto it = by_name.find(parameters_[i].name + ".master");
-    if (it == by_name.end()) {
-      return DataLossError("the checkpoint has no f32 master for '" + parameters_[i].name + "'");
-    }
-    optimizer_parameters_[i].tensor.copy_(it->second);
-  }
-  SyncParameters();
-  return Status::Ok();
-}
-
 }  // namespace engine

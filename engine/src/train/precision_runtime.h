@@ -66,8 +66,6 @@ class PrecisionRuntime {
 
   // "<parameter>.master" for each f32 master, for checkpoints.
   safetensors::NamedTensors MasterTensors() const;
-  // Restores masters saved by MasterTensors (and copies them into the parameters).
-  Status LoadMasterTensors(const safetensors::NamedTensors& tensors);
 
  private:
   PrecisionRuntime() = default;
