@@ -41,7 +41,7 @@ packages=(
   libtorch-dev libopenblas0-pthread
   protobuf-compiler libprotobuf-dev
   libgoogle-glog-dev libgflags-dev
-  libboost-dev nlohmann-json3-dev zlib1g-dev
+  libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config
   libgtest-dev libgmock-dev
 )
 missing=()

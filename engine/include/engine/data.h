@@ -72,6 +72,9 @@ class Dataset {
   // Changes whenever the examples or their split change (a content hash plus the options that shape
   // the data); part of a stage's fingerprint.
   virtual std::string identity() const = 0;
+  // Reference values of evaluation metrics that a model must beat to have learned anything, by
+  // metric name (a text loader's unigram perplexity, say). Printed beside the evaluation.
+  virtual std::map<std::string, double> baselines() const { return {}; }
 };
 
 class DataLoaderPlugin : public Plugin {

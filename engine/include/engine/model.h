@@ -24,11 +24,14 @@ class Module;
 
 namespace engine {
 
-// A metric summed over examples: its mean is sum / count.
+// A metric summed over examples: its value is sum / count, or exp(sum / count) for metrics such as
+// perplexity (the exponential of a mean negative log-likelihood).
 struct Metric {
   double sum = 0;
   double count = 0;
+  bool exp_of_mean = false;
   double mean() const { return count > 0 ? sum / count : 0; }
+  double value() const;
 };
 
 struct ModelOutput {
@@ -52,7 +55,10 @@ class Model {
   virtual StatusOr<ModelOutput> Forward(const Batch& batch) = 0;
   // What was built, e.g. "mlp".
   virtual std::string architecture() const = 0;
-  // The resolved configuration as JSON (sizes taken from the data included), stored in checkpoints.
+  // The resolved configuration as JSON (sizes taken from the data included). Checkpoints store it
+  // in the manifest and as `config.json` beside the weights, so a loader that reads a model
+  // directory (config.json + model.safetensors, as Hugging Face lays them out) can read a
+  // checkpoint.
   virtual std::string config_json() const = 0;
   // Parts of the model that compute in a fixed dtype whatever the precision policy (failure
   // catalogue F3); the model runs them with PrecisionContext::None(). The plan lists them.

@@ -92,6 +92,9 @@ Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents cont
         safetensors::Write(temp / kOptimizerFile, contents.optimizer, contents.optimizer_metadata));
     manifest.mutable_optimizer()->set_state_file(kOptimizerFile);
   }
+  if (!contents.config_json.empty()) {
+    ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kConfigFile, contents.config_json));
+  }
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
   ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kManifestFile, text));

@@ -2,6 +2,7 @@
 //
 //   <dir>/model.safetensors      every parameter and buffer, by name, in its stored dtype
 //   <dir>/optimizer.safetensors  optimizer slots ("<param>.exp_avg"), when saved
+//   <dir>/config.json            the model's configuration (Hugging Face's name for it), when given
 //   <dir>/manifest.pbtxt         engine.proto.CheckpointManifest, protobuf text
 //
 // WriteCheckpoint builds the directory under a hidden temporary name beside `dir`, syncs every
@@ -23,6 +24,7 @@ namespace engine {
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kManifestFile = "manifest.pbtxt";
+inline constexpr const char* kConfigFile = "config.json";
 inline constexpr uint32_t kCheckpointFormatVersion = 1;
 
 struct CheckpointContents {
@@ -30,6 +32,7 @@ struct CheckpointContents {
   safetensors::NamedTensors model;
   safetensors::NamedTensors optimizer;  // empty: no optimizer file
   safetensors::Metadata optimizer_metadata;
+  std::string config_json;  // empty: no config.json
 };
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);

@@ -321,11 +321,12 @@ class StageTrainer : public CallbackActions {
       for (const auto& [name, metric] : output->metrics) {
         metrics[name].sum += metric.sum;
         metrics[name].count += metric.count;
+        metrics[name].exp_of_mean = metric.exp_of_mean;
       }
     }
     module_.train();
     if (loss_count > 0) out["eval/loss"] = loss_sum / static_cast<double>(loss_count);
-    for (const auto& [name, metric] : metrics) out["eval/" + name] = metric.mean();
+    for (const auto& [name, metric] : metrics) out["eval/" + name] = metric.value();
     return out;
   }
 
@@ -418,6 +419,7 @@ class StageTrainer : public CallbackActions {
           {"loss_scale", FormatNumber(precision_->loss_scale())},
           {"skipped_steps", std::to_string(precision_->skipped_steps())}};
     }
+    contents.config_json = model_.config_json();
     ENGINE_RETURN_IF_ERROR(WriteCheckpoint(dir, std::move(contents)).WithContext(context_));
     Event event = MakeEvent(EventType::kCheckpointSaved);
     event.path = dir.string();

@@ -1,0 +1,43 @@
+// Text to token ids and back, for data loaders (and models that decode).
+//
+//   ENGINE_ASSIGN_OR_RETURN(auto tokenizer, engine::MakeTokenizer(options.tokenizer(), base_dir));
+//   std::vector<int64_t> ids = tokenizer->Encode("seven");
+//
+// Two kinds: byte-level (the default: no files, 259 ids) and SentencePiece models. Errors name the
+// file. Tokenizers are immutable after creation; Encode and Decode may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/status.h"
+#include "engine/tokenizer.pb.h"
+
+namespace engine {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  virtual std::vector<int64_t> Encode(std::string_view text) const = 0;
+  // Ids that are not text (pad, bos, eos, out of range) are skipped.
+  virtual std::string Decode(const std::vector<int64_t>& ids) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t pad_id() const = 0;
+  virtual int64_t bos_id() const = 0;
+  virtual int64_t eos_id() const = 0;
+  // "byte-level, 259 ids", "SentencePiece tokenizer.model, 32,000 ids".
+  virtual std::string description() const = 0;
+  // Changes when the mapping changes (part of data identities).
+  virtual std::string identity() const = 0;
+};
+
+// `base_dir` resolves a relative model_file.
+StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const proto::TokenizerOptions& options,
+                                                   const std::filesystem::path& base_dir);
+
+}  // namespace engine

@@ -1,0 +1,79 @@
+#include "engine/activation_checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "engine/precision_context.h"
+
+namespace engine {
+namespace {
+
+// What the recomputation needs besides the input: the block, the precision context and the CPU
+// random state of the first run.
+struct Recompute : torch::CustomClassHolder {
+  std::function<at::Tensor(const at::Tensor&)> block;
+  PrecisionContext context;
+  at::Tensor cpu_rng_state;
+};
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  // `anchor` requires grad, so the backward node exists even when `input` needs no gradient (the
+  // block's parameters still do).
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& anchor, c10::intrusive_ptr<Recompute> recompute) {
+    ctx->save_for_backward({input});
+    ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
+    auto scope = recompute->context.Enter();
+    return recompute->block(input);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto recompute =
+        c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
+    const at::Tensor saved = ctx->get_saved_variables()[0];
+    at::Tensor input = saved.detach().set_requires_grad(saved.requires_grad());
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    at::Tensor current_state;
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      current_state = generator.get_state();
+      generator.set_state(recompute->cpu_rng_state);
+    }
+    at::Tensor output;
+    {
+      at::AutoGradMode enable(true);
+      auto scope = recompute->context.Enter();
+      output = recompute->block(input);
+    }
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(current_state);
+    }
+    torch::autograd::backward({output}, {grads[0]});
+    return {input.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor CheckpointedForward(const std::function<at::Tensor(const at::Tensor&)>& block,
+                               const at::Tensor& input) {
+  if (!at::GradMode::is_enabled()) return block(input);
+  auto recompute = c10::make_intrusive<Recompute>();
+  recompute->block = block;
+  recompute->context = PrecisionContext::Capture();
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    recompute->cpu_rng_state = generator.get_state();
+  }
+  static const at::Tensor anchor = at::empty({0}).set_requires_grad(true);
+  return CheckpointFunction::apply(input, anchor, recompute);
+}
+
+}  // namespace engine
