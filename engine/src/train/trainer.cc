@@ -17,6 +17,7 @@
 #include "engine/version.h"
 #include "plan/plan_printer.h"
 #include "precision/census.h"
+#include "train/batch_prefetcher.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
@@ -80,11 +81,13 @@ class StageTrainer : public CallbackActions {
         if (drop_last && end - begin < batch) break;
         micro_batches.emplace_back(order.begin() + begin, order.begin() + end);
       }
+      BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches,
+                                 stage_.data.context);
       for (size_t first = 0;
            first < micro_batches.size() && step_ < plan_.total_steps && stop_reason_.empty();
            first += accumulation) {
         const size_t last = std::min(micro_batches.size(), first + accumulation);
-        ENGINE_RETURN_IF_ERROR(TrainStep(micro_batches, first, last));
+        ENGINE_RETURN_IF_ERROR(TrainStep(prefetcher, first, last));
         const bool at_end = step_ == plan_.total_steps;
         if (!at_end && eval_every > 0 && step_ % eval_every == 0) {
           ENGINE_RETURN_IF_ERROR(EvaluateAndReport().status());
@@ -192,10 +195,9 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  StatusOr<Batch> LoadBatch(Split split, const std::vector<int64_t>& indices) {
-    ENGINE_ASSIGN_OR_RETURN(Batch batch, GuardedCall(stage_.data.context, [&] {
-                              return plan_.dataset->GetBatch(split, indices);
-                            }));
+  // The next batch from `prefetcher`, on the stage's device.
+  StatusOr<Batch> NextBatch(BatchPrefetcher& prefetcher) {
+    ENGINE_ASSIGN_OR_RETURN(Batch batch, prefetcher.Next());
     if (device_.is_cpu()) return batch;
     for (auto& [name, tensor] : batch) tensor = tensor.to(device_, /*non_blocking=*/true);
     return batch;
@@ -208,8 +210,8 @@ class StageTrainer : public CallbackActions {
     });
   }
 
-  Status TrainStep(const std::vector<std::vector<int64_t>>& micro_batches, size_t first,
-                   size_t last) {
+  // One optimizer step over micro-batches [first, last) of the epoch, taken from `prefetcher`.
+  Status TrainStep(BatchPrefetcher& prefetcher, size_t first, size_t last) {
     precision_->ZeroGrad();
     // Each micro-batch's mean loss is weighted by its number of loss terms, and the summed gradient
     // divided by the step's total, so the step follows the mean over all of its terms. With a
@@ -219,7 +221,7 @@ class StageTrainer : public CallbackActions {
     at::Tensor loss_sum;
     int64_t count = 0;
     for (size_t i = first; i < last; ++i) {
-      ENGINE_ASSIGN_OR_RETURN(Batch batch, LoadBatch(Split::kTrain, micro_batches[i]));
+      ENGINE_ASSIGN_OR_RETURN(Batch batch, NextBatch(prefetcher));
       ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
       if (output.loss_count <= 0) continue;
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
@@ -301,12 +303,17 @@ class StageTrainer : public CallbackActions {
     double loss_sum = 0;
     int64_t loss_count = 0;
     std::map<std::string, Metric> metrics;
+    std::vector<std::vector<int64_t>> batches;
     for (int64_t begin = 0; begin < n; begin += plan_.eval_batch_size) {
       std::vector<int64_t> indices;
       for (int64_t i = begin; i < std::min(n, begin + plan_.eval_batch_size); ++i) {
         indices.push_back(i);
       }
-      auto batch = LoadBatch(Split::kEval, indices);
+      batches.push_back(std::move(indices));
+    }
+    BatchPrefetcher prefetcher(*plan_.dataset, Split::kEval, batches, stage_.data.context);
+    for (size_t b = 0; b < batches.size(); ++b) {
+      auto batch = NextBatch(prefetcher);
       if (!batch.ok()) {
         module_.train();
         return batch.status();

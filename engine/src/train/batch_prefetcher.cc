@@ -1,0 +1,59 @@
+#include "train/batch_prefetcher.h"
+
+#include "core/guarded_call.h"
+
+namespace engine {
+
+BatchPrefetcher::BatchPrefetcher(const Dataset& dataset, Split split,
+                                 std::vector<std::vector<int64_t>> batches, std::string context,
+                                 size_t depth)
+    : dataset_(dataset),
+      split_(split),
+      batches_(std::move(batches)),
+      context_(std::move(context)),
+      depth_(std::max<size_t>(1, depth)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+BatchPrefetcher::~BatchPrefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void BatchPrefetcher::Run() {
+  for (const std::vector<int64_t>& indices : batches_) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [this] { return stop_ || ready_.size() < depth_; });
+      if (stop_) return;
+    }
+    StatusOr<Batch> batch =
+        GuardedCall(context_, [&] { return dataset_.GetBatch(split_, indices); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.push_back(std::move(batch));
+    }
+    changed_.notify_all();
+  }
+}
+
+StatusOr<Batch> BatchPrefetcher::Next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (taken_ >= batches_.size()) {
+    return InternalError(context_ + ": asked for batch " + std::to_string(taken_ + 1) + " of " +
+                         std::to_string(batches_.size()));
+  }
+  changed_.wait(lock, [this] { return !ready_.empty(); });
+  StatusOr<Batch> batch = std::move(ready_.front());
+  ready_.pop_front();
+  ++taken_;
+  lock.unlock();
+  changed_.notify_all();
+  return batch;
+}
+
+}  // namespace engine
