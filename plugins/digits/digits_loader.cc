@@ -85,6 +85,7 @@ class DigitsDataset : public Dataset {
 
   std::string description() const override { return description_; }
   std::string identity() const override { return identity_; }
+  bool cheap_batches() const override { return true; }
 
  private:
   const at::Tensor& Rows(Split split) const { return split_rows_[split == Split::kTrain ? 0 : 1]; }

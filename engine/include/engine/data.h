@@ -75,6 +75,9 @@ class Dataset {
   // Reference values of evaluation metrics that a model must beat to have learned anything, by
   // metric name (a text loader's unigram perplexity, say). Printed beside the evaluation.
   virtual std::map<std::string, double> baselines() const { return {}; }
+  // True when GetBatch only slices tensors already in memory: the engine then reads batches on the
+  // training thread, where a background thread would cost more than it saves.
+  virtual bool cheap_batches() const { return false; }
 };
 
 class DataLoaderPlugin : public Plugin {

@@ -12,10 +12,11 @@ BatchPrefetcher::BatchPrefetcher(const Dataset& dataset, Split split,
       batches_(std::move(batches)),
       context_(std::move(context)),
       depth_(std::max<size_t>(1, depth)) {
-  thread_ = std::thread([this] { Run(); });
+  if (!dataset_.cheap_batches()) thread_ = std::thread([this] { Run(); });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {
+  if (!thread_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -46,6 +47,10 @@ StatusOr<Batch> BatchPrefetcher::Next() {
   if (taken_ >= batches_.size()) {
     return InternalError(context_ + ": asked for batch " + std::to_string(taken_ + 1) + " of " +
                          std::to_string(batches_.size()));
+  }
+  if (!thread_.joinable()) {
+    const std::vector<int64_t>& indices = batches_[taken_++];
+    return GuardedCall(context_, [&] { return dataset_.GetBatch(split_, indices); });
   }
   changed_.wait(lock, [this] { return !ready_.empty(); });
   StatusOr<Batch> batch = std::move(ready_.front());

@@ -1,5 +1,6 @@
 // Loads micro-batches on a background thread, a few ahead of the training loop, so reading and
-// assembling the next batch overlaps the current step.
+// assembling the next batch overlaps the current step. For datasets whose batches are cheap
+// (Dataset::cheap_batches) it reads them on the caller's thread instead.
 //
 //   BatchPrefetcher prefetcher(dataset, Split::kTrain, micro_batches, "stage 'x' data loader 'y'");
 //   while (...) { ENGINE_ASSIGN_OR_RETURN(Batch batch, prefetcher.Next()); ... }
@@ -26,6 +27,8 @@ class BatchPrefetcher {
  public:
   BatchPrefetcher(const Dataset& dataset, Split split, std::vector<std::vector<int64_t>> batches,
                   std::string context, size_t depth = 2);
+  // Whether batches are read on a background thread.
+  bool background() const { return thread_.joinable(); }
   ~BatchPrefetcher();
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;

@@ -30,6 +30,19 @@ class Numbers : public Dataset {
   DataSpec spec_;
 };
 
+TEST(BatchPrefetcherTest, CheapBatchesAreReadOnTheCallersThread) {
+  class Cheap : public Numbers {
+   public:
+    bool cheap_batches() const override { return true; }
+  } data;
+  BatchPrefetcher prefetcher(data, Split::kTrain, {{1}, {2}}, "numbers");
+  EXPECT_FALSE(prefetcher.background());
+  EXPECT_EQ(data.calls.load(), 0);
+  EXPECT_EQ(prefetcher.Next()->at("x")[0].item<int64_t>(), 1);
+  EXPECT_EQ(prefetcher.Next()->at("x")[0].item<int64_t>(), 2);
+  EXPECT_FALSE(prefetcher.Next().ok());
+}
+
 TEST(BatchPrefetcherTest, BatchesComeInOrder) {
   Numbers data;
   std::vector<std::vector<int64_t>> batches = {{1, 2}, {3}, {9, 8, 7}, {4}};
