@@ -64,28 +64,33 @@ case "$blas" in
   *) echo "warning: libblas.so.3 is $blas, not OpenBLAS; fp32 matmul will be about 20x slower" >&2 ;;
 esac
 
-# --- Data: scikit-learn's digits, taken out of Debian's python3-sklearn package ------------------
-fetch_digits() {
-  local tmp
-  tmp=$(mktemp -d)
-  chmod 755 "$tmp"
-  if ! (cd "$tmp" && apt-get download python3-sklearn >/dev/null 2>&1); then
+# --- Data, taken out of Debian packages (downloaded, unpacked in a temporary directory) ---------
+# download_deb PACKAGE DIR: the package's .deb into DIR.
+download_deb() {
+  if ! (cd "$2" && apt-get download "$1" >/dev/null 2>&1); then
     if [ "$apt_updated" -eq 0 ]; then
       "${sudo[@]}" apt-get update -qq
       apt_updated=1
     fi
-    (cd "$tmp" && apt-get download python3-sklearn >/dev/null 2>&1) || {
-      echo "$0: cannot download python3-sklearn (needed for data/digits.csv.gz)" >&2
-      rm -rf "$tmp"
+    (cd "$2" && apt-get download "$1" >/dev/null 2>&1) || {
+      echo "$0: cannot download the Debian package $1 (needed for data/)" >&2
+      rm -rf "$2"
       exit 1
     }
   fi
+}
+
+# scikit-learn's digits, from python3-sklearn.
+fetch_digits() {
+  local tmp rows
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp"
+  download_deb python3-sklearn "$tmp"
   dpkg -x "$tmp"/python3-sklearn_*.deb "$tmp/x"
   mkdir -p "$data_dir"
   cp "$tmp/x/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz" \
     "$data_dir/digits.csv.gz.part"
   rm -rf "$tmp"
-  local rows
   rows=$(gzip -dc "$data_dir/digits.csv.gz.part" | wc -l)
   if [ "$rows" -ne 1797 ]; then
     echo "$0: digits.csv.gz holds $rows rows, expected 1797" >&2
@@ -93,9 +98,41 @@ fetch_digits() {
   fi
   mv "$data_dir/digits.csv.gz.part" "$data_dir/digits.csv.gz"
 }
+
+# The fortunes package's text files (not the offensive ones), concatenated; entries are separated
+# by lines holding a single "%".
+fetch_fortunes() {
+  local tmp dir f count
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp"
+  download_deb fortunes "$tmp"
+  dpkg -x "$tmp"/fortunes_*.deb "$tmp/x"
+  dir="$tmp/x/usr/share/games/fortunes"
+  mkdir -p "$data_dir"
+  : >"$data_dir/fortunes.txt.part"
+  for f in $(ls "$dir" | LC_ALL=C sort); do
+    case "$f" in *.dat | *.u8) continue ;; esac
+    [ -f "$dir/$f" ] && [ ! -L "$dir/$f" ] || continue
+    cat "$dir/$f" >>"$data_dir/fortunes.txt.part"
+    [ -z "$(tail -c 1 "$dir/$f")" ] || echo >>"$data_dir/fortunes.txt.part"
+    [ "$(tail -n 1 "$dir/$f")" = "%" ] || echo "%" >>"$data_dir/fortunes.txt.part"
+  done
+  rm -rf "$tmp"
+  count=$(grep -c '^%$' "$data_dir/fortunes.txt.part" || true)
+  if [ "$count" -lt 5000 ]; then
+    echo "$0: fortunes.txt holds $count fortunes, expected more than 5,000" >&2
+    exit 1
+  fi
+  mv "$data_dir/fortunes.txt.part" "$data_dir/fortunes.txt"
+}
+
 if [ ! -s "$data_dir/digits.csv.gz" ]; then
   say "fetching data/digits.csv.gz from Debian's python3-sklearn"
   fetch_digits
+fi
+if [ ! -s "$data_dir/fortunes.txt" ]; then
+  say "fetching data/fortunes.txt from Debian's fortunes"
+  fetch_fortunes
 fi
 
 # --- Build -----------------------------------------------------------------------------------

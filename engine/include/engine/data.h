@@ -45,6 +45,10 @@ struct FieldSpec {
 // What a dataset's batches contain. Model loaders read it to size their inputs and outputs.
 struct DataSpec {
   std::vector<FieldSpec> fields;
+  // For token data: the tokenizer's padding and end-of-sequence ids (-1: none), which models need
+  // to stop generating.
+  int64_t pad_id = -1;
+  int64_t eos_id = -1;
 
   const FieldSpec* Find(std::string_view name) const;
   // "features f32[64], labels i64[] (10 classes)".

@@ -1,6 +1,7 @@
 #include "plan/plan_printer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -71,20 +72,33 @@ std::string PrecisionHeadline(const PrecisionPlan& p) {
   return out;
 }
 
+std::string EpochsText(double epochs) {
+  if (epochs == std::floor(epochs)) {
+    return FormatNumber(epochs) + (epochs == 1 ? " epoch" : " epochs");
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.2f epochs", epochs);
+  return buffer;
+}
+
 }  // namespace
 
 std::string CensusText(const ParameterCensus& census, const std::string& indent,
                        const PrecisionPlan* plan) {
   const std::vector<CensusRow> rows = SummarizeCensus(census, plan);
   size_t role_width = 11;
-  for (const CensusRow& row : rows) role_width = std::max(role_width, row.role.size() + 2);
+  size_t group_width = 18;
+  for (const CensusRow& row : rows) {
+    role_width = std::max(role_width, row.role.size() + 2);
+    group_width = std::max(group_width, row.group.size() + 2);
+  }
   std::ostringstream out;
-  out << indent << Pad("group", 18) << Pad("role", role_width) << Pad("dtype", 6)
+  out << indent << Pad("group", group_width) << Pad("role", role_width) << Pad("dtype", 6)
       << PadLeft("tensors", 8) << PadLeft("elements", 14) << PadLeft("bytes", 11) << "\n";
   for (const CensusRow& row : rows) {
-    out << indent << Pad(row.group, 18) << Pad(row.role, role_width) << Pad(Dt(row.dtype), 6)
-        << PadLeft(std::to_string(row.tensors), 8) << PadLeft(WithThousands(row.elements), 14)
-        << PadLeft(HumanBytes(row.bytes), 11) << "\n";
+    out << indent << Pad(row.group, group_width) << Pad(row.role, role_width)
+        << Pad(Dt(row.dtype), 6) << PadLeft(std::to_string(row.tensors), 8)
+        << PadLeft(WithThousands(row.elements), 14) << PadLeft(HumanBytes(row.bytes), 11) << "\n";
   }
   return out.str();
 }
@@ -145,7 +159,14 @@ std::string PlanToText(const PipelinePlan& plan) {
         << WithThousands(s.train_examples) << " train / " << WithThousands(s.eval_examples)
         << " eval examples; " << s.dataset->spec().ToString() << "\n";
     out << "              " << s.dataset->description() << "\n";
-    out << "  steps       " << FormatNumber(s.epochs) << " epoch(s) x " << s.steps_per_epoch
+    const auto baselines = s.dataset->baselines();
+    if (!baselines.empty()) {
+      out << "  baseline   ";
+      for (const auto& [metric, value] : baselines)
+        out << " eval/" << metric << " " << FormatNumber(value);
+      out << " (what a model that learned nothing scores)\n";
+    }
+    out << "  steps       " << EpochsText(s.epochs) << " x " << s.steps_per_epoch
         << " steps = " << WithThousands(s.total_steps) << " steps; " << s.batch_size
         << " examples x " << s.gradient_accumulation_steps << " accumulation x " << s.world_size
         << " device = " << s.global_batch << " examples per step\n";
@@ -220,6 +241,10 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
         {"plugin", st.data.entry->name},          {"version", st.data.entry->version},
         {"train_examples", s.train_examples},     {"eval_examples", s.eval_examples},
         {"fields", s.dataset->spec().ToString()}, {"description", s.dataset->description()}};
+    js["data"]["baselines"] = nlohmann::json::object();
+    for (const auto& [metric, value] : s.dataset->baselines()) {
+      js["data"]["baselines"]["eval/" + metric] = value;
+    }
     js["schedule"] = {{"epochs", s.epochs},
                       {"steps_per_epoch", s.steps_per_epoch},
                       {"micro_batches_per_epoch", s.micro_batches_per_epoch},

@@ -48,6 +48,11 @@ std::string StageSummary(const std::string& stage, const StageResult& result) {
       char text[64];
       std::snprintf(text, sizeof(text), " %s %.4f", name.substr(5).c_str(), value);
       out += text;
+      auto baseline = result.eval_baselines.find(name);
+      if (baseline != result.eval_baselines.end()) {
+        std::snprintf(text, sizeof(text), " (baseline %.4f)", baseline->second);
+        out += text;
+      }
     }
   }
   out += "; checkpoint " + result.final_checkpoint.string();

@@ -81,8 +81,7 @@ class StageTrainer : public CallbackActions {
         if (drop_last && end - begin < batch) break;
         micro_batches.emplace_back(order.begin() + begin, order.begin() + end);
       }
-      BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches,
-                                 stage_.data.context);
+      BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches, stage_.data.context);
       for (size_t first = 0;
            first < micro_batches.size() && step_ < plan_.total_steps && stop_reason_.empty();
            first += accumulation) {
@@ -111,6 +110,9 @@ class StageTrainer : public CallbackActions {
     result.stop_reason = stop_reason_;
     result.final_train_loss = last_loss_;
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
+    for (const auto& [metric, value] : plan_.dataset->baselines()) {
+      result.eval_baselines["eval/" + metric] = value;
+    }
     result.eval_examples = plan_.eval_examples;
     result.final_checkpoint = request_.stage_dir / "final";
     ENGINE_RETURN_IF_ERROR(
@@ -145,7 +147,7 @@ class StageTrainer : public CallbackActions {
                             ? ", loss scale " + FormatNumber(precision_->loss_scale())
                             : std::string())
                     << "); census now:\n"
-                    << CensusText(TakeCensus(module_), "    ", &plan_.precision);
+                    << CensusText(TakeCensus(module_), "    ", &plan_.precision) << std::flush;
     }
     optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));

@@ -44,6 +44,8 @@ struct StageResult {
   // "eval/loss", "eval/accuracy", ... from the final evaluation.
   std::map<std::string, double> eval_metrics;
   int64_t eval_examples = 0;
+  // What a model that learned nothing scores, by the same names (from the dataset).
+  std::map<std::string, double> eval_baselines;
   std::filesystem::path final_checkpoint;
   // Why the stage stopped before its planned steps; empty when it ran them all.
   std::string stop_reason;

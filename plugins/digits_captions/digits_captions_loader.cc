@@ -1,0 +1,177 @@
+// The `digits_captions` data loader: the digit images paired with the digit's English name, for
+// vision-language models.
+//
+// Each example is an 8x8 image ("pixel_values", f32 [1, 8, 8]) and the text bos, prompt, answer,
+// eos, padded ("input_ids", i64 [L]). "labels" equals input_ids on the answer and its eos and is
+// -100 elsewhere, so the loss covers only the answer. For evaluation by generation, "prompt_length"
+// (i64 [], the same for every example) says how many text tokens precede the answer and
+// "answer_ids" (i64 [A]) holds the answer and eos, padded with -100. The split is the `digits`
+// loader's for the same seed.
+#include <ATen/ops/full.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/tensor.h>
+
+#include "digits_captions_options.pb.h"
+#include "digits_csv.h"
+#include "engine/data.h"
+#include "engine/format.h"
+#include "engine/tokenizer.h"
+
+namespace engine::plugins {
+namespace {
+
+constexpr int64_t kIgnoreIndex = -100;
+const char* const kNames[kDigitClasses] = {"zero", "one", "two",   "three", "four",
+                                           "five", "six", "seven", "eight", "nine"};
+
+class CaptionsDataset : public Dataset {
+ public:
+  CaptionsDataset(std::map<std::string, at::Tensor> rows_by_field, SplitRows split, DataSpec spec,
+                  std::string description, std::string identity)
+      : fields_(std::move(rows_by_field)),
+        spec_(std::move(spec)),
+        description_(std::move(description)),
+        identity_(std::move(identity)) {
+    split_rows_[0] = at::tensor(split.train, at::kLong);
+    split_rows_[1] = at::tensor(split.eval, at::kLong);
+  }
+
+  const DataSpec& spec() const override { return spec_; }
+  int64_t size(Split split) const override { return Rows(split).numel(); }
+
+  StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const override {
+    const at::Tensor& rows = Rows(split);
+    for (int64_t i : indices) {
+      if (i < 0 || i >= rows.numel()) {
+        return InvalidArgumentError("example " + std::to_string(i) + " is outside the " +
+                                    std::string(SplitName(split)) + " split (" +
+                                    std::to_string(rows.numel()) + " examples)");
+      }
+    }
+    const at::Tensor picked = rows.index_select(0, at::tensor(indices, at::kLong));
+    Batch batch;
+    for (const auto& [name, values] : fields_) batch[name] = values.index_select(0, picked);
+    return batch;
+  }
+
+  std::string description() const override { return description_; }
+  std::string identity() const override { return identity_; }
+  bool cheap_batches() const override { return true; }
+  std::map<std::string, double> baselines() const override {
+    return {{"exact_match", 1.0 / kDigitClasses}};
+  }
+
+ private:
+  const at::Tensor& Rows(Split split) const { return split_rows_[split == Split::kTrain ? 0 : 1]; }
+
+  std::map<std::string, at::Tensor> fields_;
+  at::Tensor split_rows_[2];
+  DataSpec spec_;
+  std::string description_;
+  std::string identity_;
+};
+
+class DigitsCaptionsLoader : public DataLoaderPlugin {
+ public:
+  const google::protobuf::Message& default_options() const override {
+    return DigitsCaptionsOptions::default_instance();
+  }
+
+  void ValidateOptions(const google::protobuf::Message& message,
+                       OptionErrors* errors) const override {
+    const auto& options = OptionsAs<DigitsCaptionsOptions>(message);
+    if (options.has_path() && options.path().empty()) errors->Add("path", "is empty");
+    if (!(options.eval_fraction() >= 0 && options.eval_fraction() < 1)) {
+      errors->Add("eval_fraction",
+                  "must be in [0, 1) (got " + FormatNumber(options.eval_fraction()) + ")");
+    }
+    if (options.tokenizer().kind() == proto::TokenizerOptions::SENTENCEPIECE &&
+        options.tokenizer().model_file().empty()) {
+      errors->Add("tokenizer.model_file", "is required for a SENTENCEPIECE tokenizer");
+    }
+  }
+
+  StatusOr<std::unique_ptr<Dataset>> Open(const google::protobuf::Message& message,
+                                          const DataContext& context) const override {
+    const auto& options = OptionsAs<DigitsCaptionsOptions>(message);
+    std::filesystem::path path(options.path());
+    if (path.is_relative()) path = (context.base_dir / path).lexically_normal();
+    ENGINE_ASSIGN_OR_RETURN(DigitsTable table, ReadDigitsCsv(path));
+    ENGINE_ASSIGN_OR_RETURN(auto tokenizer, MakeTokenizer(options.tokenizer(), context.base_dir));
+    if (tokenizer->eos_id() < 0 || tokenizer->pad_id() < 0) {
+      return InvalidArgumentError("the tokenizer (" + tokenizer->description() +
+                                  ") needs eos and pad ids to mark where answers end");
+    }
+    const int64_t n = table.labels.numel();
+    if (options.normalize()) table.pixels.div_(16.0);
+
+    std::vector<int64_t> prefix;
+    if (tokenizer->bos_id() >= 0) prefix.push_back(tokenizer->bos_id());
+    const auto prompt = tokenizer->Encode(options.prompt());
+    prefix.insert(prefix.end(), prompt.begin(), prompt.end());
+    std::vector<std::vector<int64_t>> answers;
+    size_t answer_length = 0;
+    for (const char* name : kNames) {
+      // " seven": SentencePiece and byte-level both read the word as the prompt's continuation.
+      auto ids = tokenizer->Encode(std::string(options.prompt().empty() ? "" : " ") + name);
+      ids.push_back(tokenizer->eos_id());
+      answer_length = std::max(answer_length, ids.size());
+      answers.push_back(std::move(ids));
+    }
+    const int64_t length = static_cast<int64_t>(prefix.size() + answer_length);
+    const int64_t prompt_length = static_cast<int64_t>(prefix.size());
+    const int64_t a = static_cast<int64_t>(answer_length);
+
+    at::Tensor input_ids = at::full({n, length}, tokenizer->pad_id(), at::kLong);
+    at::Tensor labels = at::full({n, length}, kIgnoreIndex, at::kLong);
+    at::Tensor answer_ids = at::full({n, a}, kIgnoreIndex, at::kLong);
+    auto ids = input_ids.accessor<int64_t, 2>();
+    auto lab = labels.accessor<int64_t, 2>();
+    auto ans = answer_ids.accessor<int64_t, 2>();
+    auto digit = table.labels.accessor<int64_t, 1>();
+    for (int64_t row = 0; row < n; ++row) {
+      for (int64_t i = 0; i < prompt_length; ++i) ids[row][i] = prefix[static_cast<size_t>(i)];
+      const auto& answer = answers[static_cast<size_t>(digit[row])];
+      for (size_t i = 0; i < answer.size(); ++i) {
+        ids[row][prompt_length + static_cast<int64_t>(i)] = answer[i];
+        lab[row][prompt_length + static_cast<int64_t>(i)] = answer[i];
+        ans[row][static_cast<int64_t>(i)] = answer[i];
+      }
+    }
+    std::map<std::string, at::Tensor> fields = {
+        {"pixel_values", table.pixels.reshape({n, 1, 8, 8})},
+        {"input_ids", input_ids},
+        {"labels", labels},
+        {"answer_ids", answer_ids},
+        {"prompt_length", at::full({n}, prompt_length, at::kLong)},
+        {"digit", table.labels}};
+
+    DataSpec spec;
+    const int64_t vocab = tokenizer->vocab_size();
+    spec.fields = {
+        {"pixel_values", at::kFloat, {1, 8, 8}, 0}, {"input_ids", at::kLong, {length}, vocab},
+        {"labels", at::kLong, {length}, vocab},     {"answer_ids", at::kLong, {a}, vocab},
+        {"prompt_length", at::kLong, {}, 0},        {"digit", at::kLong, {}, kDigitClasses}};
+    spec.pad_id = tokenizer->pad_id();
+    spec.eos_id = tokenizer->eos_id();
+    SplitRows split = ShuffleAndSplit(n, context.seed, options.eval_fraction());
+    const std::string description =
+        WithThousands(n) + " images 8x8 with captions '" + options.prompt() + " seven' (" +
+        tokenizer->description() + ", " + std::to_string(length) + " tokens) from " + path.string();
+    const std::string identity = "digits_captions:" + table.content_hash + ":" +
+                                 tokenizer->identity() + ":prompt=" + options.prompt() +
+                                 ":eval_fraction=" + std::to_string(options.eval_fraction()) +
+                                 ":normalize=" + std::to_string(options.normalize()) +
+                                 ":seed=" + std::to_string(context.seed);
+    return std::unique_ptr<Dataset>(new CaptionsDataset(std::move(fields), std::move(split),
+                                                        std::move(spec), description, identity));
+  }
+};
+
+}  // namespace
+}  // namespace engine::plugins
+
+ENGINE_PLUGIN("digits_captions", ENGINE_KIND_DATA_LOADER, "0.1.0",
+              "the 8x8 digit images with their names as captions ('digit: seven'), the loss on the "
+              "answer only",
+              engine::plugins::DigitsCaptionsLoader)

@@ -1,0 +1,105 @@
+// The `llama` model loader: a Llama-family causal language model in Hugging Face's layout, built
+// from options (random init) or read from a model directory (config.json + safetensors).
+//
+// Batches need "input_ids" (i64 [B, L]) and may carry "labels" (-100 where nothing is predicted;
+// input_ids when absent). Evaluation reports perplexity and token accuracy, and exact match of
+// generated answers when the batch carries "prompt_length" and "answer_ids".
+#include <torch/nn/module.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model.h"
+#include "hf_checkpoint.h"
+#include "llama_modules.h"
+#include "llama_setup.h"
+#include "lm_metrics.h"
+#include "transformer_options.pb.h"
+
+namespace engine::transformer {
+namespace {
+
+class LlamaForCausalLm : public torch::nn::Module {
+ public:
+  explicit LlamaForCausalLm(const LlamaConfig& config) : lm(*this, config) {}
+  CausalLm lm;
+};
+
+class LlamaModel : public Model {
+ public:
+  LlamaModel(const LlamaConfig& config, bool checkpointing, int64_t eos_id)
+      : config_(config),
+        checkpointing_(checkpointing),
+        eos_id_(eos_id),
+        module_(std::make_shared<LlamaForCausalLm>(config)) {}
+
+  torch::nn::Module& module() override { return *module_; }
+  LlamaForCausalLm& causal_lm() { return *module_; }
+
+  StatusOr<ModelOutput> Forward(const Batch& batch) override {
+    auto ids = batch.find("input_ids");
+    if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
+    auto labels = batch.find("labels");
+    const at::Tensor& targets = labels != batch.end() ? labels->second : ids->second;
+    CausalLm& lm = module_->lm;
+    const bool training = module_->is_training();
+    const at::Tensor hidden =
+        lm.model->forward(lm.model->Embed(ids->second), 0, nullptr, checkpointing_ && training);
+    ModelOutput out;
+    CausalLmLoss(lm.Logits(hidden), targets, !training, &out);
+    if (!training) {
+      ENGINE_RETURN_IF_ERROR(ScoreGeneratedAnswers(lm, at::Tensor(), batch, eos_id_, &out));
+    }
+    return out;
+  }
+
+  std::string architecture() const override { return "llama"; }
+
+  std::string config_json() const override {
+    return config_.ToJson(TorchDtypeName(module_->lm.model->embed_tokens->weight.scalar_type()))
+        .dump(2);
+  }
+
+ private:
+  LlamaConfig config_;
+  bool checkpointing_;
+  int64_t eos_id_;
+  std::shared_ptr<LlamaForCausalLm> module_;
+};
+
+class LlamaLoader : public ModelLoaderPlugin {
+ public:
+  const google::protobuf::Message& default_options() const override {
+    return LlamaOptions::default_instance();
+  }
+
+  void ValidateOptions(const google::protobuf::Message& message,
+                       OptionErrors* errors) const override {
+    ValidateLlamaOptions(OptionsAs<LlamaOptions>(message), "", errors);
+  }
+
+  StatusOr<std::unique_ptr<Model>> Create(const google::protobuf::Message& message,
+                                          const ModelContext& context) const override {
+    const auto& options = OptionsAs<LlamaOptions>(message);
+    ENGINE_ASSIGN_OR_RETURN(ResolvedLlama resolved,
+                            ResolveLlama(options, context.data, context.base_dir));
+    const int64_t eos_id = context.data != nullptr ? context.data->eos_id : -1;
+    auto model =
+        std::make_unique<LlamaModel>(resolved.config, options.gradient_checkpointing(), eos_id);
+    if (resolved.pretrained_dir.empty()) {
+      InitializeWeights(model->module(), resolved.config.initializer_range);
+    } else {
+      std::set<std::string> optional;
+      if (resolved.config.tie_word_embeddings) optional.insert("lm_head.weight");
+      ENGINE_RETURN_IF_ERROR(LoadWeights(resolved.pretrained_dir, model->module(), optional));
+    }
+    return std::unique_ptr<Model>(std::move(model));
+  }
+};
+
+}  // namespace
+}  // namespace engine::transformer
+
+ENGINE_PLUGIN("llama", ENGINE_KIND_MODEL_LOADER, "0.1.0",
+              "a Llama-family causal language model (Hugging Face layout), from options or a "
+              "model directory",
+              engine::transformer::LlamaLoader)

@@ -1,0 +1,122 @@
+// The modules of a Llama-family decoder, named as Hugging Face names them, and greedy generation
+// with a key/value cache.
+//
+//   LlamaDecoder model(config);            // embed_tokens, layers.N.{...}, norm
+//   at::Tensor hidden = model->forward(model->Embed(ids), /*offset=*/0, /*cache=*/nullptr);
+//
+// Attention is causal, with rotary embeddings and grouped-query heads; softmax runs in f32 whatever
+// the compute dtype. Gradient checkpointing (per block) goes through engine::CheckpointedForward.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <vector>
+
+#include "llama_config.h"
+
+namespace engine::transformer {
+
+// Keys and values seen so far, per layer: [batch, kv_heads, positions, head_dim].
+struct LayerCache {
+  at::Tensor key;
+  at::Tensor value;
+};
+using KvCache = std::vector<LayerCache>;
+
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t size, double eps);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+// Rotates the last dimension of `x` ([batch, heads, positions, head_dim]) for positions starting at
+// `offset`.
+at::Tensor ApplyRotary(const at::Tensor& x, int64_t offset, double theta);
+
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  explicit LlamaAttentionImpl(const LlamaConfig& config);
+  // x: [batch, positions, hidden]. With a cache, the new keys and values are appended to it and
+  // attention covers all cached positions.
+  at::Tensor forward(const at::Tensor& x, int64_t offset, LayerCache* cache);
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  LlamaConfig config_;
+};
+TORCH_MODULE(LlamaAttention);
+
+class LlamaMlpImpl : public torch::nn::Module {
+ public:
+  explicit LlamaMlpImpl(const LlamaConfig& config);
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMlp);
+
+class LlamaBlockImpl : public torch::nn::Module {
+ public:
+  explicit LlamaBlockImpl(const LlamaConfig& config);
+  at::Tensor forward(const at::Tensor& x, int64_t offset, LayerCache* cache);
+
+  RmsNorm input_layernorm{nullptr};
+  LlamaAttention self_attn{nullptr};
+  RmsNorm post_attention_layernorm{nullptr};
+  LlamaMlp mlp{nullptr};
+};
+TORCH_MODULE(LlamaBlock);
+
+class LlamaDecoderImpl : public torch::nn::Module {
+ public:
+  explicit LlamaDecoderImpl(const LlamaConfig& config);
+
+  at::Tensor Embed(const at::Tensor& ids);
+  // embeds: [batch, positions, hidden] -> the final hidden states (after `norm`). A cache must
+  // hold num_hidden_layers entries (empty to start). Checkpointing applies only without a cache.
+  at::Tensor forward(const at::Tensor& embeds, int64_t offset, KvCache* cache,
+                     bool checkpointing = false);
+
+  const LlamaConfig& config() const { return config_; }
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RmsNorm norm{nullptr};
+
+ private:
+  LlamaConfig config_;
+};
+TORCH_MODULE(LlamaDecoder);
+
+// A decoder and its output projection, registered on `owner` as "model" and (unless tied)
+// "lm_head", so the names are Hugging Face's wherever the parts live.
+struct CausalLm {
+  CausalLm(torch::nn::Module& owner, const LlamaConfig& config);
+
+  at::Tensor Logits(const at::Tensor& hidden);
+  // Greedy decoding after `prefix` ([batch, positions, hidden] embeddings): up to max_new_tokens
+  // ids per row, [batch, generated]. Rows stop at `eos_id` (the rest of a stopped row repeats it).
+  // With use_cache the prefix runs once and each new token attends to the cache; without, the whole
+  // sequence runs again for every token (for checking the cache).
+  at::Tensor Generate(const at::Tensor& prefix, int64_t max_new_tokens, int64_t eos_id,
+                      bool use_cache);
+
+  LlamaDecoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+};
+
+// Hugging Face's initialisation: normal(0, initializer_range) for projections and embeddings, ones
+// for norms. Uses LibTorch's generator (seeded by the engine).
+void InitializeWeights(torch::nn::Module& module, double initializer_range);
+
+}  // namespace engine::transformer

@@ -1,0 +1,34 @@
+// What the `llama` and `vlm` loaders share: checking LlamaOptions, resolving a decoder's sizes from
+// options or a pretrained directory and the data, and naming dtypes as config.json does.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "engine/data.h"
+#include "engine/plugin.h"
+#include "llama_config.h"
+
+namespace engine::transformer {
+
+// Adds errors under `prefix` ("" or "decoder.").
+void ValidateLlamaOptions(const LlamaOptions& options, const std::string& prefix,
+                          OptionErrors* errors);
+
+struct ResolvedLlama {
+  LlamaConfig config;
+  std::filesystem::path pretrained_dir;  // empty: random init
+};
+
+// Sizes from options (vocab from the data's "input_ids" when vocab_size is 0) or from
+// `pretrained`'s config.json. Fails when the data's token ids do not fit the vocabulary.
+StatusOr<ResolvedLlama> ResolveLlama(const LlamaOptions& options, const DataSpec* data,
+                                     const std::filesystem::path& base_dir);
+
+// Checks that the data's token fields fit `vocab_size`.
+Status CheckDataVocab(const DataSpec* data, int64_t vocab_size);
+
+// "float32", "bfloat16", "float16" (config.json's torch_dtype).
+std::string TorchDtypeName(at::ScalarType dtype);
+
+}  // namespace engine::transformer

@@ -1,0 +1,75 @@
+#include "lm_metrics.h"
+
+#include <ATen/ATen.h>
+
+namespace engine::transformer {
+
+void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
+                  ModelOutput* out) {
+  const int64_t vocab = logits.size(-1);
+  const at::Tensor predicted = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, vocab});
+  const at::Tensor targets = labels.narrow(1, 1, labels.size(1) - 1).reshape({-1});
+  const at::Tensor counted = targets.ne(kIgnoreIndex);
+  const int64_t count = counted.sum().item<int64_t>();
+  out->loss_count = count;
+  if (count == 0) {
+    out->loss = predicted.sum().to(at::kFloat) * 0.0;
+    return;
+  }
+  out->loss = at::cross_entropy_loss(predicted.to(at::kFloat), targets, {}, at::Reduction::Mean,
+                                     kIgnoreIndex);
+  if (!evaluating) return;
+  const double mean = out->loss.item<double>();
+  out->metrics["perplexity"] = {mean * static_cast<double>(count), static_cast<double>(count),
+                                true};
+  const double correct = (predicted.argmax(-1).eq(targets) & counted).sum().item<double>();
+  out->metrics["token_accuracy"] = {correct, static_cast<double>(count)};
+}
+
+void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t eos_id,
+                ModelOutput* out) {
+  const at::Tensor g = generated.cpu();
+  const at::Tensor a = answers.cpu();
+  double matches = 0;
+  for (int64_t row = 0; row < g.size(0); ++row) {
+    std::vector<int64_t> produced, expected;
+    for (int64_t i = 0; i < g.size(1); ++i) {
+      const int64_t id = g[row][i].item<int64_t>();
+      if (id == eos_id) break;
+      produced.push_back(id);
+    }
+    for (int64_t i = 0; i < a.size(1); ++i) {
+      const int64_t id = a[row][i].item<int64_t>();
+      if (id == kIgnoreIndex || id == eos_id) break;
+      expected.push_back(id);
+    }
+    matches += produced == expected ? 1 : 0;
+  }
+  out->metrics["exact_match"] = {matches, static_cast<double>(g.size(0))};
+}
+
+Status ScoreGeneratedAnswers(CausalLm& lm, const at::Tensor& image_prefix, const Batch& batch,
+                             int64_t eos_id, ModelOutput* out) {
+  auto prompt_length = batch.find("prompt_length");
+  auto answers = batch.find("answer_ids");
+  auto ids = batch.find("input_ids");
+  if (prompt_length == batch.end() || answers == batch.end() || ids == batch.end()) {
+    return Status::Ok();
+  }
+  const at::Tensor lengths = prompt_length->second;
+  const int64_t length = lengths.numel() > 0 ? lengths.min().item<int64_t>() : 0;
+  if (lengths.numel() == 0 || lengths.max().item<int64_t>() != length || length <= 0 ||
+      length > ids->second.size(1)) {
+    return InvalidArgumentError(
+        "'prompt_length' must be one positive value for the whole batch, at most the length of "
+        "'input_ids'");
+  }
+  at::Tensor prefix = lm.model->Embed(ids->second.narrow(1, 0, length));
+  if (image_prefix.defined()) prefix = at::cat({image_prefix.to(prefix.scalar_type()), prefix}, 1);
+  const at::Tensor generated =
+      lm.Generate(prefix, answers->second.size(1), eos_id, /*use_cache=*/true);
+  ExactMatch(generated, answers->second, eos_id, out);
+  return Status::Ok();
+}
+
+}  // namespace engine::transformer

@@ -1,0 +1,32 @@
+// The loss and evaluation metrics of causal language models.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "engine/data.h"
+#include "engine/model.h"
+#include "llama_modules.h"
+
+namespace engine::transformer {
+
+// Token ids at positions whose label is this are not predicted.
+inline constexpr int64_t kIgnoreIndex = -100;
+
+// Next-token cross-entropy: logits [batch, positions, vocab] at position t predict labels at t + 1.
+// Fills loss (the mean over predicted tokens) and loss_count; in evaluation also "perplexity"
+// (exp of the mean negative log-likelihood) and "token_accuracy".
+void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
+                  ModelOutput* out);
+
+// Rows of `generated` ([batch, n], stopping at eos) that equal `answers` ([batch, m], padded with
+// kIgnoreIndex, possibly ending in eos), as an "exact_match" metric.
+void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t eos_id,
+                ModelOutput* out);
+
+// When `batch` holds "prompt_length" and "answer_ids" (as digits_captions makes them): greedy
+// generation (with the KV cache) after `image_prefix` (embeddings, or undefined) and the first
+// prompt_length input_ids, scored by ExactMatch. Otherwise does nothing.
+Status ScoreGeneratedAnswers(CausalLm& lm, const at::Tensor& image_prefix, const Batch& batch,
+                             int64_t eos_id, ModelOutput* out);
+
+}  // namespace engine::transformer
