@@ -26,9 +26,10 @@ class LlamaForCausalLm : public torch::nn::Module {
 
 class LlamaModel : public Model {
  public:
-  LlamaModel(const LlamaConfig& config, bool checkpointing, int64_t eos_id)
+  LlamaModel(const LlamaConfig& config, bool checkpointing, bool token_labels, int64_t eos_id)
       : config_(config),
         checkpointing_(checkpointing),
+        token_labels_(token_labels),
         eos_id_(eos_id),
         module_(std::make_shared<LlamaForCausalLm>(config)) {}
 
@@ -38,7 +39,7 @@ class LlamaModel : public Model {
   StatusOr<ModelOutput> Forward(const Batch& batch) override {
     auto ids = batch.find("input_ids");
     if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
-    auto labels = batch.find("labels");
+    auto labels = token_labels_ ? batch.find("labels") : batch.end();
     const at::Tensor& targets = labels != batch.end() ? labels->second : ids->second;
     CausalLm& lm = module_->lm;
     const bool training = module_->is_training();
@@ -62,6 +63,7 @@ class LlamaModel : public Model {
  private:
   LlamaConfig config_;
   bool checkpointing_;
+  bool token_labels_;
   int64_t eos_id_;
   std::shared_ptr<LlamaForCausalLm> module_;
 };
@@ -83,16 +85,19 @@ class LlamaLoader : public ModelLoaderPlugin {
     ENGINE_ASSIGN_OR_RETURN(ResolvedLlama resolved,
                             ResolveLlama(options, context.data, context.base_dir));
     const int64_t eos_id = context.data != nullptr ? context.data->eos_id : -1;
-    auto model =
-        std::make_unique<LlamaModel>(resolved.config, options.gradient_checkpointing(), eos_id);
-    if (resolved.pretrained_dir.empty()) {
-      InitializeWeights(model->module(), resolved.config.initializer_range);
-    } else {
-      std::set<std::string> optional;
-      if (resolved.config.tie_word_embeddings) optional.insert("lm_head.weight");
-      ENGINE_RETURN_IF_ERROR(LoadWeights(resolved.pretrained_dir, model->module(), optional));
-    }
-    return std::unique_ptr<Model>(std::move(model));
+    const bool token_labels = UsesTokenLabels(context.data);
+    return GuardModelBuild([&]() -> StatusOr<std::unique_ptr<Model>> {
+      auto model = std::make_unique<LlamaModel>(resolved.config, options.gradient_checkpointing(),
+                                                token_labels, eos_id);
+      if (resolved.pretrained_dir.empty()) {
+        InitializeWeights(model->module(), resolved.config.initializer_range);
+      } else {
+        std::set<std::string> optional;
+        if (resolved.config.tie_word_embeddings) optional.insert("lm_head.weight");
+        ENGINE_RETURN_IF_ERROR(LoadWeights(resolved.pretrained_dir, model->module(), optional));
+      }
+      return std::unique_ptr<Model>(std::move(model));
+    });
   }
 };
 

@@ -32,8 +32,25 @@ StatusOr<double> PositiveNumber(const nlohmann::json& json, const std::string& k
 
 }  // namespace
 
+std::vector<SizeLimit> LlamaSizeLimits(const LlamaConfig& c) {
+  return {{"vocab_size", c.vocab_size, int64_t{1} << 22},
+          {"hidden_size", c.hidden_size, int64_t{1} << 16},
+          {"intermediate_size", c.intermediate_size, int64_t{1} << 18},
+          {"num_hidden_layers", c.num_hidden_layers, 1024},
+          {"num_attention_heads", c.num_attention_heads, 1024},
+          {"num_key_value_heads", c.num_key_value_heads, 1024},
+          {"max_position_embeddings", c.max_position_embeddings, int64_t{1} << 24}};
+}
+
 Status LlamaConfig::Check() const {
   if (vocab_size <= 0) return InvalidArgumentError("vocab_size must be > 0");
+  for (const auto& [name, value, limit] : LlamaSizeLimits(*this)) {
+    if (value > limit) {
+      return InvalidArgumentError(std::string(name) + " " + std::to_string(value) +
+                                  " is above the largest this loader builds (" +
+                                  std::to_string(limit) + ")");
+    }
+  }
   if (hidden_size <= 0 || num_attention_heads <= 0 || num_hidden_layers <= 0) {
     return InvalidArgumentError(
         "hidden_size, num_attention_heads and num_hidden_layers must be > 0");

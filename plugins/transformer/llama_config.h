@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "engine/status.h"
 #include "transformer_options.pb.h"
@@ -29,6 +30,15 @@ struct LlamaConfig {
   // Hugging Face's config.json for LlamaForCausalLM; `dtype` names the weights' dtype.
   nlohmann::json ToJson(const std::string& dtype) const;
 };
+
+// Sizes beyond these are refused (a typo, not a model): they would exhaust memory or time before
+// any error could name them.
+struct SizeLimit {
+  const char* name;
+  int64_t value;
+  int64_t limit;
+};
+std::vector<SizeLimit> LlamaSizeLimits(const LlamaConfig& config);
 
 // From options; `data_vocab` (the data's token id count) fills vocab_size when the options leave it
 // 0.

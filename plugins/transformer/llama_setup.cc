@@ -1,5 +1,7 @@
 #include "llama_setup.h"
 
+#include <glog/logging.h>
+
 #include "hf_checkpoint.h"
 
 namespace engine::transformer {
@@ -20,6 +22,20 @@ void ValidateLlamaOptions(const LlamaOptions& o, const std::string& prefix, Opti
       }
     }
     return;
+  }
+  LlamaConfig sizes;
+  sizes.vocab_size = o.vocab_size();
+  sizes.hidden_size = o.hidden_size();
+  sizes.intermediate_size = o.intermediate_size();
+  sizes.num_hidden_layers = o.num_hidden_layers();
+  sizes.num_attention_heads = o.num_attention_heads();
+  sizes.num_key_value_heads = o.num_key_value_heads();
+  sizes.max_position_embeddings = o.max_position_embeddings();
+  for (const auto& [name, value, limit] : LlamaSizeLimits(sizes)) {
+    if (value > limit) {
+      errors->Add(prefix + name, "must be at most " + std::to_string(limit) + " (got " +
+                                     std::to_string(value) + ")");
+    }
   }
   if (o.hidden_size() == 0) errors->Add(prefix + "hidden_size", "must be > 0");
   if (o.num_hidden_layers() == 0) errors->Add(prefix + "num_hidden_layers", "must be > 0");
@@ -44,10 +60,29 @@ void ValidateLlamaOptions(const LlamaOptions& o, const std::string& prefix, Opti
   if (!(o.initializer_range() > 0)) errors->Add(prefix + "initializer_range", "must be > 0");
 }
 
+namespace {
+
+bool TokenLabels(const DataSpec* data) {
+  const FieldSpec* ids = data->Find("input_ids");
+  const FieldSpec* labels = data->Find("labels");
+  return ids != nullptr && labels != nullptr && labels->shape == ids->shape &&
+         !at::isFloatingType(labels->dtype);
+}
+
+}  // namespace
+
+bool UsesTokenLabels(const DataSpec* data) {
+  if (data == nullptr || data->Find("labels") == nullptr) return false;
+  if (TokenLabels(data)) return true;
+  LOG(WARNING) << "the data's 'labels' field is not one target per token (the shape of "
+                  "'input_ids'); the model predicts the next input id and ignores it";
+  return false;
+}
+
 Status CheckDataVocab(const DataSpec* data, int64_t vocab_size) {
   if (data == nullptr) return Status::Ok();
   for (const FieldSpec& field : data->fields) {
-    if (field.name != "input_ids" && field.name != "labels") continue;
+    if (field.name != "input_ids" && !(field.name == "labels" && TokenLabels(data))) continue;
     if (field.num_classes > vocab_size) {
       return InvalidArgumentError(
           "the data's '" + field.name + "' has " + std::to_string(field.num_classes) +

@@ -25,6 +25,22 @@ struct ResolvedLlama {
 StatusOr<ResolvedLlama> ResolveLlama(const LlamaOptions& options, const DataSpec* data,
                                      const std::filesystem::path& base_dir);
 
+// True when the data's "labels" are per-token targets (the shape of "input_ids"); otherwise the
+// models predict input_ids and ignore "labels" (class labels, say), and this logs why once.
+bool UsesTokenLabels(const DataSpec* data);
+
+// Runs `build` (which allocates the model), turning an allocation failure or other LibTorch error
+// into a status instead of an exception.
+template <typename Build>
+auto GuardModelBuild(Build&& build) -> decltype(build()) {
+  try {
+    return build();
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("cannot build the model with these sizes: ") +
+                                e.what());
+  }
+}
+
 // Checks that the data's token fields fit `vocab_size`.
 Status CheckDataVocab(const DataSpec* data, int64_t vocab_size);
 

@@ -30,6 +30,12 @@ Status VisionConfig::Check() const {
       num_heads <= 0 || mlp_ratio <= 0) {
     return InvalidArgumentError("vision sizes must all be positive");
   }
+  if (hidden_size > (1 << 16) || num_layers > 1024 || num_heads > 1024 || mlp_ratio > 64 ||
+      image_size > (1 << 14)) {
+    return InvalidArgumentError(
+        "vision sizes above the largest this loader builds (hidden_size 65536, num_layers 1024, "
+        "num_heads 1024, mlp_ratio 64, image size 16384)");
+  }
   if (image_size % patch_size != 0) {
     return InvalidArgumentError("the image size " + std::to_string(image_size) +
                                 " is not a multiple of patch_size " + std::to_string(patch_size));

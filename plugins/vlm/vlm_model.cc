@@ -50,10 +50,12 @@ class VlmModule : public torch::nn::Module {
 
 class VlmModel : public Model {
  public:
-  VlmModel(const VisionConfig& vision, const LlamaConfig& text, bool checkpointing, int64_t eos_id)
+  VlmModel(const VisionConfig& vision, const LlamaConfig& text, bool checkpointing,
+           bool token_labels, int64_t eos_id)
       : vision_(vision),
         text_(text),
         checkpointing_(checkpointing),
+        token_labels_(token_labels),
         eos_id_(eos_id),
         module_(std::make_shared<VlmModule>(vision, text)) {}
 
@@ -65,7 +67,7 @@ class VlmModel : public Model {
     if (pixels == batch.end() || ids == batch.end()) {
       return InvalidArgumentError("the batch needs 'pixel_values' and 'input_ids'");
     }
-    auto labels = batch.find("labels");
+    auto labels = token_labels_ ? batch.find("labels") : batch.end();
     const at::Tensor& text_labels = labels != batch.end() ? labels->second : ids->second;
     const bool training = module_->is_training();
     const bool checkpointing = checkpointing_ && training;
@@ -97,6 +99,7 @@ class VlmModel : public Model {
   VisionConfig vision_;
   LlamaConfig text_;
   bool checkpointing_;
+  bool token_labels_;
   int64_t eos_id_;
   std::shared_ptr<VlmModule> module_;
 };
@@ -138,8 +141,14 @@ class VlmLoader : public ModelLoaderPlugin {
     if (v.num_heads() == 0 || v.hidden_size() % v.num_heads() != 0) {
       errors->Add("vision.hidden_size", "must be a positive multiple of vision.num_heads");
     }
-    if (v.num_layers() == 0) errors->Add("vision.num_layers", "must be > 0");
+    if (v.num_layers() == 0 || v.num_layers() > 1024) {
+      errors->Add("vision.num_layers", "must be in 1..1024");
+    }
+    if (v.hidden_size() > (1 << 16)) errors->Add("vision.hidden_size", "must be at most 65536");
+    if (v.num_heads() > 1024) errors->Add("vision.num_heads", "must be at most 1024");
+    if (v.mlp_ratio() > 64) errors->Add("vision.mlp_ratio", "must be at most 64");
     if (v.mlp_ratio() == 0) errors->Add("vision.mlp_ratio", "must be > 0");
+    if (v.patch_size() > 4096) errors->Add("vision.patch_size", "must be at most 4096");
     if (!(v.layer_norm_eps() > 0)) errors->Add("vision.layer_norm_eps", "must be > 0");
   }
 
@@ -154,28 +163,30 @@ class VlmLoader : public ModelLoaderPlugin {
                             VisionConfigFromOptions(options.vision(), image.first, image.second));
     ENGINE_ASSIGN_OR_RETURN(ResolvedLlama text,
                             ResolveLlama(options.decoder(), context.data, context.base_dir));
-    auto model =
-        std::make_unique<VlmModel>(vision, text.config, options.gradient_checkpointing(), eos_id);
-    // The decoder gets Hugging Face's Llama initialisation; the vision tower and projector keep
-    // LibTorch's (Kaiming-uniform) defaults, whose larger scale carries the image signal through
-    // the untrained tower from the first step.
-    auto& parts = static_cast<VlmModule&>(model->module());
-    InitializeWeights(*parts.lm.model, text.config.initializer_range);
-    if (parts.lm.lm_head) InitializeWeights(*parts.lm.lm_head, text.config.initializer_range);
-    if (!text.pretrained_dir.empty()) {
-      // Only the language model's tensors: a view holding the decoder and head under their names.
-      auto& module = static_cast<VlmModule&>(model->module());
-      torch::nn::Module language_model;
-      language_model.register_module("model", module.lm.model.ptr());
-      std::set<std::string> optional;
-      if (module.lm.lm_head) {
-        language_model.register_module("lm_head", module.lm.lm_head.ptr());
-      } else {
-        optional.insert("lm_head.weight");
+    const bool token_labels = UsesTokenLabels(context.data);
+    return GuardModelBuild([&]() -> StatusOr<std::unique_ptr<Model>> {
+      auto model = std::make_unique<VlmModel>(vision, text.config, options.gradient_checkpointing(),
+                                              token_labels, eos_id);
+      // The decoder gets Hugging Face's Llama initialisation; the vision tower and projector keep
+      // LibTorch's (Kaiming-uniform) defaults, whose larger scale carries the image signal through
+      // the untrained tower from the first step.
+      auto& parts = static_cast<VlmModule&>(model->module());
+      InitializeWeights(*parts.lm.model, text.config.initializer_range);
+      if (parts.lm.lm_head) InitializeWeights(*parts.lm.lm_head, text.config.initializer_range);
+      if (!text.pretrained_dir.empty()) {
+        // Only the language model's tensors: a view holding the decoder and head by their names.
+        torch::nn::Module language_model;
+        language_model.register_module("model", parts.lm.model.ptr());
+        std::set<std::string> optional;
+        if (parts.lm.lm_head) {
+          language_model.register_module("lm_head", parts.lm.lm_head.ptr());
+        } else {
+          optional.insert("lm_head.weight");
+        }
+        ENGINE_RETURN_IF_ERROR(LoadWeights(text.pretrained_dir, language_model, optional));
       }
-      ENGINE_RETURN_IF_ERROR(LoadWeights(text.pretrained_dir, language_model, optional));
-    }
-    return std::unique_ptr<Model>(std::move(model));
+      return std::unique_ptr<Model>(std::move(model));
+    });
   }
 
  private:
@@ -204,11 +215,15 @@ class VlmLoader : public ModelLoaderPlugin {
           std::to_string(image.second) + "x" + std::to_string(image.second));
     }
     ENGINE_RETURN_IF_ERROR(CheckDataVocab(context.data, text.vocab_size));
-    auto model = std::make_unique<VlmModel>(vision, text, options.gradient_checkpointing(), eos_id);
-    std::set<std::string> optional;
-    if (text.tie_word_embeddings) optional.insert("lm_head.weight");
-    ENGINE_RETURN_IF_ERROR(LoadWeights(dir, model->module(), optional));
-    return std::unique_ptr<Model>(std::move(model));
+    const bool token_labels = UsesTokenLabels(context.data);
+    return GuardModelBuild([&]() -> StatusOr<std::unique_ptr<Model>> {
+      auto model = std::make_unique<VlmModel>(vision, text, options.gradient_checkpointing(),
+                                              token_labels, eos_id);
+      std::set<std::string> optional;
+      if (text.tie_word_embeddings) optional.insert("lm_head.weight");
+      ENGINE_RETURN_IF_ERROR(LoadWeights(dir, model->module(), optional));
+      return std::unique_ptr<Model>(std::move(model));
+    });
   }
 };
 

@@ -1,5 +1,6 @@
 // Every built-in plugin passes the conformance suite, run through the GoogleTest form that plugin
 // authors link (engine/conformance_gtest.h).
+#include <cstring>
 #include <filesystem>
 
 #include "engine/conformance_gtest.h"
@@ -12,10 +13,14 @@ std::vector<Target> BuiltinTargets() {
   std::vector<Target> targets;
   for (const auto& item : std::filesystem::directory_iterator(engine::testing::kBuiltinPluginDir)) {
     if (item.path().extension() != ".so") continue;
-    const bool digits = item.path().filename() == "engine_digits.so";
-    targets.push_back({item.path().string(), digits ? std::string(engine::testing::kBinaryDir) +
-                                                          "/tests/testing/digits_options.pbtxt"
-                                                    : ""});
+    // Data loaders whose options name a file get them from tests/testing/<name>_options.pbtxt.
+    std::string name = item.path().stem().string().substr(std::strlen("engine_"));
+    std::string options;
+    if (name == "digits" || name == "digits_captions" || name == "text") {
+      options =
+          std::string(engine::testing::kBinaryDir) + "/tests/testing/" + name + "_options.pbtxt";
+    }
+    targets.push_back({item.path().string(), options});
   }
   std::sort(targets.begin(), targets.end(),
             [](const Target& a, const Target& b) { return a.library < b.library; });

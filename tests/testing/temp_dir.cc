@@ -43,6 +43,13 @@ std::filesystem::path DigitsDataPath() {
   return path;
 }
 
+std::filesystem::path FortunesDataPath() {
+  std::filesystem::path path = std::filesystem::path(kDataDir) / "fortunes.txt";
+  EXPECT_TRUE(std::filesystem::exists(path))
+      << path << " is missing: run `scripts/setup.sh test` (it fetches the data) first";
+  return path;
+}
+
 std::string ReadText(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buffer;

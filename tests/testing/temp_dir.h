@@ -23,6 +23,8 @@ class TempDir {
 
 // The digits data file the setup fetched; the test fails with a clear message when it is missing.
 std::filesystem::path DigitsDataPath();
+// data/fortunes.txt, fetched by scripts/setup.sh.
+std::filesystem::path FortunesDataPath();
 
 // Reads a whole file (empty when it cannot be read).
 std::string ReadText(const std::filesystem::path& path);

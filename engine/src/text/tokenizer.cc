@@ -1,10 +1,9 @@
 #include "engine/tokenizer.h"
 
-#include <sentencepiece_processor.h>
-
 #include "engine/atomic_file.h"
 #include "engine/format.h"
 #include "engine/hash.h"
+#include "text/sentencepiece_shim.h"
 
 namespace engine {
 namespace {
@@ -35,51 +34,67 @@ class SentencePieceTokenizer : public Tokenizer {
  public:
   static StatusOr<std::unique_ptr<Tokenizer>> Load(const std::filesystem::path& path) {
     ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    auto tokenizer = std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer());
-    const auto status = tokenizer->processor_.LoadFromSerializedProto(bytes);
-    if (!status.ok()) {
-      return DataLossError("'" + path.string() +
-                           "' is not a SentencePiece model: " + status.ToString());
+    ENGINE_ASSIGN_OR_RETURN(const EngineSentencePieceApi* api, SentencePieceShim());
+    std::string error;
+    void* processor = api->load(bytes.data(), bytes.size(), &error);
+    if (processor == nullptr) {
+      return DataLossError("'" + path.string() + "' is not a SentencePiece model: " + error);
     }
+    auto tokenizer = std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer());
+    tokenizer->api_ = api;
+    tokenizer->processor_ = processor;
     tokenizer->path_ = path;
     tokenizer->hash_ = Fnv1a64Hex(bytes);
-    const int size = tokenizer->processor_.GetPieceSize();
+    int pieces = 0, bos = -1, eos = -1, pad = -1;
+    api->info(processor, &pieces, &bos, &eos, &pad);
+    tokenizer->pieces_ = pieces;
+    tokenizer->bos_ = bos;
+    tokenizer->eos_ = eos;
     // Models without a pad piece pad with an id past the vocabulary, which the vocabulary grows by.
-    tokenizer->pad_ = tokenizer->processor_.pad_id() >= 0 ? tokenizer->processor_.pad_id() : size;
-    tokenizer->vocab_ = std::max<int64_t>(size, tokenizer->pad_ + 1);
+    tokenizer->pad_ = pad >= 0 ? pad : pieces;
+    tokenizer->vocab_ = std::max<int64_t>(pieces, tokenizer->pad_ + 1);
     return std::unique_ptr<Tokenizer>(std::move(tokenizer));
+  }
+
+  ~SentencePieceTokenizer() override {
+    if (processor_ != nullptr) api_->free(processor_);
   }
 
   std::vector<int64_t> Encode(std::string_view text) const override {
     std::vector<int> pieces;
-    processor_.Encode(text, &pieces).IgnoreError();
+    api_->encode(processor_, text.data(), text.size(), &pieces);
     return std::vector<int64_t>(pieces.begin(), pieces.end());
   }
   std::string Decode(const std::vector<int64_t>& ids) const override {
     std::vector<int> pieces;
     for (int64_t id : ids) {
-      if (id >= 0 && id < processor_.GetPieceSize() && id != bos_id() && id != eos_id() &&
-          id != pad_id()) {
+      if (id >= 0 && id < pieces_ && id != bos_ && id != eos_ && id != pad_) {
         pieces.push_back(static_cast<int>(id));
       }
     }
     std::string text;
-    processor_.Decode(pieces, &text).IgnoreError();
+    api_->decode(processor_, &pieces, &text);
     return text;
   }
   int64_t vocab_size() const override { return vocab_; }
   int64_t pad_id() const override { return pad_; }
-  int64_t bos_id() const override { return processor_.bos_id(); }
-  int64_t eos_id() const override { return processor_.eos_id(); }
+  int64_t bos_id() const override { return bos_; }
+  int64_t eos_id() const override { return eos_; }
   std::string description() const override {
     return "SentencePiece " + path_.filename().string() + ", " + WithThousands(vocab_) + " ids";
   }
   std::string identity() const override { return "sentencepiece:" + hash_; }
 
  private:
-  sentencepiece::SentencePieceProcessor processor_;
+  SentencePieceTokenizer() = default;
+
+  const EngineSentencePieceApi* api_ = nullptr;
+  void* processor_ = nullptr;
   std::filesystem::path path_;
   std::string hash_;
+  int64_t pieces_ = 0;
+  int64_t bos_ = -1;
+  int64_t eos_ = -1;
   int64_t pad_ = 0;
   int64_t vocab_ = 0;
 };

@@ -1,0 +1,82 @@
+// Tokenizers: byte-level ids and round trips, and a SentencePiece model trained here with the
+// library's trainer (no download), read through the same interface.
+#include "engine/tokenizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "testing/temp_dir.h"
+#include "text/sentencepiece_shim.h"
+
+namespace engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ByteTokenizerTest, BytesAndSpecialIds) {
+  auto tokenizer = MakeTokenizer(proto::TokenizerOptions(), "/");
+  ASSERT_TRUE(tokenizer.ok());
+  const auto& t = **tokenizer;
+  EXPECT_EQ(t.vocab_size(), 259);
+  EXPECT_EQ(t.pad_id(), 256);
+  EXPECT_EQ(t.bos_id(), 257);
+  EXPECT_EQ(t.eos_id(), 258);
+  const std::string text = "sieben \xC3\xA9";  // UTF-8 bytes stay bytes
+  const auto ids = t.Encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  EXPECT_EQ(ids[0], 's');
+  EXPECT_EQ(ids.back(), 0xA9);
+  auto with_specials = ids;
+  with_specials.insert(with_specials.begin(), 257);
+  with_specials.push_back(258);
+  with_specials.push_back(256);
+  EXPECT_EQ(t.Decode(with_specials), text);
+}
+
+TEST(SentencePieceTokenizerTest, TrainedModelRoundTrips) {
+  testing::TempDir tmp;
+  std::string corpus;
+  for (int i = 0; i < 200; ++i) {
+    corpus += "the quick brown fox jumps over the lazy dog number " + std::to_string(i) + "\n";
+  }
+  const auto input = tmp.Write("corpus.txt", corpus);
+  const auto prefix = tmp.path() / "sp";
+  auto shim = SentencePieceShim();
+  ASSERT_TRUE(shim.ok()) << shim.status().message();
+  std::string error;
+  const std::string flags = "--input=" + input.string() + " --model_prefix=" + prefix.string() +
+                            " --vocab_size=60 --model_type=bpe --minloglevel=2";
+  ASSERT_TRUE((*shim)->train(flags.c_str(), &error)) << error;
+
+  proto::TokenizerOptions options;
+  options.set_kind(proto::TokenizerOptions::SENTENCEPIECE);
+  options.set_model_file("sp.model");  // relative to the base directory
+  auto tokenizer = MakeTokenizer(options, tmp.path());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  const auto& t = **tokenizer;
+  const auto ids = t.Encode("the lazy fox");
+  EXPECT_LT(ids.size(), 12u);  // pieces, not bytes
+  for (int64_t id : ids) EXPECT_LT(id, t.vocab_size());
+  EXPECT_EQ(t.Decode(ids), "the lazy fox");
+  EXPECT_GE(t.eos_id(), 0);
+  EXPECT_GE(t.pad_id(), 0);
+  EXPECT_GE(t.vocab_size(), 60);
+  EXPECT_THAT(t.description(), HasSubstr("SentencePiece"));
+  EXPECT_NE(t.identity(), (*MakeTokenizer(proto::TokenizerOptions(), "/"))->identity());
+}
+
+TEST(SentencePieceTokenizerTest, BadModelFilesNameTheFile) {
+  testing::TempDir tmp;
+  tmp.Write("broken.model", "not a sentencepiece model");
+  proto::TokenizerOptions options;
+  options.set_kind(proto::TokenizerOptions::SENTENCEPIECE);
+  options.set_model_file("broken.model");
+  auto broken = MakeTokenizer(options, tmp.path());
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.status().message(), HasSubstr("broken.model"));
+  options.set_model_file("missing.model");
+  EXPECT_THAT(MakeTokenizer(options, tmp.path()).status().message(), HasSubstr("missing.model"));
+}
+
+}  // namespace
+}  // namespace engine

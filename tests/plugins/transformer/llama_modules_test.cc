@@ -1,0 +1,237 @@
+// The Llama modules: values computed by hand, grouped-query attention, the KV cache, gradient
+// checkpointing, and config.json parsing.
+#include "llama_modules.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/precision_context.h"
+#include "llama_config.h"
+
+namespace engine::transformer {
+namespace {
+
+using ::testing::HasSubstr;
+
+LlamaConfig Tiny(int64_t heads = 2, int64_t kv_heads = 1) {
+  LlamaConfig c;
+  c.vocab_size = 17;
+  c.hidden_size = 8;
+  c.intermediate_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+class Lm : public torch::nn::Module {
+ public:
+  explicit Lm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.3); }
+  CausalLm lm;
+};
+
+TEST(RmsNormTest, MatchesTheFormula) {
+  RmsNorm norm(2, 0.0);
+  norm->weight.data().copy_(at::tensor({2.0f, 0.5f}));
+  const at::Tensor out = norm->forward(at::tensor({3.0f, 4.0f}).view({1, 2}));
+  const double rms = std::sqrt((9.0 + 16.0) / 2);
+  EXPECT_NEAR(out[0][0].item<double>(), 2 * 3 / rms, 1e-6);
+  EXPECT_NEAR(out[0][1].item<double>(), 0.5 * 4 / rms, 1e-6);
+}
+
+// One head of size 4, identity projections: position 0 attends only to itself; position 1 mixes
+// the two values with the softmax of rotated-query . rotated-key / 2.
+TEST(LlamaAttentionTest, HandComputedTwoPositions) {
+  LlamaConfig c = Tiny(1, 1);
+  c.hidden_size = 4;
+  LlamaAttention attention(c);
+  at::NoGradGuard no_grad;
+  for (auto* p : {&attention->q_proj, &attention->k_proj, &attention->v_proj, &attention->o_proj}) {
+    (*p)->weight.copy_(at::eye(4));
+  }
+  const double x[2][4] = {{1, 0, 0.5, 0}, {0, 1, 0, 2}};
+  const at::Tensor input =
+      at::tensor({1.0f, 0.0f, 0.5f, 0.0f, 0.0f, 1.0f, 0.0f, 2.0f}).view({1, 2, 4});
+  const at::Tensor out = attention->forward(input, 0, nullptr);
+
+  // Rotary at position p: pairs (i, i + 2) rotate by p * theta^(-2i/4), i.e. angles p and p/100.
+  auto rotate = [](const double* v, double p, double* r) {
+    const double angle[2] = {p, p / 100.0};
+    for (int i = 0; i < 2; ++i) {
+      r[i] = v[i] * std::cos(angle[i]) - v[i + 2] * std::sin(angle[i]);
+      r[i + 2] = v[i + 2] * std::cos(angle[i]) + v[i] * std::sin(angle[i]);
+    }
+  };
+  double q1[4], k0[4], k1[4];
+  rotate(x[1], 1, q1);
+  rotate(x[0], 0, k0);
+  rotate(x[1], 1, k1);
+  double s0 = 0, s1 = 0;
+  for (int i = 0; i < 4; ++i) {
+    s0 += q1[i] * k0[i] / 2;
+    s1 += q1[i] * k1[i] / 2;
+  }
+  const double w0 = std::exp(s0) / (std::exp(s0) + std::exp(s1));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(out[0][0][i].item<double>(), x[0][i], 1e-6) << i;
+    EXPECT_NEAR(out[0][1][i].item<double>(), w0 * x[0][i] + (1 - w0) * x[1][i], 1e-6) << i;
+  }
+}
+
+TEST(LlamaAttentionTest, GroupedQueryEqualsRepeatedKeyValueHeads) {
+  at::manual_seed(3);
+  LlamaAttention grouped(Tiny(4, 2));
+  LlamaAttention full(Tiny(4, 4));
+  at::NoGradGuard no_grad;
+  full->q_proj->weight.copy_(grouped->q_proj->weight);
+  full->o_proj->weight.copy_(grouped->o_proj->weight);
+  // kv head j serves query heads 2j and 2j + 1: repeat each kv head's rows.
+  const int64_t d = 2;
+  for (auto [g, f] : {std::pair{grouped->k_proj, full->k_proj}, {grouped->v_proj, full->v_proj}}) {
+    for (int64_t head = 0; head < 4; ++head) {
+      f->weight.narrow(0, head * d, d).copy_(g->weight.narrow(0, (head / 2) * d, d));
+    }
+  }
+  const at::Tensor x = at::randn({2, 5, 8});
+  EXPECT_TRUE(
+      at::allclose(grouped->forward(x, 0, nullptr), full->forward(x, 0, nullptr), 1e-5, 1e-6));
+}
+
+TEST(LlamaDecoderTest, ShapesDtypesAndHuggingFaceNames) {
+  Lm model(Tiny());
+  const at::Tensor ids = at::randint(0, 17, {3, 6}, at::kLong);
+  const at::Tensor hidden = model.lm.model->forward(model.lm.model->Embed(ids), 0, nullptr);
+  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{3, 6, 8}));
+  const at::Tensor logits = model.lm.Logits(hidden);
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, 6, 17}));
+  EXPECT_EQ(logits.scalar_type(), at::kFloat);
+  std::vector<std::string> names;
+  for (const auto& p : model.named_parameters()) names.push_back(p.key());
+  EXPECT_THAT(
+      names, ::testing::ElementsAre(
+                 "model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+                 "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                 "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                 "model.layers.0.post_attention_layernorm.weight",
+                 "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                 "model.layers.0.mlp.down_proj.weight", "model.layers.1.input_layernorm.weight",
+                 "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
+                 "model.layers.1.self_attn.v_proj.weight", "model.layers.1.self_attn.o_proj.weight",
+                 "model.layers.1.post_attention_layernorm.weight",
+                 "model.layers.1.mlp.gate_proj.weight", "model.layers.1.mlp.up_proj.weight",
+                 "model.layers.1.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"));
+  EXPECT_EQ(model.named_parameters()["model.layers.0.self_attn.k_proj.weight"].sizes(),
+            (std::vector<int64_t>{4, 8}));  // one kv head of size 4
+
+  LlamaConfig tied = Tiny();
+  tied.tie_word_embeddings = true;
+  Lm tied_model(tied);
+  EXPECT_EQ(tied_model.named_parameters().find("lm_head.weight"), nullptr);
+  const at::Tensor h = at::randn({1, 2, 8});
+  EXPECT_TRUE(at::equal(tied_model.lm.Logits(h),
+                        at::matmul(h, tied_model.lm.model->embed_tokens->weight.t())));
+}
+
+TEST(LlamaDecoderTest, CacheStepsEqualTheFullForward) {
+  Lm model(Tiny());
+  at::NoGradGuard no_grad;
+  const at::Tensor embeds = model.lm.model->Embed(at::randint(0, 17, {2, 7}, at::kLong));
+  const at::Tensor full = model.lm.model->forward(embeds, 0, nullptr);
+  KvCache cache;
+  const at::Tensor first = model.lm.model->forward(embeds.narrow(1, 0, 4), 0, &cache);
+  ASSERT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache[0].key.size(2), 4);
+  std::vector<at::Tensor> parts = {first};
+  for (int64_t t = 4; t < 7; ++t) {
+    parts.push_back(model.lm.model->forward(embeds.narrow(1, t, 1), t, &cache));
+  }
+  EXPECT_TRUE(at::allclose(at::cat(parts, 1), full, 1e-5, 1e-6));
+}
+
+TEST(LlamaDecoderTest, GenerationWithAndWithoutTheCacheAgrees) {
+  Lm model(Tiny());
+  const at::Tensor prefix = model.lm.model->Embed(at::randint(0, 17, {4, 3}, at::kLong)).detach();
+  const at::Tensor cached = model.lm.Generate(prefix, 9, /*eos_id=*/-1, /*use_cache=*/true);
+  const at::Tensor plain = model.lm.Generate(prefix, 9, -1, /*use_cache=*/false);
+  EXPECT_EQ(cached.sizes(), (std::vector<int64_t>{4, 9}));
+  EXPECT_TRUE(at::equal(cached, plain)) << cached << plain;
+
+  // With an eos id, a finished row repeats it.
+  const int64_t eos = cached[0][1].item<int64_t>();
+  const at::Tensor stopped = model.lm.Generate(prefix, 9, eos, true);
+  EXPECT_EQ(stopped[0][1].item<int64_t>(), eos);
+  for (int64_t i = 2; i < stopped.size(1); ++i) EXPECT_EQ(stopped[0][i].item<int64_t>(), eos);
+}
+
+// Gradients with per-block checkpointing equal the plain backward, in f32 and under bf16 autocast.
+TEST(LlamaDecoderTest, GradientCheckpointingGivesTheSameGradients) {
+  for (bool bf16 : {false, true}) {
+    Lm model(Tiny());
+    const at::Tensor ids = at::randint(0, 17, {2, 6}, at::kLong);
+    auto gradients = [&](bool checkpointing) {
+      model.zero_grad();
+      auto scope = bf16 ? PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16).Enter()
+                        : PrecisionContext::None().Enter();
+      const at::Tensor hidden =
+          model.lm.model->forward(model.lm.model->Embed(ids), 0, nullptr, checkpointing);
+      model.lm.Logits(hidden).to(at::kFloat).pow(2).mean().backward();
+      std::vector<at::Tensor> grads;
+      for (const auto& p : model.parameters()) grads.push_back(p.grad().clone());
+      return grads;
+    };
+    const auto plain = gradients(false);
+    const auto checkpointed = gradients(true);
+    ASSERT_EQ(plain.size(), checkpointed.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << "bf16=" << bf16 << " tensor " << i;
+    }
+  }
+}
+
+TEST(LlamaConfigTest, ReadsAndWritesConfigJson) {
+  LlamaConfig c = Tiny(4, 2);
+  c.rope_theta = 500000;
+  c.tie_word_embeddings = true;
+  auto back = ConfigFromJson(c.ToJson("bfloat16"), "config.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->num_key_value_heads, 2);
+  EXPECT_EQ(back->rope_theta, 500000);
+  EXPECT_TRUE(back->tie_word_embeddings);
+  EXPECT_EQ(c.ToJson("bfloat16")["torch_dtype"], "bfloat16");
+  EXPECT_EQ(c.ToJson("bfloat16")["architectures"][0], "LlamaForCausalLM");
+}
+
+TEST(LlamaConfigTest, BadConfigJsonNamesTheKey) {
+  auto json = Tiny().ToJson("float32");
+  json.erase("hidden_size");
+  auto missing = ConfigFromJson(json, "'m/config.json'");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("'m/config.json': 'hidden_size' is missing"));
+
+  json = Tiny().ToJson("float32");
+  json["num_attention_heads"] = "four";
+  EXPECT_THAT(ConfigFromJson(json, "c").status().message(),
+              HasSubstr("'num_attention_heads' must be a positive integer, not \"four\""));
+
+  json = Tiny().ToJson("float32");
+  json["num_attention_heads"] = 3;
+  EXPECT_THAT(ConfigFromJson(json, "c").status().message(),
+              HasSubstr("hidden_size 8 is not a multiple of num_attention_heads 3"));
+
+  json = Tiny().ToJson("float32");
+  json["model_type"] = "bert";
+  EXPECT_THAT(ConfigFromJson(json, "c").status().message(), HasSubstr("model_type is 'bert'"));
+
+  json = Tiny().ToJson("float32");
+  json["num_hidden_layers"] = 100000;
+  EXPECT_THAT(ConfigFromJson(json, "c").status().message(),
+              HasSubstr("num_hidden_layers 100000 is above the largest"));
+}
+
+}  // namespace
+}  // namespace engine::transformer
