@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "batch_indices.h"
 #include "digits_csv.h"
 #include "digits_options.pb.h"
 #include "engine/data.h"
@@ -36,13 +37,7 @@ class DigitsDataset : public Dataset {
   StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const override {
     const at::Tensor& rows = Rows(split);
     const int64_t n = rows.numel();
-    for (int64_t i : indices) {
-      if (i < 0 || i >= n) {
-        return InvalidArgumentError("example " + std::to_string(i) + " is outside the " +
-                                    std::string(SplitName(split)) + " split (" + std::to_string(n) +
-                                    " examples)");
-      }
-    }
+    ENGINE_RETURN_IF_ERROR(CheckBatchIndices(split, indices, n, "images"));
     at::Tensor picked = rows.index_select(0, at::tensor(indices, at::kLong));
     return Batch{{"features", features_.index_select(0, picked)},
                  {"labels", labels_.index_select(0, picked)}};

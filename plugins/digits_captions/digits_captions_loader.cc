@@ -11,6 +11,7 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/tensor.h>
 
+#include "batch_indices.h"
 #include "digits_captions_options.pb.h"
 #include "digits_csv.h"
 #include "engine/data.h"
@@ -41,13 +42,7 @@ class CaptionsDataset : public Dataset {
 
   StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const override {
     const at::Tensor& rows = Rows(split);
-    for (int64_t i : indices) {
-      if (i < 0 || i >= rows.numel()) {
-        return InvalidArgumentError("example " + std::to_string(i) + " is outside the " +
-                                    std::string(SplitName(split)) + " split (" +
-                                    std::to_string(rows.numel()) + " examples)");
-      }
-    }
+    ENGINE_RETURN_IF_ERROR(CheckBatchIndices(split, indices, rows.numel(), "images"));
     const at::Tensor picked = rows.index_select(0, at::tensor(indices, at::kLong));
     Batch batch;
     for (const auto& [name, values] : fields_) batch[name] = values.index_select(0, picked);
@@ -149,9 +144,13 @@ class DigitsCaptionsLoader : public DataLoaderPlugin {
     DataSpec spec;
     const int64_t vocab = tokenizer->vocab_size();
     spec.fields = {
-        {"pixel_values", at::kFloat, {1, 8, 8}, 0}, {"input_ids", at::kLong, {length}, vocab},
-        {"labels", at::kLong, {length}, vocab},     {"answer_ids", at::kLong, {a}, vocab},
-        {"prompt_length", at::kLong, {}, 0},        {"digit", at::kLong, {}, kDigitClasses}};
+        {"pixel_values", at::kFloat, {1, 8, 8}, 0},
+        {"input_ids", at::kLong, {length}, vocab},
+        // labels and answer_ids hold token ids or -100 (not predicted): targets, not class ids.
+        {"labels", at::kLong, {length}, 0},
+        {"answer_ids", at::kLong, {a}, 0},
+        {"prompt_length", at::kLong, {}, 0},
+        {"digit", at::kLong, {}, kDigitClasses}};
     spec.pad_id = tokenizer->pad_id();
     spec.eos_id = tokenizer->eos_id();
     SplitRows split = ShuffleAndSplit(n, context.seed, options.eval_fraction());

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "batch_indices.h"
 #include "digits_csv.h"
 #include "engine/data.h"
 #include "engine/format.h"
@@ -106,13 +107,7 @@ class TextDataset : public Dataset {
 
   StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const override {
     const at::Tensor& windows = Windows(split);
-    for (int64_t i : indices) {
-      if (i < 0 || i >= windows.size(0)) {
-        return InvalidArgumentError("example " + std::to_string(i) + " is outside the " +
-                                    std::string(SplitName(split)) + " split (" +
-                                    std::to_string(windows.size(0)) + " windows)");
-      }
-    }
+    ENGINE_RETURN_IF_ERROR(CheckBatchIndices(split, indices, windows.size(0), "windows"));
     at::Tensor ids = windows.index_select(0, at::tensor(indices, at::kLong));
     return Batch{{"input_ids", ids}, {"labels", ids}};
   }

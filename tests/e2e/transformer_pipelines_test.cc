@@ -44,7 +44,8 @@ std::string LmPipeline(const std::string& name, const std::string& model_options
 
 TEST(TransformerPipelinesTest, DigitsVlmNamesTheDigits) {
   testing::TempDir out;
-  const std::string pipeline = std::string(testing::kSourceDir) + "/pipelines/digits_vlm.pbtxt";
+  const std::string pipeline =
+      std::string(testing::kSourceDir) + "/pipelines/digits_vlm_single.pbtxt";
   auto r = testing::RunEngine({"run", pipeline, "--output_dir=" + out.path().string()}, "/");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("baseline    eval/exact_match 0.1"));
@@ -114,7 +115,7 @@ TEST(TransformerPipelinesTest, GradientCheckpointingTrainsTheSame) {
 TEST(TransformerPipelinesTest, ModuleSelectionCountsAndRefusesEmptyPatterns) {
   testing::TempDir tmp;
   const std::string vlm =
-      testing::ReadText(std::string(testing::kSourceDir) + "/pipelines/digits_vlm.pbtxt");
+      testing::ReadText(std::string(testing::kSourceDir) + "/pipelines/digits_vlm_single.pbtxt");
   auto with_trainable = [&](const std::string& trainable) {
     std::string text =
         std::regex_replace(vlm, std::regex("\\.\\./data/"), std::string(testing::kDataDir) + "/");

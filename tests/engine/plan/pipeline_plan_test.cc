@@ -188,7 +188,7 @@ TEST_F(PipelinePlanTest, TextAndJsonShowThePlan) {
                               "frozen"));
   EXPECT_THAT(text, HasSubstr("1,438 train / 359 eval examples; features f32[64], labels i64[] "
                               "(10 classes)"));
-  EXPECT_THAT(text, HasSubstr("2 epoch(s) x 23 steps = 46 steps; 64 examples x 1 accumulation x "
+  EXPECT_THAT(text, HasSubstr("2 epochs x 23 steps = 46 steps; 64 examples x 1 accumulation x "
                               "1 device = 64 examples per step"));
   EXPECT_THAT(text, HasSubstr("world size 1"));
   EXPECT_THAT(text, HasSubstr("adamw lr 0.001"));

@@ -11,7 +11,7 @@ namespace engine {
 namespace {
 
 // digits, mlp, six precision policies and six callbacks.
-constexpr size_t kBuiltinPlugins = 14;
+constexpr size_t kBuiltinPlugins = 18;
 
 std::filesystem::path Fixture(const std::string& name) {
   return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");
