@@ -15,8 +15,8 @@
 
 namespace engine::bench {
 
-// Writes `text` to dir/bench.pbtxt, plans and runs it; exits on any error. Returns the first stage's
-// result and, if asked, its plan's precision policy.
+// Writes `text` to dir/bench.pbtxt, plans and runs it; exits on any error. Returns the first
+// stage's result and, if asked, its plan's precision policy.
 inline StageResult RunStage(const std::filesystem::path& dir, const std::string& text,
                             std::string* policy = nullptr) {
   std::filesystem::create_directories(dir);
@@ -48,12 +48,17 @@ inline StageResult RunStage(const std::filesystem::path& dir, const std::string&
 // A digits stage with an MLP of `hidden` (" hidden_units: 512 hidden_units: 512").
 inline std::string DigitsMlpPipeline(const std::filesystem::path& out, const std::string& data,
                                      const std::string& hidden, const std::string& stage_extra) {
-  return "output_dir: \"" + out.string() + "\"\nstage { name: \"bench\"\n"
+  return "output_dir: \"" + out.string() +
+         "\"\nstage { name: \"bench\"\n"
          "  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins.MlpOptions] {" +
-         hidden + " } } }\n"
+         hidden +
+         " } } }\n"
          "  data { plugin: \"digits\" options { [type.googleapis.com/engine.plugins.DigitsOptions] "
-         "{ path: \"" + data + "\" } } }\n"
-         "  checkpoint { save_optimizer_state: false }\n" + stage_extra + "\n}\n";
+         "{ path: \"" +
+         data +
+         "\" } } }\n"
+         "  checkpoint { save_optimizer_state: false }\n" +
+         stage_extra + "\n}\n";
 }
 
 }  // namespace engine::bench

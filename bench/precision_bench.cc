@@ -2,9 +2,10 @@
 //
 //   build/bin/precision_bench [--data data/digits.csv.gz] [--hidden 1024] [--repeats 3]
 //
-// The engine trains an MLP (two hidden layers of --hidden units, batch 32) on the digits images under
-// each policy this device can run, and prints seconds per step (best of --repeats) and the ratio to
-// fp32. Policies the device cannot run are listed with the reason. `auto` shows what it chose.
+// The engine trains an MLP (two hidden layers of --hidden units, batch 32) on the digits images
+// under each policy this device can run, and prints seconds per step (best of --repeats) and the
+// ratio to fp32. Policies the device cannot run are listed with the reason. `auto` shows what it
+// chose.
 #include <glog/logging.h>
 
 #include <cstdio>
@@ -50,9 +51,9 @@ int main(int argc, char** argv) {
     for (int r = 0; r < repeats; ++r) {
       engine::StageResult result = engine::bench::RunStage(
           dir,
-          engine::bench::DigitsMlpPipeline(dir / "out", data, layers,
-                                           "  precision { plugin: \"" + policy +
-                                               "\" }\n  schedule { max_steps: 90 }"),
+          engine::bench::DigitsMlpPipeline(
+              dir / "out", data, layers,
+              "  precision { plugin: \"" + policy + "\" }\n  schedule { max_steps: 90 }"),
           &ran);
       best = std::min(best, result.train_seconds / static_cast<double>(result.steps));
       accuracy = result.eval_metrics["eval/accuracy"];

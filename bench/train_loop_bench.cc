@@ -4,7 +4,8 @@
 //
 // For each model size, both sides train the same MLP (same shapes, AdamW, batch 32) on the digits
 // images for the same number of steps, in this process, and the best of --repeats runs is kept:
-//   engine: `engine run`'s path (plan, fp32 precision, data plugin, model plugin, optimizer), timed over
+//   engine: `engine run`'s path (plan, fp32 precision, data plugin, model plugin, optimizer), timed
+//   over
 //           the training steps; the whole stage (final eval and checkpoint included) is shown too;
 //   plain:  torch::nn::Linear layers, torch::optim::AdamW, index_select batches, no eval, no files,
 //           in two variants: optimizer.zero_grad() as most loops are written, and gradients reset

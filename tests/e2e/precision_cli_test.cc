@@ -31,7 +31,8 @@ TEST(PrecisionCliTest, PlanShowsCensusAndGroupsAndRunShowsTheCensusAgain) {
   auto check = Check(dir, text);
   ASSERT_EQ(check.exit_code, 0) << check.err;
   EXPECT_THAT(check.out, HasSubstr("census      as loaded (cpu "));
-  EXPECT_THAT(check.out, HasSubstr("layers            trainable            f32          2         8,320"));
+  EXPECT_THAT(check.out,
+              HasSubstr("layers            trainable            f32          2         8,320"));
   EXPECT_THAT(check.out, HasSubstr("precision   bf16-true; autocast bf16; no loss scaling"));
   EXPECT_THAT(check.out, HasSubstr("as the pipeline asks; casts 2 tensor(s) f32 to bf16"));
   EXPECT_THAT(check.out,

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "core/child_output.h"
 #include "engine/conformance.h"
 
 namespace engine::conformance {
@@ -78,35 +79,14 @@ CheckResult RunIsolated(const std::string& check, const Target& target, int time
     ::_exit(0);
   }
   ::close(fds[1]);
-  std::string answer;
-  char buffer[4096];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
-  bool timed_out = false;
-  struct pollfd poll_fd = {fds[0], POLLIN, 0};
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    const int ready = ::poll(&poll_fd, 1, static_cast<int>(left));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
-    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    answer.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const ChildOutcome child = CollectChild(pid, fds[0], timeout_seconds);
+  const std::string& answer = child.output;
+  const bool timed_out = child.timed_out;
+  const int status = child.wait_status;
   auto said = [&]() -> std::string {
     if (output_fd < 0) return "";
     std::string text;
+    char buffer[4096];
     ::lseek(output_fd, 0, SEEK_SET);
     ssize_t n;
     while ((n = ::read(output_fd, buffer, sizeof(buffer))) > 0) text.append(buffer, n);

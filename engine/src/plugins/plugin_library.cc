@@ -18,6 +18,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/child_output.h"
+
 namespace engine {
 namespace {
 
@@ -139,32 +141,10 @@ Status ProbeInChild(const std::filesystem::path& path, const std::string& where)
     ::_exit(kProbeThrew);
   }
   ::close(pipe_fds[1]);
-  std::string said;
-  char buffer[4096];
-  struct pollfd poll_fd = {pipe_fds[0], POLLIN, 0};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool timed_out = false;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    const int ready = ::poll(&poll_fd, 1, static_cast<int>(left));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
-    const ssize_t n = ::read(pipe_fds[0], buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    said.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(pipe_fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  ChildOutcome child = CollectChild(pid, pipe_fds[0], 60);
+  std::string& said = child.output;
+  const bool timed_out = child.timed_out;
+  const int status = child.wait_status;
   if (timed_out) {
     return FailedPreconditionError("loading " + where +
                                    " did not finish within 60 s (its static initialisers hang)");

@@ -1,9 +1,9 @@
 // Opening one plugin library: the manifest check, then registration.
 //
 // A library is first opened once in a forked child, because dlopen runs its static initialisers
-// before anything can be checked, and some of their failures abort the process (protobuf aborts on a
-// second definition of a .proto file or message). A crash there is reported as this library's error.
-// ENGINE_PLUGIN_PROBE=0 skips the child (for debuggers).
+// before anything can be checked, and some of their failures abort the process (protobuf aborts on
+// a second definition of a .proto file or message). A crash there is reported as this library's
+// error. ENGINE_PLUGIN_PROBE=0 skips the child (for debuggers).
 //
 // The manifest is read and compared with this engine (API version, LibTorch version, C++ ABI,
 // protobuf version) before any C++ symbol of the library is used. Every failure is a Status naming

@@ -35,8 +35,8 @@ struct CensusRow {
   int64_t bytes = 0;
 };
 
-// One row per (group, role, dtype), in first-seen order. With a plan, tensors it keeps in f32 get the
-// role "<role>, kept f32".
+// One row per (group, role, dtype), in first-seen order. With a plan, tensors it keeps in f32 get
+// the role "<role>, kept f32".
 std::vector<CensusRow> SummarizeCensus(const ParameterCensus& census,
                                        const PrecisionPlan* plan = nullptr);
 

@@ -151,9 +151,10 @@ TEST_F(PipelineLoaderTest, UnknownPluginListsWhatIsInstalled) {
   quantizer { plugin: "nf4" }
 })");
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_EQ(errors[0], Prefix() +
-                           "3:11: error: stage 'a': unknown model loader plugin 'digits'; "
-                           "installed model loader plugins: llama, mlp, vlm ('digits' is a data loader)");
+  EXPECT_EQ(errors[0],
+            Prefix() +
+                "3:11: error: stage 'a': unknown model loader plugin 'digits'; "
+                "installed model loader plugins: llama, mlp, vlm ('digits' is a data loader)");
   EXPECT_EQ(errors[1], Prefix() +
                            "5:15: error: stage 'a': unknown quantizer plugin 'nf4'; no quantizer "
                            "plugins are installed");

@@ -59,7 +59,8 @@ TEST(BatchPrefetcherTest, BatchesComeInOrder) {
 
 TEST(BatchPrefetcherTest, ErrorsAndExceptionsArriveWithTheirBatch) {
   Numbers data;
-  BatchPrefetcher prefetcher(data, Split::kTrain, {{1}, {5}, {6}, {2}}, "stage 's' data loader 'n'");
+  BatchPrefetcher prefetcher(data, Split::kTrain, {{1}, {5}, {6}, {2}},
+                             "stage 's' data loader 'n'");
   EXPECT_TRUE(prefetcher.Next().ok());
   auto failed = prefetcher.Next();
   EXPECT_EQ(failed.status().message(), "stage 's' data loader 'n': example 5 is unreadable");
