@@ -4,6 +4,7 @@
 #   scripts/setup.sh main    # install what is missing, build, train pipelines/digits_mlp.pbtxt
 #   scripts/setup.sh test    # install what is missing, build, run every test
 #   scripts/setup.sh build   # install what is missing, build
+#   scripts/setup.sh bench   # also install Debian's python3-torch, build, run the LM benchmark
 #
 # Runs as root or as a user with sudo (only apt-get needs it). Everything is incremental: packages
 # already installed are not touched, the data is fetched once, the build only redoes what changed.
@@ -12,9 +13,9 @@ set -euo pipefail
 
 mode=${1:-}
 case "$mode" in
-  main | test | build) ;;
+  main | test | build | bench) ;;
   *)
-    echo "usage: $0 main|test|build" >&2
+    echo "usage: $0 main|test|build|bench" >&2
     exit 2
     ;;
 esac
@@ -44,6 +45,8 @@ packages=(
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config
   libgtest-dev libgmock-dev
 )
+# The benchmarks' Python PyTorch peer (bench/lm_vs_pytorch.py), only for them.
+if [ "$mode" = bench ]; then packages+=(python3-torch); fi
 missing=()
 for p in "${packages[@]}"; do
   if [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != "installed" ]; then
@@ -147,6 +150,10 @@ case "$mode" in
   main)
     say "engine run pipelines/digits_mlp.pbtxt"
     exec "$build_dir/bin/engine" run "$root/pipelines/digits_mlp.pbtxt"
+    ;;
+  bench)
+    say "bench/lm_vs_pytorch.py"
+    exec /usr/bin/python3 "$root/bench/lm_vs_pytorch.py" --build "$build_dir"
     ;;
   test)
     say "ctest"
