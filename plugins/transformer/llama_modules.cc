@@ -9,8 +9,8 @@
 namespace engine::transformer {
 namespace {
 
-torch::nn::Linear Projection(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+engine::Linear Projection(int64_t in, int64_t out) {
+  return engine::Linear(in, out, /*bias=*/false);
 }
 
 // [batch, kv_heads, positions, dim] -> [batch, kv_heads * groups, positions, dim].

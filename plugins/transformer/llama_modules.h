@@ -16,6 +16,7 @@
 
 #include <vector>
 
+#include "engine/linear.h"
 #include "llama_config.h"
 
 namespace engine::transformer {
@@ -49,7 +50,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // attention covers all cached positions.
   at::Tensor forward(const at::Tensor& x, int64_t offset, LayerCache* cache);
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  engine::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
   LlamaConfig config_;
@@ -61,7 +62,7 @@ class LlamaMlpImpl : public torch::nn::Module {
   explicit LlamaMlpImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& x);
 
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  engine::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMlp);
 
@@ -112,7 +113,7 @@ struct CausalLm {
                       bool use_cache);
 
   LlamaDecoder model{nullptr};
-  torch::nn::Linear lm_head{nullptr};
+  engine::Linear lm_head{nullptr};
 };
 
 // Hugging Face's initialisation: normal(0, initializer_range) for projections and embeddings, ones

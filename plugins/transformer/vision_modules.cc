@@ -95,12 +95,12 @@ VisionBlockImpl::VisionBlockImpl(const VisionConfig& config) : config_(config) {
   const int64_t h = config.hidden_size;
   norm1 = register_module("norm1", Norm(config));
   auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
-  qkv = attn->register_module("qkv", torch::nn::Linear(h, 3 * h));
-  proj = attn->register_module("proj", torch::nn::Linear(h, h));
+  qkv = attn->register_module("qkv", engine::Linear(h, 3 * h, /*bias=*/true));
+  proj = attn->register_module("proj", engine::Linear(h, h, /*bias=*/true));
   norm2 = register_module("norm2", Norm(config));
   auto mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
-  fc1 = mlp->register_module("fc1", torch::nn::Linear(h, config.mlp_ratio * h));
-  fc2 = mlp->register_module("fc2", torch::nn::Linear(config.mlp_ratio * h, h));
+  fc1 = mlp->register_module("fc1", engine::Linear(h, config.mlp_ratio * h, /*bias=*/true));
+  fc2 = mlp->register_module("fc2", engine::Linear(config.mlp_ratio * h, h, /*bias=*/true));
 }
 
 at::Tensor VisionBlockImpl::forward(const at::Tensor& x) {
@@ -119,7 +119,8 @@ at::Tensor VisionBlockImpl::forward(const at::Tensor& x) {
 
 VisionTowerImpl::VisionTowerImpl(const VisionConfig& config) : config_(config) {
   const int64_t patch_dim = config.channels * config.patch_size * config.patch_size;
-  patch_embed = register_module("patch_embed", torch::nn::Linear(patch_dim, config.hidden_size));
+  patch_embed =
+      register_module("patch_embed", engine::Linear(patch_dim, config.hidden_size, /*bias=*/true));
   pos_embed =
       register_parameter("pos_embed", at::zeros({config.num_patches(), config.hidden_size}));
   blocks = register_module("blocks", torch::nn::ModuleList());

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/linear.h"
 #include "engine/status.h"
 #include "transformer_options.pb.h"
 
@@ -47,7 +48,7 @@ class VisionBlockImpl : public torch::nn::Module {
  private:
   VisionConfig config_;
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
-  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
+  engine::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(VisionBlock);
 
@@ -61,7 +62,7 @@ class VisionTowerImpl : public torch::nn::Module {
 
  private:
   VisionConfig config_;
-  torch::nn::Linear patch_embed{nullptr};
+  engine::Linear patch_embed{nullptr};
   at::Tensor pos_embed;
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::LayerNorm norm{nullptr};

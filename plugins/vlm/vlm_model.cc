@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/linear.h"
 #include "engine/model.h"
 #include "hf_checkpoint.h"
 #include "llama_modules.h"
@@ -30,10 +31,10 @@ class VlmModule : public torch::nn::Module {
   VlmModule(const VisionConfig& vision, const LlamaConfig& text) : lm(*this, text) {
     visual = register_module("visual", VisionTower(vision));
     auto projector = register_module("projector", std::make_shared<torch::nn::Module>());
-    linear_1 = projector->register_module("linear_1",
-                                          torch::nn::Linear(vision.hidden_size, text.hidden_size));
-    linear_2 = projector->register_module("linear_2",
-                                          torch::nn::Linear(text.hidden_size, text.hidden_size));
+    linear_1 = projector->register_module(
+        "linear_1", engine::Linear(vision.hidden_size, text.hidden_size, /*bias=*/true));
+    linear_2 = projector->register_module(
+        "linear_2", engine::Linear(text.hidden_size, text.hidden_size, /*bias=*/true));
   }
 
   // [B, C, S, S] -> image tokens [B, patches, decoder width].
@@ -45,7 +46,7 @@ class VlmModule : public torch::nn::Module {
 
   CausalLm lm;
   VisionTower visual{nullptr};
-  torch::nn::Linear linear_1{nullptr}, linear_2{nullptr};
+  engine::Linear linear_1{nullptr}, linear_2{nullptr};
 };
 
 class VlmModel : public Model {

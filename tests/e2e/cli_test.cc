@@ -114,9 +114,12 @@ TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
   EXPECT_THAT(fp32.out, HasSubstr("keep_fp32  (repeated string)"));
   EXPECT_THAT(fp32.out, HasSubstr("precision {\n    plugin: \"fp32\"\n    options {\n      "
                                   "[type.googleapis.com/engine.proto.PrecisionOptions] {"));
-  auto missing = RunEngine({"plugins", "describe", "nf4"});
+  auto nf4 = RunEngine({"plugins", "describe", "nf4"});
+  EXPECT_EQ(nf4.exit_code, 0);
+  EXPECT_THAT(nf4.out, HasSubstr("quantizer {\n    plugin: \"nf4\""));
+  auto missing = RunEngine({"plugins", "describe", "nf5"});
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_THAT(missing.err, HasSubstr("no plugin named 'nf4' is installed"));
+  EXPECT_THAT(missing.err, HasSubstr("no plugin named 'nf5' is installed"));
 }
 
 // A pipeline on the real data with `stage_extra` inside its only stage.

@@ -14,6 +14,15 @@ inline std::string FormatNumber(double value) {
   return out.str();
 }
 
+// Fixed-point with `decimals` digits: FormatFixed(4.1272, 3) -> "4.127".
+inline std::string FormatFixed(double value, int decimals) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(decimals);
+  out << value;
+  return out.str();
+}
+
 // 1797 -> "1,797".
 inline std::string WithThousands(int64_t value) {
   const std::string digits = std::to_string(value < 0 ? -value : value);

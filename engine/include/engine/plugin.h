@@ -2,7 +2,8 @@
 // library a plugin.
 //
 // A plugin library holds exactly one plugin. Its author derives from the interface of the kind
-// (DataLoaderPlugin in engine/data.h, ModelLoaderPlugin in engine/model.h, PrecisionPolicyPlugin in
+// (DataLoaderPlugin in engine/data.h, ModelLoaderPlugin in engine/model.h, QuantizerPlugin in
+// engine/quantizer.h, AdapterPlugin in engine/adapter.h, PrecisionPolicyPlugin in
 // engine/precision.h, CallbackPlugin in engine/callback.h) and ends one .cc file with:
 //
 //   ENGINE_PLUGIN("digits", ENGINE_KIND_DATA_LOADER, "0.1.0",

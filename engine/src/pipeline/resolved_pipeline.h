@@ -50,6 +50,9 @@ struct ResolvedStage {
   ResolvedPluginRef model;
   ResolvedPluginRef data;
   ResolvedPluginRef precision;
+  // entry is null when the stage names no quantizer.
+  ResolvedPluginRef quantizer;
+  std::vector<ResolvedPluginRef> adapters;
   std::vector<ResolvedCallback> callbacks;
   // Stages that must finish first (after + from_stage), by index.
   std::vector<int> dependencies;

@@ -440,22 +440,16 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     }
     checker.Bind(PluginKind::kPrecisionPolicy, stage.has_precision() ? &stage.precision() : nullptr,
                  path + ".precision", s.name, "auto", &s.precision);
-    // Quantizers and adapters are named in the language already; binding them still reports unknown
-    // plugins and bad options, but no interface exists yet to apply one.
-    auto refuse = [&](PluginKind kind, const proto::PluginRef& ref, const std::string& ref_path) {
-      ResolvedPluginRef bound;
-      if (!checker.Bind(kind, &ref, ref_path, s.name, "", &bound)) return;
-      const std::string title(PluginKindTitle(kind));
-      checker.Error(ref_path, "stage '" + s.name + "': " + title +
-                                  " plugins cannot be applied by this engine version (plugin API " +
-                                  std::to_string(ENGINE_PLUGIN_API_VERSION) + " has no " + title +
-                                  " interface)");
-    };
     if (stage.has_quantizer()) {
-      refuse(PluginKind::kQuantizer, stage.quantizer(), path + ".quantizer");
+      checker.Bind(PluginKind::kQuantizer, &stage.quantizer(), path + ".quantizer", s.name, "",
+                   &s.quantizer);
     }
     for (int a = 0; a < stage.adapter_size(); ++a) {
-      refuse(PluginKind::kAdapter, stage.adapter(a), path + ".adapter[" + std::to_string(a) + "]");
+      ResolvedPluginRef adapter;
+      if (checker.Bind(PluginKind::kAdapter, &stage.adapter(a),
+                       path + ".adapter[" + std::to_string(a) + "]", s.name, "", &adapter)) {
+        s.adapters.push_back(std::move(adapter));
+      }
     }
     for (int c = 0; c < stage.callback_size(); ++c) {
       ResolvedCallback callback;

@@ -97,6 +97,10 @@ class PlanBuilder {
       return false;
     }
     plan->model = std::move(*model);
+    const std::vector<LayerPluginError> layer_errors =
+        ApplyLayerPlugins(stage, plan->model->module(), &plan->layers);
+    for (const LayerPluginError& e : layer_errors) Error(e.path, e.message);
+    if (!layer_errors.empty()) return false;
     if (!SelectTrainable(stage, plan)) return false;
 
     if (!PlanPrecision(stage, plan)) return false;
@@ -210,7 +214,9 @@ class PlanBuilder {
     std::vector<int> exclude_hits(t.exclude_size(), 0);
     for (auto& item : parameters) {
       const std::string& name = item.key();
-      bool included = t.include_size() == 0;
+      // With adapters and no include, the adapters alone train.
+      bool included = t.include_size() == 0 && (plan->layers.adapter_parameters.empty() ||
+                                                plan->layers.adapter_parameters.count(name) > 0);
       for (int i = 0; i < t.include_size(); ++i) {
         if (GlobMatch(t.include(i), name)) {
           included = true;
@@ -322,6 +328,8 @@ class PlanBuilder {
     add_plugin(stage.model);
     add_plugin(stage.data);
     add_plugin(stage.precision);
+    if (stage.quantizer.entry != nullptr) add_plugin(stage.quantizer);
+    for (const ResolvedPluginRef& adapter : stage.adapters) add_plugin(adapter);
     text += "|precision:" + plan.precision.policy;
     text += "|seed:" + std::to_string(stage.seed);
     text += "|data:" + plan.dataset->identity();

@@ -16,6 +16,7 @@
 #include "engine/precision.h"
 #include "pipeline/diagnostics.h"
 #include "pipeline/resolved_pipeline.h"
+#include "plan/layer_plugins.h"
 
 namespace engine {
 
@@ -27,6 +28,8 @@ struct StagePlan {
   int64_t eval_examples = 0;
 
   std::unique_ptr<Model> model;
+  // What the quantizer and adapters did to the model.
+  LayerPluginReport layers;
   ParameterCensus census;  // as loaded: parameters then buffers, in module order
   int64_t total_parameters = 0;
   int64_t trainable_parameters = 0;

@@ -155,6 +155,21 @@ std::string PlanToText(const PipelinePlan& plan) {
         << WithThousands(s.total_parameters) << " parameters, "
         << WithThousands(s.trainable_parameters) << " trainable in " << s.trainable_tensors
         << " tensors, " << WithThousands(frozen) << " frozen\n";
+    if (st.quantizer.entry != nullptr) {
+      const LayerPluginReport& l = s.layers;
+      out << "  quantizer   " << st.quantizer.entry->name << " " << st.quantizer.entry->version
+          << ": " << l.quantized_layers << " linear layers, "
+          << WithThousands(l.quantized_parameters) << " weights in "
+          << HumanBytes(l.quantized_bytes) << " (" << FormatFixed(l.bits_per_parameter(), 3)
+          << " bits per weight, scales included; " << HumanBytes(l.quantized_parameters * 4)
+          << " in f32), frozen\n";
+    }
+    for (size_t a = 0; a < s.layers.adapters.size(); ++a) {
+      const LayerPluginReport::Adapter& adapter = s.layers.adapters[a];
+      out << "  adapter     " << adapter.plugin << " " << st.adapters[a].entry->version << ": "
+          << adapter.layers.size() << " linear layers, " << WithThousands(adapter.parameters)
+          << " parameters\n";
+    }
     out << "  data        " << st.data.entry->name << " " << st.data.entry->version << ": "
         << WithThousands(s.train_examples) << " train / " << WithThousands(s.eval_examples)
         << " eval examples; " << s.dataset->spec().ToString() << "\n";
@@ -237,6 +252,20 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
                    {"trainable_parameters", s.trainable_parameters},
                    {"trainable_tensors", s.trainable_tensors},
                    {"frozen_parameters", s.total_parameters - s.trainable_parameters}};
+    if (st.quantizer.entry != nullptr) {
+      js["quantizer"] = {{"plugin", st.quantizer.entry->name},
+                         {"format", s.layers.quantized_format},
+                         {"layers", s.layers.quantized_layers},
+                         {"weights", s.layers.quantized_parameters},
+                         {"bytes", s.layers.quantized_bytes},
+                         {"bits_per_weight", s.layers.bits_per_parameter()}};
+    }
+    js["adapters"] = nlohmann::json::array();
+    for (const LayerPluginReport::Adapter& adapter : s.layers.adapters) {
+      js["adapters"].push_back({{"plugin", adapter.plugin},
+                                {"layers", adapter.layers},
+                                {"parameters", adapter.parameters}});
+    }
     js["data"] = {
         {"plugin", st.data.entry->name},          {"version", st.data.entry->version},
         {"train_examples", s.train_examples},     {"eval_examples", s.eval_examples},

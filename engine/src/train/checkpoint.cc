@@ -92,6 +92,12 @@ Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents cont
         safetensors::Write(temp / kOptimizerFile, contents.optimizer, contents.optimizer_metadata));
     manifest.mutable_optimizer()->set_state_file(kOptimizerFile);
   }
+  if (!contents.adapters.empty()) {
+    ENGINE_RETURN_IF_ERROR(
+        safetensors::Write(temp / kAdapterFile, contents.adapters, {{"format", "pt"}}));
+    ENGINE_RETURN_IF_ERROR(
+        WriteFileAtomically(temp / kAdapterConfigFile, contents.adapter_config_json));
+  }
   if (!contents.config_json.empty()) {
     ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kConfigFile, contents.config_json));
   }

@@ -3,6 +3,8 @@
 //   <dir>/model.safetensors      every parameter and buffer, by name, in its stored dtype
 //   <dir>/optimizer.safetensors  optimizer slots ("<param>.exp_avg"), when saved
 //   <dir>/config.json            the model's configuration (Hugging Face's name for it), when given
+//   <dir>/adapter_model.safetensors, adapter_config.json
+//                                the adapter parameters alone, as PEFT names and describes them
 //   <dir>/manifest.pbtxt         engine.proto.CheckpointManifest, protobuf text
 //
 // WriteCheckpoint builds the directory under a hidden temporary name beside `dir`, syncs every
@@ -25,6 +27,8 @@ inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kManifestFile = "manifest.pbtxt";
 inline constexpr const char* kConfigFile = "config.json";
+inline constexpr const char* kAdapterFile = "adapter_model.safetensors";
+inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 inline constexpr uint32_t kCheckpointFormatVersion = 1;
 
 struct CheckpointContents {
@@ -32,7 +36,9 @@ struct CheckpointContents {
   safetensors::NamedTensors model;
   safetensors::NamedTensors optimizer;  // empty: no optimizer file
   safetensors::Metadata optimizer_metadata;
-  std::string config_json;  // empty: no config.json
+  std::string config_json;             // empty: no config.json
+  safetensors::NamedTensors adapters;  // empty: no adapter files
+  std::string adapter_config_json;
 };
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);

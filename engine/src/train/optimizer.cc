@@ -6,6 +6,8 @@
 #include <cmath>
 #include <map>
 
+#include "engine_kernels/fused_adamw.h"
+
 namespace engine {
 namespace {
 
@@ -92,6 +94,19 @@ class AdamW : public SlotOptimizer {
       auto& slots = SlotsFor(i);
       at::Tensor& m = slots[0];
       at::Tensor& v = slots[1];
+      if (kernels::FusedAdamWSupports(p, g) && m.is_contiguous() && v.is_contiguous() &&
+          m.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat) {
+        // One pass over p, g, m and v instead of six kernels (kernels/fused_adamw.h).
+        kernels::AdamWHyper hyper;
+        hyper.lr = lr;
+        hyper.beta1 = b1;
+        hyper.beta2 = b2;
+        hyper.epsilon = config_.epsilon();
+        hyper.weight_decay = config_.weight_decay();
+        hyper.step = steps_;
+        kernels::FusedAdamW(p, g, m, v, hyper);
+        continue;
+      }
       if (config_.weight_decay() != 0) p.mul_(1 - lr * config_.weight_decay());
       m.mul_(b1).add_(g, 1 - b1);
       v.mul_(b2).addcmul_(g, g, 1 - b2);

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/guarded_call.h"
+#include "engine/adapter.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
 #include "engine/version.h"
@@ -407,7 +408,10 @@ class StageTrainer : public CallbackActions {
     }
     m.mutable_optimizer()->set_algorithm(optimizer_->algorithm());
     for (const auto& [name, value] : metrics) (*m.mutable_metrics())[name] = value;
-    for (const ResolvedPluginRef* ref : {&stage_.model, &stage_.data, &stage_.precision}) {
+    std::vector<const ResolvedPluginRef*> refs = {&stage_.model, &stage_.data, &stage_.precision};
+    if (stage_.quantizer.entry != nullptr) refs.push_back(&stage_.quantizer);
+    for (const ResolvedPluginRef& adapter : stage_.adapters) refs.push_back(&adapter);
+    for (const ResolvedPluginRef* ref : refs) {
       proto::PluginVersion* v = m.add_plugin();
       v->set_name(ref->entry->name);
       v->set_kind(std::string(PluginKindName(ref->entry->kind)));
@@ -429,6 +433,18 @@ class StageTrainer : public CallbackActions {
           {"skipped_steps", std::to_string(precision_->skipped_steps())}};
     }
     contents.config_json = model_.config_json();
+    if (!stage_.adapters.empty()) {
+      // PEFT's layout: the adapter parameters alone, under the name of the wrapped model.
+      for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
+        if (plan_.layers.adapter_parameters.count(item.key()) > 0) {
+          contents.adapters.emplace_back("base_model.model." + item.key(), item.value());
+        }
+      }
+      const ResolvedPluginRef& ref = stage_.adapters.front();
+      contents.adapter_config_json =
+          static_cast<const AdapterPlugin*>(ref.entry->plugin.get())
+              ->AdapterConfigJson(*ref.options, plan_.layers.adapters.front().layers);
+    }
     ENGINE_RETURN_IF_ERROR(WriteCheckpoint(dir, std::move(contents)).WithContext(context_));
     Event event = MakeEvent(EventType::kCheckpointSaved);
     event.path = dir.string();

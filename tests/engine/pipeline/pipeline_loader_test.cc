@@ -148,7 +148,7 @@ TEST_F(PipelineLoaderTest, UnknownPluginListsWhatIsInstalled) {
   name: "a"
   model { plugin: "digits" }
   data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "x" } } }
-  quantizer { plugin: "nf4" }
+  quantizer { plugin: "nf5" }
 })");
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_EQ(errors[0],
@@ -156,8 +156,8 @@ TEST_F(PipelineLoaderTest, UnknownPluginListsWhatIsInstalled) {
                 "3:11: error: stage 'a': unknown model loader plugin 'digits'; "
                 "installed model loader plugins: llama, mlp, vlm ('digits' is a data loader)");
   EXPECT_EQ(errors[1], Prefix() +
-                           "5:15: error: stage 'a': unknown quantizer plugin 'nf4'; no quantizer "
-                           "plugins are installed");
+                           "5:15: error: stage 'a': unknown quantizer plugin 'nf5'; installed "
+                           "quantizer plugins: int8, nf4");
 }
 
 TEST_F(PipelineLoaderTest, BadValuesAreAllReportedWithPositions) {

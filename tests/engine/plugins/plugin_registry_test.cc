@@ -11,7 +11,7 @@ namespace engine {
 namespace {
 
 // digits, mlp, six precision policies and six callbacks.
-constexpr size_t kBuiltinPlugins = 18;
+constexpr size_t kBuiltinPlugins = 21;
 
 std::filesystem::path Fixture(const std::string& name) {
   return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");
@@ -154,7 +154,9 @@ TEST(PluginRegistryTest, FindAndList) {
   EXPECT_EQ(registry.NamesOfKind(PluginKind::kCallback),
             (std::vector<std::string>{"checkpoint_every", "early_stopping", "memory_monitor",
                                       "metrics_jsonl", "progress", "tensorboard"}));
-  EXPECT_TRUE(registry.NamesOfKind(PluginKind::kQuantizer).empty());
+  EXPECT_EQ(registry.NamesOfKind(PluginKind::kQuantizer),
+            (std::vector<std::string>{"int8", "nf4"}));
+  EXPECT_EQ(registry.NamesOfKind(PluginKind::kAdapter), (std::vector<std::string>{"lora"}));
 }
 
 TEST(SearchPathTest, BuiltinThenFlagsThenEnvironment) {

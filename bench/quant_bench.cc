@@ -1,0 +1,154 @@
+// The quantization kernels against their dense peers, in one process:
+//
+//   build/bin/quant_bench [--rows 4096] [--cols 4096] [--tokens 256] [--params 16777216]
+//                         [--repeats 5]
+//
+//   dequantize: NF4 -> bf16 and -> f32 of a rows x cols weight (double-quantized scales, block 64)
+//               against memcpy of the same number of output bytes; ratio = memcpy time / dequant
+//               time (1.00 would be dequantizing at memory-copy speed).
+//   matmul:     x [tokens, cols] @ W^T through engine::QuantizedMatmul (tiles dequantized into the
+//               compute dtype, then GEMM) against at::matmul with the dense W already in that
+//               dtype; ratio = dense time / 4-bit time (forward only, and forward + input grad).
+//   adamw:      one step over --params f32 masters with bf16 gradients: the fused kernel (reads
+//               the bf16 gradient, writes master, moments and the bf16 copy in one pass) against
+//               torch::optim::AdamW plus the casts it needs (gradient to f32 before, weight to
+//               bf16 after); ratio = LibTorch time / fused time.
+// Best of --repeats for each. Single process, whatever threads LibTorch uses (printed).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/adamw.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/linear.h"
+#include "engine_kernels/fused_adamw.h"
+#include "engine_kernels/nf4.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Best(int repeats, const std::function<void()>& fn) {
+  fn();  // warm caches and allocators
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+class BenchNf4 : public engine::QuantizedWeight {
+ public:
+  BenchNf4(engine::kernels::Nf4Tensor q, c10::ScalarType compute) : q_(std::move(q)), c_(compute) {}
+  std::string format() const override { return "nf4"; }
+  int64_t rows() const override { return q_.shape[0]; }
+  int64_t cols() const override { return q_.shape[1]; }
+  c10::ScalarType compute_dtype() const override { return c_; }
+  at::Tensor DequantizeRows(int64_t begin, int64_t end, c10::ScalarType dtype) const override {
+    return engine::kernels::DequantizeNf4Range(q_, begin * cols(), end * cols(), dtype)
+        .view({end - begin, cols()});
+  }
+  std::vector<std::pair<std::string, at::Tensor>> tensors() const override {
+    return {{"weight", q_.packed}};
+  }
+  engine::StatusOr<std::shared_ptr<engine::QuantizedWeight>> QuantizeLike(
+      const at::Tensor&) const override {
+    return engine::InternalError("not in the benchmark");
+  }
+
+ private:
+  engine::kernels::Nf4Tensor q_;
+  c10::ScalarType c_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t rows = 4096, cols = 4096, tokens = 256, params = 1 << 24;
+  int repeats = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i];
+    if (arg == "--rows") rows = std::stoll(argv[i + 1]);
+    if (arg == "--cols") cols = std::stoll(argv[i + 1]);
+    if (arg == "--tokens") tokens = std::stoll(argv[i + 1]);
+    if (arg == "--params") params = std::stoll(argv[i + 1]);
+    if (arg == "--repeats") repeats = std::atoi(argv[i + 1]);
+  }
+  at::manual_seed(0);
+  const at::Tensor dense = at::randn({rows, cols}) * 0.02;
+  const auto q = engine::kernels::QuantizeNf4(dense, 64, /*double_quant=*/true);
+  std::printf("weight %lld x %lld, NF4 block 64 double-quantized (%.3f bits/weight), %d threads\n",
+              static_cast<long long>(rows), static_cast<long long>(cols),
+              8.0 * q.storage_bytes() / dense.numel(), at::get_num_threads());
+
+  std::printf("\n%-22s %10s %10s %8s %10s\n", "dequantize", "ms", "memcpy ms", "ratio", "GB/s out");
+  for (c10::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    const int64_t bytes = dense.numel() * static_cast<int64_t>(c10::elementSize(dtype));
+    std::vector<char> src(bytes, 1), dst(bytes);
+    const double copy = Best(repeats, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+    const double dq = Best(repeats, [&] { (void)engine::kernels::DequantizeNf4(q, dtype); });
+    std::printf("%-22s %10.3f %10.3f %8.2f %10.2f\n",
+                (std::string("nf4 -> ") + c10::toString(dtype)).c_str(), dq * 1e3, copy * 1e3,
+                copy / dq, bytes / dq / 1e9);
+  }
+
+  std::printf("\n%-22s %10s %10s %8s\n", "matmul", "4-bit ms", "dense ms", "ratio");
+  for (c10::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    auto weight = std::make_shared<BenchNf4>(q, dtype);
+    const at::Tensor w = dense.to(dtype);
+    const at::Tensor x = at::randn({tokens, cols}).to(dtype);
+    const at::Tensor dy = at::randn({tokens, rows}).to(dtype);
+    const double quantized = Best(repeats, [&] { (void)engine::QuantizedMatmul(x, weight); });
+    const double plain = Best(repeats, [&] { (void)at::matmul(x, w.t()); });
+    std::printf("%-22s %10.3f %10.3f %8.2f\n",
+                (std::string("forward ") + c10::toString(dtype)).c_str(), quantized * 1e3,
+                plain * 1e3, plain / quantized);
+    const at::Tensor xg = x.detach().requires_grad_();
+    const double quantized_bw = Best(repeats, [&] {
+      xg.mutable_grad().reset();
+      engine::QuantizedMatmul(xg, weight).backward(dy);
+    });
+    const at::Tensor wg = w.detach();
+    const double plain_bw = Best(repeats, [&] {
+      xg.mutable_grad().reset();
+      at::matmul(xg, wg.t()).backward(dy);
+    });
+    std::printf("%-22s %10.3f %10.3f %8.2f\n",
+                (std::string("fwd+input grad ") + c10::toString(dtype)).c_str(), quantized_bw * 1e3,
+                plain_bw * 1e3, plain_bw / quantized_bw);
+  }
+
+  std::printf("\n%-22s %10s %10s %8s %10s\n", "adamw step", "fused ms", "libtorch", "ratio",
+              "GB/s");
+  {
+    at::Tensor master = at::randn({params});
+    const at::Tensor grad = at::randn({params}).to(at::kBFloat16);
+    at::Tensor m = at::zeros({params}), v = at::zeros({params});
+    at::Tensor low = at::empty({params}, at::kBFloat16);
+    engine::kernels::AdamWHyper hyper;
+    const double fused = Best(repeats, [&] {
+      ++hyper.step;
+      engine::kernels::FusedAdamW(master, grad, m, v, hyper, 1.0, low);
+    });
+    at::Tensor p = master.clone();
+    torch::optim::AdamW optimizer({p}, torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
+    at::Tensor low_peer;
+    const double peer = Best(repeats, [&] {
+      p.mutable_grad() = grad.to(at::kFloat);
+      optimizer.step();
+      low_peer = p.to(at::kBFloat16);
+    });
+    // Bytes the fused pass must move: read p, m, v, g; write p, m, v, low.
+    const double bytes = static_cast<double>(params) * (4 * 3 * 2 + 2 + 2);
+    std::printf("%-22s %10.3f %10.3f %8.2f %10.2f\n", "f32 master, bf16 grad", fused * 1e3,
+                peer * 1e3, peer / fused, bytes / fused / 1e9);
+  }
+  return 0;
+}

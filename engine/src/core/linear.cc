@@ -1,0 +1,242 @@
+#include "engine/linear.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/nn/init.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace engine {
+namespace {
+
+// Dense bytes of one dequantized tile: large enough for an efficient GEMM, small enough to stay in
+// cache and never to hold the whole dense weight.
+constexpr int64_t kTileBytes = 1 << 20;
+
+int64_t TileRows(const QuantizedWeight& w, c10::ScalarType dtype) {
+  const int64_t row_bytes = std::max<int64_t>(1, w.cols() * c10::elementSize(dtype));
+  return std::max<int64_t>(1, kTileBytes / row_bytes);
+}
+
+// y [n, rows] = x [n, cols] @ W^T, tile by tile. Autocast is off inside: the compute dtype is the
+// format's, whatever region the caller is in.
+at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const c10::ScalarType dtype = w.compute_dtype();
+  const at::Tensor x = x2d.to(dtype);
+  const int64_t rows = w.rows(), tile = TileRows(w, dtype);
+  if (tile >= rows) return at::mm(x, w.DequantizeRows(0, rows, dtype).to(x.device()).t());
+  at::Tensor y = at::empty({x.size(0), rows}, x.options());
+  for (int64_t r = 0; r < rows; r += tile) {
+    const int64_t end = std::min(rows, r + tile);
+    y.narrow(1, r, end - r).copy_(at::mm(x, w.DequantizeRows(r, end, dtype).to(x.device()).t()));
+  }
+  return y;
+}
+
+// dx [n, cols] = dy [n, rows] @ W, accumulated over row tiles.
+at::Tensor TiledInputGrad(const at::Tensor& dy2d, const QuantizedWeight& w) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const c10::ScalarType dtype = w.compute_dtype();
+  const at::Tensor dy = dy2d.to(dtype);
+  const int64_t rows = w.rows(), tile = TileRows(w, dtype);
+  if (tile >= rows) return at::mm(dy, w.DequantizeRows(0, rows, dtype).to(dy.device()));
+  at::Tensor dx = at::zeros({dy.size(0), w.cols()}, dy.options());
+  for (int64_t r = 0; r < rows; r += tile) {
+    const int64_t end = std::min(rows, r + tile);
+    dx.addmm_(dy.narrow(1, r, end - r), w.DequantizeRows(r, end, dtype).to(dy.device()));
+  }
+  return dx;
+}
+
+// The backward of QuantizedMatmul: the input's gradient only; the weight is frozen.
+struct QuantizedMatmulBackward : public torch::autograd::Node {
+  std::shared_ptr<const QuantizedWeight> weight;
+  std::vector<int64_t> input_sizes;
+  c10::ScalarType input_dtype = at::kFloat;
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    const at::Tensor& dy = grads[0];
+    if (!dy.defined()) return {at::Tensor()};
+    at::Tensor dx = TiledInputGrad(dy.reshape({-1, weight->rows()}), *weight);
+    return {dx.view(input_sizes).to(input_dtype)};
+  }
+  std::string name() const override { return "engine::QuantizedMatmulBackward"; }
+};
+
+}  // namespace
+
+int64_t QuantizedWeight::storage_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : tensors()) bytes += t.nbytes();
+  return bytes;
+}
+
+double QuantizedWeight::bits_per_parameter() const {
+  const double elements = static_cast<double>(rows()) * static_cast<double>(cols());
+  return elements > 0 ? 8.0 * static_cast<double>(storage_bytes()) / elements : 0.0;
+}
+
+at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedWeight> weight) {
+  TORCH_CHECK(x.size(-1) == weight->cols(), "quantized matmul: the input has ", x.size(-1),
+              " features, the weight ", weight->cols());
+  std::vector<int64_t> out_sizes = x.sizes().vec();
+  out_sizes.back() = weight->rows();
+  at::Tensor y;  // [n, rows], a fresh tensor (not a view), so it can take a grad_fn
+  {
+    at::NoGradGuard no_grad;
+    y = TiledForward(x.reshape({-1, weight->cols()}), *weight);
+  }
+  if (x.requires_grad() && at::GradMode::is_enabled()) {
+    auto node = std::shared_ptr<QuantizedMatmulBackward>(new QuantizedMatmulBackward(),
+                                                         torch::autograd::deleteNode);
+    node->weight = std::move(weight);
+    node->input_sizes = x.sizes().vec();
+    node->input_dtype = x.scalar_type();
+    node->set_next_edges(torch::autograd::collect_next_edges(x));
+    torch::autograd::set_history(y, node);
+  }
+  y = y.view(out_sizes);
+  return y;
+}
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias)
+    : in_features_(in_features), out_features_(out_features), has_bias_(with_bias) {
+  weight = register_parameter("weight", at::empty({out_features, in_features}));
+  // torch::nn::Linear's initialisation, so swapping it for this changes nothing.
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (has_bias_) {
+    const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0;
+    bias = register_parameter("bias", at::empty({out_features}).uniform_(-bound, bound));
+  }
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  at::Tensor y;
+  if (quantized_ != nullptr) {
+    y = QuantizedMatmul(x, quantized_).to(x.scalar_type());
+    if (bias.defined()) y = y + bias;
+  } else {
+    // As torch::nn::Linear computes it. at::linear would differ under autocast: it casts the leaf
+    // weight through autocast's cache, which a checkpointed block's recomputation then reuses.
+    y = x.dim() == 2 && bias.defined() ? at::addmm(bias, x, weight.t()) : at::matmul(x, weight.t());
+    if (x.dim() != 2 && bias.defined()) y = y + bias;
+  }
+  if (!merged_) {
+    for (const auto& adapter : adapters_) y = y + adapter->Delta(x);
+  }
+  return y;
+}
+
+void LinearImpl::RegisterQuantizedTensors() {
+  for (const auto& [name, tensor] : quantized_->tensors()) register_buffer(name, tensor);
+}
+
+Status LinearImpl::OverwriteQuantized(const QuantizedWeight& replacement) {
+  const auto now = quantized_->tensors();
+  const auto next = replacement.tensors();
+  if (now.size() != next.size()) return InternalError("the requantized weight has other tensors");
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (now[i].first != next[i].first || !now[i].second.sizes().equals(next[i].second.sizes()) ||
+        now[i].second.scalar_type() != next[i].second.scalar_type()) {
+      return InternalError("the requantized weight's '" + next[i].first + "' differs in layout");
+    }
+  }
+  // In place, so the layer's buffers (and whatever moved them) stay the tensors in use.
+  for (size_t i = 0; i < now.size(); ++i) now[i].second.copy_(next[i].second);
+  return Status::Ok();
+}
+
+Status LinearImpl::Quantize(std::shared_ptr<QuantizedWeight> quantized) {
+  if (quantized == nullptr) return InvalidArgumentError("no quantized weight given");
+  if (quantized_ != nullptr) {
+    return FailedPreconditionError("the layer is already quantized (" + quantized_->format() + ")");
+  }
+  if (quantized->rows() != out_features_ || quantized->cols() != in_features_) {
+    return InvalidArgumentError("the quantized weight is " + std::to_string(quantized->rows()) +
+                                "x" + std::to_string(quantized->cols()) + ", the layer " +
+                                std::to_string(out_features_) + "x" + std::to_string(in_features_));
+  }
+  if (merged_) return FailedPreconditionError("unmerge the adapters before quantizing");
+  quantized_ = std::move(quantized);
+  parameters_.erase("weight");
+  weight = at::Tensor();
+  RegisterQuantizedTensors();
+  return Status::Ok();
+}
+
+at::Tensor LinearImpl::DenseWeight(c10::ScalarType dtype) const {
+  if (quantized_ == nullptr) return weight.detach().to(dtype);
+  return quantized_->DequantizeRows(0, out_features_, dtype);
+}
+
+Status LinearImpl::AddAdapter(std::shared_ptr<LinearAdapter> adapter) {
+  if (adapter == nullptr) return InvalidArgumentError("no adapter given");
+  if (merged_) return FailedPreconditionError("unmerge the adapters before adding another");
+  for (auto& [name, module] : adapter->modules()) {
+    if (named_children().contains(name) || parameters_.contains(name) ||
+        named_buffers(/*recurse=*/false).contains(name)) {
+      return AlreadyExistsError("the layer already has a '" + name + "'");
+    }
+    register_module(name, module);
+  }
+  adapters_.push_back(std::move(adapter));
+  return Status::Ok();
+}
+
+Status LinearImpl::MergeAdapters(bool requantize) {
+  if (merged_) return FailedPreconditionError("the adapters are merged already");
+  if (adapters_.empty()) return FailedPreconditionError("the layer has no adapter to merge");
+  at::NoGradGuard no_grad;
+  at::Tensor delta = at::zeros({out_features_, in_features_}, at::kFloat);
+  for (const auto& adapter : adapters_) delta += adapter->WeightDelta().to(at::kFloat).cpu();
+  if (quantized_ == nullptr) {
+    weight.add_(delta.to(weight.device(), weight.scalar_type()));
+  } else {
+    if (!requantize) {
+      return FailedPreconditionError(
+          "the base weight is " + quantized_->format() +
+          "; merging into it means dequantize, add, requantize, which loses precision: ask for it "
+          "explicitly (requantize)");
+    }
+    ENGINE_ASSIGN_OR_RETURN(
+        auto merged,
+        quantized_->QuantizeLike(quantized_->DequantizeRows(0, out_features_, at::kFloat) + delta));
+    ENGINE_RETURN_IF_ERROR(OverwriteQuantized(*merged));
+  }
+  merged_ = true;
+  return Status::Ok();
+}
+
+Status LinearImpl::UnmergeAdapters() {
+  if (!merged_) return FailedPreconditionError("the adapters are not merged");
+  at::NoGradGuard no_grad;
+  at::Tensor delta = at::zeros({out_features_, in_features_}, at::kFloat);
+  for (const auto& adapter : adapters_) delta += adapter->WeightDelta().to(at::kFloat).cpu();
+  if (quantized_ == nullptr) {
+    weight.sub_(delta.to(weight.device(), weight.scalar_type()));
+  } else {
+    ENGINE_ASSIGN_OR_RETURN(
+        auto unmerged,
+        quantized_->QuantizeLike(quantized_->DequantizeRows(0, out_features_, at::kFloat) - delta));
+    ENGINE_RETURN_IF_ERROR(OverwriteQuantized(*unmerged));
+  }
+  merged_ = false;
+  return Status::Ok();
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> NamedLinears(
+    torch::nn::Module& module) {
+  std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> out;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    if (auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value())) {
+      out.emplace_back(item.key(), std::move(linear));
+    }
+  }
+  return out;
+}
+
+}  // namespace engine

@@ -1,0 +1,129 @@
+#include "plan/layer_plugins.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "core/glob.h"
+#include "core/guarded_call.h"
+#include "engine/adapter.h"
+#include "engine/linear.h"
+#include "engine/quantizer.h"
+
+namespace engine {
+namespace {
+
+using Linears = std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>>;
+
+std::string ExampleLayers(const Linears& linears) {
+  std::string out;
+  const size_t n = std::min<size_t>(linears.size(), 3);
+  for (size_t i = 0; i < n; ++i) out += (i ? ", '" : "'") + linears[i].first + "'";
+  if (linears.size() > n) out += ", ... (" + std::to_string(linears.size()) + " layers)";
+  return out;
+}
+
+// The layers `patterns` select (all of them for no pattern), or errors for patterns that select
+// nothing.
+Linears Select(const ResolvedPluginRef& ref, const std::vector<std::string>& patterns,
+               const std::string& field, const Linears& linears,
+               std::vector<LayerPluginError>* errors) {
+  if (linears.empty()) {
+    errors->push_back({ref.path, ref.context +
+                                     ": the model has no engine::Linear layer to act on (its "
+                                     "plugin builds its layers some other way)"});
+    return {};
+  }
+  Linears selected;
+  std::vector<int> hits(patterns.size(), 0);
+  for (const auto& item : linears) {
+    bool chosen = patterns.empty();
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (TargetMatches(patterns[i], item.first)) {
+        chosen = true;
+        ++hits[i];
+      }
+    }
+    if (chosen) selected.push_back(item);
+  }
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    if (const std::string syntax = GlobSyntaxError(patterns[i]); !syntax.empty()) {
+      errors->push_back({ref.path + ".options",
+                         ref.context + ": " + field + " pattern '" + patterns[i] + "': " + syntax});
+    } else if (hits[i] == 0) {
+      errors->push_back({ref.path + ".options", ref.context + ": " + field + " pattern '" +
+                                                    patterns[i] +
+                                                    "' matches no linear layer; they are named "
+                                                    "like " +
+                                                    ExampleLayers(linears)});
+    }
+  }
+  return selected;
+}
+
+}  // namespace
+
+bool TargetMatches(const std::string& pattern, const std::string& name) {
+  if (GlobMatch(pattern, name)) return true;
+  const size_t dot = name.rfind('.');
+  return dot != std::string::npos && GlobMatch(pattern, std::string_view(name).substr(dot + 1));
+}
+
+std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
+                                                torch::nn::Module& module,
+                                                LayerPluginReport* report) {
+  std::vector<LayerPluginError> errors;
+  if (stage.quantizer.entry == nullptr && stage.adapters.empty()) return errors;
+  const Linears linears = NamedLinears(module);
+  at::NoGradGuard no_grad;
+
+  if (const ResolvedPluginRef& ref = stage.quantizer; ref.entry != nullptr) {
+    const auto* plugin = static_cast<const QuantizerPlugin*>(ref.entry->plugin.get());
+    const Linears selected =
+        Select(ref, plugin->targets(*ref.options), plugin->targets_field(), linears, &errors);
+    if (!errors.empty()) return errors;
+    report->quantized_format.clear();
+    for (const auto& [name, layer] : selected) {
+      const at::Tensor dense = layer->weight.detach().cpu();
+      StatusOr<std::shared_ptr<QuantizedWeight>> quantized =
+          GuardedCall(ref.context, [&] { return plugin->Quantize(*ref.options, dense); });
+      Status status = quantized.ok() ? layer->Quantize(*quantized) : quantized.status();
+      if (!status.ok()) {
+        errors.push_back({ref.path, ref.context + ": layer '" + name + "': " + status.message()});
+        return errors;
+      }
+      report->quantized_format = (*quantized)->format();
+      ++report->quantized_layers;
+      report->quantized_parameters += dense.numel();
+      report->quantized_bytes += (*quantized)->storage_bytes();
+    }
+  }
+
+  for (const ResolvedPluginRef& ref : stage.adapters) {
+    const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
+    const Linears selected =
+        Select(ref, plugin->targets(*ref.options), plugin->targets_field(), linears, &errors);
+    if (!errors.empty()) return errors;
+    LayerPluginReport::Adapter summary;
+    summary.plugin = ref.entry->name;
+    for (const auto& [name, layer] : selected) {
+      StatusOr<std::shared_ptr<LinearAdapter>> adapter =
+          GuardedCall(ref.context, [&] { return plugin->Create(*ref.options, *layer); });
+      Status status = adapter.ok() ? layer->AddAdapter(*adapter) : adapter.status();
+      if (!status.ok()) {
+        errors.push_back({ref.path, ref.context + ": layer '" + name + "': " + status.message()});
+        return errors;
+      }
+      for (const auto& [child, sub] : (*adapter)->modules()) {
+        for (const auto& p : sub->named_parameters(/*recurse=*/true)) {
+          report->adapter_parameters.insert(name + "." + child + "." + p.key());
+          summary.parameters += p.value().numel();
+        }
+      }
+      summary.layers.push_back(name);
+    }
+    report->adapters.push_back(std::move(summary));
+  }
+  return errors;
+}
+
+}  // namespace engine

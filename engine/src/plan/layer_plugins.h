@@ -1,0 +1,58 @@
+// Applying a stage's quantizer and adapters to its model's engine::Linear layers (engine/linear.h,
+// engine/quantizer.h, engine/adapter.h), and what they did, for the plan.
+//
+// Quantization runs first (each matched layer's dense weight becomes the quantizer's format), then
+// the adapters attach, in the stage's order. Errors name the stage, the plugin, the pattern or the
+// layer; the model is left part-way transformed only when an error is returned, and the caller
+// then discards it.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+#include "pipeline/resolved_pipeline.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace engine {
+
+struct LayerPluginReport {
+  // Quantization.
+  std::string quantized_format;  // "nf4"; empty without a quantizer
+  int64_t quantized_layers = 0;
+  int64_t quantized_parameters = 0;  // dense elements replaced
+  int64_t quantized_bytes = 0;       // their storage, scales included
+  double bits_per_parameter() const {
+    return quantized_parameters > 0 ? 8.0 * quantized_bytes / quantized_parameters : 0.0;
+  }
+  // Adapters, per plugin in stage order.
+  struct Adapter {
+    std::string plugin;
+    std::vector<std::string> layers;  // full names of the layers it sits on
+    int64_t parameters = 0;
+  };
+  std::vector<Adapter> adapters;
+  // Names of every adapter parameter (trainable by default).
+  std::set<std::string> adapter_parameters;
+};
+
+// An error's field path inside the pipeline (for its position) and message.
+struct LayerPluginError {
+  std::string path;
+  std::string message;
+};
+
+// Returns the errors; empty on success.
+std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
+                                                torch::nn::Module& module,
+                                                LayerPluginReport* report);
+
+// Whether target `pattern` selects the layer `name`: the whole name, or its last component.
+bool TargetMatches(const std::string& pattern, const std::string& name);
+
+}  // namespace engine

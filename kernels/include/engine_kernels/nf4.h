@@ -1,0 +1,64 @@
+// NF4 (QLoRA's 4-bit NormalFloat) quantization, laid out as bitsandbytes lays it out, so a weight
+// quantized here means the same as theirs:
+//   - the 16 values of kNf4Codebook, normalised to [-1, 1];
+//   - blocks of `block_size` consecutive elements (row-major), each scaled by its f32 absmax;
+//   - two codes per byte, the first element in the high nibble (an odd count pads a zero nibble).
+// Optionally the absmax values are themselves quantized ("double quantization"): their mean is
+// subtracted and the rest is stored as 8-bit codes in blocks of 256 with one f32 scale per block,
+// which brings the scales' cost from 32/block_size to about 8/block_size bits per element.
+//
+// CPU code, vectorised by the compiler with AVX2 clones where the CPU has AVX2, parallel over
+// blocks through ATen's thread pool. Pure functions of their inputs; safe from any thread.
+// Bad arguments (a block size that is not a power of two in [32, 4096], non-f32/bf16/f16 input,
+// non-CPU tensors) throw c10::Error with a message; callers at plugin boundaries turn it into a
+// Status.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace engine::kernels {
+
+// bitsandbytes' NF4 values, in code order (code 7 is exactly zero).
+extern const std::array<float, 16> kNf4Codebook;
+
+inline constexpr int64_t kNf4DoubleQuantBlock = 256;
+
+struct Nf4Tensor {
+  std::vector<int64_t> shape;  // of the dense tensor
+  int64_t numel = 0;
+  int64_t block_size = 64;
+  at::Tensor packed;  // u8 [(numel + 1) / 2]
+  // Without double quantization: f32 [blocks]. With it: undefined, and the three below are set.
+  at::Tensor absmax;
+  at::Tensor absmax_codes;   // u8 [blocks]: round((absmax - mean) / scale) + 128
+  at::Tensor absmax_scales;  // f32 [ceil(blocks / 256)]
+  at::Tensor absmax_mean;    // f32 [1]
+  bool double_quantized() const { return !absmax.defined(); }
+  int64_t blocks() const { return (numel + block_size - 1) / block_size; }
+  // Bytes of every stored tensor together.
+  int64_t storage_bytes() const;
+};
+
+bool IsValidNf4BlockSize(int64_t block_size);
+
+// `weight` is f32, bf16 or f16 on the CPU; any shape.
+Nf4Tensor QuantizeNf4(const at::Tensor& weight, int64_t block_size, bool double_quant);
+
+// The per-block scales as f32 [blocks] (decoded when double-quantized).
+at::Tensor Nf4BlockScales(const Nf4Tensor& q);
+
+// Elements [begin, end) of the flattened dense tensor, in `dtype` (f32, bf16 or f16), 1-D.
+at::Tensor DequantizeNf4Range(const Nf4Tensor& q, int64_t begin, int64_t end,
+                              c10::ScalarType dtype);
+
+// The whole dense tensor in its shape.
+at::Tensor DequantizeNf4(const Nf4Tensor& q, c10::ScalarType dtype);
+
+// The code (0-15) nearest to each value of `normalized` (f32), i.e. what QuantizeNf4 stores.
+at::Tensor Nf4NearestCodes(const at::Tensor& normalized);
+
+}  // namespace engine::kernels

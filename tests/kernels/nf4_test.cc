@@ -1,0 +1,123 @@
+// NF4 kernels: the codebook and packing bitsandbytes uses, nearest-code rounding, error bounds, and
+// the double-quantized scales.
+#include "engine_kernels/nf4.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+namespace engine::kernels {
+namespace {
+
+TEST(Nf4Test, CodebookIsBitsandbytesNormalFloat) {
+  // bitsandbytes/functional.py get_4bit_type("nf4"), to the digits printed there.
+  const float expected[16] = {-1.0f,       -0.6961928f, -0.5250731f, -0.3949175f,
+                              -0.2844414f, -0.1847734f, -0.0910500f, 0.0f,
+                              0.0795803f,  0.1609302f,  0.2461123f,  0.3379152f,
+                              0.4407098f,  0.5626170f,  0.7229568f,  1.0f};
+  for (int i = 0; i < 16; ++i) EXPECT_NEAR(kNf4Codebook[i], expected[i], 1e-6) << i;
+  EXPECT_EQ(kNf4Codebook[7], 0.0f);
+}
+
+TEST(Nf4Test, FirstElementGoesInTheHighNibble) {
+  // Block of 32 with absmax 1: values equal to codes 0, 15, 7, 8, ... pack as 0x0F, 0x78, ...
+  at::Tensor w = at::zeros({32});
+  w[0] = -1.0f;
+  w[1] = 1.0f;
+  w[2] = 0.0f;
+  w[3] = kNf4Codebook[8];
+  const Nf4Tensor q = QuantizeNf4(w, 32, /*double_quant=*/false);
+  ASSERT_EQ(q.packed.numel(), 16);
+  EXPECT_EQ(q.packed[0].item<uint8_t>(), 0x0F);
+  EXPECT_EQ(q.packed[1].item<uint8_t>(), 0x78);
+  EXPECT_EQ(q.packed[2].item<uint8_t>(), 0x77);  // zeros are code 7
+  EXPECT_FLOAT_EQ(q.absmax[0].item<float>(), 1.0f);
+  EXPECT_TRUE(at::equal(DequantizeNf4(q, at::kFloat), w));
+}
+
+TEST(Nf4Test, OddLengthPadsTheLastByte) {
+  const at::Tensor w = at::tensor({1.0f, -1.0f, 1.0f});
+  const Nf4Tensor q = QuantizeNf4(w, 32, false);
+  ASSERT_EQ(q.packed.numel(), 2);
+  EXPECT_EQ(q.packed[1].item<uint8_t>(), 0xF0);
+  EXPECT_TRUE(at::equal(DequantizeNf4(q, at::kFloat), w));
+}
+
+TEST(Nf4Test, CodesAreTheNearestCodebookValues) {
+  at::manual_seed(1);
+  const at::Tensor x = at::rand({5000}) * 2 - 1;
+  const at::Tensor codebook =
+      at::tensor(std::vector<float>(kNf4Codebook.begin(), kNf4Codebook.end()));
+  const at::Tensor brute = (x.unsqueeze(1) - codebook.unsqueeze(0)).abs().argmin(1);
+  EXPECT_TRUE(at::equal(Nf4NearestCodes(x).to(at::kLong), brute));
+}
+
+TEST(Nf4Test, ErrorOnNormalDataIsBoundedPerBlock) {
+  at::manual_seed(2);
+  const at::Tensor w = at::randn({256, 384});
+  for (int64_t block : {32, 64, 256, 4096}) {
+    const Nf4Tensor q = QuantizeNf4(w, block, false);
+    const at::Tensor error = (DequantizeNf4(q, at::kFloat) - w).abs().reshape({-1, block});
+    // No value is further from its code than half the widest gap (between -1 and the next code).
+    const float half_gap = 0.5f * (kNf4Codebook[1] - kNf4Codebook[0]);
+    const at::Tensor bound = q.absmax.unsqueeze(1) * half_gap + 1e-6f;
+    EXPECT_TRUE((error <= bound).all().item<bool>()) << "block " << block;
+    // And on normal data the typical error is small: about a tenth of the standard deviation.
+    EXPECT_LT(error.mean().item<float>(), 0.1f) << "block " << block;
+  }
+}
+
+TEST(Nf4Test, DoubleQuantizedScalesStayWithinHalfAStep) {
+  at::manual_seed(3);
+  const at::Tensor w = at::randn({512, 512}) * 0.02;
+  const Nf4Tensor plain = QuantizeNf4(w, 64, false);
+  const Nf4Tensor dq = QuantizeNf4(w, 64, true);
+  ASSERT_TRUE(dq.double_quantized());
+  EXPECT_EQ(dq.absmax_codes.numel(), 4096);
+  EXPECT_EQ(dq.absmax_scales.numel(), 16);
+  // Same 4-bit codes; scales decoded within half an 8-bit step of their group.
+  EXPECT_TRUE(at::equal(plain.packed, dq.packed));
+  const at::Tensor step =
+      dq.absmax_scales.repeat_interleave(kNf4DoubleQuantBlock).narrow(0, 0, 4096);
+  const at::Tensor error = (Nf4BlockScales(dq) - plain.absmax).abs();
+  EXPECT_TRUE((error <= step * 0.5f + 1e-7f).all().item<bool>());
+  // 4 bits + 8 / 64 + 32 / (64 * 256) + the mean: 4.127 bits per weight, under QLoRA's 4.2.
+  const double bits = 8.0 * dq.storage_bytes() / w.numel();
+  EXPECT_LT(bits, 4.2);
+  EXPECT_GT(bits, 4.12);
+  EXPECT_NEAR(8.0 * plain.storage_bytes() / w.numel(), 4.5, 1e-9);
+}
+
+TEST(Nf4Test, RangesMatchTheWholeTensorInEveryDtype) {
+  at::manual_seed(4);
+  const at::Tensor w = at::randn({7, 45});
+  const Nf4Tensor q = QuantizeNf4(w, 32, true);
+  const at::Tensor whole = DequantizeNf4(q, at::kFloat).reshape({-1});
+  for (auto [begin, end] :
+       {std::pair<int64_t, int64_t>{0, 315}, {1, 2}, {3, 100}, {64, 65}, {33, 314}, {10, 10}}) {
+    EXPECT_TRUE(
+        at::equal(DequantizeNf4Range(q, begin, end, at::kFloat), whole.slice(0, begin, end)))
+        << begin << ".." << end;
+  }
+  EXPECT_TRUE(at::equal(DequantizeNf4(q, at::kBFloat16), whole.view({7, 45}).to(at::kBFloat16)));
+  EXPECT_TRUE(
+      at::allclose(DequantizeNf4(q, at::kHalf).to(at::kFloat), whole.view({7, 45}), 1e-3, 1e-3));
+  // bf16 input quantizes like its f32 value.
+  EXPECT_TRUE(at::equal(QuantizeNf4(w.to(at::kBFloat16), 32, false).packed,
+                        QuantizeNf4(w.to(at::kBFloat16).to(at::kFloat), 32, false).packed));
+}
+
+TEST(Nf4Test, RefusesBadBlockSizesAndDtypes) {
+  for (int64_t bad : {0, 16, 48, 100, 8192}) {
+    EXPECT_FALSE(IsValidNf4BlockSize(bad)) << bad;
+    try {
+      QuantizeNf4(at::zeros({64}), bad, false);
+      ADD_FAILURE() << bad;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("power of two from 32 to 4096"), std::string::npos);
+    }
+  }
+  EXPECT_THROW(QuantizeNf4(at::zeros({64}, at::kLong), 64, false), c10::Error);
+}
+
+}  // namespace
+}  // namespace engine::kernels
