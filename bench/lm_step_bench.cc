@@ -1,7 +1,7 @@
-// The engine's side of bench/lm_vs_pytorch.py: trains the small Llama of pipelines/lm_fortunes.pbtxt
-// for a fixed number of steps through `engine run`'s path and prints one JSON line with its
-// training tokens/s. Run it through the Python script, which times PyTorch eager on the same model
-// and step and prints the ratio; alone it is only half a measurement.
+// The engine's side of bench/lm_vs_pytorch.py: trains the small Llama of
+// pipelines/lm_fortunes.pbtxt for a fixed number of steps through `engine run`'s path and prints
+// one JSON line with its training tokens/s. Run it through the Python script, which times PyTorch
+// eager on the same model and step and prints the ratio; alone it is only half a measurement.
 //
 //   build/bin/lm_step_bench --precision fp32|bf16-mixed [--steps 60] [--batch 32] [--seq 128]
 //                           [--hidden 128] [--layers 2] [--data data/fortunes.txt]

@@ -101,6 +101,8 @@ class LinearImpl : public torch::nn::Module {
  private:
   void RegisterQuantizedTensors();
   Status OverwriteQuantized(const QuantizedWeight& replacement);
+  // Every adapter's WeightDelta summed, f32 on the CPU.
+  at::Tensor AdapterDelta() const;
 
   int64_t in_features_, out_features_;
   bool has_bias_;

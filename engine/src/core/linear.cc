@@ -187,12 +187,17 @@ Status LinearImpl::AddAdapter(std::shared_ptr<LinearAdapter> adapter) {
   return Status::Ok();
 }
 
+at::Tensor LinearImpl::AdapterDelta() const {
+  at::Tensor delta = at::zeros({out_features_, in_features_}, at::kFloat);
+  for (const auto& adapter : adapters_) delta += adapter->WeightDelta().to(at::kFloat).cpu();
+  return delta;
+}
+
 Status LinearImpl::MergeAdapters(bool requantize) {
   if (merged_) return FailedPreconditionError("the adapters are merged already");
   if (adapters_.empty()) return FailedPreconditionError("the layer has no adapter to merge");
   at::NoGradGuard no_grad;
-  at::Tensor delta = at::zeros({out_features_, in_features_}, at::kFloat);
-  for (const auto& adapter : adapters_) delta += adapter->WeightDelta().to(at::kFloat).cpu();
+  const at::Tensor delta = AdapterDelta();
   if (quantized_ == nullptr) {
     weight.add_(delta.to(weight.device(), weight.scalar_type()));
   } else {
@@ -214,8 +219,7 @@ Status LinearImpl::MergeAdapters(bool requantize) {
 Status LinearImpl::UnmergeAdapters() {
   if (!merged_) return FailedPreconditionError("the adapters are not merged");
   at::NoGradGuard no_grad;
-  at::Tensor delta = at::zeros({out_features_, in_features_}, at::kFloat);
-  for (const auto& adapter : adapters_) delta += adapter->WeightDelta().to(at::kFloat).cpu();
+  const at::Tensor delta = AdapterDelta();
   if (quantized_ == nullptr) {
     weight.sub_(delta.to(weight.device(), weight.scalar_type()));
   } else {
