@@ -97,6 +97,7 @@ ENGINE_SIMD_CLONES void DequantizeSpan(const uint8_t* packed, int64_t begin, int
   if (i < end) *out = static_cast<T>(kNf4Codebook[packed[i / 2] >> 4] * scale);
 }
 
+// `scales` holds the scales of the blocks [begin / block, (end - 1) / block] only.
 template <typename T>
 void DequantizeRangeTyped(const uint8_t* packed, const float* scales, int64_t block, int64_t begin,
                           int64_t end, T* out) {
@@ -104,7 +105,7 @@ void DequantizeRangeTyped(const uint8_t* packed, const float* scales, int64_t bl
   at::parallel_for(first, last + 1, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t lo = std::max(begin, b * block), hi = std::min(end, (b + 1) * block);
-      DequantizeSpan(packed, lo, hi, scales[b], out + (lo - begin));
+      DequantizeSpan(packed, lo, hi, scales[b - first], out + (lo - begin));
     }
   });
 }
@@ -188,12 +189,13 @@ Nf4Tensor QuantizeNf4(const at::Tensor& weight, int64_t block_size, bool double_
   return q;
 }
 
-at::Tensor Nf4BlockScales(const Nf4Tensor& q) {
-  if (!q.double_quantized()) return q.absmax;
-  const int64_t blocks = q.blocks();
-  const at::Tensor group_scale =
-      q.absmax_scales.repeat_interleave(kNf4DoubleQuantBlock).narrow(0, 0, blocks);
-  return (q.absmax_codes.to(at::kFloat) - 128.0f) * group_scale.to(at::kFloat) +
+at::Tensor Nf4BlockScales(const Nf4Tensor& q) { return Nf4BlockScales(q, 0, q.blocks()); }
+
+at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
+  if (!q.double_quantized()) return q.absmax.narrow(0, first, end - first);
+  const at::Tensor group = at::arange(first, end, at::kLong).div_(kNf4DoubleQuantBlock, "floor");
+  return (q.absmax_codes.narrow(0, first, end - first).to(at::kFloat) - 128.0f) *
+             q.absmax_scales.index_select(0, group).to(at::kFloat) +
          q.absmax_mean.to(at::kFloat);
 }
 
@@ -205,8 +207,11 @@ at::Tensor DequantizeNf4Range(const Nf4Tensor& q, int64_t begin, int64_t end,
               "NF4 dequantizes to f32, bf16 or f16, not ", dtype);
   at::Tensor out = at::empty({end - begin}, at::TensorOptions().dtype(dtype));
   if (begin == end) return out;
-  // A precision policy may have cast the stored scales; they are read as f32.
-  const at::Tensor scales = Nf4BlockScales(q).to(at::kFloat).contiguous();
+  // Only the blocks the range touches are decoded: the quantized matmul asks for one row tile at a
+  // time. A precision policy may have cast the stored scales; they are read as f32.
+  const int64_t first = begin / q.block_size;
+  const at::Tensor scales =
+      Nf4BlockScales(q, first, (end - 1) / q.block_size + 1).to(at::kFloat).contiguous();
   const uint8_t* packed = q.packed.data_ptr<uint8_t>();
   const float* s = scales.data_ptr<float>();
   if (dtype == at::kFloat) {

@@ -50,6 +50,8 @@ Nf4Tensor QuantizeNf4(const at::Tensor& weight, int64_t block_size, bool double_
 
 // The per-block scales as f32 [blocks] (decoded when double-quantized).
 at::Tensor Nf4BlockScales(const Nf4Tensor& q);
+// The scales of blocks [first, end) only.
+at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end);
 
 // Elements [begin, end) of the flattened dense tensor, in `dtype` (f32, bf16 or f16), 1-D.
 at::Tensor DequantizeNf4Range(const Nf4Tensor& q, int64_t begin, int64_t end,
