@@ -13,6 +13,7 @@
 
 #include "bench_util.h"
 #include "core/allocator.h"
+#include "engine/remove_tree.h"
 
 namespace {
 
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
   const auto dir = std::filesystem::temp_directory_path() / "engine-lm-step-bench";
   const engine::StageResult result = engine::bench::RunStage(
       dir, LmPipeline(dir / "out", data, precision, steps, batch, seq, hidden, layers));
-  std::filesystem::remove_all(dir);
+  std::error_code removed;
+  engine::RemoveTree(dir, removed);
   const double tokens = static_cast<double>(result.steps) * batch * seq;
   std::printf(
       "{\"precision\": \"%s\", \"steps\": %lld, \"train_seconds\": %.4f, \"tokens_per_s\": %.1f, "

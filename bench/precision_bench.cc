@@ -13,6 +13,7 @@
 
 #include "bench_util.h"
 #include "core/allocator.h"
+#include "engine/remove_tree.h"
 #include "precision/device_capability.h"
 
 int main(int argc, char** argv) {
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     std::printf("%-12s %-12s %12.3f %10.2f %10.4f\n", policy.c_str(), ran.c_str(), best * 1e3,
                 best / fp32, accuracy);
   }
-  std::filesystem::remove_all(dir);
+  std::error_code removed;
+  engine::RemoveTree(dir, removed);
   return 0;
 }

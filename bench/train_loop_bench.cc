@@ -25,6 +25,7 @@
 
 #include "bench_util.h"
 #include "core/allocator.h"
+#include "engine/remove_tree.h"
 
 namespace {
 
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(steps), engine_best, stage_best, zero_best, reset_best,
                 engine_best / std::min(zero_best, reset_best));
   }
-  std::filesystem::remove_all(dir);
+  std::error_code removed;
+  engine::RemoveTree(dir, removed);
   return 0;
 }

@@ -2,6 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#if defined(ENGINE_KERNELS_WITH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "engine_kernels/nf4_cuda.h"
+#endif
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -193,7 +199,9 @@ at::Tensor Nf4BlockScales(const Nf4Tensor& q) { return Nf4BlockScales(q, 0, q.bl
 
 at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
   if (!q.double_quantized()) return q.absmax.narrow(0, first, end - first);
-  const at::Tensor group = at::arange(first, end, at::kLong).div_(kNf4DoubleQuantBlock, "floor");
+  const at::Tensor group =
+      at::arange(first, end, at::TensorOptions(at::kLong).device(q.absmax_codes.device()))
+          .div_(kNf4DoubleQuantBlock, "floor");
   return (q.absmax_codes.narrow(0, first, end - first).to(at::kFloat) - 128.0f) *
              q.absmax_scales.index_select(0, group).to(at::kFloat) +
          q.absmax_mean.to(at::kFloat);
@@ -205,6 +213,7 @@ at::Tensor DequantizeNf4Range(const Nf4Tensor& q, int64_t begin, int64_t end,
               ") is outside the tensor's ", q.numel, " elements");
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
               "NF4 dequantizes to f32, bf16 or f16, not ", dtype);
+  if (!q.packed.device().is_cpu()) return DequantizeNf4RangeOffCpu(q, begin, end, dtype);
   at::Tensor out = at::empty({end - begin}, at::TensorOptions().dtype(dtype));
   if (begin == end) return out;
   // Only the blocks the range touches are decoded: the quantized matmul asks for one row tile at a
@@ -222,6 +231,45 @@ at::Tensor DequantizeNf4Range(const Nf4Tensor& q, int64_t begin, int64_t end,
     DequantizeRangeTyped(packed, s, q.block_size, begin, end, out.data_ptr<c10::Half>());
   }
   return out;
+}
+
+at::Tensor DequantizeNf4RangeWithAten(const Nf4Tensor& q, int64_t begin, int64_t end,
+                                      c10::ScalarType dtype) {
+  const auto device = q.packed.device();
+  if (begin == end) return at::empty({0}, at::TensorOptions(dtype).device(device));
+  const int64_t first = begin / q.block_size;
+  const at::Tensor scales =
+      Nf4BlockScales(q, first, (end - 1) / q.block_size + 1).to(at::kFloat).contiguous();
+  const int64_t first_byte = begin / 2;
+  const at::Tensor bytes = q.packed.narrow(0, first_byte, (end + 1) / 2 - first_byte).to(at::kLong);
+  const at::Tensor codes = at::stack({bytes.div(16, "floor"), bytes.remainder(16)}, 1)
+                               .reshape({-1})
+                               .narrow(0, begin - 2 * first_byte, end - begin);
+  const at::Tensor codebook =
+      at::tensor(c10::ArrayRef<float>(kNf4Codebook.data(), kNf4Codebook.size())).to(device);
+  const at::Tensor element_scales =
+      scales.repeat_interleave(q.block_size).narrow(0, begin - first * q.block_size, end - begin);
+  return (codebook.index_select(0, codes) * element_scales).to(dtype);
+}
+
+at::Tensor DequantizeNf4RangeOffCpu(const Nf4Tensor& q, int64_t begin, int64_t end,
+                                    c10::ScalarType dtype) {
+#if defined(ENGINE_KERNELS_WITH_CUDA)
+  if (q.packed.is_cuda() && begin < end) {
+    const c10::cuda::CUDAGuard guard(q.packed.device());
+    const int64_t first = begin / q.block_size;
+    const at::Tensor scales =
+        Nf4BlockScales(q, first, (end - 1) / q.block_size + 1).to(at::kFloat).contiguous();
+    at::Tensor out = at::empty({end - begin}, q.packed.options().dtype(at::kFloat));
+    // The kernel indexes scales by absolute block; these start at block `first`.
+    const int rc = cuda::DequantizeNf4F32(
+        q.packed.data_ptr<uint8_t>(), scales.data_ptr<float>() - first, q.block_size, begin, end,
+        out.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(rc == 0, "NF4 CUDA dequantize failed to launch (cudaError ", rc, ")");
+    return dtype == at::kFloat ? out : out.to(dtype);
+  }
+#endif
+  return DequantizeNf4RangeWithAten(q, begin, end, dtype);
 }
 
 at::Tensor DequantizeNf4(const Nf4Tensor& q, c10::ScalarType dtype) {

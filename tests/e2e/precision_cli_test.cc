@@ -15,9 +15,10 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string StageWith(const std::string& precision) {
+  // These tests are about the CPU; on a GPU machine "auto" would pick the GPU.
   return "output_dir: \"out\"\n" + testing::DigitsStage("s", precision +
-                                                                 "  schedule { max_steps: "
-                                                                 "5 }");
+                                                                 "  schedule { max_steps: 5 }\n"
+                                                                 "  parallel { device: \"cpu\" }");
 }
 
 testing::CommandResult Check(const testing::TempDir& dir, const std::string& text) {

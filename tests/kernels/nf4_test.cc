@@ -106,6 +106,28 @@ TEST(Nf4Test, RangesMatchTheWholeTensorInEveryDtype) {
                         QuantizeNf4(w.to(at::kBFloat16).to(at::kFloat), 32, false).packed));
 }
 
+TEST(Nf4Test, ThePortableAtenPathMatchesTheKernel) {
+  // What runs on a device without an NF4 kernel of its own.
+  at::manual_seed(6);
+  const at::Tensor w = at::randn({9, 77});
+  for (bool double_quant : {false, true}) {
+    const Nf4Tensor q = QuantizeNf4(w, 32, double_quant);
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 693},
+                              {1, 2},
+                              {31, 97},
+                              {64, 693},
+                              {5, 6},
+                              {692, 693},
+                              {7, 7}}) {
+      EXPECT_TRUE(at::equal(DequantizeNf4RangeWithAten(q, begin, end, at::kFloat),
+                            DequantizeNf4Range(q, begin, end, at::kFloat)))
+          << begin << ".." << end << " double_quant " << double_quant;
+    }
+    EXPECT_TRUE(at::equal(DequantizeNf4RangeWithAten(q, 0, 693, at::kBFloat16),
+                          DequantizeNf4Range(q, 0, 693, at::kBFloat16)));
+  }
+}
+
 TEST(Nf4Test, RefusesBadBlockSizesAndDtypes) {
   for (int64_t bad : {0, 16, 48, 100, 8192}) {
     EXPECT_FALSE(IsValidNf4BlockSize(bad)) << bad;

@@ -2,10 +2,12 @@
 # The SDK as a third party uses it: install the engine, build examples/third_party_plugin against the
 # installed package with find_package(Engine), run its conformance tests, then load the plugin, check
 # it with `engine conformance` and train with it.
-#   sdk_test.sh <source dir> <build dir>
+#   sdk_test.sh <source dir> <build dir> [the build's CMAKE_PREFIX_PATH, ':'-separated]
 set -euo pipefail
 src=$1
 build=$2
+# Where the engine's own build found Torch and the rest (LibTorch 2.x from pip, carried packages).
+deps=${3:-}
 work=$(mktemp -d)
 trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
 
@@ -16,9 +18,11 @@ test -f "$work/prefix/include/engine/pipeline.pb.h"
 libdir=$(dirname "$(find "$work/prefix" -name libengine.so | head -n 1)")
 test -f "$libdir/engine/plugins/engine_digits.so"
 
-cmake -S "$src/examples/third_party_plugin" -B "$work/hello" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
-cmake --build "$work/hello" >/dev/null
+# Quiet unless it fails; then the whole configure/build log is shown.
+quiet() { "$@" >"$work/step.log" 2>&1 || { cat "$work/step.log"; return 1; }; }
+quiet cmake -S "$src/examples/third_party_plugin" -B "$work/hello" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix${deps:+;${deps//:/;}}"
+quiet cmake --build "$work/hello"
 # The GoogleTest form of the conformance suite, linked from the installed SDK.
 (cd "$work/hello" && ctest --output-on-failure -j2 >"$work/ctest.log") || { cat "$work/ctest.log"; exit 1; }
 grep -q "100% tests passed" "$work/ctest.log"

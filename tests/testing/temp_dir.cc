@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/remove_tree.h"
 #include "testing/test_paths.h"
 
 namespace engine::testing {
@@ -26,7 +27,7 @@ TempDir::~TempDir() {
   }
   std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
                                std::filesystem::perm_options::add, ec);
-  std::filesystem::remove_all(path_, ec);
+  RemoveTree(path_, ec);
 }
 
 std::filesystem::path TempDir::Write(const std::string& name, const std::string& content) const {

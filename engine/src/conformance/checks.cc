@@ -24,6 +24,7 @@
 #include "engine/model.h"
 #include "engine/precision_context.h"
 #include "engine/precision_kit.h"
+#include "engine/remove_tree.h"
 #include "engine/safetensors.h"
 #include "pipeline/source_map.h"
 #include "plugins/plugin_library.h"
@@ -607,7 +608,7 @@ CheckResult CallbackContract(const Subject& s) {
     return plugin.Create(**options, CallbackContext{"conformance", s.base_dir, dir, "stage"});
   });
   if (!callback.ok()) {
-    std::filesystem::remove_all(dir, ec);
+    RemoveTree(dir, ec);
     return Fail("Create: " + callback.status().message());
   }
   NoActions actions;
@@ -615,7 +616,7 @@ CheckResult CallbackContract(const Subject& s) {
   for (const Event& event : SyntheticEvents()) {
     Status status = GuardedCall("OnEvent", [&] { return (*callback)->OnEvent(event, actions); });
     if (!status.ok()) {
-      std::filesystem::remove_all(dir, ec);
+      RemoveTree(dir, ec);
       return Fail("on " + std::string(EventTypeName(event.type)) + " at step " +
                   std::to_string(event.step) + ": " + status.message() +
                   " (the engine would survive it, but a callback should not fail on ordinary "
@@ -623,7 +624,7 @@ CheckResult CallbackContract(const Subject& s) {
     }
     ++delivered;
   }
-  std::filesystem::remove_all(dir, ec);
+  RemoveTree(dir, ec);
   return Pass(std::to_string(delivered) +
               " events of every type taken without an error; callbacks receive no model, so "
               "they cannot change it");

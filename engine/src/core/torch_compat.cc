@@ -17,8 +17,14 @@ int CudaDeviceCount() { return static_cast<int>(torch::cuda::device_count()); }
 bool CudaMemory(int64_t* allocated, int64_t* reserved, int64_t* peak_allocated) {
 #if defined(ENGINE_WITH_CUDA)
   if (!CudaAvailable()) return false;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-  constexpr size_t kAll = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+  decltype(c10::cuda::CUDACachingAllocator::getDeviceStats(0)) stats;
+  try {
+    stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  } catch (const c10::Error&) {
+    return false;  // the allocator is not initialised until the first CUDA allocation
+  }
+  // StatType::AGGREGATE, which is 0 in every version; the enum moved namespaces in LibTorch 2.6.
+  constexpr size_t kAll = 0;
   *allocated = stats.allocated_bytes[kAll].current;
   *reserved = stats.reserved_bytes[kAll].current;
   *peak_allocated = stats.allocated_bytes[kAll].peak;

@@ -11,6 +11,7 @@
 
 #include "engine/atomic_file.h"
 #include "engine/dtype.h"
+#include "engine/remove_tree.h"
 
 namespace engine {
 namespace {
@@ -45,7 +46,7 @@ Status Publish(const std::filesystem::path& from, const std::filesystem::path& t
     if (::rename(from.c_str(), to.c_str()) != 0) {
       return IoError("cannot publish checkpoint '" + to.string() + "': " + std::strerror(errno));
     }
-    std::filesystem::remove_all(aside, ec);
+    RemoveTree(aside, ec);
     return Status::Ok();
   }
   if (::rename(from.c_str(), to.c_str()) != 0) {
@@ -68,7 +69,7 @@ Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents cont
     std::filesystem::path path;
     ~Cleanup() {
       std::error_code ignored;
-      if (!path.empty()) std::filesystem::remove_all(path, ignored);
+      if (!path.empty()) RemoveTree(path, ignored);
     }
   } cleanup{temp};
 
@@ -140,7 +141,7 @@ void RemoveStaleTemporaries(const std::filesystem::path& parent) {
       stale.push_back(item.path());
     }
   }
-  for (const auto& path : stale) std::filesystem::remove_all(path, ec);
+  for (const auto& path : stale) RemoveTree(path, ec);
 }
 
 }  // namespace engine

@@ -15,6 +15,7 @@
 #include "engine/adapter.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
+#include "engine/remove_tree.h"
 #include "engine/version.h"
 #include "plan/plan_printer.h"
 #include "precision/census.h"
@@ -361,7 +362,7 @@ class StageTrainer : public CallbackActions {
     const uint32_t keep = config_.checkpoint().keep_last();
     while (keep > 0 && periodic_.size() > keep) {
       std::error_code ec;
-      std::filesystem::remove_all(periodic_.front(), ec);
+      RemoveTree(periodic_.front(), ec);
       periodic_.erase(periodic_.begin());
     }
     return Status::Ok();

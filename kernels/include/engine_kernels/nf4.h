@@ -53,9 +53,17 @@ at::Tensor Nf4BlockScales(const Nf4Tensor& q);
 // The scales of blocks [first, end) only.
 at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end);
 
-// Elements [begin, end) of the flattened dense tensor, in `dtype` (f32, bf16 or f16), 1-D.
+// Elements [begin, end) of the flattened dense tensor, in `dtype` (f32, bf16 or f16), 1-D, on the
+// device the packed codes are on: the CPU kernel, the CUDA kernel when this build has one, else
+// DequantizeNf4RangeWithAten.
 at::Tensor DequantizeNf4Range(const Nf4Tensor& q, int64_t begin, int64_t end,
                               c10::ScalarType dtype);
+at::Tensor DequantizeNf4RangeOffCpu(const Nf4Tensor& q, int64_t begin, int64_t end,
+                                    c10::ScalarType dtype);
+// The same from plain ATen operations, on any device: the portable fallback (tested on the CPU
+// against the kernel).
+at::Tensor DequantizeNf4RangeWithAten(const Nf4Tensor& q, int64_t begin, int64_t end,
+                                      c10::ScalarType dtype);
 
 // The whole dense tensor in its shape.
 at::Tensor DequantizeNf4(const Nf4Tensor& q, c10::ScalarType dtype);

@@ -9,6 +9,7 @@
 namespace engine::kernels::cuda {
 
 // out[i - begin] = codebook[nibble(i)] * scales[i / block_size] for i in [begin, end), as f32.
+// block_size must be a power of two (cudaErrorInvalidValue otherwise).
 int DequantizeNf4F32(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
                      int64_t end, float* out, void* stream);
 

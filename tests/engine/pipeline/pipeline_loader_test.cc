@@ -68,7 +68,8 @@ TEST_F(PipelineLoaderTest, ReadsAGoodPipelineWithDefaults) {
   EXPECT_EQ(s.seed, 3u);
   EXPECT_EQ(s.model.entry->name, "mlp");
   EXPECT_EQ(s.precision.entry->name, "auto") << "auto is the default precision policy (F11)";
-  EXPECT_EQ(s.device.device, "cpu");
+  // "auto": the first GPU where LibTorch has CUDA and sees one, else the CPU.
+  EXPECT_EQ(s.device.device, compat::CudaAvailable() ? "cuda:0" : "cpu");
   EXPECT_EQ(s.data.options->GetDescriptor()->full_name(), "engine.plugins.DigitsOptions");
   EXPECT_THAT(s.data.options->ShortDebugString(), HasSubstr("eval_fraction: 0.25"));
   EXPECT_EQ(s.data.context, "stage 'train' data loader 'digits'");

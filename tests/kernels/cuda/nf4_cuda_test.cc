@@ -1,0 +1,83 @@
+// The CUDA NF4 dequantize against the CPU kernel, bit for bit (both compute codebook * f32 scale).
+// Built only when nvcc is present and LibTorch has CUDA; skipped when no device is visible.
+#include "engine_kernels/nf4_cuda.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+#include "engine/torch_compat.h"
+#include "engine_kernels/nf4.h"
+
+namespace engine::kernels {
+namespace {
+
+at::Tensor DequantizeOnDevice(const Nf4Tensor& q, int64_t begin, int64_t end) {
+  const at::Tensor packed = q.packed.to(at::kCUDA);
+  const at::Tensor scales = Nf4BlockScales(q).to(at::kCUDA);
+  at::Tensor out = at::empty({end - begin}, at::TensorOptions(at::kFloat).device(at::kCUDA));
+  const int rc = cuda::DequantizeNf4F32(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
+                                        q.block_size, begin, end, out.data_ptr<float>(), nullptr);
+  EXPECT_EQ(rc, 0);
+  return out.cpu();
+}
+
+TEST(Nf4CudaTest, MatchesTheCpuKernelOnEveryRange) {
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(7);
+  for (int64_t block : {32, 64, 256, 4096}) {
+    for (bool double_quant : {false, true}) {
+      const at::Tensor weight = at::randn({129, 257});
+      const Nf4Tensor q = QuantizeNf4(weight, block, double_quant);
+      const int64_t n = q.numel;
+      for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, n}, {1, n}, {0, n - 1}, {3, 4}, {block - 1, 3 * block + 1}, {n - 1, n}}) {
+        const at::Tensor cpu = DequantizeNf4Range(q, begin, end, at::kFloat);
+        const at::Tensor gpu = DequantizeOnDevice(q, begin, end);
+        ASSERT_TRUE(at::equal(cpu, gpu)) << "block " << block << " double_quant " << double_quant
+                                         << " range [" << begin << ", " << end << ")";
+      }
+    }
+  }
+}
+
+TEST(Nf4CudaTest, DequantizeRangeRunsWhereTheCodesAre) {
+  // What engine::Linear calls once the module was moved to the GPU.
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(8);
+  for (bool double_quant : {false, true}) {
+    const Nf4Tensor q = QuantizeNf4(at::randn({65, 300}), 64, double_quant);
+    Nf4Tensor on_gpu = q;
+    on_gpu.packed = q.packed.to(at::kCUDA);
+    if (double_quant) {
+      on_gpu.absmax_codes = q.absmax_codes.to(at::kCUDA);
+      on_gpu.absmax_scales = q.absmax_scales.to(at::kCUDA);
+      on_gpu.absmax_mean = q.absmax_mean.to(at::kCUDA);
+    } else {
+      on_gpu.absmax = q.absmax.to(at::kCUDA);
+    }
+    for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      const at::Tensor gpu = DequantizeNf4Range(on_gpu, 300, 301 * 60 + 7, dtype);
+      EXPECT_TRUE(gpu.is_cuda());
+      EXPECT_TRUE(at::equal(gpu.cpu(), DequantizeNf4Range(q, 300, 301 * 60 + 7, dtype)))
+          << dtype << " double_quant " << double_quant;
+      EXPECT_TRUE(at::equal(DequantizeNf4RangeWithAten(on_gpu, 5, 999, dtype).cpu(),
+                            DequantizeNf4Range(q, 5, 999, dtype)));
+    }
+  }
+}
+
+TEST(Nf4CudaTest, RefusesABlockSizeThatIsNotAPowerOfTwo) {
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  at::Tensor out = at::empty({4}, at::TensorOptions(at::kFloat).device(at::kCUDA));
+  const at::Tensor packed = at::zeros({2}, at::TensorOptions(at::kByte).device(at::kCUDA));
+  const at::Tensor scales = at::ones({1}, at::TensorOptions(at::kFloat).device(at::kCUDA));
+  EXPECT_NE(cuda::DequantizeNf4F32(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(), 100, 0, 4,
+                                   out.data_ptr<float>(), nullptr),
+            0);
+}
+
+}  // namespace
+}  // namespace engine::kernels
