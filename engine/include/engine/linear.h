@@ -86,6 +86,11 @@ class LinearImpl : public torch::nn::Module {
   // The dense weight in `dtype`: the parameter's values, or the quantized weight dequantized.
   at::Tensor DenseWeight(c10::ScalarType dtype) const;
 
+  // Sets the base weight from a dense [out, in] tensor (any float dtype): copied into the dense
+  // parameter, or quantized like the current quantized weight and written over it in place. Used to
+  // start a quantized stage from a parent's dense checkpoint. Adapters are left as they are.
+  Status LoadDenseWeight(const at::Tensor& dense);
+
   Status AddAdapter(std::shared_ptr<LinearAdapter> adapter);
   const std::vector<std::shared_ptr<LinearAdapter>>& adapters() const { return adapters_; }
 

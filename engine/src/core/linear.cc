@@ -150,6 +150,22 @@ Status LinearImpl::OverwriteQuantized(const QuantizedWeight& replacement) {
   return Status::Ok();
 }
 
+Status LinearImpl::LoadDenseWeight(const at::Tensor& dense) {
+  if (dense.dim() != 2 || dense.size(0) != out_features_ || dense.size(1) != in_features_) {
+    return InvalidArgumentError("the dense weight is " + c10::str(dense.sizes()) + ", the layer [" +
+                                std::to_string(out_features_) + ", " +
+                                std::to_string(in_features_) + "]");
+  }
+  if (merged_) return FailedPreconditionError("unmerge the adapters before loading a weight");
+  at::NoGradGuard no_grad;
+  if (quantized_ == nullptr) {
+    weight.copy_(dense);
+    return Status::Ok();
+  }
+  ENGINE_ASSIGN_OR_RETURN(auto requantized, quantized_->QuantizeLike(dense.to(at::kFloat)));
+  return OverwriteQuantized(*requantized);
+}
+
 Status LinearImpl::Quantize(std::shared_ptr<QuantizedWeight> quantized) {
   if (quantized == nullptr) return InvalidArgumentError("no quantized weight given");
   if (quantized_ != nullptr) {

@@ -13,6 +13,7 @@
 #include "engine/format.h"
 #include "engine/hash.h"
 #include "engine/precision_kit.h"
+#include "plan/handoff.h"
 #include "precision/census.h"
 #include "precision/device_capability.h"
 
@@ -274,47 +275,29 @@ class PlanBuilder {
   }
 
   // A stage that starts from another's weights must have exactly the same tensors.
-  bool CheckHandoff(const ResolvedStage& stage, const PipelinePlan& so_far, const StagePlan& plan) {
+  bool CheckHandoff(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan& plan) {
     const StagePlan* parent = so_far.ForStage(*stage.from_stage);
     if (parent == nullptr) return true;  // the parent failed and was reported already
-    std::map<std::string, std::vector<int64_t>> mine;
-    for (const auto& item : plan.model->module().named_parameters()) {
-      mine[item.key()] = item.value().sizes().vec();
-    }
-    for (const auto& item : plan.model->module().named_buffers()) {
-      mine[item.key()] = item.value().sizes().vec();
-    }
-    std::vector<std::string> problems;
-    auto shape = [](const std::vector<int64_t>& s) {
-      std::string out = "[";
-      for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-      return out + "]";
-    };
-    std::map<std::string, std::vector<int64_t>> theirs;
+    HandoffSource source;
+    source.stage = parent->stage->name;
     for (const auto& item : parent->model->module().named_parameters()) {
-      theirs[item.key()] = item.value().sizes().vec();
+      source.tensors[item.key()] = item.value().sizes().vec();
     }
     for (const auto& item : parent->model->module().named_buffers()) {
-      theirs[item.key()] = item.value().sizes().vec();
+      source.tensors[item.key()] = item.value().sizes().vec();
+      if (!item.value().is_floating_point()) source.integer_tensors.insert(item.key());
     }
-    for (const auto& [name, s] : theirs) {
-      auto it = mine.find(name);
-      if (it == mine.end()) {
-        problems.push_back("'" + name + "' exists only in '" + parent->stage->name + "'");
-      } else if (it->second != s) {
-        problems.push_back("'" + name + "' is " + shape(s) + " in '" + parent->stage->name +
-                           "' but " + shape(it->second) + " here");
-      }
+    source.adapter_tensors = parent->layers.adapter_parameters;
+    const Handoff handoff =
+        PlanHandoff(source, plan.model->module(), plan.layers.adapter_parameters,
+                    stage.config->parent_adapters() == proto::Stage::MERGE);
+    if (handoff.problems.empty()) {
+      plan.handoff_summary = HandoffSummary(handoff);
+      return true;
     }
-    for (const auto& [name, s] : mine) {
-      if (!theirs.count(name)) problems.push_back("'" + name + "' exists only here");
-    }
-    if (problems.empty()) return true;
-    std::string message = "stage '" + stage.name + "' starts from stage '" + parent->stage->name +
-                          "', but their models differ: ";
-    for (size_t i = 0; i < problems.size() && i < 5; ++i) message += (i ? "; " : "") + problems[i];
-    if (problems.size() > 5) message += "; ... (" + std::to_string(problems.size()) + " in all)";
-    Error(stage.path() + ".from_stage", message);
+    Error(stage.path() + ".from_stage",
+          "stage '" + stage.name + "' starts from stage '" + parent->stage->name +
+              "', but their models do not fit: " + HandoffProblems(handoff));
     return false;
   }
 

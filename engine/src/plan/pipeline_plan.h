@@ -30,6 +30,8 @@ struct StagePlan {
   std::unique_ptr<Model> model;
   // What the quantizer and adapters did to the model.
   LayerPluginReport layers;
+  // With from_stage: what the stage takes from its parent ("52 tensors copied, ...").
+  std::string handoff_summary;
   ParameterCensus census;  // as loaded: parameters then buffers, in module order
   int64_t total_parameters = 0;
   int64_t trainable_parameters = 0;

@@ -147,7 +147,9 @@ std::string PlanToText(const PipelinePlan& plan) {
       out << "\n";
     }
     if (st.from_stage) {
-      out << "  starts from the final weights of stage '" << p.stages[*st.from_stage].name << "'\n";
+      out << "  starts from the final weights of stage '" << p.stages[*st.from_stage].name << "'";
+      if (!s.handoff_summary.empty()) out << ": " << s.handoff_summary;
+      out << "\n";
     }
     out << "  device      " << st.device.device << " (" << st.device.reason << "), world size "
         << s.world_size << "\n";
@@ -243,6 +245,7 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
     for (int d : st.dependencies) js["after"].push_back(p.stages[d].name);
     js["from_stage"] =
         st.from_stage ? nlohmann::json(p.stages[*st.from_stage].name) : nlohmann::json(nullptr);
+    js["handoff"] = st.from_stage ? nlohmann::json(s.handoff_summary) : nlohmann::json(nullptr);
     js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
     js["world_size"] = s.world_size;
     js["model"] = {{"plugin", st.model.entry->name},

@@ -8,15 +8,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/guarded_call.h"
 #include "engine/adapter.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
+#include "engine/linear.h"
 #include "engine/remove_tree.h"
 #include "engine/version.h"
+#include "plan/handoff.h"
 #include "plan/plan_printer.h"
 #include "precision/census.h"
 #include "train/batch_prefetcher.h"
@@ -29,6 +34,9 @@ namespace engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// PEFT's names for adapter tensors: "base_model.model." + the parameter's name in the model.
+constexpr const char* kPeftPrefix = "base_model.model.";
 
 // fp16 overflows in this many consecutive steps stop the stage instead of training nothing.
 constexpr int64_t kMaxConsecutiveSkips = 30;
@@ -159,8 +167,9 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  // Loads every tensor of the parent stage's final checkpoint into the freshly built model, after
-  // checking the manifest against the model.
+  // Loads the parent stage's final checkpoint into the freshly built (and possibly quantized and
+  // adapted) model, through the same mapping `engine check` validated (plan/handoff.h). Nothing is
+  // written into the model before the whole mapping is known to fit.
   Status LoadParentWeights() {
     const std::filesystem::path& dir = request_.parent_checkpoint;
     const std::string where = context_ + ": starting from '" + dir.string() + "'";
@@ -169,34 +178,85 @@ class StageTrainer : public CallbackActions {
     if (!manifest.final()) {
       return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
     }
+    if (manifest.model().architecture() != model_.architecture()) {
+      return FailedPreconditionError(where + ": it holds a '" + manifest.model().architecture() +
+                                     "' model, this stage builds '" + model_.architecture() + "'");
+    }
     ENGINE_ASSIGN_OR_RETURN(auto file,
                             safetensors::File::Open(dir / kModelFile).WithContext(where));
-    at::NoGradGuard no_grad;
-    auto load = [&](const std::string& name, at::Tensor& target) -> Status {
-      const safetensors::TensorInfo* info = file->Find(name);
-      if (info == nullptr) return DataLossError(where + ": the checkpoint lacks '" + name + "'");
-      if (info->shape != target.sizes().vec()) {
-        return DataLossError(where + ": '" + name + "' has another shape in the checkpoint");
+    HandoffSource source;
+    source.stage = manifest.stage();
+    for (const safetensors::TensorInfo& info : file->tensors()) {
+      source.tensors[info.name] = info.shape;
+      if (!c10::isFloatingType(info.dtype)) source.integer_tensors.insert(info.name);
+    }
+    if (std::filesystem::exists(dir / kAdapterFile)) {
+      ENGINE_ASSIGN_OR_RETURN(auto adapters,
+                              safetensors::File::Open(dir / kAdapterFile).WithContext(where));
+      for (const safetensors::TensorInfo& info : adapters->tensors()) {
+        if (info.name.rfind(kPeftPrefix, 0) == 0) {
+          source.adapter_tensors.insert(info.name.substr(std::strlen(kPeftPrefix)));
+        }
       }
-      ENGINE_ASSIGN_OR_RETURN(at::Tensor source, file->Get(name));
-      target.copy_(source);
-      return Status::Ok();
-    };
-    size_t loaded = 0;
-    for (auto& item : module_.named_parameters(/*recurse=*/true)) {
-      ENGINE_RETURN_IF_ERROR(load(item.key(), item.value()));
-      ++loaded;
     }
-    for (auto& item : module_.named_buffers(/*recurse=*/true)) {
-      ENGINE_RETURN_IF_ERROR(load(item.key(), item.value()));
-      ++loaded;
+    const bool merge = config_.parent_adapters() == proto::Stage::MERGE;
+    const Handoff handoff = PlanHandoff(source, module_, plan_.layers.adapter_parameters, merge);
+    if (!handoff.problems.empty()) {
+      return FailedPreconditionError(
+          where + ": the checkpoint does not fit this stage's model: " + HandoffProblems(handoff));
     }
-    if (loaded != file->tensors().size()) {
-      return DataLossError(where + ": the checkpoint holds " +
-                           std::to_string(file->tensors().size()) + " tensors, the model " +
-                           std::to_string(loaded));
+    const std::string adapter_prefix = kPeftPrefix;
+    double merge_scale = 0;
+    std::shared_ptr<const safetensors::File> parent_adapters;
+    if (!handoff.merged_adapters.empty()) {
+      ENGINE_ASSIGN_OR_RETURN(merge_scale, LoraScale(dir).WithContext(where));
+      ENGINE_ASSIGN_OR_RETURN(parent_adapters,
+                              safetensors::File::Open(dir / kAdapterFile).WithContext(where));
     }
+
+    at::NoGradGuard no_grad;
+    std::map<std::string, at::Tensor> targets;
+    for (auto& item : module_.named_parameters(/*recurse=*/true))
+      targets[item.key()] = item.value();
+    for (auto& item : module_.named_buffers(/*recurse=*/true)) targets[item.key()] = item.value();
+    for (const std::string& name : handoff.copied) {
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file->Get(name).WithContext(where));
+      targets.at(name).copy_(source_tensor);
+    }
+    std::map<std::string, std::shared_ptr<LinearImpl>> layers;
+    for (auto& [name, layer] : NamedLinears(module_)) layers[name] = layer;
+    for (const std::string& name : handoff.dense_layers) {
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor dense, file->Get(name + ".weight").WithContext(where));
+      dense = dense.to(at::kFloat);
+      auto merged = handoff.merged_adapters.find(name);
+      if (merged != handoff.merged_adapters.end()) {
+        ENGINE_ASSIGN_OR_RETURN(
+            at::Tensor a,
+            parent_adapters->Get(adapter_prefix + name + ".lora_A.weight").WithContext(where));
+        ENGINE_ASSIGN_OR_RETURN(
+            at::Tensor b,
+            parent_adapters->Get(adapter_prefix + name + ".lora_B.weight").WithContext(where));
+        dense = dense + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * merge_scale;
+      }
+      ENGINE_RETURN_IF_ERROR(
+          layers.at(name)->LoadDenseWeight(dense).WithContext(where + ": layer '" + name + "'"));
+    }
+    LOG(INFO) << where << ": " << HandoffSummary(handoff);
     return Status::Ok();
+  }
+
+  // alpha / r from a LoRA checkpoint's adapter_config.json (PEFT's keys).
+  static StatusOr<double> LoraScale(const std::filesystem::path& dir) {
+    const std::filesystem::path path = dir / kAdapterConfigFile;
+    std::ifstream in(path);
+    if (!in) return NotFoundError("cannot read " + path.string() + " to merge its adapters");
+    nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.contains("r") || !config.contains("lora_alpha") ||
+        !config["r"].is_number() || !config["lora_alpha"].is_number() ||
+        config["r"].get<double>() <= 0) {
+      return DataLossError(path.string() + " lacks a positive 'r' and a 'lora_alpha'");
+    }
+    return config["lora_alpha"].get<double>() / config["r"].get<double>();
   }
 
   // The next batch from `prefetcher`, on the stage's device.
@@ -438,7 +498,7 @@ class StageTrainer : public CallbackActions {
       // PEFT's layout: the adapter parameters alone, under the name of the wrapped model.
       for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
         if (plan_.layers.adapter_parameters.count(item.key()) > 0) {
-          contents.adapters.emplace_back("base_model.model." + item.key(), item.value());
+          contents.adapters.emplace_back(kPeftPrefix + item.key(), item.value());
         }
       }
       const ResolvedPluginRef& ref = stage_.adapters.front();

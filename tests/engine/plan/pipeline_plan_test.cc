@@ -149,7 +149,7 @@ TEST_F(PipelinePlanTest, HandoffNeedsTheSameTensors) {
                    Stage("second", "from_stage: \"first\"", "hidden_units: 16"));
   EXPECT_EQ(plan, nullptr);
   EXPECT_THAT(diagnostics_.ToString(),
-              HasSubstr("stage 'second' starts from stage 'first', but their models differ: "
+              HasSubstr("stage 'second' starts from stage 'first', but their models do not fit: "
                         "'head.weight' is [10,32] in 'first' but [10,16] here"));
   plan = Plan(Stage("first", "", "hidden_units: 32") +
               Stage("second", "from_stage: \"first\"", "hidden_units: 32"));
