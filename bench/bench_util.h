@@ -37,7 +37,10 @@ inline StageResult RunStage(const std::filesystem::path& dir, const std::string&
   if (policy != nullptr) *policy = plan->stages[0].precision.policy;
   std::ostringstream sink;
   std::vector<StageOutcome> outcomes;
-  Status status = RunPipeline(plan.get(), sink, &outcomes);
+  // Every stage trains, even when an earlier run left it up to date.
+  RunOptions options;
+  for (const StagePlan& stage : plan->stages) options.force.insert(stage.stage->name);
+  Status status = RunPipeline(plan.get(), options, sink, &outcomes);
   if (!status.ok()) {
     std::cerr << status.message() << "\n";
     std::exit(1);

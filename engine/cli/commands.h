@@ -10,6 +10,8 @@ namespace engine::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+// 128 + SIGINT, as a shell reports a command stopped by Ctrl-C.
+inline constexpr int kExitInterrupted = 130;
 
 int CheckCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);

@@ -5,22 +5,37 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/session.h"
+#include "core/interrupt.h"
 #include "plan/plan_printer.h"
 #include "run/pipeline_runner.h"
 
 namespace engine::cli {
 
 std::string RunHelp() {
-  return R"(usage: engine run PIPELINE.pbtxt [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
+  return R"(usage: engine run PIPELINE.pbtxt [--force=STAGE[,STAGE...]] [--from=STAGE]
+                  [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
 
 Checks the pipeline exactly as `engine check` does and prints its plan; then trains the stages in
 order, each into <output_dir>/<stage>/. A stage ends with an evaluation and a checkpoint in
 <output_dir>/<stage>/final/ (model.safetensors, optimizer.safetensors, manifest.pbtxt); periodic
 checkpoints go to <output_dir>/<stage>/checkpoints/. Checkpoints appear whole or not at all.
 
-Exit status 0 when every stage finished, 1 when the pipeline is invalid or a stage failed (the error
-says which and why), 2 for a wrong command line.
+Running the same pipeline again does only what is left to do:
+  - a stage whose finished checkpoint is up to date is not trained again ("up to date"): same
+    fingerprint (its configuration, plugin versions and options, data, seed, and the stages it
+    comes after), started from its parent's current weights, and its files whole;
+  - a stage that was stopped (Ctrl-C, a crash, a kill) goes on from its newest periodic checkpoint
+    with optimizer state, and ends with the same weights as a run that was never stopped;
+  - anything else trains from step 0, and so do the stages that start from a stage trained now.
+Ctrl-C (or SIGTERM) stops after the current step and writes a checkpoint to resume from; a second
+Ctrl-C stops at once.
 
+Exit status 0 when every stage finished, 1 when the pipeline is invalid or a stage failed (the error
+says which and why), 2 for a wrong command line, 130 when stopped by Ctrl-C or SIGTERM.
+
+  --force=STAGES       train these stages (comma-separated) again from step 0 even when up to date
+  --from=STAGE         train STAGE and every stage after it again from step 0; the stages before it
+                       are not trained, their finished checkpoints are used as they are
   --output_dir=DIR     write here instead of the pipeline's output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
@@ -28,7 +43,7 @@ says which and why), 2 for a wrong command line.
 }
 
 int RunCommand(const std::vector<std::string>& args) {
-  Arguments a = ParseArguments(args, {"output_dir", "plugin_path"}, {});
+  Arguments a = ParseArguments(args, {"output_dir", "plugin_path", "force", "from"}, {});
   if (a.help) {
     std::cout << RunHelp();
     return kExitOk;
@@ -38,6 +53,27 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "engine run: " << a.error << "\n\n" << RunHelp();
     return kExitUsage;
   }
+  RunOptions run_options;
+  if (a.error.empty()) {
+    if (a.Has("force")) {
+      const std::string force = a.Get("force") + ",";
+      for (size_t begin = 0, end; (end = force.find(',', begin)) != std::string::npos;
+           begin = end + 1) {
+        if (end == begin) {
+          a.error = "--force needs stage names, comma-separated";
+          break;
+        }
+        run_options.force.insert(force.substr(begin, end - begin));
+      }
+    }
+    run_options.from = a.Get("from");
+    if (a.Has("from") && run_options.from.empty()) a.error = "--from needs a stage name";
+  }
+  if (!a.error.empty()) {
+    std::cerr << "engine run: " << a.error << "\n\n" << RunHelp();
+    return kExitUsage;
+  }
+  InstallInterruptHandlers();
   LoadOptions options;
   if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
   Session session;
@@ -48,12 +84,17 @@ int RunCommand(const std::vector<std::string>& args) {
               << "; nothing was run\n";
     return kExitFailure;
   }
+  if (Status known = CheckRunOptions(*session.plan, run_options); !known.ok()) {
+    std::cerr << "engine run: " << known.message() << "\n";
+    return kExitUsage;
+  }
   std::cout << PlanToText(*session.plan) << std::endl;
   std::vector<StageOutcome> outcomes;
-  Status status = RunPipeline(session.plan.get(), std::cout, &outcomes);
+  Status status = RunPipeline(session.plan.get(), run_options, std::cout, &outcomes);
   if (!status.ok()) {
     std::cerr << "engine run: " << status.message() << "\n";
-    return kExitFailure;
+    return status.code() == StatusCode::kAborted && InterruptRequested() ? kExitInterrupted
+                                                                         : kExitFailure;
   }
   std::cout << "pipeline '" << session.pipeline->name << "' finished: " << outcomes.size()
             << " stage" << (outcomes.size() == 1 ? "" : "s") << " in "

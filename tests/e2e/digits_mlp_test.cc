@@ -65,7 +65,9 @@ TEST(DigitsMlpTest, TrainsToNinetyPercentAndCheckpoints) {
   }
   auto optimizer = safetensors::File::Open(final_dir / kOptimizerFile);
   ASSERT_TRUE(optimizer.ok());
-  EXPECT_EQ((*optimizer)->tensors().size(), 8u);
+  // AdamW's two slots for 4 tensors, and the random generator's state for resuming.
+  EXPECT_EQ((*optimizer)->tensors().size(), 9u);
+  EXPECT_NE((*optimizer)->Find("engine/rng/cpu"), nullptr);
   EXPECT_EQ((*optimizer)->metadata().at("step"), "675");
 
   // Recompute the eval accuracy from the saved (f32) weights alone. Under bf16-mixed the stage

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "testing/temp_dir.h"
+#include "testing/test_paths.h"
 
 namespace engine::testing {
 
@@ -25,6 +26,42 @@ inline std::string Precision(const std::string& policy, const std::string& optio
                           : " options { [type.googleapis.com/engine.proto.PrecisionOptions] { " +
                                 options + " } }") +
          " }\n";
+}
+
+// Two mlp stages on the digits, "b" starting from "a"'s final weights. Stage b exercises all the
+// state a resume must restore: dropout (random generators), gradient accumulation, f32 loss scaling
+// that overflows and grows (the scaled_fp32 fixture), AdamW slots, and 46 steps over two epochs
+// with a checkpoint every 5 (a scaler mid-way between growths). `header` goes at the top level
+// (callbacks, ...); `a_extra`/`b_extra` inside the stages. Relative to the file: output in out/.
+inline std::string TwoStageDigitsPipeline(const std::string& header = "",
+                                          const std::string& a_extra = "",
+                                          const std::string& b_extra = "") {
+  const std::string plugins = std::string(kTestPluginDir);
+  return "output_dir: \"out\"\nplugin_path: \"" + plugins + "/scaled_fp32\"\nplugin_path: \"" +
+         plugins + "/signal_callback\"\n" + header + "\n" +
+         DigitsStage("a",
+                     Precision("fp32") +
+                         "  optimizer { learning_rate: 0.01 }\n"
+                         "  schedule { epochs: 1 batch_size: 64 }\n" +
+                         a_extra,
+                     "hidden_units: 32") +
+         DigitsStage("b",
+                     "  from_stage: \"a\"\n" +
+                         Precision("scaled_fp32",
+                                   "loss_scaling { initial_scale: 1e37 growth_interval: 3 }") +
+                         "  optimizer { learning_rate: 0.003 }\n"
+                         "  schedule { epochs: 2 batch_size: 32 gradient_accumulation_steps: 2 "
+                         "checkpoint_every_steps: 5 }\n" +
+                         b_extra,
+                     "hidden_units: 32 dropout: 0.3");
+}
+
+// A pipeline-level callback that sends `signal` ("KILL", "INT", "TERM") to the engine itself after
+// step `step` of stage `stage`.
+inline std::string SignalAt(const std::string& stage, int step, const std::string& signal) {
+  return "callback { plugin: \"signal_callback\" options { "
+         "[type.googleapis.com/engine.fixtures.SignalCallbackOptions] { stage: \"" +
+         stage + "\" at_step: " + std::to_string(step) + " signal: \"" + signal + "\" } } }\n";
 }
 
 }  // namespace engine::testing

@@ -303,7 +303,12 @@ class PlanBuilder {
 
   std::string Fingerprint(const ResolvedStage& stage, const PipelinePlan& so_far,
                           const StagePlan& plan) {
-    std::string text = CanonicalText(*stage.config);
+    // Where and how often checkpoints are kept changes no weight: a stage whose checkpointing
+    // changed is still up to date, and still resumes.
+    proto::Stage config = *stage.config;
+    config.clear_checkpoint();
+    config.mutable_schedule()->clear_checkpoint_every_steps();
+    std::string text = CanonicalText(config);
     auto add_plugin = [&text](const ResolvedPluginRef& ref) {
       text += "|" + std::string(PluginKindName(ref.entry->kind)) + ":" + ref.entry->name + "@" +
               ref.entry->version + ":" + CanonicalText(*ref.options);
@@ -313,6 +318,8 @@ class PlanBuilder {
     add_plugin(stage.precision);
     if (stage.quantizer.entry != nullptr) add_plugin(stage.quantizer);
     for (const ResolvedPluginRef& adapter : stage.adapters) add_plugin(adapter);
+    // A stage's callbacks can end it early (early stopping), so their options count.
+    for (const ResolvedCallback& callback : stage.callbacks) add_plugin(callback.ref);
     text += "|precision:" + plan.precision.policy;
     text += "|seed:" + std::to_string(stage.seed);
     text += "|data:" + plan.dataset->identity();

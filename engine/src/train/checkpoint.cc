@@ -57,7 +57,9 @@ Status Publish(const std::filesystem::path& from, const std::filesystem::path& t
 
 }  // namespace
 
-Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents) {
+namespace {
+
+Status WriteAndPublish(const std::filesystem::path& dir, CheckpointContents contents) {
   const std::filesystem::path parent = dir.parent_path();
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
@@ -113,6 +115,17 @@ Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents cont
   // rename it no longer exists.
   if (!swapped) cleanup.path.clear();
   return SyncDirectory(parent);
+}
+
+}  // namespace
+
+Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents) {
+  Status status = WriteAndPublish(dir, std::move(contents));
+  if (status.ok()) return status;
+  // A full disk, a quota or a size limit lands here: say plainly that nothing was lost.
+  return Status(status.code(),
+                "checkpoint '" + dir.string() +
+                    "' was not written (earlier checkpoints are intact): " + status.message());
 }
 
 StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& dir) {

@@ -166,4 +166,37 @@ safetensors::NamedTensors PrecisionRuntime::MasterTensors() const {
   return out;
 }
 
+PrecisionRuntime::ScalerState PrecisionRuntime::scaler_state() const {
+  return {scale_, growth_tracker_, skipped_steps_, consecutive_skips_};
+}
+
+Status PrecisionRuntime::Restore(const safetensors::NamedTensors& masters,
+                                 const ScalerState& scaler) {
+  std::map<std::string, at::Tensor> by_name(masters.begin(), masters.end());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!has_master_[i]) continue;
+    const std::string name = parameters_[i].name + ".master";
+    auto it = by_name.find(name);
+    at::Tensor& master = optimizer_parameters_[i].tensor;
+    if (it == by_name.end()) return DataLossError("the f32 master '" + name + "' is missing");
+    if (it->second.scalar_type() != master.scalar_type() ||
+        !it->second.sizes().equals(master.sizes())) {
+      return DataLossError("the master '" + name +
+                           "' has another dtype or shape than this stage's");
+    }
+    master.copy_(it->second);
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return DataLossError("'" + by_name.begin()->first +
+                         "' is the master of no tensor this stage trains in low precision");
+  }
+  scale_ = scaler.scale;
+  growth_tracker_ = scaler.growth_tracker;
+  skipped_steps_ = scaler.skipped_steps;
+  consecutive_skips_ = scaler.consecutive_skipped_steps;
+  return Status::Ok();
+}
+
 }  // namespace engine

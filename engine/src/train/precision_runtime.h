@@ -67,6 +67,19 @@ class PrecisionRuntime {
   // "<parameter>.master" for each f32 master, for checkpoints.
   safetensors::NamedTensors MasterTensors() const;
 
+  // The dynamic loss scaler, exactly, for checkpoints a stage resumes from.
+  struct ScalerState {
+    double scale = 1;
+    int64_t growth_tracker = 0;
+    int64_t skipped_steps = 0;
+    int64_t consecutive_skipped_steps = 0;
+  };
+  ScalerState scaler_state() const;
+
+  // Puts back what MasterTensors() and scaler_state() saved: each master is copied into place (the
+  // optimizer keeps updating the same tensors). Refuses a missing, extra or misshapen master.
+  Status Restore(const safetensors::NamedTensors& masters, const ScalerState& scaler);
+
  private:
   PrecisionRuntime() = default;
 

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <glog/logging.h>
@@ -8,13 +10,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/guarded_call.h"
+#include "core/interrupt.h"
 #include "engine/adapter.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
@@ -40,6 +45,41 @@ constexpr const char* kPeftPrefix = "base_model.model.";
 
 // fp16 overflows in this many consecutive steps stop the stage instead of training nothing.
 constexpr int64_t kMaxConsecutiveSkips = 30;
+
+// Random generator states in the optimizer file: a '/' can be in no parameter's name.
+constexpr const char* kRngPrefix = "engine/rng/";
+
+// Dropout and other randomness while training draw from generators seeded from the stage seed when
+// the stage starts, so a stage trains the same whether the stages before it ran or were up to date.
+uint64_t TrainingSeed(uint64_t stage_seed) { return stage_seed ^ 0x5452414953454544ULL; }
+
+std::string PrintExactly(double value) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
+StatusOr<int64_t> IntegerMetadata(const safetensors::Metadata& metadata, const std::string& key) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return DataLossError("the optimizer file lacks '" + key + "'");
+  char* end = nullptr;
+  const long long value = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0') {
+    return DataLossError("the optimizer file's '" + key + "' is not an integer");
+  }
+  return static_cast<int64_t>(value);
+}
+
+StatusOr<double> NumberMetadata(const safetensors::Metadata& metadata, const std::string& key) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return DataLossError("the optimizer file lacks '" + key + "'");
+  char* end = nullptr;
+  const double value = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0') {
+    return DataLossError("the optimizer file's '" + key + "' is not a number");
+  }
+  return value;
+}
 
 std::string UtcNow() {
   std::time_t now = std::time(nullptr);
@@ -70,7 +110,11 @@ class StageTrainer : public CallbackActions {
 
   StatusOr<StageResult> Run() {
     start_ = Clock::now();
+    run_id_ = request_.run_id.empty() ? NewRunId() : request_.run_id;
     ENGINE_RETURN_IF_ERROR(Prepare());
+    at::manual_seed(TrainingSeed(stage_.seed));
+    if (!request_.resume_from.empty()) ENGINE_RETURN_IF_ERROR(Restore());
+    const int64_t resumed_from_step = step_;
     Event begin = MakeEvent(EventType::kStageBegin);
     if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
     ENGINE_RETURN_IF_ERROR(Emit(begin));
@@ -82,14 +126,25 @@ class StageTrainer : public CallbackActions {
     const uint64_t eval_every = config_.schedule().eval_every_steps();
     const uint64_t checkpoint_every = config_.schedule().checkpoint_every_steps();
     module_.train();
+    // A resumed stage goes on inside its epoch: every step but an epoch's last takes `accumulation`
+    // micro-batches.
+    size_t skip_micro_batches =
+        static_cast<size_t>((step_ - epoch_ * plan_.steps_per_epoch) * accumulation);
 
     while (step_ < plan_.total_steps && stop_reason_.empty()) {
+      if (InterruptRequested()) return Interrupted();
       const std::vector<int64_t> order = EpochOrder(stage_.seed, epoch_, n);
       std::vector<std::vector<int64_t>> micro_batches;
       for (int64_t begin = 0; begin < n; begin += batch) {
         const int64_t end = std::min(n, begin + batch);
         if (drop_last && end - begin < batch) break;
         micro_batches.emplace_back(order.begin() + begin, order.begin() + end);
+      }
+      if (skip_micro_batches > 0) {
+        micro_batches.erase(micro_batches.begin(),
+                            micro_batches.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                        skip_micro_batches, micro_batches.size())));
+        skip_micro_batches = 0;
       }
       BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches, stage_.data.context);
       for (size_t first = 0;
@@ -106,6 +161,7 @@ class StageTrainer : public CallbackActions {
           checkpoint_requested_ = false;
           ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint());
         }
+        if (!at_end && InterruptRequested()) return Interrupted();
       }
       ++epoch_;
     }
@@ -117,6 +173,7 @@ class StageTrainer : public CallbackActions {
     StageResult result;
     result.train_seconds = Seconds();
     result.steps = step_;
+    result.resumed_from_step = resumed_from_step;
     result.stop_reason = stop_reason_;
     result.final_train_loss = last_loss_;
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
@@ -127,6 +184,7 @@ class StageTrainer : public CallbackActions {
     result.final_checkpoint = request_.stage_dir / "final";
     ENGINE_RETURN_IF_ERROR(
         SaveCheckpoint(result.final_checkpoint, /*final=*/true, result.eval_metrics));
+    RemoveOtherRunsCheckpoints();
     result.seconds = Seconds();
     Event end = MakeEvent(EventType::kStageEnd);
     end.metrics = result.eval_metrics;
@@ -165,6 +223,166 @@ class StageTrainer : public CallbackActions {
       at::set_num_threads(static_cast<int>(config_.parallel().num_threads()));
     }
     return Status::Ok();
+  }
+
+  // After SIGINT or SIGTERM: a checkpoint to resume from (unless no step was taken), then stop.
+  Status Interrupted() {
+    const std::string signal = InterruptSignalName();
+    if (step_ == 0 || (!periodic_.empty() && last_checkpoint_step_ == step_)) {
+      return AbortedError(
+          context_ + ": interrupted by " + signal + " at step " + std::to_string(step_) + " of " +
+          std::to_string(plan_.total_steps) +
+          (step_ == 0 ? "; nothing to save" : "; checkpoint " + periodic_.back().string()) +
+          ". Run the same command again to go on from there");
+    }
+    ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint(/*force_optimizer_state=*/true));
+    return AbortedError(context_ + ": interrupted by " + signal + " after step " +
+                        std::to_string(step_) + " of " + std::to_string(plan_.total_steps) +
+                        "; checkpoint " + periodic_.back().string() +
+                        ". Run the same command again to resume from it");
+  }
+
+  // Puts the stage back where request_.resume_from left it. Everything is checked against this
+  // stage before anything is changed, except the weights, which are only used after success.
+  Status Restore() {
+    const std::filesystem::path& dir = request_.resume_from;
+    const std::string where = context_ + ": resuming from '" + dir.string() + "'";
+    ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest,
+                            ReadManifest(dir).WithContext(where));
+    if (manifest.fingerprint() != plan_.fingerprint) {
+      return FailedPreconditionError(where + ": it was written by another configuration (" +
+                                     manifest.fingerprint() + ", this stage is " +
+                                     plan_.fingerprint + ")");
+    }
+    const int64_t step = static_cast<int64_t>(manifest.step());
+    const int64_t epoch = static_cast<int64_t>(manifest.epoch());
+    if (manifest.final() || step <= 0 || step >= plan_.total_steps ||
+        step < epoch * plan_.steps_per_epoch || step > (epoch + 1) * plan_.steps_per_epoch) {
+      return DataLossError(where + ": its step " + std::to_string(step) + " and epoch " +
+                           std::to_string(epoch) + " do not fit this stage's " +
+                           std::to_string(plan_.total_steps) + " steps of " +
+                           std::to_string(plan_.steps_per_epoch) + " per epoch");
+    }
+    ENGINE_ASSIGN_OR_RETURN(auto weights,
+                            safetensors::File::Open(dir / kModelFile).WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(auto state,
+                            safetensors::File::Open(dir / kOptimizerFile).WithContext(where));
+
+    std::vector<std::pair<std::string, at::Tensor>> targets;
+    for (auto& item : module_.named_parameters(/*recurse=*/true)) {
+      targets.emplace_back(item.key(), item.value());
+    }
+    for (auto& item : module_.named_buffers(/*recurse=*/true)) {
+      targets.emplace_back(item.key(), item.value());
+    }
+    if (targets.size() != weights->tensors().size()) {
+      return DataLossError(where + ": it holds " + std::to_string(weights->tensors().size()) +
+                           " tensors, this stage's model " + std::to_string(targets.size()));
+    }
+    std::vector<at::Tensor> sources;
+    for (const auto& [name, target] : targets) {
+      const safetensors::TensorInfo* info = weights->Find(name);
+      if (info == nullptr || info->dtype != target.scalar_type() ||
+          !target.sizes().equals(info->shape)) {
+        return DataLossError(where + ": tensor '" + name +
+                             "' is missing there or has another dtype or shape");
+      }
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor source, weights->Get(name).WithContext(where));
+      sources.push_back(source);
+    }
+
+    safetensors::NamedTensors slots, masters;
+    std::map<std::string, at::Tensor> generators;
+    ENGINE_ASSIGN_OR_RETURN(safetensors::NamedTensors all, state->GetAll().WithContext(where));
+    for (auto& [name, tensor] : all) {
+      if (name.rfind(kRngPrefix, 0) == 0) {
+        generators[name.substr(std::strlen(kRngPrefix))] = tensor.clone();
+      } else if (name.size() > 7 && name.compare(name.size() - 7, 7, ".master") == 0) {
+        masters.emplace_back(name, tensor);
+      } else {
+        slots.emplace_back(name, tensor);
+      }
+    }
+    const safetensors::Metadata& meta = state->metadata();
+    PrecisionRuntime::ScalerState scaler;
+    ENGINE_ASSIGN_OR_RETURN(int64_t optimizer_steps,
+                            IntegerMetadata(meta, "step").WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(scaler.scale, NumberMetadata(meta, "loss_scale").WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(scaler.growth_tracker,
+                            IntegerMetadata(meta, "growth_tracker").WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(scaler.skipped_steps,
+                            IntegerMetadata(meta, "skipped_steps").WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(scaler.consecutive_skipped_steps,
+                            IntegerMetadata(meta, "consecutive_skipped_steps").WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(examples_, IntegerMetadata(meta, "examples").WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(last_loss_, NumberMetadata(meta, "last_loss").WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(last_lr_, NumberMetadata(meta, "last_lr").WithContext(where));
+    if (generators.count("cpu") == 0) {
+      return DataLossError(where + ": the optimizer file lacks the random generator's state");
+    }
+
+    ENGINE_RETURN_IF_ERROR(optimizer_->LoadState(slots, optimizer_steps).WithContext(where));
+    ENGINE_RETURN_IF_ERROR(precision_->Restore(masters, scaler).WithContext(where));
+    ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(where));
+    ENGINE_RETURN_IF_ERROR(GuardedCall(where, [&] {
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < targets.size(); ++i) targets[i].second.copy_(sources[i]);
+      SetGeneratorState(at::Device(at::kCPU), generators.at("cpu"));
+      if (!device_.is_cpu()) {
+        auto it = generators.find(device_.str());
+        if (it != generators.end()) SetGeneratorState(device_, it->second);
+      }
+      return Status::Ok();
+    }));
+    step_ = step;
+    epoch_ = epoch;
+    last_checkpoint_step_ = step;
+    // This training's own periodic checkpoints, oldest first, so keep_last counts them too.
+    std::error_code ec;
+    std::vector<std::pair<uint64_t, std::filesystem::path>> own;
+    for (const auto& item :
+         std::filesystem::directory_iterator(request_.stage_dir / "checkpoints", ec)) {
+      auto other = ReadManifest(item.path());
+      if (other.ok() && other->run_id() == run_id_ && other->step() <= manifest.step()) {
+        own.emplace_back(other->step(), item.path());
+      }
+    }
+    std::sort(own.begin(), own.end());
+    for (auto& [s, path] : own) periodic_.push_back(path);
+    LOG(INFO) << context_ << ": resumed at step " << step_ << " of " << plan_.total_steps
+              << " (epoch " << epoch_ << ") from " << dir.string();
+    return Status::Ok();
+  }
+
+  static at::Tensor GeneratorState(at::Device device) {
+    at::Generator generator = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
+                                              : at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    return generator.get_state();
+  }
+
+  static void SetGeneratorState(at::Device device, const at::Tensor& state) {
+    at::Generator generator = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
+                                              : at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+
+  // Once a training has finished, the periodic checkpoints of earlier trainings of this stage (of
+  // another configuration, or started over) can no longer be resumed from: they go.
+  void RemoveOtherRunsCheckpoints() {
+    std::error_code ec;
+    std::vector<std::filesystem::path> stale;
+    for (const auto& item :
+         std::filesystem::directory_iterator(request_.stage_dir / "checkpoints", ec)) {
+      if (item.path().filename().string().rfind("step-", 0) != 0) continue;
+      auto manifest = ReadManifest(item.path());
+      if (!manifest.ok() || manifest->run_id() != run_id_) stale.push_back(item.path());
+    }
+    for (const auto& path : stale) {
+      LOG(INFO) << context_ << ": removing " << path.string() << " (from an earlier training)";
+      RemoveTree(path, ec);
+    }
   }
 
   // Loads the parent stage's final checkpoint into the freshly built (and possibly quantized and
@@ -413,11 +631,13 @@ class StageTrainer : public CallbackActions {
 
   // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
   // never deleted here.
-  Status SavePeriodicCheckpoint() {
+  Status SavePeriodicCheckpoint(bool force_optimizer_state = false) {
     char name[32];
     std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step_));
     const std::filesystem::path dir = request_.stage_dir / "checkpoints" / name;
-    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(dir, /*final=*/false, {}));
+    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(dir, /*final=*/false, {}, force_optimizer_state));
+    last_checkpoint_step_ = step_;
+    periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), dir), periodic_.end());
     periodic_.push_back(dir);
     const uint32_t keep = config_.checkpoint().keep_last();
     while (keep > 0 && periodic_.size() > keep) {
@@ -429,7 +649,8 @@ class StageTrainer : public CallbackActions {
   }
 
   Status SaveCheckpoint(const std::filesystem::path& dir, bool final,
-                        const std::map<std::string, double>& metrics) {
+                        const std::map<std::string, double>& metrics,
+                        bool force_optimizer_state = false) {
     RemoveStaleTemporaries(dir.parent_path());
     CheckpointContents contents;
     proto::CheckpointManifest& m = contents.manifest;
@@ -441,8 +662,10 @@ class StageTrainer : public CallbackActions {
     m.set_final(final);
     if (final && !stop_reason_.empty()) m.set_stop_reason(stop_reason_);
     m.set_fingerprint(plan_.fingerprint);
+    m.set_run_id(run_id_);
     if (!request_.parent_checkpoint.empty()) {
       m.set_parent_checkpoint(request_.parent_checkpoint.string());
+      m.set_parent_run_id(request_.parent_run_id);
     }
     m.set_created_at(UtcNow());
     m.set_engine_version(ENGINE_VERSION);
@@ -484,14 +707,28 @@ class StageTrainer : public CallbackActions {
     for (const auto& item : module_.named_buffers(/*recurse=*/true)) {
       contents.model.emplace_back(item.key(), item.value());
     }
-    if (config_.checkpoint().save_optimizer_state()) {
+    if (config_.checkpoint().save_optimizer_state() || force_optimizer_state) {
+      // Everything a resumed stage needs to go on exactly: optimizer slots, f32 masters, the loss
+      // scaler, the random generators and the counters behind the step events.
       contents.optimizer = optimizer_->State();
       for (auto& master : precision_->MasterTensors()) contents.optimizer.push_back(master);
+      contents.optimizer.emplace_back(std::string(kRngPrefix) + "cpu",
+                                      GeneratorState(at::Device(at::kCPU)));
+      if (!device_.is_cpu()) {
+        contents.optimizer.emplace_back(std::string(kRngPrefix) + device_.str(),
+                                        GeneratorState(device_).cpu());
+      }
+      const PrecisionRuntime::ScalerState scaler = precision_->scaler_state();
       contents.optimizer_metadata = {
           {"algorithm", optimizer_->algorithm()},
           {"step", std::to_string(optimizer_->steps())},
-          {"loss_scale", FormatNumber(precision_->loss_scale())},
-          {"skipped_steps", std::to_string(precision_->skipped_steps())}};
+          {"loss_scale", PrintExactly(scaler.scale)},
+          {"growth_tracker", std::to_string(scaler.growth_tracker)},
+          {"skipped_steps", std::to_string(scaler.skipped_steps)},
+          {"consecutive_skipped_steps", std::to_string(scaler.consecutive_skipped_steps)},
+          {"examples", std::to_string(examples_)},
+          {"last_loss", PrintExactly(last_loss_)},
+          {"last_lr", PrintExactly(last_lr_)}};
     }
     contents.config_json = model_.config_json();
     if (!stage_.adapters.empty()) {
@@ -552,6 +789,8 @@ class StageTrainer : public CallbackActions {
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::filesystem::path> periodic_;
+  int64_t last_checkpoint_step_ = -1;
+  std::string run_id_;
   std::string stop_reason_;
   bool checkpoint_requested_ = false;
   int64_t step_ = 0;
@@ -563,6 +802,18 @@ class StageTrainer : public CallbackActions {
 };
 
 }  // namespace
+
+std::string NewRunId() {
+  std::random_device device;
+  const uint64_t random = (static_cast<uint64_t>(device()) << 32) ^ device();
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  char text[40];
+  std::snprintf(text, sizeof(text), "%012llx-%016llx",
+                static_cast<unsigned long long>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(now).count()),
+                static_cast<unsigned long long>(random));
+  return text;
+}
 
 std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
   std::vector<int64_t> order(static_cast<size_t>(n));

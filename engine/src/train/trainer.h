@@ -8,6 +8,8 @@
 //
 // On failure (a plugin error, a non-finite loss, a FAIL_STAGE callback) the error comes back with
 // the stage's context; checkpoints already written stay valid and nothing half-written is left.
+// On SIGINT or SIGTERM (core/interrupt.h) the stage stops after the current step, writes a periodic
+// checkpoint with optimizer state and returns an ABORTED error naming it.
 #pragma once
 
 #include <filesystem>
@@ -33,6 +35,15 @@ struct StageRunRequest {
   std::filesystem::path parent_checkpoint;
   // Receives the census after the precision plan is applied; may be null.
   std::ostream* out = nullptr;
+  // A periodic checkpoint of this stage, with this plan's fingerprint and optimizer state, to go on
+  // from; empty trains from step 0. The weights, optimizer state, f32 masters, loss scaler, random
+  // generators and data position are restored, so the stage ends as if it had never stopped.
+  std::filesystem::path resume_from;
+  // This training's identity (manifest run_id): new for a training from step 0, the resumed
+  // checkpoint's when resuming. Empty: one is made up.
+  std::string run_id;
+  // The run_id of the parent's final checkpoint (manifest parent_run_id), with parent_checkpoint.
+  std::string parent_run_id;
 };
 
 struct StageResult {
@@ -49,9 +60,14 @@ struct StageResult {
   std::filesystem::path final_checkpoint;
   // Why the stage stopped before its planned steps; empty when it ran them all.
   std::string stop_reason;
+  // The step a resumed stage went on from; 0 when it trained from step 0.
+  int64_t resumed_from_step = 0;
 };
 
 StatusOr<StageResult> TrainStage(const StageRunRequest& request);
+
+// A new run_id: time and randomness, hex.
+std::string NewRunId();
 
 // The training order of epoch `epoch`: a permutation of [0, n) from `seed`.
 std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n);

@@ -1,0 +1,106 @@
+#include "run/stage_state.h"
+
+#include <algorithm>
+#include <map>
+
+#include "engine/dtype.h"
+#include "engine/safetensors.h"
+#include "train/checkpoint.h"
+
+namespace engine {
+
+Status VerifyCheckpointFiles(const std::filesystem::path& dir,
+                             const proto::CheckpointManifest& manifest) {
+  ENGINE_ASSIGN_OR_RETURN(auto weights, safetensors::File::Open(dir / kModelFile));
+  if (weights->tensors().size() != static_cast<size_t>(manifest.tensor_size())) {
+    return DataLossError((dir / kModelFile).string() + " holds " +
+                         std::to_string(weights->tensors().size()) +
+                         " tensors; its manifest lists " + std::to_string(manifest.tensor_size()));
+  }
+  for (const proto::TensorInfo& expected : manifest.tensor()) {
+    const safetensors::TensorInfo* info = weights->Find(expected.name());
+    const std::vector<int64_t> shape(expected.shape().begin(), expected.shape().end());
+    auto dtype = SafetensorsDtypeName(info != nullptr ? info->dtype : at::kFloat);
+    if (info == nullptr || info->shape != shape || !dtype || *dtype != expected.dtype()) {
+      return DataLossError((dir / kModelFile).string() + ": tensor '" + expected.name() +
+                           "' is missing or differs from its manifest");
+    }
+  }
+  if (!manifest.optimizer().state_file().empty()) {
+    ENGINE_RETURN_IF_ERROR(
+        safetensors::File::Open(dir / manifest.optimizer().state_file()).status());
+  }
+  return Status::Ok();
+}
+
+FinalCheckpointState InspectFinalCheckpoint(const std::filesystem::path& final_dir,
+                                            const std::string& fingerprint,
+                                            const std::string& parent_run_id) {
+  FinalCheckpointState state;
+  std::error_code ec;
+  if (!std::filesystem::exists(final_dir / kManifestFile, ec)) {
+    state.reason = "no finished checkpoint";
+    return state;
+  }
+  state.found = true;
+  StatusOr<proto::CheckpointManifest> manifest = ReadManifest(final_dir);
+  if (!manifest.ok()) {
+    state.reason = "its checkpoint is unreadable (" + manifest.status().message() + ")";
+    return state;
+  }
+  state.manifest = *manifest;
+  if (!manifest->final()) {
+    state.reason = "its checkpoint is not a finished one";
+  } else if (manifest->parent_run_id() != parent_run_id) {
+    // Checked first: the parent's fingerprint is part of this one's, and this is the real news.
+    state.reason = "the stage it starts from was trained again since";
+  } else if (manifest->fingerprint() != fingerprint) {
+    state.reason =
+        "its configuration, data, plugins or a stage it comes after changed (fingerprint " +
+        manifest->fingerprint() + ", now " + fingerprint + ")";
+  } else if (Status files = VerifyCheckpointFiles(final_dir, *manifest); !files.ok()) {
+    state.reason = "its checkpoint is damaged (" + files.message() + ")";
+  } else {
+    state.up_to_date = true;
+  }
+  return state;
+}
+
+std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_dir,
+                                           const std::string& fingerprint,
+                                           const std::string& parent_run_id,
+                                           std::vector<std::string>* notes) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& item : std::filesystem::directory_iterator(stage_dir / "checkpoints", ec)) {
+    // Hidden ".step-*.tmp-*" directories are writes that never finished: never candidates.
+    if (item.path().filename().string().rfind("step-", 0) == 0) dirs.push_back(item.path());
+  }
+  // step-NNNNNNNN sorts by step; newest first.
+  std::sort(dirs.rbegin(), dirs.rend());
+  for (const auto& dir : dirs) {
+    StatusOr<proto::CheckpointManifest> manifest = ReadManifest(dir);
+    if (!manifest.ok()) {
+      notes->push_back(dir.string() + " is unreadable (" + manifest.status().message() + ")");
+      continue;
+    }
+    // Checkpoints of another configuration are not worth a note: they are simply not this run's.
+    if (manifest->fingerprint() != fingerprint || manifest->parent_run_id() != parent_run_id ||
+        manifest->final()) {
+      continue;
+    }
+    if (manifest->optimizer().state_file().empty()) {
+      notes->push_back(dir.string() +
+                       " has no optimizer state (checkpoint.save_optimizer_state is off)");
+      continue;
+    }
+    if (Status files = VerifyCheckpointFiles(dir, *manifest); !files.ok()) {
+      notes->push_back(dir.string() + " is damaged (" + files.message() + ")");
+      continue;
+    }
+    return ResumePoint{dir, *std::move(manifest)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace engine

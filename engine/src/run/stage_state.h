@@ -1,0 +1,56 @@
+// What `engine run` finds in a stage's directory before it trains the stage: a finished checkpoint
+// that is still up to date (the stage is skipped), the periodic checkpoint of an interrupted
+// training to resume from, or nothing it can use (the stage trains from step 0).
+//
+// A finished checkpoint is up to date when its manifest is readable and final, its fingerprint is
+// the stage's fingerprint now, it was started from the parent's current final checkpoint (the
+// parent's run_id), and its tensor files are whole (headers parse, sizes match the manifest).
+//
+// Nothing here writes or deletes.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.pb.h"
+#include "engine/status.h"
+
+namespace engine {
+
+struct FinalCheckpointState {
+  // A manifest is there (readable or not).
+  bool found = false;
+  bool up_to_date = false;
+  // Why it is not, for the log: "no finished checkpoint", "its configuration changed", ...
+  std::string reason;
+  // When the manifest could be read.
+  std::optional<proto::CheckpointManifest> manifest;
+};
+
+// `final_dir` is <output_dir>/<stage>/final. `parent_run_id` is the run_id of the from_stage
+// parent's final checkpoint, empty for a stage without one.
+FinalCheckpointState InspectFinalCheckpoint(const std::filesystem::path& final_dir,
+                                            const std::string& fingerprint,
+                                            const std::string& parent_run_id);
+
+struct ResumePoint {
+  std::filesystem::path dir;
+  proto::CheckpointManifest manifest;
+};
+
+// The newest periodic checkpoint in <stage_dir>/checkpoints/ that this stage can go on from: same
+// fingerprint, same parent run, optimizer state saved, files whole. `notes` receives one line per
+// newer checkpoint passed over, saying why.
+std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_dir,
+                                           const std::string& fingerprint,
+                                           const std::string& parent_run_id,
+                                           std::vector<std::string>* notes);
+
+// Checks that the tensor files of the checkpoint in `dir` are whole and hold what `manifest` lists
+// (names, dtypes, shapes); the optimizer file, when the manifest names one, must open too.
+Status VerifyCheckpointFiles(const std::filesystem::path& dir,
+                             const proto::CheckpointManifest& manifest);
+
+}  // namespace engine

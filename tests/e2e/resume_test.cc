@@ -1,0 +1,162 @@
+// Resume (issue 6): a stage stopped by SIGKILL or Ctrl-C goes on from its newest usable periodic
+// checkpoint and ends with exactly the weights, optimizer state and loss scaler of a run that was
+// never stopped, compared bit for bit on the CPU. A checkpoint whose write never finished, or whose
+// files are damaged, is passed over.
+#include <ATen/ops/equal.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "engine/safetensors.h"
+#include "testing/pipelines.h"
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+
+namespace engine {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Every tensor and every metadata entry of two safetensors files, bit for bit.
+void ExpectSameFile(const std::filesystem::path& expected, const std::filesystem::path& actual) {
+  auto a = safetensors::File::Open(expected);
+  auto b = safetensors::File::Open(actual);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ((*a)->metadata(), (*b)->metadata()) << actual;
+  ASSERT_EQ((*a)->tensors().size(), (*b)->tensors().size()) << actual;
+  for (const safetensors::TensorInfo& info : (*a)->tensors()) {
+    auto x = (*a)->Get(info.name);
+    auto y = (*b)->Get(info.name);
+    ASSERT_TRUE(x.ok() && y.ok()) << info.name;
+    EXPECT_EQ(x->scalar_type(), y->scalar_type()) << info.name;
+    EXPECT_TRUE(at::equal(*x, *y)) << info.name << " differs in " << actual;
+  }
+}
+
+class ResumeTest : public ::testing::Test {
+ protected:
+  // The uninterrupted run everything is compared with.
+  void SetUp() override {
+    const auto file = reference_.Write("p.pbtxt", testing::TwoStageDigitsPipeline());
+    auto r = testing::RunEngine({"run", file.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  void ExpectSameAsReference(const std::filesystem::path& out) {
+    for (const char* stage : {"a", "b"}) {
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+        ExpectSameFile(reference_.path() / "out" / stage / "final" / file,
+                       out / stage / "final" / file);
+      }
+    }
+  }
+
+  testing::TempDir reference_;
+};
+
+TEST_F(ResumeTest, KilledMidStageResumesToTheSameWeightsBitForBit) {
+  testing::TempDir tmp;
+  const auto killed = tmp.Write(
+      "killed.pbtxt", testing::TwoStageDigitsPipeline(testing::SignalAt("b", 28, "KILL")));
+  auto r = testing::RunEngine({"run", killed.string()});
+  ASSERT_EQ(r.exit_code, 128 + 9) << "SIGKILL at step 28 of b\n" << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out/b/final"));
+  ASSERT_TRUE(std::filesystem::exists(tmp.path() / "out/b/checkpoints/step-00000025"));
+
+  // The same pipeline without the killer: a is up to date, b goes on after step 25.
+  const auto file = tmp.Write("p.pbtxt", testing::TwoStageDigitsPipeline());
+  r = testing::RunEngine({"run", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 'a': up to date"));
+  EXPECT_THAT(r.out, HasSubstr("stage 'b': resuming after step 25 of 46 from "));
+  EXPECT_THAT(r.out, HasSubstr("stage 'b': 46 steps in"));
+  EXPECT_THAT(r.out, HasSubstr("(resumed after step 25)"));
+  ExpectSameAsReference(tmp.path() / "out");
+
+  // Finished: a third run trains nothing.
+  r = testing::RunEngine({"run", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 'b': up to date"));
+  EXPECT_THAT(r.out, Not(HasSubstr("resuming")));
+}
+
+TEST_F(ResumeTest, CtrlCWritesACheckpointAndExits130ThenResumesBitForBit) {
+  testing::TempDir tmp;
+  const auto interrupted =
+      tmp.Write("int.pbtxt", testing::TwoStageDigitsPipeline(testing::SignalAt("b", 28, "INT")));
+  auto r = testing::RunEngine({"run", interrupted.string()});
+  ASSERT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_THAT(r.err,
+              HasSubstr("stage 'b': interrupted by SIGINT after step 28 of 46; checkpoint "));
+  EXPECT_THAT(r.err, HasSubstr("step-00000028. Run the same command again to resume from it"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out/b/final"));
+
+  const auto file = tmp.Write("p.pbtxt", testing::TwoStageDigitsPipeline());
+  r = testing::RunEngine({"run", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 'b': resuming after step 28 of 46"));
+  ExpectSameAsReference(tmp.path() / "out");
+}
+
+TEST_F(ResumeTest, SigtermStopsLikeCtrlC) {
+  testing::TempDir tmp;
+  const auto file =
+      tmp.Write("p.pbtxt", testing::TwoStageDigitsPipeline(testing::SignalAt("a", 7, "TERM")));
+  auto r = testing::RunEngine({"run", file.string()});
+  ASSERT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("stage 'a': interrupted by SIGTERM after step 7 of 23"));
+  EXPECT_TRUE(
+      std::filesystem::exists(tmp.path() / "out/a/checkpoints/step-00000007/manifest.pbtxt"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out/b")) << "b never started";
+}
+
+TEST_F(ResumeTest, DamagedAndUnfinishedCheckpointsArePassedOver) {
+  testing::TempDir tmp;
+  const auto killed = tmp.Write(
+      "killed.pbtxt", testing::TwoStageDigitsPipeline(testing::SignalAt("b", 28, "KILL")));
+  ASSERT_EQ(testing::RunEngine({"run", killed.string()}).exit_code, 128 + 9);
+  const auto checkpoints = tmp.path() / "out/b/checkpoints";
+  // The newest checkpoint loses the end of its weights; a write that never finished sits beside.
+  const auto newest = checkpoints / "step-00000025" / "model.safetensors";
+  std::filesystem::resize_file(newest, std::filesystem::file_size(newest) - 100);
+  std::filesystem::copy(checkpoints / "step-00000025", checkpoints / ".step-00000030.tmp-1-0",
+                        std::filesystem::copy_options::recursive);
+
+  const auto file = tmp.Write("p.pbtxt", testing::TwoStageDigitsPipeline());
+  auto r = testing::RunEngine({"run", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("step-00000025 is damaged ("));
+  EXPECT_THAT(r.out, HasSubstr("stage 'b': resuming after step 20 of 46"));
+  EXPECT_THAT(r.out, Not(HasSubstr("step-00000030")));
+  ExpectSameAsReference(tmp.path() / "out");
+  EXPECT_FALSE(std::filesystem::exists(checkpoints / ".step-00000030.tmp-1-0"))
+      << "a new checkpoint write clears unfinished ones";
+}
+
+TEST_F(ResumeTest, ACheckpointOfAnotherConfigurationIsNotResumed) {
+  testing::TempDir tmp;
+  const auto killed = tmp.Write(
+      "killed.pbtxt", testing::TwoStageDigitsPipeline(testing::SignalAt("b", 28, "KILL")));
+  ASSERT_EQ(testing::RunEngine({"run", killed.string()}).exit_code, 128 + 9);
+  // b changes: its checkpoints are of another configuration.
+  const auto file = tmp.Write(
+      "p.pbtxt", testing::TwoStageDigitsPipeline("", "", "  parallel { num_threads: 1 }"));
+  auto r = testing::RunEngine({"run", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 'a': up to date"));
+  EXPECT_THAT(r.out, Not(HasSubstr("resuming")));
+  EXPECT_THAT(r.out, HasSubstr("stage 'b': 46 steps in"));
+  // Once b finished, the other configuration's checkpoints are gone; its own remain (keep_last 2).
+  std::vector<std::string> left;
+  for (const auto& item : std::filesystem::directory_iterator(tmp.path() / "out/b/checkpoints")) {
+    left.push_back(item.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-00000040", "step-00000045"}));
+}
+
+}  // namespace
+}  // namespace engine
