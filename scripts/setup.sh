@@ -39,7 +39,7 @@ fi
 # --- Debian packages -------------------------------------------------------------------------
 packages=(
   g++ cmake ninja-build ccache
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread libgloo-dev
   protobuf-compiler libprotobuf-dev
   libgoogle-glog-dev libgflags-dev
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config

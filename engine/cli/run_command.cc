@@ -1,9 +1,11 @@
 #include <glog/logging.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
+#include "cli/launcher.h"
 #include "cli/session.h"
 #include "core/interrupt.h"
 #include "plan/plan_printer.h"
@@ -13,7 +15,7 @@ namespace engine::cli {
 
 std::string RunHelp() {
   return R"(usage: engine run PIPELINE.pbtxt [--force=STAGE[,STAGE...]] [--from=STAGE]
-                  [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
+                  [--nproc=N] [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
 
 Checks the pipeline exactly as `engine check` does and prints its plan; then trains the stages in
 order, each into <output_dir>/<stage>/. A stage ends with an evaluation and a checkpoint in
@@ -36,6 +38,12 @@ says which and why), 2 for a wrong command line, 130 when stopped by Ctrl-C or S
   --force=STAGES       train these stages (comma-separated) again from step 0 even when up to date
   --from=STAGE         train STAGE and every stage after it again from step 0; the stages before it
                        are not trained, their finished checkpoints are used as they are
+  --nproc=N            start N local ranks of this command for stages with
+                       parallel { strategy: DDP } (Gloo over loopback): a free MASTER_PORT is picked
+                       unless MASTER_PORT is set, rank 0's output is shown and every rank's errors;
+                       when a rank fails the others are stopped and the exit status is its own.
+                       torchrun or Slurm can start the ranks instead (RANK, WORLD_SIZE, LOCAL_RANK,
+                       MASTER_ADDR, MASTER_PORT)
   --output_dir=DIR     write here instead of the pipeline's output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
@@ -43,7 +51,7 @@ says which and why), 2 for a wrong command line, 130 when stopped by Ctrl-C or S
 }
 
 int RunCommand(const std::vector<std::string>& args) {
-  Arguments a = ParseArguments(args, {"output_dir", "plugin_path", "force", "from"}, {});
+  Arguments a = ParseArguments(args, {"output_dir", "plugin_path", "force", "from", "nproc"}, {});
   if (a.help) {
     std::cout << RunHelp();
     return kExitOk;
@@ -72,6 +80,27 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!a.error.empty()) {
     std::cerr << "engine run: " << a.error << "\n\n" << RunHelp();
     return kExitUsage;
+  }
+  if (a.Has("nproc")) {
+    const std::string text = a.Get("nproc");
+    char* end = nullptr;
+    const long nproc = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || nproc < 1 || nproc > 1024) {
+      std::cerr << "engine run: --nproc needs a number of ranks from 1 to 1024, not '" << text
+                << "'\n";
+      return kExitUsage;
+    }
+    if (nproc > 1) {
+      std::vector<std::string> rest;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--nproc") {
+          ++i;
+        } else if (args[i].rfind("--nproc=", 0) != 0) {
+          rest.push_back(args[i]);
+        }
+      }
+      return LaunchRanks(static_cast<int>(nproc), rest);
+    }
   }
   InstallInterruptHandlers();
   LoadOptions options;

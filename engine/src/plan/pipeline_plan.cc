@@ -9,6 +9,7 @@
 #include "core/fingerprint.h"
 #include "core/glob.h"
 #include "core/guarded_call.h"
+#include "dist/dist_env.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
 #include "engine/hash.h"
@@ -111,12 +112,12 @@ class PlanBuilder {
     const proto::Schedule& s = config.schedule();
     plan->batch_size = s.batch_size();
     plan->gradient_accumulation_steps = s.gradient_accumulation_steps();
-    plan->world_size = 1;
+    if (!PlanRanks(stage, plan)) return false;
     plan->global_batch = plan->batch_size * plan->gradient_accumulation_steps * plan->world_size;
     plan->eval_batch_size = s.eval_batch_size() > 0 ? s.eval_batch_size() : s.batch_size();
     plan->micro_batches_per_epoch =
-        s.drop_last() ? plan->train_examples / plan->batch_size
-                      : (plan->train_examples + plan->batch_size - 1) / plan->batch_size;
+        s.drop_last() ? plan->shard_examples / plan->batch_size
+                      : (plan->shard_examples + plan->batch_size - 1) / plan->batch_size;
     if (plan->micro_batches_per_epoch == 0) {
       Error(stage.path() + ".schedule.batch_size",
             where + "schedule.batch_size " + std::to_string(plan->batch_size) +
@@ -148,6 +149,45 @@ class PlanBuilder {
   }
 
  private:
+  // World size and this process's rank and shard (F5: only a stage that asks for DDP runs as
+  // several ranks, and the plan says so).
+  bool PlanRanks(const ResolvedStage& stage, StagePlan* plan) {
+    const proto::Parallel& parallel = stage.config->parallel();
+    const std::string where = "stage '" + stage.name + "': ";
+    StatusOr<DistEnv> env = ReadDistEnv();
+    if (!env.ok()) {
+      Error(stage.path() + ".parallel", where + env.status().message());
+      return false;
+    }
+    const bool ddp = parallel.strategy() == proto::Parallel::DDP;
+    if (!ddp && env->world_size > 1) {
+      Error(stage.path() + ".parallel.strategy",
+            where + "this process is rank " + std::to_string(env->rank) +
+                " of WORLD_SIZE=" + std::to_string(env->world_size) +
+                ", but the stage does not ask for parallel { strategy: DDP }; a stage never runs "
+                "as several ranks unless it says so");
+      return false;
+    }
+    if (ddp && parallel.backend() == proto::Parallel::NCCL) {
+      Error(stage.path() + ".parallel.backend",
+            where + "backend NCCL is not built into this engine yet; use GLOO (or AUTO)");
+      return false;
+    }
+    plan->world_size = ddp ? env->world_size : 1;
+    plan->rank = ddp ? env->rank : 0;
+    plan->dist_env = *env;
+    // Every rank takes every world_size-th example of the epoch's order, the same number each: the
+    // last train_examples % world_size of the order are left out of that epoch.
+    plan->shard_examples = plan->train_examples / plan->world_size;
+    if (plan->shard_examples == 0) {
+      Error(stage.path() + ".parallel", where + "the " + std::to_string(plan->train_examples) +
+                                            " training examples cannot be shared among " +
+                                            std::to_string(plan->world_size) + " ranks");
+      return false;
+    }
+    return true;
+  }
+
   // The census, the device's capabilities and the model's declarations go to the policy; its plan
   // must then pass the invariants whoever wrote the policy.
   bool PlanPrecision(const ResolvedStage& stage, StagePlan* plan) {
@@ -322,6 +362,7 @@ class PlanBuilder {
     for (const ResolvedCallback& callback : stage.callbacks) add_plugin(callback.ref);
     text += "|precision:" + plan.precision.policy;
     text += "|seed:" + std::to_string(stage.seed);
+    text += "|world:" + std::to_string(plan.world_size);
     text += "|data:" + plan.dataset->identity();
     for (int dep : stage.dependencies) {
       if (const StagePlan* parent = so_far.ForStage(dep)) text += "|after:" + parent->fingerprint;

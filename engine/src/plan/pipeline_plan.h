@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/dist_env.h"
 #include "engine/data.h"
 #include "engine/model.h"
 #include "engine/precision.h"
@@ -40,8 +41,13 @@ struct StagePlan {
   DeviceCapability device;  // probed
   PrecisionPlan precision;
 
-  // One step = gradient_accumulation_steps micro-batches of batch_size examples (per device).
+  // One step = gradient_accumulation_steps micro-batches of batch_size examples on each of
+  // world_size ranks (parallel.strategy DDP; 1 otherwise). This process is rank `rank` and trains
+  // on shard_examples examples per epoch.
   int64_t world_size = 1;
+  int rank = 0;
+  int64_t shard_examples = 0;
+  DistEnv dist_env;
   int64_t batch_size = 0;
   int64_t gradient_accumulation_steps = 1;
   int64_t global_batch = 0;  // examples per step across all devices

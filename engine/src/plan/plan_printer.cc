@@ -186,7 +186,12 @@ std::string PlanToText(const PipelinePlan& plan) {
     out << "  steps       " << EpochsText(s.epochs) << " x " << s.steps_per_epoch
         << " steps = " << WithThousands(s.total_steps) << " steps; " << s.batch_size
         << " examples x " << s.gradient_accumulation_steps << " accumulation x " << s.world_size
-        << " device = " << s.global_batch << " examples per step\n";
+        << (s.world_size == 1 ? " device" : " ranks") << " = " << s.global_batch
+        << " examples per step\n";
+    if (s.world_size > 1) {
+      out << "  ranks       DDP over Gloo: this is rank " << s.rank << " of " << s.world_size
+          << "; " << WithThousands(s.shard_examples) << " examples per rank per epoch\n";
+    }
     out << "  eval        " << EvalText(s) << "\n";
     out << "  checkpoint  " << CheckpointText(s) << "\n";
     out << "  optimizer   " << s.optimizer_summary << "\n";
@@ -248,6 +253,8 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
     js["handoff"] = st.from_stage ? nlohmann::json(s.handoff_summary) : nlohmann::json(nullptr);
     js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
     js["world_size"] = s.world_size;
+    js["rank"] = s.rank;
+    js["shard_examples"] = s.shard_examples;
     js["model"] = {{"plugin", st.model.entry->name},
                    {"version", st.model.entry->version},
                    {"architecture", s.model->architecture()},

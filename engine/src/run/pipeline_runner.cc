@@ -122,10 +122,15 @@ Status RunPipeline(PipelinePlan* plan, const RunOptions& options, std::ostream& 
   ENGINE_RETURN_IF_ERROR(CheckRunOptions(*plan, options));
   const ResolvedPipeline& pipeline = *plan->pipeline;
   const auto start = std::chrono::steady_clock::now();
+  // Under DDP, callbacks (progress, logs, early stopping) run once, on rank 0; the trainer spreads
+  // their stop requests to the other ranks.
+  const bool leader = plan->stages.empty() || plan->stages.front().rank == 0;
   CallbackRunner pipeline_callbacks;
-  ENGINE_RETURN_IF_ERROR(MakeCallbacks(pipeline.callbacks,
-                                       {pipeline.name, pipeline.base_dir, pipeline.output_dir, ""},
-                                       &pipeline_callbacks));
+  if (leader) {
+    ENGINE_RETURN_IF_ERROR(MakeCallbacks(
+        pipeline.callbacks, {pipeline.name, pipeline.base_dir, pipeline.output_dir, ""},
+        &pipeline_callbacks));
+  }
   PipelineActions pipeline_actions;
   auto pipeline_event = [&](EventType type, std::string message) {
     Event event;
@@ -205,9 +210,11 @@ Status RunPipeline(PipelinePlan* plan, const RunOptions& options, std::ostream& 
     }
 
     CallbackRunner stage_callbacks;
-    if (Status made = MakeCallbacks(stage.callbacks,
-                                    {pipeline.name, pipeline.base_dir, stage_dir, stage.name},
-                                    &stage_callbacks);
+    if (Status made = leader
+                          ? MakeCallbacks(stage.callbacks,
+                                          {pipeline.name, pipeline.base_dir, stage_dir, stage.name},
+                                          &stage_callbacks)
+                          : Status::Ok();
         !made.ok()) {
       return fail(made);
     }

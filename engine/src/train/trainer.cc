@@ -20,6 +20,7 @@
 
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
+#include "dist/data_parallel.h"
 #include "engine/adapter.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
@@ -45,6 +46,9 @@ constexpr const char* kPeftPrefix = "base_model.model.";
 
 // fp16 overflows in this many consecutive steps stop the stage instead of training nothing.
 constexpr int64_t kMaxConsecutiveSkips = 30;
+
+// A collective that waits longer than this for another rank fails (that rank is gone or stuck).
+constexpr int kCollectiveTimeoutSeconds = 300;
 
 // Random generator states in the optimizer file: a '/' can be in no parameter's name.
 constexpr const char* kRngPrefix = "engine/rng/";
@@ -119,7 +123,7 @@ class StageTrainer : public CallbackActions {
     if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
     ENGINE_RETURN_IF_ERROR(Emit(begin));
 
-    const int64_t n = plan_.train_examples;
+    const int64_t n = plan_.shard_examples;
     const int64_t batch = plan_.batch_size;
     const int64_t accumulation = plan_.gradient_accumulation_steps;
     const bool drop_last = config_.schedule().drop_last();
@@ -132,8 +136,14 @@ class StageTrainer : public CallbackActions {
         static_cast<size_t>((step_ - epoch_ * plan_.steps_per_epoch) * accumulation);
 
     while (step_ < plan_.total_steps && stop_reason_.empty()) {
-      if (InterruptRequested()) return Interrupted();
-      const std::vector<int64_t> order = EpochOrder(stage_.seed, epoch_, n);
+      // Under DDP the ranks agree after every step instead (a rank alone must not leave).
+      if (plan_.world_size == 1 && InterruptRequested()) return Interrupted();
+      std::vector<int64_t> order = EpochOrder(stage_.seed, epoch_, plan_.train_examples);
+      if (plan_.world_size > 1) {
+        // This rank's shard: every world_size-th example, the same count on every rank.
+        for (int64_t i = 0; i < n; ++i) order[i] = order[i * plan_.world_size + plan_.rank];
+        order.resize(static_cast<size_t>(n));
+      }
       std::vector<std::vector<int64_t>> micro_batches;
       for (int64_t begin = 0; begin < n; begin += batch) {
         const int64_t end = std::min(n, begin + batch);
@@ -161,7 +171,10 @@ class StageTrainer : public CallbackActions {
           checkpoint_requested_ = false;
           ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint());
         }
-        if (!at_end && InterruptRequested()) return Interrupted();
+        if (!at_end) {
+          ENGINE_ASSIGN_OR_RETURN(const bool interrupted, AgreeOnStopping());
+          if (interrupted) return Interrupted();
+        }
       }
       ++epoch_;
     }
@@ -182,9 +195,13 @@ class StageTrainer : public CallbackActions {
     }
     result.eval_examples = plan_.eval_examples;
     result.final_checkpoint = request_.stage_dir / "final";
-    ENGINE_RETURN_IF_ERROR(
-        SaveCheckpoint(result.final_checkpoint, /*final=*/true, result.eval_metrics));
-    RemoveOtherRunsCheckpoints();
+    if (plan_.rank == 0) {
+      ENGINE_RETURN_IF_ERROR(
+          SaveCheckpoint(result.final_checkpoint, /*final=*/true, result.eval_metrics));
+      RemoveOtherRunsCheckpoints();
+    }
+    // The stages after this one read its final checkpoint on every rank.
+    if (data_parallel_ != nullptr) ENGINE_RETURN_IF_ERROR(data_parallel_->Barrier());
     result.seconds = Seconds();
     Event end = MakeEvent(EventType::kStageEnd);
     end.metrics = result.eval_metrics;
@@ -217,12 +234,30 @@ class StageTrainer : public CallbackActions {
                     << "); census now:\n"
                     << CensusText(TakeCensus(module_), "    ", &plan_.precision) << std::flush;
     }
+    if (plan_.world_size > 1) {
+      ENGINE_ASSIGN_OR_RETURN(
+          data_parallel_,
+          DataParallel::Connect(plan_.dist_env, std::chrono::seconds(kCollectiveTimeoutSeconds))
+              .WithContext(context_));
+    }
     optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
     if (config_.parallel().num_threads() > 0) {
       at::set_num_threads(static_cast<int>(config_.parallel().num_threads()));
     }
     return Status::Ok();
+  }
+
+  // Whether to stop for a signal; under DDP also spreads a stop that rank 0's callbacks asked for,
+  // so every rank leaves the loop after the same step.
+  StatusOr<bool> AgreeOnStopping() {
+    if (data_parallel_ == nullptr) return InterruptRequested();
+    ENGINE_ASSIGN_OR_RETURN(
+        std::vector<double> flags,
+        data_parallel_->Max({InterruptRequested() ? 1.0 : 0.0, stop_reason_.empty() ? 0.0 : 1.0})
+            .WithContext(context_));
+    if (flags[1] > 0 && stop_reason_.empty()) stop_reason_ = "rank 0's callbacks asked to stop";
+    return flags[0] > 0;
   }
 
   // After SIGINT or SIGTERM: a checkpoint to resume from (unless no step was taken), then stop.
@@ -236,9 +271,12 @@ class StageTrainer : public CallbackActions {
           ". Run the same command again to go on from there");
     }
     ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint(/*force_optimizer_state=*/true));
-    return AbortedError(context_ + ": interrupted by " + signal + " after step " +
-                        std::to_string(step_) + " of " + std::to_string(plan_.total_steps) +
-                        "; checkpoint " + periodic_.back().string() +
+    const std::string where = plan_.rank == 0 ? "; checkpoint " + periodic_.back().string()
+                                              : "; rank 0 saved a checkpoint";
+    return AbortedError(context_ + ": interrupted by " +
+                        (signal.empty() ? std::string("a signal to another rank") : signal) +
+                        " after step " + std::to_string(step_) + " of " +
+                        std::to_string(plan_.total_steps) + where +
                         ". Run the same command again to resume from it");
   }
 
@@ -528,6 +566,15 @@ class StageTrainer : public CallbackActions {
           "optimizer.max_grad_norm" +
           (plan_.precision.autocast ? std::string(", or compute in a wider dtype") : ""));
     }
+    if (data_parallel_ != nullptr) {
+      // Every rank ends with the same (still loss-scaled) gradients, so all of them see the same
+      // overflow and skip the same steps.
+      ENGINE_RETURN_IF_ERROR(
+          data_parallel_
+              ->AverageGradients(precision_->parameters(),
+                                 static_cast<int64_t>(config_.parallel().bucket_mib()) << 20)
+              .WithContext(context_));
+    }
     const bool finite = precision_->UnscaleAndCheck(single ? 1.0 : static_cast<double>(count));
     double grad_norm = -1;
     if (finite) {
@@ -632,6 +679,7 @@ class StageTrainer : public CallbackActions {
   // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
   // never deleted here.
   Status SavePeriodicCheckpoint(bool force_optimizer_state = false) {
+    if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
     char name[32];
     std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step_));
     const std::filesystem::path dir = request_.stage_dir / "checkpoints" / name;
@@ -788,6 +836,7 @@ class StageTrainer : public CallbackActions {
 
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
+  DataParallel* data_parallel_ = nullptr;  // process-wide; null with world size 1
   std::vector<std::filesystem::path> periodic_;
   int64_t last_checkpoint_step_ = -1;
   std::string run_id_;

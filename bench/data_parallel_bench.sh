@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Data-parallel throughput on this machine: the same global batch trained by one rank (all cores)
+# and by 2 ranks over Gloo on loopback (`engine run --nproc 2`, the cores split between them).
+# Prints the examples per second of each and their ratio. On a 2-core machine the two ranks share the
+# cores one rank already used, so expect a ratio near or below 1: DDP pays off across machines or
+# GPUs, and this measures its overhead honestly.
+#
+#   bash bench/data_parallel_bench.sh [build/bin/engine]
+set -euo pipefail
+engine=${1:-build/bin/engine}
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+steps=300
+cores=$(nproc)
+
+pipeline() {  # name per-rank-batch threads strategy
+  cat <<PBTXT
+output_dir: "$work/$1"
+stage {
+  name: "s"
+  model { plugin: "mlp" options { [type.googleapis.com/engine.plugins.MlpOptions] { hidden_units: 512 hidden_units: 512 } } }
+  data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "$root/data/digits.csv.gz" } } }
+  precision { plugin: "fp32" }
+  schedule { max_steps: $steps batch_size: $2 eval_batch_size: 512 }
+  checkpoint { save_optimizer_state: false }
+  parallel { device: "cpu" num_threads: $3 $4 }
+}
+PBTXT
+}
+
+seconds() {  # the stage's training seconds from its summary line
+  grep -o "stage 's': [0-9,]* steps in [0-9.]* s" | sed 's/.* in \([0-9.]*\) s/\1/'
+}
+
+pipeline one 128 "$cores" "" > "$work/one.pbtxt"
+pipeline two 64 $(( cores > 1 ? cores / 2 : 1 )) "strategy: DDP" > "$work/two.pbtxt"
+one=$("$engine" run "$work/one.pbtxt" 2>/dev/null | seconds)
+two=$("$engine" run --nproc 2 "$work/two.pbtxt" 2>/dev/null | seconds)
+python3 - "$one" "$two" "$steps" <<'PY'
+import sys
+one, two, steps = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+examples = steps * 128
+print(f"1 rank : {examples / one:10.0f} examples/s ({one:.2f} s for {steps} steps of 128)")
+print(f"2 ranks: {examples / two:10.0f} examples/s ({two:.2f} s, 64 per rank per step)")
+print(f"ratio 2 ranks / 1 rank: {one / two:.2f}")
+PY

@@ -1,0 +1,152 @@
+// Gloo's process group is only declared when USE_C10D_GLOO is defined; Debian's and pip's LibTorch
+// are both built with it.
+#define USE_C10D_GLOO 1
+#include "dist/data_parallel.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+
+#include <exception>
+#include <map>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace engine {
+namespace {
+
+template <typename F>
+Status Collective(const char* what, F&& body) {
+  try {
+    body();
+    return Status::Ok();
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    if (const size_t newline = message.find('\n'); newline != std::string::npos) {
+      message.resize(newline);
+    }
+    return AbortedError(std::string("data parallel ") + what +
+                        " failed (another rank probably died; its error says why): " + message);
+  }
+}
+
+class GlooDataParallel : public DataParallel {
+ public:
+  GlooDataParallel(c10::intrusive_ptr<c10d::Store> store,
+                   c10::intrusive_ptr<c10d::ProcessGroupGloo> group)
+      : store_(std::move(store)), group_(std::move(group)) {}
+
+  int rank() const override { return group_->getRank(); }
+  int world_size() const override { return group_->getSize(); }
+
+  Status AverageGradients(const std::vector<NamedParameter>& parameters,
+                          int64_t bucket_bytes) override {
+    at::NoGradGuard no_grad;
+    // Buckets in parameter order, each reduced in f32 whatever the gradients' dtype.
+    std::vector<std::vector<at::Tensor>> buckets(1);
+    int64_t bytes = 0;
+    for (const NamedParameter& p : parameters) {
+      at::Tensor& grad = p.tensor.mutable_grad();
+      if (!grad.defined()) grad = at::zeros_like(p.tensor);
+      if (bytes > 0 && bytes + grad.numel() * 4 > bucket_bytes) {
+        buckets.emplace_back();
+        bytes = 0;
+      }
+      buckets.back().push_back(grad);
+      bytes += grad.numel() * 4;
+    }
+    const double scale = 1.0 / world_size();
+    return Collective("gradient all-reduce", [&] {
+      for (std::vector<at::Tensor>& bucket : buckets) {
+        if (bucket.empty()) continue;
+        std::vector<at::Tensor> flat_parts;
+        for (const at::Tensor& g : bucket) flat_parts.push_back(g.reshape({-1}).to(at::kFloat));
+        std::vector<at::Tensor> flat = {at::cat(flat_parts)};
+        group_->allreduce(flat)->wait();
+        flat[0].mul_(scale);
+        int64_t offset = 0;
+        for (at::Tensor& g : bucket) {
+          g.copy_(flat[0].narrow(0, offset, g.numel()).view(g.sizes()));
+          offset += g.numel();
+        }
+      }
+    });
+  }
+
+  StatusOr<std::vector<double>> Max(const std::vector<double>& values) override {
+    std::vector<at::Tensor> t = {at::zeros({static_cast<int64_t>(values.size())}, at::kDouble)};
+    for (size_t i = 0; i < values.size(); ++i) t[0][static_cast<int64_t>(i)] = values[i];
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    ENGINE_RETURN_IF_ERROR(
+        Collective("flag all-reduce", [&] { group_->allreduce(t, options)->wait(); }));
+    std::vector<double> out(values.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      out[i] = t[0][static_cast<int64_t>(i)].item<double>();
+    return out;
+  }
+
+  Status Barrier() override {
+    return Collective("barrier", [&] { group_->barrier()->wait(); });
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+};
+
+}  // namespace
+
+StatusOr<DataParallel*> DataParallel::Connect(const DistEnv& env, std::chrono::seconds timeout) {
+  static std::unique_ptr<DataParallel> connected;
+  if (connected != nullptr) {
+    if (connected->world_size() != env.world_size || connected->rank() != env.rank) {
+      return InternalError("the process group was made for another rank or world size");
+    }
+    return connected.get();
+  }
+  const std::string where = "rank " + std::to_string(env.rank) + " of " +
+                            std::to_string(env.world_size) + " at MASTER_ADDR=" + env.master_addr +
+                            " MASTER_PORT=" + std::to_string(env.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(env.master_port);
+    options.isServer = env.rank == 0;
+    options.numWorkers = static_cast<size_t>(env.world_size);
+    options.timeout = timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    if (const size_t newline = message.find('\n'); newline != std::string::npos) {
+      message.resize(newline);
+    }
+    if (env.rank == 0 && message.find("in use") != std::string::npos) {
+      return FailedPreconditionError(where + ": port " + std::to_string(env.master_port) +
+                                     " is already in use; free it or set MASTER_PORT to another "
+                                     "(`engine run --nproc` picks a free one when MASTER_PORT is "
+                                     "unset): " +
+                                     message);
+    }
+    return FailedPreconditionError(where + ": cannot reach the rendezvous: " + message);
+  }
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    // Ranks on one machine talk over loopback; across machines, over the interface of this
+    // machine's hostname.
+    const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
+    options->devices.push_back(loopback
+                                   ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                   : c10d::ProcessGroupGloo::createDefaultDevice());
+    auto group =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+    connected = std::make_unique<GlooDataParallel>(store, group);
+  } catch (const std::exception& e) {
+    return FailedPreconditionError(
+        where + ": cannot make the Gloo process group: " + std::string(e.what()));
+  }
+  return connected.get();
+}
+
+}  // namespace engine
