@@ -5,6 +5,10 @@
 # cores one rank already used, so expect a ratio near or below 1: DDP pays off across machines or
 # GPUs, and this measures its overhead honestly.
 #
+# Then the overlap of communication with the backward: 2 ranks with 1 MiB buckets (several
+# all-reduces, each started from inside the backward as soon as its gradients exist) against one
+# bucket holding every gradient (reduced only when the backward is over, i.e. no overlap).
+#
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
 set -euo pipefail
 engine=${1:-build/bin/engine}
@@ -19,7 +23,7 @@ pipeline() {  # name per-rank-batch threads strategy
 output_dir: "$work/$1"
 stage {
   name: "s"
-  model { plugin: "mlp" options { [type.googleapis.com/engine.plugins.MlpOptions] { hidden_units: 512 hidden_units: 512 } } }
+  model { plugin: "mlp" options { [type.googleapis.com/engine.plugins.MlpOptions] { hidden_units: 1024 hidden_units: 1024 } } }
   data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "$root/data/digits.csv.gz" } } }
   precision { plugin: "fp32" }
   schedule { max_steps: $steps batch_size: $2 eval_batch_size: 512 }
@@ -33,15 +37,24 @@ seconds() {  # the stage's training seconds from its summary line
   grep -o "stage 's': [0-9,]* steps in [0-9.]* s" | sed 's/.* in \([0-9.]*\) s/\1/'
 }
 
+half=$(( cores > 1 ? cores / 2 : 1 ))
 pipeline one 128 "$cores" "" > "$work/one.pbtxt"
-pipeline two 64 $(( cores > 1 ? cores / 2 : 1 )) "strategy: DDP" > "$work/two.pbtxt"
+pipeline two 64 "$half" "strategy: DDP" > "$work/two.pbtxt"
+pipeline small 64 "$half" "strategy: DDP bucket_mib: 1" > "$work/small.pbtxt"
+pipeline whole 64 "$half" "strategy: DDP bucket_mib: 1024" > "$work/whole.pbtxt"
 one=$("$engine" run "$work/one.pbtxt" 2>/dev/null | seconds)
 two=$("$engine" run --nproc 2 "$work/two.pbtxt" 2>/dev/null | seconds)
-python3 - "$one" "$two" "$steps" <<'PY'
+small=$("$engine" run --nproc 2 "$work/small.pbtxt" 2>/dev/null | seconds)
+whole=$("$engine" run --nproc 2 "$work/whole.pbtxt" 2>/dev/null | seconds)
+python3 - "$one" "$two" "$small" "$whole" "$steps" <<'PY'
 import sys
-one, two, steps = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+one, two, small, whole = map(float, sys.argv[1:5])
+steps = int(sys.argv[5])
 examples = steps * 128
 print(f"1 rank : {examples / one:10.0f} examples/s ({one:.2f} s for {steps} steps of 128)")
 print(f"2 ranks: {examples / two:10.0f} examples/s ({two:.2f} s, 64 per rank per step)")
 print(f"ratio 2 ranks / 1 rank: {one / two:.2f}")
+print(f"2 ranks, 1 MiB buckets overlapping the backward: {examples / small:10.0f} examples/s")
+print(f"2 ranks, one bucket after the backward:          {examples / whole:10.0f} examples/s")
+print(f"ratio overlapped / not: {whole / small:.2f}")
 PY

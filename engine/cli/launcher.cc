@@ -150,14 +150,27 @@ int LaunchRanks(int nproc, const std::vector<std::string>& run_args) {
   bool stopping = false;
   auto deadline = std::chrono::steady_clock::time_point::max();
   while (!ranks.empty()) {
-    if (const int signal = forwarded_signal.exchange(0); signal != 0) ::killpg(group, signal);
+    if (const int signal = forwarded_signal.exchange(0); signal != 0) {
+      std::cerr << "engine run: forwarding " << (signal == SIGINT ? "SIGINT" : "SIGTERM") << " ("
+                << ::strsignal(signal) << ") to " << ranks.size() << " rank"
+                << (ranks.size() == 1 ? "" : "s")
+                << "; they stop after the same step and rank 0 saves a checkpoint (send it again "
+                   "to stop at once)"
+                << std::endl;
+      ::killpg(group, signal);
+    }
     int status = 0;
     const pid_t pid = ::waitpid(-group, &status, WNOHANG);
     if (pid > 0) {
       const int rank = ranks[pid];
       ranks.erase(pid);
       const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && !stopping) {
+      // Interrupted ranks agreed to stop after the same step; the others follow, and rank 0 may
+      // still be writing the checkpoint, so nobody is hurried.
+      const bool interrupted = WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted;
+      if (interrupted && !stopping) {
+        result = kExitInterrupted;
+      } else if (failed && !stopping) {
         result = ExitCode(status);
         stopping = true;
         std::cerr << "engine run: rank " << rank << " (pid " << pid << ") " << Describe(status);

@@ -22,7 +22,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string Pipeline(const std::string& out, int batch, const std::string& parallel) {
+std::string Pipeline(const std::string& out, int batch, const std::string& parallel,
+                     int accumulation = 1) {
   return "output_dir: \"" + out +
          "\"\nstage {\n  name: \"s\"\n"
          "  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins.MlpOptions] { "
@@ -34,8 +35,8 @@ std::string Pipeline(const std::string& out, int batch, const std::string& paral
          "  precision { plugin: \"fp32\" }\n"
          "  optimizer { learning_rate: 0.003 }\n"
          "  schedule { max_steps: 40 batch_size: " +
-         std::to_string(batch) + " checkpoint_every_steps: 10 }\n  parallel { device: \"cpu\" " +
-         parallel + " }\n}\n";
+         std::to_string(batch) + " gradient_accumulation_steps: " + std::to_string(accumulation) +
+         " checkpoint_every_steps: 10 }\n  parallel { device: \"cpu\" " + parallel + " }\n}\n";
 }
 
 void ExpectCloseWeights(const std::filesystem::path& a, const std::filesystem::path& b) {
@@ -66,6 +67,15 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   EXPECT_THAT(r2.err, HasSubstr("engine run: started 2 ranks on 127.0.0.1:"));
   ExpectCloseWeights(tmp.path() / "one/s/final/model.safetensors",
                      tmp.path() / "two/s/final/model.safetensors");
+
+  // The all-reduce starts from inside the last micro-batch's backward and must still carry the
+  // earlier micro-batches: 2 ranks x 2 micro-batches of 8 end at the same place too.
+  const auto four = tmp.Write("four.pbtxt", Pipeline("four", 8, "strategy: DDP", 2));
+  auto r4 = testing::RunEngine({"run", "--nproc=2", four.string()});
+  ASSERT_EQ(r4.exit_code, 0) << r4.err;
+  EXPECT_THAT(r4.out, HasSubstr("8 examples x 2 accumulation x 2 ranks = 32 examples per step"));
+  ExpectCloseWeights(tmp.path() / "one/s/final/model.safetensors",
+                     tmp.path() / "four/s/final/model.safetensors");
 }
 
 int FreePort() {

@@ -1,6 +1,7 @@
 // F9: a multi-process launch where one rank dies left the others hanging in a collective, and
 // orphans holding the port and the GPU. `engine run --nproc` stops every rank when one fails,
 // exits with that rank's status, leaves no process behind, and names a busy MASTER_PORT.
+#include <ATen/ops/equal.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,6 +11,7 @@
 
 #include <regex>
 
+#include "engine/safetensors.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -19,15 +21,19 @@ namespace engine {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
-std::string DdpPipeline(const std::string& header) {
+std::string DdpPipeline(const std::string& header, int steps = 200,
+                        const std::string& model = "hidden_units: 32") {
   return "output_dir: \"out\"\nplugin_path: \"" + std::string(testing::kTestPluginDir) +
          "/signal_callback\"\n" + header +
          testing::DigitsStage("s",
                               "  precision { plugin: \"fp32\" }\n"
-                              "  schedule { max_steps: 200 batch_size: 16 }\n"
-                              "  parallel { device: \"cpu\" strategy: DDP }",
-                              "hidden_units: 32");
+                              "  schedule { max_steps: " +
+                                  std::to_string(steps) +
+                                  " batch_size: 16 }\n"
+                                  "  parallel { device: \"cpu\" strategy: DDP }",
+                              model);
 }
 
 std::vector<pid_t> RankPids(const std::string& err) {
@@ -50,6 +56,50 @@ TEST(F9LauncherTest, ARankThatDiesStopsTheOthersAndLeavesNoProcess) {
   ASSERT_EQ(pids.size(), 2u) << r.err;
   for (pid_t pid : pids) {
     EXPECT_NE(::kill(pid, 0), 0) << "rank pid " << pid << " is still there";
+  }
+}
+
+// Ctrl-C reaches the launcher, not the ranks (as when a terminal's user presses it while the
+// launcher runs in the background, or `kill -INT` names the launcher's pid). It forwards it; every
+// rank stops after the same step, rank 0 writes the checkpoint, all exit 130, and the next run
+// resumes to the weights of a run never stopped, bit for bit (dropout draws included).
+TEST(F9LauncherTest, CtrlCToTheLauncherStopsEveryRankAndTheRunResumesBitForBit) {
+  const std::string model = "hidden_units: 32 dropout: 0.3";
+  testing::TempDir reference;
+  auto r = testing::RunEngine(
+      {"run", "--nproc=2", reference.Write("p.pbtxt", DdpPipeline("", 40, model)).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  testing::TempDir tmp;
+  const auto file = tmp.Write(
+      "p.pbtxt", DdpPipeline(testing::SignalAt("s", 17, "INT", /*to_parent=*/true), 40, model));
+  r = testing::RunEngine({"run", "--nproc=2", file.string()});
+  ASSERT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("engine run: forwarding SIGINT (Interrupt) to 2 ranks"));
+  // An agreed stop is not a failure: no rank is hurried with SIGTERM while rank 0 saves.
+  EXPECT_THAT(r.err, Not(HasSubstr("stopping the other")));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out/s/final"));
+  for (pid_t pid : RankPids(r.err)) {
+    EXPECT_NE(::kill(pid, 0), 0) << "rank pid " << pid << " is still there";
+  }
+  std::smatch match;
+  const std::string said = r.out + r.err;
+  ASSERT_TRUE(std::regex_search(said, match, std::regex("checkpoint \\S*step-(\\d+)"))) << said;
+  const int stopped_after = std::stoi(match[1]);
+  EXPECT_GE(stopped_after, 17);
+  EXPECT_LT(stopped_after, 40);
+
+  r = testing::RunEngine({"run", "--nproc=2", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step " + std::to_string(stopped_after)));
+  for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
+    auto a = safetensors::File::Open(reference.path() / "out/s/final" / name);
+    auto b = safetensors::File::Open(tmp.path() / "out/s/final" / name);
+    ASSERT_TRUE(a.ok() && b.ok()) << name;
+    EXPECT_EQ((*a)->metadata(), (*b)->metadata()) << name;
+    for (const safetensors::TensorInfo& info : (*a)->tensors()) {
+      EXPECT_TRUE(at::equal(*(*a)->Get(info.name), *(*b)->Get(info.name))) << info.name;
+    }
   }
 }
 

@@ -58,10 +58,12 @@ inline std::string TwoStageDigitsPipeline(const std::string& header = "",
 
 // A pipeline-level callback that sends `signal` ("KILL", "INT", "TERM") to the engine itself after
 // step `step` of stage `stage`.
-inline std::string SignalAt(const std::string& stage, int step, const std::string& signal) {
+inline std::string SignalAt(const std::string& stage, int step, const std::string& signal,
+                            bool to_parent = false) {
   return "callback { plugin: \"signal_callback\" options { "
          "[type.googleapis.com/engine.fixtures.SignalCallbackOptions] { stage: \"" +
-         stage + "\" at_step: " + std::to_string(step) + " signal: \"" + signal + "\" } } }\n";
+         stage + "\" at_step: " + std::to_string(step) + " signal: \"" + signal + "\"" +
+         (to_parent ? " to_parent: true" : "") + " } } }\n";
 }
 
 }  // namespace engine::testing

@@ -4,12 +4,9 @@
 #include "dist/data_parallel.h"
 
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/ops/zeros_like.h>
 
 #include <exception>
-#include <map>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -31,6 +28,16 @@ Status Collective(const char* what, F&& body) {
   }
 }
 
+struct GlooPendingSum : DataParallel::PendingSum {
+  Status Wait() override {
+    ENGINE_RETURN_IF_ERROR(started);
+    return Collective("gradient all-reduce", [&] { work->wait(); });
+  }
+  std::vector<at::Tensor> tensors;  // what c10d reduces in place; kept alive until Wait()
+  c10::intrusive_ptr<c10d::Work> work;
+  Status started;
+};
+
 class GlooDataParallel : public DataParallel {
  public:
   GlooDataParallel(c10::intrusive_ptr<c10d::Store> store,
@@ -40,38 +47,12 @@ class GlooDataParallel : public DataParallel {
   int rank() const override { return group_->getRank(); }
   int world_size() const override { return group_->getSize(); }
 
-  Status AverageGradients(const std::vector<NamedParameter>& parameters,
-                          int64_t bucket_bytes) override {
-    at::NoGradGuard no_grad;
-    // Buckets in parameter order, each reduced in f32 whatever the gradients' dtype.
-    std::vector<std::vector<at::Tensor>> buckets(1);
-    int64_t bytes = 0;
-    for (const NamedParameter& p : parameters) {
-      at::Tensor& grad = p.tensor.mutable_grad();
-      if (!grad.defined()) grad = at::zeros_like(p.tensor);
-      if (bytes > 0 && bytes + grad.numel() * 4 > bucket_bytes) {
-        buckets.emplace_back();
-        bytes = 0;
-      }
-      buckets.back().push_back(grad);
-      bytes += grad.numel() * 4;
-    }
-    const double scale = 1.0 / world_size();
-    return Collective("gradient all-reduce", [&] {
-      for (std::vector<at::Tensor>& bucket : buckets) {
-        if (bucket.empty()) continue;
-        std::vector<at::Tensor> flat_parts;
-        for (const at::Tensor& g : bucket) flat_parts.push_back(g.reshape({-1}).to(at::kFloat));
-        std::vector<at::Tensor> flat = {at::cat(flat_parts)};
-        group_->allreduce(flat)->wait();
-        flat[0].mul_(scale);
-        int64_t offset = 0;
-        for (at::Tensor& g : bucket) {
-          g.copy_(flat[0].narrow(0, offset, g.numel()).view(g.sizes()));
-          offset += g.numel();
-        }
-      }
-    });
+  std::unique_ptr<PendingSum> StartSum(at::Tensor flat) override {
+    auto pending = std::make_unique<GlooPendingSum>();
+    pending->tensors = {std::move(flat)};
+    pending->started = Collective("gradient all-reduce",
+                                  [&] { pending->work = group_->allreduce(pending->tensors); });
+    return pending;
   }
 
   StatusOr<std::vector<double>> Max(const std::vector<double>& values) override {

@@ -1,6 +1,6 @@
 // The ranks of a data-parallel stage and what they do together, over a c10d process group (Gloo
-// on the CPU): averaging gradients in buckets, agreeing on whether to stop, and waiting for each
-// other around checkpoints.
+// on the CPU): summing tensors asynchronously (GradientAverager builds gradient buckets on it),
+// agreeing on whether to stop, and waiting for each other around checkpoints.
 //
 // One process group per process, made on first use from DistEnv and kept until exit (c10d groups
 // are not meant to be torn down and rebuilt). Every collective must be called by every rank in the
@@ -17,7 +17,6 @@
 
 #include "dist/dist_env.h"
 #include "engine/status.h"
-#include "train/optimizer.h"
 
 namespace engine {
 
@@ -32,11 +31,15 @@ class DataParallel {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
-  // Replaces every gradient of `parameters` by its mean over the ranks. Gradients are flattened
-  // into buckets of about `bucket_bytes` (one all-reduce each); a parameter without a gradient on
-  // this rank counts as zeros.
-  virtual Status AverageGradients(const std::vector<NamedParameter>& parameters,
-                                  int64_t bucket_bytes) = 0;
+  // Starts summing `flat` (a contiguous f32 tensor) over the ranks and returns at once; the sum
+  // is in `flat` when Wait() returns Ok. Every rank must start the same sums in the same order.
+  // `flat` must stay alive and untouched until then.
+  class PendingSum {
+   public:
+    virtual ~PendingSum() = default;
+    virtual Status Wait() = 0;
+  };
+  virtual std::unique_ptr<PendingSum> StartSum(at::Tensor flat) = 0;
 
   // Element-wise maximum over ranks of small flags (stop requested, interrupted, ...).
   virtual StatusOr<std::vector<double>> Max(const std::vector<double>& values) = 0;

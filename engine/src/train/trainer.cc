@@ -21,6 +21,7 @@
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
 #include "dist/data_parallel.h"
+#include "dist/gradient_averager.h"
 #include "engine/adapter.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
@@ -239,6 +240,9 @@ class StageTrainer : public CallbackActions {
           data_parallel_,
           DataParallel::Connect(plan_.dist_env, std::chrono::seconds(kCollectiveTimeoutSeconds))
               .WithContext(context_));
+      gradient_averager_ = std::make_unique<GradientAverager>(
+          data_parallel_, precision_->parameters(),
+          static_cast<int64_t>(config_.parallel().bucket_mib()) << 20);
     }
     optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
@@ -544,6 +548,7 @@ class StageTrainer : public CallbackActions {
       ENGINE_ASSIGN_OR_RETURN(Batch batch, NextBatch(prefetcher));
       ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
       if (output.loss_count <= 0) continue;
+      if (gradient_averager_ != nullptr && i + 1 == last) gradient_averager_->ArmForLastBackward();
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
         at::Tensor weighted =
             single ? output.loss : output.loss * static_cast<double>(output.loss_count);
@@ -566,14 +571,10 @@ class StageTrainer : public CallbackActions {
           "optimizer.max_grad_norm" +
           (plan_.precision.autocast ? std::string(", or compute in a wider dtype") : ""));
     }
-    if (data_parallel_ != nullptr) {
+    if (gradient_averager_ != nullptr) {
       // Every rank ends with the same (still loss-scaled) gradients, so all of them see the same
       // overflow and skip the same steps.
-      ENGINE_RETURN_IF_ERROR(
-          data_parallel_
-              ->AverageGradients(precision_->parameters(),
-                                 static_cast<int64_t>(config_.parallel().bucket_mib()) << 20)
-              .WithContext(context_));
+      ENGINE_RETURN_IF_ERROR(gradient_averager_->Finish().WithContext(context_));
     }
     const bool finite = precision_->UnscaleAndCheck(single ? 1.0 : static_cast<double>(count));
     double grad_norm = -1;
@@ -836,7 +837,8 @@ class StageTrainer : public CallbackActions {
 
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
-  DataParallel* data_parallel_ = nullptr;  // process-wide; null with world size 1
+  DataParallel* data_parallel_ = nullptr;                // process-wide; null with world size 1
+  std::unique_ptr<GradientAverager> gradient_averager_;  // with data_parallel_
   std::vector<std::filesystem::path> periodic_;
   int64_t last_checkpoint_step_ = -1;
   std::string run_id_;
