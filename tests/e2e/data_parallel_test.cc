@@ -64,6 +64,12 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   EXPECT_THAT(r2.out, HasSubstr("16 examples x 1 accumulation x 2 ranks = 32 examples per step"));
   EXPECT_THAT(r2.out, HasSubstr("DDP over Gloo: this is rank 0 of 2; 719 examples per rank"));
   EXPECT_THAT(r2.out, HasSubstr("stage 's': 40 steps in "));
+  // Each rank evaluated half of the 23 eval batches; the sums over both give the metrics of one
+  // rank evaluating all of them.
+  EXPECT_THAT(r2.out, HasSubstr("at the end, batch 16; 23 batches split across the 2 ranks"));
+  const std::string metrics = "eval on 359 examples: accuracy 0.8412 loss 1.3363";
+  EXPECT_THAT(r1.out, HasSubstr(metrics));
+  EXPECT_THAT(r2.out, HasSubstr(metrics));
   EXPECT_THAT(r2.err, HasSubstr("engine run: started 2 ranks on 127.0.0.1:"));
   ExpectCloseWeights(tmp.path() / "one/s/final/model.safetensors",
                      tmp.path() / "two/s/final/model.safetensors");
@@ -110,6 +116,8 @@ TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromR
   ASSERT_EQ(results[0].exit_code, 0) << results[0].err;
   ASSERT_EQ(results[1].exit_code, 0) << results[1].err;
   EXPECT_THAT(results[1].out, HasSubstr("this is rank 1 of 2"));
+  EXPECT_THAT(results[0].err, HasSubstr("rank 0 evaluates 12 of 23 eval batches"));
+  EXPECT_THAT(results[1].err, HasSubstr("rank 1 evaluates 11 of 23 eval batches"));
   // Rank 0 saved the periodic and final checkpoints; rank 1 neither saved nor deleted any.
   EXPECT_THAT(results[0].out, HasSubstr("checkpoint " + (tmp.path() / "out/s/final").string()));
   EXPECT_THAT(results[1].out + results[1].err, Not(HasSubstr("checkpoints/step-")));

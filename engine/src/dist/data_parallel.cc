@@ -56,16 +56,11 @@ class GlooDataParallel : public DataParallel {
   }
 
   StatusOr<std::vector<double>> Max(const std::vector<double>& values) override {
-    std::vector<at::Tensor> t = {at::zeros({static_cast<int64_t>(values.size())}, at::kDouble)};
-    for (size_t i = 0; i < values.size(); ++i) t[0][static_cast<int64_t>(i)] = values[i];
-    c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::MAX;
-    ENGINE_RETURN_IF_ERROR(
-        Collective("flag all-reduce", [&] { group_->allreduce(t, options)->wait(); }));
-    std::vector<double> out(values.size());
-    for (size_t i = 0; i < values.size(); ++i)
-      out[i] = t[0][static_cast<int64_t>(i)].item<double>();
-    return out;
+    return Reduce(values, c10d::ReduceOp::MAX, "flag all-reduce");
+  }
+
+  StatusOr<std::vector<double>> Sum(const std::vector<double>& values) override {
+    return Reduce(values, c10d::ReduceOp::SUM, "metric all-reduce");
   }
 
   Status Barrier() override {
@@ -73,6 +68,20 @@ class GlooDataParallel : public DataParallel {
   }
 
  private:
+  StatusOr<std::vector<double>> Reduce(const std::vector<double>& values, c10d::ReduceOp op,
+                                       const char* what) {
+    std::vector<at::Tensor> t = {at::zeros({static_cast<int64_t>(values.size())}, at::kDouble)};
+    for (size_t i = 0; i < values.size(); ++i) t[0][static_cast<int64_t>(i)] = values[i];
+    c10d::AllreduceOptions options;
+    options.reduceOp = op;
+    ENGINE_RETURN_IF_ERROR(Collective(what, [&] { group_->allreduce(t, options)->wait(); }));
+    std::vector<double> out(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      out[i] = t[0][static_cast<int64_t>(i)].item<double>();
+    }
+    return out;
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
 };

@@ -43,6 +43,8 @@ class DataParallel {
 
   // Element-wise maximum over ranks of small flags (stop requested, interrupted, ...).
   virtual StatusOr<std::vector<double>> Max(const std::vector<double>& values) = 0;
+  // Element-wise sum over ranks of a few numbers (evaluation partial sums), in f64.
+  virtual StatusOr<std::vector<double>> Sum(const std::vector<double>& values) = 0;
 
   virtual Status Barrier() = 0;
 };

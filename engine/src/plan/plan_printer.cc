@@ -41,6 +41,13 @@ std::string EvalText(const StagePlan& s) {
   std::string out =
       every > 0 ? "every " + std::to_string(every) + " steps and at the end" : "at the end";
   out += ", batch " + std::to_string(s.eval_batch_size);
+  const int64_t batches =
+      (s.eval_examples + s.eval_batch_size - 1) / std::max<int64_t>(1, s.eval_batch_size);
+  if (s.world_size > 1 && batches >= s.world_size) {
+    // Matches Trainer::Evaluate: batch b goes to rank b % world_size.
+    out += "; " + std::to_string(batches) + " batches split across the " +
+           std::to_string(s.world_size) + " ranks";
+  }
   if (s.eval_examples == 0) out = "none (the eval split is empty)";
   return out;
 }

@@ -21,6 +21,7 @@
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
 #include "dist/data_parallel.h"
+#include "dist/eval_partials.h"
 #include "dist/gradient_averager.h"
 #include "engine/adapter.h"
 #include "engine/dtype.h"
@@ -624,15 +625,11 @@ class StageTrainer : public CallbackActions {
     return Emit(event);
   }
 
+  // Under DDP each rank evaluates every world_size-th batch and the partial sums are added up, so
+  // evaluation takes 1/world_size of the time; all ranks end with the same metrics.
   StatusOr<std::map<std::string, double>> Evaluate() {
-    std::map<std::string, double> out;
     const int64_t n = plan_.eval_examples;
-    if (n == 0) return out;
-    module_.eval();
-    at::NoGradGuard no_grad;
-    double loss_sum = 0;
-    int64_t loss_count = 0;
-    std::map<std::string, Metric> metrics;
+    if (n == 0) return std::map<std::string, double>();
     std::vector<std::vector<int64_t>> batches;
     for (int64_t begin = 0; begin < n; begin += plan_.eval_batch_size) {
       std::vector<int64_t> indices;
@@ -641,6 +638,29 @@ class StageTrainer : public CallbackActions {
       }
       batches.push_back(std::move(indices));
     }
+    const size_t ranks = static_cast<size_t>(plan_.world_size);
+    if (data_parallel_ != nullptr && batches.size() >= ranks) {
+      std::vector<std::vector<int64_t>> mine;
+      for (size_t b = static_cast<size_t>(plan_.rank); b < batches.size(); b += ranks) {
+        mine.push_back(batches[b]);
+      }
+      LOG(INFO) << context_ << ": rank " << plan_.rank << " evaluates " << mine.size() << " of "
+                << batches.size() << " eval batches";
+      ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(mine));
+      ENGINE_ASSIGN_OR_RETURN(const bool summed, SumOverRanks(*data_parallel_, partials));
+      if (summed) return partials.Values();
+      LOG(WARNING) << context_
+                   << ": the ranks' evaluations returned different metric names, so every rank "
+                      "evaluates the whole split instead";
+    }
+    ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(batches));
+    return partials.Values();
+  }
+
+  StatusOr<EvalPartials> EvaluateBatches(const std::vector<std::vector<int64_t>>& batches) {
+    module_.eval();
+    at::NoGradGuard no_grad;
+    EvalPartials partials;
     BatchPrefetcher prefetcher(*plan_.dataset, Split::kEval, batches, stage_.data.context);
     for (size_t b = 0; b < batches.size(); ++b) {
       auto batch = NextBatch(prefetcher);
@@ -653,18 +673,10 @@ class StageTrainer : public CallbackActions {
         module_.train();
         return output.status();
       }
-      loss_sum += output->loss.item<double>() * static_cast<double>(output->loss_count);
-      loss_count += output->loss_count;
-      for (const auto& [name, metric] : output->metrics) {
-        metrics[name].sum += metric.sum;
-        metrics[name].count += metric.count;
-        metrics[name].exp_of_mean = metric.exp_of_mean;
-      }
+      partials.Add(*output);
     }
     module_.train();
-    if (loss_count > 0) out["eval/loss"] = loss_sum / static_cast<double>(loss_count);
-    for (const auto& [name, metric] : metrics) out["eval/" + name] = metric.value();
-    return out;
+    return partials;
   }
 
   StatusOr<std::map<std::string, double>> EvaluateAndReport() {

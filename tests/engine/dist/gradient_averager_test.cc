@@ -10,45 +10,17 @@
 
 #include <vector>
 
+#include "testing/fake_data_parallel.h"
+
 namespace engine {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Rank 0 of two; the other rank's gradients are all `other` (added when a sum is waited for).
-class FakeGroup : public DataParallel {
- public:
-  explicit FakeGroup(float other) : other_(other) {}
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-
-  std::unique_ptr<PendingSum> StartSum(at::Tensor flat) override {
-    started_sizes.push_back(flat.numel());
-    struct Pending : PendingSum {
-      Status Wait() override {
-        if (fail) return AbortedError("data parallel gradient all-reduce failed: peer gone");
-        flat.add_(other);
-        return Status::Ok();
-      }
-      at::Tensor flat;
-      float other = 0;
-      bool fail = false;
-    };
-    auto pending = std::make_unique<Pending>();
-    pending->flat = flat;
-    pending->other = other_;
-    pending->fail = fail_waits;
-    return pending;
-  }
-  StatusOr<std::vector<double>> Max(const std::vector<double>& values) override { return values; }
-  Status Barrier() override { return Status::Ok(); }
-
-  std::vector<int64_t> started_sizes;
-  bool fail_waits = false;
-
- private:
-  float other_;
+// This process is rank 0 of two; the other rank's gradients are all `other`.
+struct FakeGroup : testing::FakeDataParallel {
+  explicit FakeGroup(float other) { other_gradient = other; }
 };
 
 struct TwoLayers {

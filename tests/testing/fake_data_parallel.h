@@ -1,0 +1,63 @@
+// A DataParallel for unit tests: this process is rank 0 of two, and the other rank's side of
+// every collective is scripted (a constant added to gradient sums, fixed values for Max and Sum).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "dist/data_parallel.h"
+
+namespace engine::testing {
+
+class FakeDataParallel : public DataParallel {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+
+  std::unique_ptr<PendingSum> StartSum(at::Tensor flat) override {
+    started_sizes.push_back(flat.numel());
+    struct Pending : PendingSum {
+      Status Wait() override {
+        if (fail) return AbortedError("data parallel gradient all-reduce failed: peer gone");
+        flat.add_(other);
+        return Status::Ok();
+      }
+      at::Tensor flat;
+      float other = 0;
+      bool fail = false;
+    };
+    auto pending = std::make_unique<Pending>();
+    pending->flat = flat;
+    pending->other = other_gradient;
+    pending->fail = fail_waits;
+    return pending;
+  }
+
+  // The other rank's values are `other_max` / `other_sum` where set, else the same as ours.
+  StatusOr<std::vector<double>> Max(const std::vector<double>& values) override {
+    std::vector<double> out = values;
+    for (size_t i = 0; i < out.size() && i < other_max.size(); ++i) {
+      out[i] = std::max(out[i], other_max[i]);
+    }
+    return out;
+  }
+  StatusOr<std::vector<double>> Sum(const std::vector<double>& values) override {
+    sums.push_back(values);
+    std::vector<double> out = values;
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] += i < other_sum.size() ? other_sum[i] : values[i];
+    return out;
+  }
+  Status Barrier() override { return Status::Ok(); }
+
+  float other_gradient = 0;  // every element of the other rank's gradients
+  bool fail_waits = false;
+  std::vector<double> other_max, other_sum;
+  std::vector<int64_t> started_sizes;     // StartSum calls, in order
+  std::vector<std::vector<double>> sums;  // Sum calls
+};
+
+}  // namespace engine::testing
