@@ -1,10 +1,12 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <glog/logging.h>
 #include <google/protobuf/text_format.h>
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -155,6 +157,39 @@ void RemoveStaleTemporaries(const std::filesystem::path& parent) {
     }
   }
   for (const auto& path : stale) RemoveTree(path, ec);
+}
+
+std::vector<std::filesystem::path> PeriodicCheckpointsOfRun(const std::filesystem::path& stage_dir,
+                                                            const std::string& run_id,
+                                                            int64_t max_step) {
+  std::error_code ec;
+  std::vector<std::pair<uint64_t, std::filesystem::path>> own;
+  for (const auto& item : std::filesystem::directory_iterator(stage_dir / "checkpoints", ec)) {
+    auto manifest = ReadManifest(item.path());
+    if (manifest.ok() && manifest->run_id() == run_id &&
+        manifest->step() <= static_cast<uint64_t>(max_step)) {
+      own.emplace_back(manifest->step(), item.path());
+    }
+  }
+  std::sort(own.begin(), own.end());
+  std::vector<std::filesystem::path> paths;
+  for (auto& [step, path] : own) paths.push_back(path);
+  return paths;
+}
+
+void RemoveOtherRunsCheckpoints(const std::filesystem::path& stage_dir, const std::string& run_id,
+                                const std::string& context) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& item : std::filesystem::directory_iterator(stage_dir / "checkpoints", ec)) {
+    if (item.path().filename().string().rfind("step-", 0) != 0) continue;
+    auto manifest = ReadManifest(item.path());
+    if (!manifest.ok() || manifest->run_id() != run_id) stale.push_back(item.path());
+  }
+  for (const auto& path : stale) {
+    LOG(INFO) << context << ": removing " << path.string() << " (from an earlier training)";
+    RemoveTree(path, ec);
+  }
 }
 
 }  // namespace engine

@@ -16,6 +16,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "engine/checkpoint.pb.h"
 #include "engine/safetensors.h"
@@ -29,6 +30,8 @@ inline constexpr const char* kManifestFile = "manifest.pbtxt";
 inline constexpr const char* kConfigFile = "config.json";
 inline constexpr const char* kAdapterFile = "adapter_model.safetensors";
 inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
+// PEFT's names for adapter tensors: "base_model.model." + the parameter's name in the model.
+inline constexpr const char* kPeftPrefix = "base_model.model.";
 inline constexpr uint32_t kCheckpointFormatVersion = 1;
 
 struct CheckpointContents {
@@ -48,5 +51,17 @@ StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& di
 
 // Removes hidden temporary directories left in `parent` by interrupted writes.
 void RemoveStaleTemporaries(const std::filesystem::path& parent);
+
+// The periodic checkpoints (<stage_dir>/checkpoints/step-*) that training `run_id` wrote up to
+// step `max_step`, oldest first.
+std::vector<std::filesystem::path> PeriodicCheckpointsOfRun(const std::filesystem::path& stage_dir,
+                                                            const std::string& run_id,
+                                                            int64_t max_step);
+
+// Once training `run_id` has finished, the periodic checkpoints of earlier trainings of the stage
+// (of another configuration, or started over) can no longer be resumed from: removes them, saying
+// so in the log after `context`.
+void RemoveOtherRunsCheckpoints(const std::filesystem::path& stage_dir, const std::string& run_id,
+                                const std::string& context);
 
 }  // namespace engine

@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <glog/logging.h>
@@ -10,12 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <ctime>
-#include <fstream>
-#include <mutex>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/guarded_call.h"
@@ -36,15 +29,14 @@
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/parent_weights.h"
 #include "train/precision_runtime.h"
+#include "train/training_state.h"
 
 namespace engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// PEFT's names for adapter tensors: "base_model.model." + the parameter's name in the model.
-constexpr const char* kPeftPrefix = "base_model.model.";
 
 // fp16 overflows in this many consecutive steps stop the stage instead of training nothing.
 constexpr int64_t kMaxConsecutiveSkips = 30;
@@ -52,40 +44,9 @@ constexpr int64_t kMaxConsecutiveSkips = 30;
 // A collective that waits longer than this for another rank fails (that rank is gone or stuck).
 constexpr int kCollectiveTimeoutSeconds = 300;
 
-// Random generator states in the optimizer file: a '/' can be in no parameter's name.
-constexpr const char* kRngPrefix = "engine/rng/";
-
 // Dropout and other randomness while training draw from generators seeded from the stage seed when
 // the stage starts, so a stage trains the same whether the stages before it ran or were up to date.
 uint64_t TrainingSeed(uint64_t stage_seed) { return stage_seed ^ 0x5452414953454544ULL; }
-
-std::string PrintExactly(double value) {
-  char text[40];
-  std::snprintf(text, sizeof(text), "%.17g", value);
-  return text;
-}
-
-StatusOr<int64_t> IntegerMetadata(const safetensors::Metadata& metadata, const std::string& key) {
-  auto it = metadata.find(key);
-  if (it == metadata.end()) return DataLossError("the optimizer file lacks '" + key + "'");
-  char* end = nullptr;
-  const long long value = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0') {
-    return DataLossError("the optimizer file's '" + key + "' is not an integer");
-  }
-  return static_cast<int64_t>(value);
-}
-
-StatusOr<double> NumberMetadata(const safetensors::Metadata& metadata, const std::string& key) {
-  auto it = metadata.find(key);
-  if (it == metadata.end()) return DataLossError("the optimizer file lacks '" + key + "'");
-  char* end = nullptr;
-  const double value = std::strtod(it->second.c_str(), &end);
-  if (it->second.empty() || *end != '\0') {
-    return DataLossError("the optimizer file's '" + key + "' is not a number");
-  }
-  return value;
-}
 
 std::string UtcNow() {
   std::time_t now = std::time(nullptr);
@@ -200,7 +161,7 @@ class StageTrainer : public CallbackActions {
     if (plan_.rank == 0) {
       ENGINE_RETURN_IF_ERROR(
           SaveCheckpoint(result.final_checkpoint, /*final=*/true, result.eval_metrics));
-      RemoveOtherRunsCheckpoints();
+      RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
     }
     // The stages after this one read its final checkpoint on every rank.
     if (data_parallel_ != nullptr) ENGINE_RETURN_IF_ERROR(data_parallel_->Barrier());
@@ -216,7 +177,11 @@ class StageTrainer : public CallbackActions {
 
  private:
   Status Prepare() {
-    if (!request_.parent_checkpoint.empty()) ENGINE_RETURN_IF_ERROR(LoadParentWeights());
+    if (!request_.parent_checkpoint.empty()) {
+      ENGINE_RETURN_IF_ERROR(LoadParentWeights(request_.parent_checkpoint, context_, model_,
+                                               plan_.layers.adapter_parameters,
+                                               config_.parent_adapters() == proto::Stage::MERGE));
+    }
     ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
       module_.to(device_);
       return Status::Ok();
@@ -334,46 +299,23 @@ class StageTrainer : public CallbackActions {
       sources.push_back(source);
     }
 
-    safetensors::NamedTensors slots, masters;
-    std::map<std::string, at::Tensor> generators;
-    ENGINE_ASSIGN_OR_RETURN(safetensors::NamedTensors all, state->GetAll().WithContext(where));
-    for (auto& [name, tensor] : all) {
-      if (name.rfind(kRngPrefix, 0) == 0) {
-        generators[name.substr(std::strlen(kRngPrefix))] = tensor.clone();
-      } else if (name.size() > 7 && name.compare(name.size() - 7, 7, ".master") == 0) {
-        masters.emplace_back(name, tensor);
-      } else {
-        slots.emplace_back(name, tensor);
-      }
-    }
-    const safetensors::Metadata& meta = state->metadata();
-    PrecisionRuntime::ScalerState scaler;
-    ENGINE_ASSIGN_OR_RETURN(int64_t optimizer_steps,
-                            IntegerMetadata(meta, "step").WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(scaler.scale, NumberMetadata(meta, "loss_scale").WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(scaler.growth_tracker,
-                            IntegerMetadata(meta, "growth_tracker").WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(scaler.skipped_steps,
-                            IntegerMetadata(meta, "skipped_steps").WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(scaler.consecutive_skipped_steps,
-                            IntegerMetadata(meta, "consecutive_skipped_steps").WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(examples_, IntegerMetadata(meta, "examples").WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(last_loss_, NumberMetadata(meta, "last_loss").WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(last_lr_, NumberMetadata(meta, "last_lr").WithContext(where));
-    if (generators.count("cpu") == 0) {
-      return DataLossError(where + ": the optimizer file lacks the random generator's state");
-    }
+    ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
+    const TrainingState& training = saved.state;
+    examples_ = training.examples;
+    last_loss_ = training.last_loss;
+    last_lr_ = training.last_lr;
 
-    ENGINE_RETURN_IF_ERROR(optimizer_->LoadState(slots, optimizer_steps).WithContext(where));
-    ENGINE_RETURN_IF_ERROR(precision_->Restore(masters, scaler).WithContext(where));
+    ENGINE_RETURN_IF_ERROR(
+        optimizer_->LoadState(saved.optimizer_slots, training.optimizer_steps).WithContext(where));
+    ENGINE_RETURN_IF_ERROR(precision_->Restore(saved.masters, training.scaler).WithContext(where));
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(where));
     ENGINE_RETURN_IF_ERROR(GuardedCall(where, [&] {
       at::NoGradGuard no_grad;
       for (size_t i = 0; i < targets.size(); ++i) targets[i].second.copy_(sources[i]);
-      SetGeneratorState(at::Device(at::kCPU), generators.at("cpu"));
+      SetGeneratorState(at::Device(at::kCPU), training.generators.at("cpu"));
       if (!device_.is_cpu()) {
-        auto it = generators.find(device_.str());
-        if (it != generators.end()) SetGeneratorState(device_, it->second);
+        auto it = training.generators.find(device_.str());
+        if (it != training.generators.end()) SetGeneratorState(device_, it->second);
       }
       return Status::Ok();
     }));
@@ -381,143 +323,10 @@ class StageTrainer : public CallbackActions {
     epoch_ = epoch;
     last_checkpoint_step_ = step;
     // This training's own periodic checkpoints, oldest first, so keep_last counts them too.
-    std::error_code ec;
-    std::vector<std::pair<uint64_t, std::filesystem::path>> own;
-    for (const auto& item :
-         std::filesystem::directory_iterator(request_.stage_dir / "checkpoints", ec)) {
-      auto other = ReadManifest(item.path());
-      if (other.ok() && other->run_id() == run_id_ && other->step() <= manifest.step()) {
-        own.emplace_back(other->step(), item.path());
-      }
-    }
-    std::sort(own.begin(), own.end());
-    for (auto& [s, path] : own) periodic_.push_back(path);
+    periodic_ = PeriodicCheckpointsOfRun(request_.stage_dir, run_id_, step);
     LOG(INFO) << context_ << ": resumed at step " << step_ << " of " << plan_.total_steps
               << " (epoch " << epoch_ << ") from " << dir.string();
     return Status::Ok();
-  }
-
-  static at::Tensor GeneratorState(at::Device device) {
-    at::Generator generator = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
-                                              : at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    return generator.get_state();
-  }
-
-  static void SetGeneratorState(at::Device device, const at::Tensor& state) {
-    at::Generator generator = device.is_cpu() ? at::detail::getDefaultCPUGenerator()
-                                              : at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(state);
-  }
-
-  // Once a training has finished, the periodic checkpoints of earlier trainings of this stage (of
-  // another configuration, or started over) can no longer be resumed from: they go.
-  void RemoveOtherRunsCheckpoints() {
-    std::error_code ec;
-    std::vector<std::filesystem::path> stale;
-    for (const auto& item :
-         std::filesystem::directory_iterator(request_.stage_dir / "checkpoints", ec)) {
-      if (item.path().filename().string().rfind("step-", 0) != 0) continue;
-      auto manifest = ReadManifest(item.path());
-      if (!manifest.ok() || manifest->run_id() != run_id_) stale.push_back(item.path());
-    }
-    for (const auto& path : stale) {
-      LOG(INFO) << context_ << ": removing " << path.string() << " (from an earlier training)";
-      RemoveTree(path, ec);
-    }
-  }
-
-  // Loads the parent stage's final checkpoint into the freshly built (and possibly quantized and
-  // adapted) model, through the same mapping `engine check` validated (plan/handoff.h). Nothing is
-  // written into the model before the whole mapping is known to fit.
-  Status LoadParentWeights() {
-    const std::filesystem::path& dir = request_.parent_checkpoint;
-    const std::string where = context_ + ": starting from '" + dir.string() + "'";
-    ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest,
-                            ReadManifest(dir).WithContext(where));
-    if (!manifest.final()) {
-      return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
-    }
-    if (manifest.model().architecture() != model_.architecture()) {
-      return FailedPreconditionError(where + ": it holds a '" + manifest.model().architecture() +
-                                     "' model, this stage builds '" + model_.architecture() + "'");
-    }
-    ENGINE_ASSIGN_OR_RETURN(auto file,
-                            safetensors::File::Open(dir / kModelFile).WithContext(where));
-    HandoffSource source;
-    source.stage = manifest.stage();
-    for (const safetensors::TensorInfo& info : file->tensors()) {
-      source.tensors[info.name] = info.shape;
-      if (!c10::isFloatingType(info.dtype)) source.integer_tensors.insert(info.name);
-    }
-    if (std::filesystem::exists(dir / kAdapterFile)) {
-      ENGINE_ASSIGN_OR_RETURN(auto adapters,
-                              safetensors::File::Open(dir / kAdapterFile).WithContext(where));
-      for (const safetensors::TensorInfo& info : adapters->tensors()) {
-        if (info.name.rfind(kPeftPrefix, 0) == 0) {
-          source.adapter_tensors.insert(info.name.substr(std::strlen(kPeftPrefix)));
-        }
-      }
-    }
-    const bool merge = config_.parent_adapters() == proto::Stage::MERGE;
-    const Handoff handoff = PlanHandoff(source, module_, plan_.layers.adapter_parameters, merge);
-    if (!handoff.problems.empty()) {
-      return FailedPreconditionError(
-          where + ": the checkpoint does not fit this stage's model: " + HandoffProblems(handoff));
-    }
-    const std::string adapter_prefix = kPeftPrefix;
-    double merge_scale = 0;
-    std::shared_ptr<const safetensors::File> parent_adapters;
-    if (!handoff.merged_adapters.empty()) {
-      ENGINE_ASSIGN_OR_RETURN(merge_scale, LoraScale(dir).WithContext(where));
-      ENGINE_ASSIGN_OR_RETURN(parent_adapters,
-                              safetensors::File::Open(dir / kAdapterFile).WithContext(where));
-    }
-
-    at::NoGradGuard no_grad;
-    std::map<std::string, at::Tensor> targets;
-    for (auto& item : module_.named_parameters(/*recurse=*/true))
-      targets[item.key()] = item.value();
-    for (auto& item : module_.named_buffers(/*recurse=*/true)) targets[item.key()] = item.value();
-    for (const std::string& name : handoff.copied) {
-      ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file->Get(name).WithContext(where));
-      targets.at(name).copy_(source_tensor);
-    }
-    std::map<std::string, std::shared_ptr<LinearImpl>> layers;
-    for (auto& [name, layer] : NamedLinears(module_)) layers[name] = layer;
-    for (const std::string& name : handoff.dense_layers) {
-      ENGINE_ASSIGN_OR_RETURN(at::Tensor dense, file->Get(name + ".weight").WithContext(where));
-      dense = dense.to(at::kFloat);
-      auto merged = handoff.merged_adapters.find(name);
-      if (merged != handoff.merged_adapters.end()) {
-        ENGINE_ASSIGN_OR_RETURN(
-            at::Tensor a,
-            parent_adapters->Get(adapter_prefix + name + ".lora_A.weight").WithContext(where));
-        ENGINE_ASSIGN_OR_RETURN(
-            at::Tensor b,
-            parent_adapters->Get(adapter_prefix + name + ".lora_B.weight").WithContext(where));
-        dense = dense + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * merge_scale;
-      }
-      ENGINE_RETURN_IF_ERROR(
-          layers.at(name)->LoadDenseWeight(dense).WithContext(where + ": layer '" + name + "'"));
-    }
-    LOG(INFO) << where << ": " << HandoffSummary(handoff);
-    return Status::Ok();
-  }
-
-  // alpha / r from a LoRA checkpoint's adapter_config.json (PEFT's keys).
-  static StatusOr<double> LoraScale(const std::filesystem::path& dir) {
-    const std::filesystem::path path = dir / kAdapterConfigFile;
-    std::ifstream in(path);
-    if (!in) return NotFoundError("cannot read " + path.string() + " to merge its adapters");
-    nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.contains("r") || !config.contains("lora_alpha") ||
-        !config["r"].is_number() || !config["lora_alpha"].is_number() ||
-        config["r"].get<double>() <= 0) {
-      return DataLossError(path.string() + " lacks a positive 'r' and a 'lora_alpha'");
-    }
-    return config["lora_alpha"].get<double>() / config["r"].get<double>();
   }
 
   // The next batch from `prefetcher`, on the stage's device.
@@ -773,23 +582,16 @@ class StageTrainer : public CallbackActions {
       // scaler, the random generators and the counters behind the step events.
       contents.optimizer = optimizer_->State();
       for (auto& master : precision_->MasterTensors()) contents.optimizer.push_back(master);
-      contents.optimizer.emplace_back(std::string(kRngPrefix) + "cpu",
-                                      GeneratorState(at::Device(at::kCPU)));
-      if (!device_.is_cpu()) {
-        contents.optimizer.emplace_back(std::string(kRngPrefix) + device_.str(),
-                                        GeneratorState(device_).cpu());
-      }
-      const PrecisionRuntime::ScalerState scaler = precision_->scaler_state();
-      contents.optimizer_metadata = {
-          {"algorithm", optimizer_->algorithm()},
-          {"step", std::to_string(optimizer_->steps())},
-          {"loss_scale", PrintExactly(scaler.scale)},
-          {"growth_tracker", std::to_string(scaler.growth_tracker)},
-          {"skipped_steps", std::to_string(scaler.skipped_steps)},
-          {"consecutive_skipped_steps", std::to_string(scaler.consecutive_skipped_steps)},
-          {"examples", std::to_string(examples_)},
-          {"last_loss", PrintExactly(last_loss_)},
-          {"last_lr", PrintExactly(last_lr_)}};
+      TrainingState training;
+      training.algorithm = optimizer_->algorithm();
+      training.optimizer_steps = optimizer_->steps();
+      training.scaler = precision_->scaler_state();
+      training.examples = examples_;
+      training.last_loss = last_loss_;
+      training.last_lr = last_lr_;
+      training.generators["cpu"] = GeneratorState(at::Device(at::kCPU));
+      if (!device_.is_cpu()) training.generators[device_.str()] = GeneratorState(device_);
+      contents.optimizer_metadata = AppendTrainingState(training, contents.optimizer);
     }
     contents.config_json = model_.config_json();
     if (!stage_.adapters.empty()) {

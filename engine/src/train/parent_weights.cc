@@ -1,0 +1,111 @@
+#include "train/parent_weights.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/matmul.h>
+#include <glog/logging.h>
+#include <torch/nn/module.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "engine/linear.h"
+#include "engine/safetensors.h"
+#include "plan/handoff.h"
+#include "train/checkpoint.h"
+
+namespace engine {
+namespace {
+
+// alpha / r from a LoRA checkpoint's adapter_config.json (PEFT's keys).
+StatusOr<double> LoraScale(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / kAdapterConfigFile;
+  std::ifstream in(path);
+  if (!in) return NotFoundError("cannot read " + path.string() + " to merge its adapters");
+  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.contains("r") || !config.contains("lora_alpha") ||
+      !config["r"].is_number() || !config["lora_alpha"].is_number() ||
+      config["r"].get<double>() <= 0) {
+    return DataLossError(path.string() + " lacks a positive 'r' and a 'lora_alpha'");
+  }
+  return config["lora_alpha"].get<double>() / config["r"].get<double>();
+}
+
+}  // namespace
+
+Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context, Model& model,
+                         const std::set<std::string>& child_adapter_parameters,
+                         bool merge_adapters) {
+  torch::nn::Module& module = model.module();
+  const std::string where = context + ": starting from '" + dir.string() + "'";
+  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir).WithContext(where));
+  if (!manifest.final()) {
+    return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
+  }
+  if (manifest.model().architecture() != model.architecture()) {
+    return FailedPreconditionError(where + ": it holds a '" + manifest.model().architecture() +
+                                   "' model, this stage builds '" + model.architecture() + "'");
+  }
+  ENGINE_ASSIGN_OR_RETURN(auto file, safetensors::File::Open(dir / kModelFile).WithContext(where));
+  HandoffSource source;
+  source.stage = manifest.stage();
+  for (const safetensors::TensorInfo& info : file->tensors()) {
+    source.tensors[info.name] = info.shape;
+    if (!c10::isFloatingType(info.dtype)) source.integer_tensors.insert(info.name);
+  }
+  if (std::filesystem::exists(dir / kAdapterFile)) {
+    ENGINE_ASSIGN_OR_RETURN(auto adapters,
+                            safetensors::File::Open(dir / kAdapterFile).WithContext(where));
+    for (const safetensors::TensorInfo& info : adapters->tensors()) {
+      if (info.name.rfind(kPeftPrefix, 0) == 0) {
+        source.adapter_tensors.insert(info.name.substr(std::strlen(kPeftPrefix)));
+      }
+    }
+  }
+  const Handoff handoff = PlanHandoff(source, module, child_adapter_parameters, merge_adapters);
+  if (!handoff.problems.empty()) {
+    return FailedPreconditionError(
+        where + ": the checkpoint does not fit this stage's model: " + HandoffProblems(handoff));
+  }
+  const std::string adapter_prefix = kPeftPrefix;
+  double merge_scale = 0;
+  std::shared_ptr<const safetensors::File> parent_adapters;
+  if (!handoff.merged_adapters.empty()) {
+    ENGINE_ASSIGN_OR_RETURN(merge_scale, LoraScale(dir).WithContext(where));
+    ENGINE_ASSIGN_OR_RETURN(parent_adapters,
+                            safetensors::File::Open(dir / kAdapterFile).WithContext(where));
+  }
+
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> targets;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) targets[item.key()] = item.value();
+  for (auto& item : module.named_buffers(/*recurse=*/true)) targets[item.key()] = item.value();
+  for (const std::string& name : handoff.copied) {
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file->Get(name).WithContext(where));
+    targets.at(name).copy_(source_tensor);
+  }
+  std::map<std::string, std::shared_ptr<LinearImpl>> layers;
+  for (auto& [name, layer] : NamedLinears(module)) layers[name] = layer;
+  for (const std::string& name : handoff.dense_layers) {
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor dense, file->Get(name + ".weight").WithContext(where));
+    dense = dense.to(at::kFloat);
+    auto merged = handoff.merged_adapters.find(name);
+    if (merged != handoff.merged_adapters.end()) {
+      ENGINE_ASSIGN_OR_RETURN(
+          at::Tensor a,
+          parent_adapters->Get(adapter_prefix + name + ".lora_A.weight").WithContext(where));
+      ENGINE_ASSIGN_OR_RETURN(
+          at::Tensor b,
+          parent_adapters->Get(adapter_prefix + name + ".lora_B.weight").WithContext(where));
+      dense = dense + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * merge_scale;
+    }
+    ENGINE_RETURN_IF_ERROR(
+        layers.at(name)->LoadDenseWeight(dense).WithContext(where + ": layer '" + name + "'"));
+  }
+  LOG(INFO) << where << ": " << HandoffSummary(handoff);
+  return Status::Ok();
+}
+
+}  // namespace engine

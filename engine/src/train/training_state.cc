@@ -1,0 +1,109 @@
+#include "train/training_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace engine {
+namespace {
+
+constexpr const char* kRngPrefix = "engine/rng/";
+
+std::string PrintExactly(double value) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
+StatusOr<int64_t> IntegerMetadata(const safetensors::Metadata& metadata, const std::string& key) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return DataLossError("the optimizer file lacks '" + key + "'");
+  char* end = nullptr;
+  const long long value = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0') {
+    return DataLossError("the optimizer file's '" + key + "' is not an integer");
+  }
+  return static_cast<int64_t>(value);
+}
+
+StatusOr<double> NumberMetadata(const safetensors::Metadata& metadata, const std::string& key) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return DataLossError("the optimizer file lacks '" + key + "'");
+  char* end = nullptr;
+  const double value = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0') {
+    return DataLossError("the optimizer file's '" + key + "' is not a number");
+  }
+  return value;
+}
+
+at::Generator DefaultGenerator(at::Device device) {
+  return device.is_cpu() ? at::detail::getDefaultCPUGenerator()
+                         : at::globalContext().defaultGenerator(device);
+}
+
+}  // namespace
+
+safetensors::Metadata AppendTrainingState(const TrainingState& state,
+                                          safetensors::NamedTensors& tensors) {
+  for (const auto& [device, generator] : state.generators) {
+    tensors.emplace_back(std::string(kRngPrefix) + device, generator);
+  }
+  return {{"algorithm", state.algorithm},
+          {"step", std::to_string(state.optimizer_steps)},
+          {"loss_scale", PrintExactly(state.scaler.scale)},
+          {"growth_tracker", std::to_string(state.scaler.growth_tracker)},
+          {"skipped_steps", std::to_string(state.scaler.skipped_steps)},
+          {"consecutive_skipped_steps", std::to_string(state.scaler.consecutive_skipped_steps)},
+          {"examples", std::to_string(state.examples)},
+          {"last_loss", PrintExactly(state.last_loss)},
+          {"last_lr", PrintExactly(state.last_lr)}};
+}
+
+StatusOr<SavedTrainingState> ReadTrainingState(const safetensors::File& file) {
+  SavedTrainingState saved;
+  ENGINE_ASSIGN_OR_RETURN(safetensors::NamedTensors all, file.GetAll());
+  for (auto& [name, tensor] : all) {
+    if (name.rfind(kRngPrefix, 0) == 0) {
+      saved.state.generators[name.substr(std::strlen(kRngPrefix))] = tensor.clone();
+    } else if (name.size() > 7 && name.compare(name.size() - 7, 7, ".master") == 0) {
+      saved.masters.emplace_back(name, tensor);
+    } else {
+      saved.optimizer_slots.emplace_back(name, tensor);
+    }
+  }
+  const safetensors::Metadata& meta = file.metadata();
+  TrainingState& s = saved.state;
+  if (auto it = meta.find("algorithm"); it != meta.end()) s.algorithm = it->second;
+  ENGINE_ASSIGN_OR_RETURN(s.optimizer_steps, IntegerMetadata(meta, "step"));
+  ENGINE_ASSIGN_OR_RETURN(s.scaler.scale, NumberMetadata(meta, "loss_scale"));
+  ENGINE_ASSIGN_OR_RETURN(s.scaler.growth_tracker, IntegerMetadata(meta, "growth_tracker"));
+  ENGINE_ASSIGN_OR_RETURN(s.scaler.skipped_steps, IntegerMetadata(meta, "skipped_steps"));
+  ENGINE_ASSIGN_OR_RETURN(s.scaler.consecutive_skipped_steps,
+                          IntegerMetadata(meta, "consecutive_skipped_steps"));
+  ENGINE_ASSIGN_OR_RETURN(s.examples, IntegerMetadata(meta, "examples"));
+  ENGINE_ASSIGN_OR_RETURN(s.last_loss, NumberMetadata(meta, "last_loss"));
+  ENGINE_ASSIGN_OR_RETURN(s.last_lr, NumberMetadata(meta, "last_lr"));
+  if (s.generators.count("cpu") == 0) {
+    return DataLossError("the optimizer file lacks the random generator's state");
+  }
+  return saved;
+}
+
+at::Tensor GeneratorState(at::Device device) {
+  at::Generator generator = DefaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state().cpu();
+}
+
+void SetGeneratorState(at::Device device, const at::Tensor& state) {
+  at::Generator generator = DefaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+}  // namespace engine
