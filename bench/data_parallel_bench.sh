@@ -7,7 +7,9 @@
 #
 # Then the overlap of communication with the backward: 2 ranks with 1 MiB buckets (several
 # all-reduces, each started from inside the backward as soon as its gradients exist) against one
-# bucket holding every gradient (reduced only when the backward is over, i.e. no overlap).
+# bucket holding every gradient (reduced only when the backward is over, i.e. no overlap). With 2
+# cores and 2 ranks no core is left for Gloo to overlap with, so expect noise around 1 there; the
+# gain needs idle cores or a network to wait on.
 #
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
 set -euo pipefail
