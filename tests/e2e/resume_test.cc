@@ -2,7 +2,6 @@
 // checkpoint and ends with exactly the weights, optimizer state and loss scaler of a run that was
 // never stopped, compared bit for bit on the CPU. A checkpoint whose write never finished, or whose
 // files are damaged, is passed over.
-#include <ATen/ops/equal.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +9,7 @@
 
 #include "engine/safetensors.h"
 #include "testing/pipelines.h"
+#include "testing/same_file.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 
@@ -18,23 +18,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// Every tensor and every metadata entry of two safetensors files, bit for bit.
-void ExpectSameFile(const std::filesystem::path& expected, const std::filesystem::path& actual) {
-  auto a = safetensors::File::Open(expected);
-  auto b = safetensors::File::Open(actual);
-  ASSERT_TRUE(a.ok()) << a.status().message();
-  ASSERT_TRUE(b.ok()) << b.status().message();
-  EXPECT_EQ((*a)->metadata(), (*b)->metadata()) << actual;
-  ASSERT_EQ((*a)->tensors().size(), (*b)->tensors().size()) << actual;
-  for (const safetensors::TensorInfo& info : (*a)->tensors()) {
-    auto x = (*a)->Get(info.name);
-    auto y = (*b)->Get(info.name);
-    ASSERT_TRUE(x.ok() && y.ok()) << info.name;
-    EXPECT_EQ(x->scalar_type(), y->scalar_type()) << info.name;
-    EXPECT_TRUE(at::equal(*x, *y)) << info.name << " differs in " << actual;
-  }
-}
 
 class ResumeTest : public ::testing::Test {
  protected:
@@ -48,8 +31,8 @@ class ResumeTest : public ::testing::Test {
   void ExpectSameAsReference(const std::filesystem::path& out) {
     for (const char* stage : {"a", "b"}) {
       for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-        ExpectSameFile(reference_.path() / "out" / stage / "final" / file,
-                       out / stage / "final" / file);
+        testing::ExpectSameSafetensors(reference_.path() / "out" / stage / "final" / file,
+                                       out / stage / "final" / file);
       }
     }
   }

@@ -1,7 +1,6 @@
 // F9: a multi-process launch where one rank dies left the others hanging in a collective, and
 // orphans holding the port and the GPU. `engine run --nproc` stops every rank when one fails,
 // exits with that rank's status, leaves no process behind, and names a busy MASTER_PORT.
-#include <ATen/ops/equal.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -11,8 +10,8 @@
 
 #include <regex>
 
-#include "engine/safetensors.h"
 #include "testing/pipelines.h"
+#include "testing/same_file.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -95,13 +94,8 @@ TEST(F9LauncherTest, CtrlCToTheLauncherStopsEveryRankAndTheRunResumesBitForBit) 
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step " + std::to_string(stopped_after)));
   for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
-    auto a = safetensors::File::Open(reference.path() / "out/s/final" / name);
-    auto b = safetensors::File::Open(tmp.path() / "out/s/final" / name);
-    ASSERT_TRUE(a.ok() && b.ok()) << name;
-    EXPECT_EQ((*a)->metadata(), (*b)->metadata()) << name;
-    for (const safetensors::TensorInfo& info : (*a)->tensors()) {
-      EXPECT_TRUE(at::equal(*(*a)->Get(info.name), *(*b)->Get(info.name))) << info.name;
-    }
+    testing::ExpectSameSafetensors(reference.path() / "out/s/final" / name,
+                                   tmp.path() / "out/s/final" / name);
   }
 }
 
