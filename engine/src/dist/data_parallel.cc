@@ -3,8 +3,7 @@
 #define USE_C10D_GLOO 1
 #include "dist/data_parallel.h"
 
-#include <ATen/core/grad_mode.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/from_blob.h>
 
 #include <exception>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -70,15 +69,14 @@ class GlooDataParallel : public DataParallel {
  private:
   StatusOr<std::vector<double>> Reduce(const std::vector<double>& values, c10d::ReduceOp op,
                                        const char* what) {
-    std::vector<at::Tensor> t = {at::zeros({static_cast<int64_t>(values.size())}, at::kDouble)};
-    for (size_t i = 0; i < values.size(); ++i) t[0][static_cast<int64_t>(i)] = values[i];
+    const int64_t n = static_cast<int64_t>(values.size());
+    std::vector<at::Tensor> t = {
+        at::from_blob(const_cast<double*>(values.data()), {n}, at::kDouble).clone()};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
     ENGINE_RETURN_IF_ERROR(Collective(what, [&] { group_->allreduce(t, options)->wait(); }));
-    std::vector<double> out(values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      out[i] = t[0][static_cast<int64_t>(i)].item<double>();
-    }
+    const double* reduced = t[0].data_ptr<double>();
+    std::vector<double> out(reduced, reduced + n);
     return out;
   }
 
