@@ -49,6 +49,13 @@ ENGINE_SIMD_CLONES bool UnscaleSpan(G* g, int64_t n, float inverse) {
   return finite;
 }
 
+template <typename G>
+ENGINE_SIMD_CLONES bool FiniteSpan(const G* g, int64_t n) {
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(static_cast<float>(g[i]));
+  return finite;
+}
+
 bool IsLowOrF32(c10::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
@@ -118,6 +125,19 @@ bool UnscaleAndCheckFinite(const at::Tensor& grad, double inverse_scale) {
     scalar_t* g = grad.data_ptr<scalar_t>();
     at::parallel_for(0, grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
       if (!UnscaleSpan(g + begin, end - begin, inverse)) finite = false;
+    });
+  });
+  return finite;
+}
+
+bool AllFinite(const at::Tensor& grad) {
+  TORCH_CHECK(grad.device().is_cpu() && grad.is_contiguous() && IsLowOrF32(grad.scalar_type()),
+              "AllFinite takes a contiguous f32/bf16/f16 CPU tensor");
+  std::atomic<bool> finite{true};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad.scalar_type(), "AllFinite", [&] {
+    const scalar_t* g = grad.data_ptr<scalar_t>();
+    at::parallel_for(0, grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      if (!FiniteSpan(g + begin, end - begin)) finite = false;
     });
   });
   return finite;

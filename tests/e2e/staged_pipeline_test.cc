@@ -1,6 +1,7 @@
 // Stages handing checkpoints to stages through `engine run`: a dense parent quantized to NF4 on the
-// fly under new LoRA adapters, a parent's LoRA adapters merged into the base, and adapters with
-// nowhere to go refused by `engine check` at the field's position.
+// fly under new LoRA adapters, a `vlm` starting from a `llama` language model (new_tensors), a
+// parent's LoRA adapters merged into the base, and adapters with nowhere to go refused by
+// `engine check` at the field's position.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -73,6 +74,64 @@ TEST(StagedPipelineTest, ADenseParentIsQuantizedOnTheFlyUnderNewAdapters) {
   EXPECT_EQ(packed.scalar_type(), at::kByte);
   EXPECT_EQ(packed.numel() * 2, dense.numel());
   EXPECT_EQ(Tensor(llm, "model.layers.0.self_attn.q_proj.lora_B.weight").size(1), 4);
+}
+
+// A language-model warm-up: a `llama` stage on the fortunes, then a `vlm` whose decoder starts
+// from it while its vision tower and projector are new.
+TEST(StagedPipelineTest, AVlmDecoderStartsFromALlamaStageWithNewTensorsForTheRest) {
+  testing::TempDir tmp;
+  const std::string lm =
+      "stage {\n  name: \"lm\"\n  model { plugin: \"llama\" options { "
+      "[type.googleapis.com/engine.transformer.LlamaOptions] { hidden_size: 32 "
+      "num_hidden_layers: 1 num_attention_heads: 2 } } }\n"
+      "  data { plugin: \"text\" options { [type.googleapis.com/engine.plugins.TextOptions] { "
+      "path: \"" +
+      testing::FortunesDataPath().string() +
+      "\" document_separator: \"%\" sequence_length: 32 max_documents: 200 } } }\n"
+      "  precision { plugin: \"fp32\" }\n  schedule { max_steps: 3 batch_size: 8 }\n}\n";
+  const std::string frozen_decoder =
+      "  trainable { include: \"visual.*\" include: \"projector.*\" }";
+  const auto refused =
+      tmp.Write("refused.pbtxt", "output_dir: \"out\"\n" + lm +
+                                     VlmStage("vision", "  from_stage: \"lm\"\n" + frozen_decoder));
+  auto check = testing::RunEngine({"check", refused.string()}, tmp.path().string());
+  EXPECT_NE(check.exit_code, 0);
+  EXPECT_THAT(check.err, ::testing::ContainsRegex(
+                             "refused.pbtxt:[0-9]+:3: error: stage 'vision' starts from stage "
+                             "'lm', but their models do not fit: '[a-z_.0-9]+' exists only here "
+                             "\\(name the tensors that keep the model's initialisation in "
+                             "new_tensors\\)"));
+
+  const auto file =
+      tmp.Write("p.pbtxt", "output_dir: \"out\"\n" + lm +
+                               VlmStage("vision",
+                                        "  from_stage: \"lm\"\n  new_tensors: \"visual.*\"\n"
+                                        "  new_tensors: \"projector.*\"\n" +
+                                            frozen_decoder));
+  auto r = testing::RunEngine({"run", file.string()}, tmp.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "starts from the final weights of stage 'lm' \\(a 'llama' model\\): "
+                         "[0-9]+ tensors copied, [0-9]+ new tensors initialised by the model"));
+  // The frozen decoder is the language model's, bit for bit.
+  const auto lm_file = tmp.path() / "out/lm/final/model.safetensors";
+  const auto vlm_file = tmp.path() / "out/vision/final/model.safetensors";
+  for (const std::string name : {"model.embed_tokens.weight",
+                                 "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"}) {
+    EXPECT_TRUE(at::equal(Tensor(lm_file, name), Tensor(vlm_file, name))) << name;
+  }
+
+  // A decoder of another size does not fit, and the shapes are named.
+  std::string wider_vlm =
+      VlmStage("vision",
+               "  from_stage: \"lm\"\n  new_tensors: \"visual.*\"\n  new_tensors: \"projector.*\"");
+  const std::string decoder = "decoder { hidden_size: 32";
+  wider_vlm.replace(wider_vlm.find(decoder), decoder.size(), "decoder { hidden_size: 48");
+  const auto wider = tmp.Write("wider.pbtxt", "output_dir: \"out\"\n" + lm + wider_vlm);
+  check = testing::RunEngine({"check", wider.string()}, tmp.path().string());
+  EXPECT_NE(check.exit_code, 0);
+  EXPECT_THAT(check.err,
+              HasSubstr("'model.embed_tokens.weight' is [259,32] in 'lm' but [259,48] here"));
 }
 
 TEST(StagedPipelineTest, AParentsLoraIsMergedIntoTheBaseWhenTheStageSaysSo) {

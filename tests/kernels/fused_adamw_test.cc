@@ -65,5 +65,19 @@ TEST(UnscaleTest, ScalesAndReportsNonFiniteValues) {
   }
 }
 
+TEST(AllFiniteTest, FindsOneNonFiniteValueAndWritesNothing) {
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    at::Tensor g = at::full({70000}, 8.0).to(dtype);
+    EXPECT_TRUE(AllFinite(g)) << dtype;
+    g[69999] = -INFINITY;
+    EXPECT_FALSE(AllFinite(g)) << dtype;
+    g[69999] = NAN;
+    EXPECT_FALSE(AllFinite(g)) << dtype;
+    EXPECT_EQ(g[0].item<float>(), 8.0f) << dtype;
+  }
+  EXPECT_TRUE(AllFinite(at::zeros({0})));
+  EXPECT_THROW(AllFinite(at::zeros({4}, at::kDouble)), c10::Error);
+}
+
 }  // namespace
 }  // namespace engine::kernels

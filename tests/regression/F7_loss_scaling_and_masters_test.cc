@@ -70,10 +70,7 @@ TEST(F7LossScalingAndMastersTest, AnOverflowSkipsTheStepHalvesTheScaleAndTrainin
     at::Tensor loss = layer->forward(at::ones({3, 4})).pow(2).mean() + 10;
     (loss * (*runtime)->loss_scale()).backward();
     const bool finite = (*runtime)->UnscaleAndCheck(1.0);
-    if (finite) {
-      optimizer->Step(0.1);
-      (*runtime)->SyncParameters();
-    }
+    if (finite) (*runtime)->Step(*optimizer, 0.1);
     (*runtime)->UpdateScale(!finite);
     return finite;
   };

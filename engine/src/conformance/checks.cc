@@ -576,7 +576,12 @@ CheckResult PrecisionContract(const Subject& s) {
   }
   if (!(*runtime)->UnscaleAndCheck(1.0))
     return Fail("the gradients of a small step are not finite");
-  for (const NamedParameter& p : (*runtime)->optimizer_parameters()) {
+  const std::vector<NamedParameter>& updated = (*runtime)->optimizer_parameters();
+  const std::vector<GradientFeed>& feeds = (*runtime)->feeds();
+  for (size_t i = 0; i < updated.size(); ++i) {
+    const NamedParameter& p = updated[i];
+    // A master's low-precision gradient is fed with its factor, and unscaled into f32 by the step.
+    if (i < feeds.size() && feeds[i].grad.defined()) continue;
     if (!p.tensor.grad().defined()) return Fail("'" + p.name + "' got no gradient");
     if (p.tensor.grad().scalar_type() != p.tensor.scalar_type()) {
       return Fail("the optimizer would see a " +
@@ -585,9 +590,20 @@ CheckResult PrecisionContract(const Subject& s) {
                   "')");
     }
   }
+  proto::Optimizer adamw;
+  adamw.mutable_adamw();
+  auto optimizer = MakeOptimizer(adamw, updated);
+  try {
+    (*runtime)->Step(*optimizer, 1e-3);
+  } catch (const std::exception& e) {
+    return Fail(std::string("an AdamW step on the plan's weights failed: ") + e.what());
+  }
+  if (Status state = (*runtime)->VerifyOptimizerState(*optimizer); !state.ok()) {
+    return Fail(state.message());
+  }
   return Pass("plan '" + plan->policy + "' on " + request.device.Describe() +
               " holds the invariants; the captured context gives the same output on a worker "
-              "thread; the optimizer sees gradients of its own dtype");
+              "thread; an AdamW step keeps its state in the dtype of the weights it updates");
 }
 
 class NoActions : public CallbackActions {

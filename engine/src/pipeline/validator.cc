@@ -233,6 +233,24 @@ class StageChecker {
     check(stage.trainable().exclude(), "exclude");
   }
 
+  void CheckNewTensors(const proto::Stage& stage, const std::string& path,
+                       const std::string& name) {
+    if (stage.new_tensors_size() > 0 && !stage.has_from_stage()) {
+      Error(path + ".new_tensors[0]",
+            "stage '" + name +
+                "': new_tensors names tensors a from_stage parent lacks, and this stage has no "
+                "from_stage");
+    }
+    for (int i = 0; i < stage.new_tensors_size(); ++i) {
+      std::string problem = GlobSyntaxError(stage.new_tensors(i));
+      if (!problem.empty()) {
+        Error(
+            path + ".new_tensors[" + std::to_string(i) + "]",
+            "stage '" + name + "': new_tensors pattern '" + stage.new_tensors(i) + "': " + problem);
+      }
+    }
+  }
+
  private:
   const PluginRegistry& registry_;
   ResolvedPipeline* pipeline_;
@@ -460,6 +478,7 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
       }
     }
     checker.CheckTrainable(stage, path, s.name);
+    checker.CheckNewTensors(stage, path, s.name);
     checker.CheckOptimizer(stage, path, s.name);
     checker.CheckSchedule(stage, path, s.name);
     StatusOr<DeviceChoice> device = ChooseDevice(stage.parallel().device());

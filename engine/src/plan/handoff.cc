@@ -1,5 +1,6 @@
 #include "plan/handoff.h"
 
+#include "core/glob.h"
 #include "engine/format.h"
 #include "engine/linear.h"
 
@@ -23,10 +24,24 @@ std::string LayerOf(const std::string& tensor, const std::map<std::string, Linea
   return "";
 }
 
+// Whether `tensor` matches one of `globs`, counting the hits of each.
+bool MarkNewTensor(const std::string& tensor, const std::vector<std::string>& globs,
+                   std::vector<int64_t>& hits) {
+  bool any = false;
+  for (size_t i = 0; i < globs.size(); ++i) {
+    if (GlobMatch(globs[i], tensor)) {
+      ++hits[i];
+      any = true;
+    }
+  }
+  return any;
+}
+
 }  // namespace
 
 Handoff PlanHandoff(const HandoffSource& parent, torch::nn::Module& child,
-                    const std::set<std::string>& child_adapter_parameters, bool merge_adapters) {
+                    const std::set<std::string>& child_adapter_parameters, bool merge_adapters,
+                    const std::vector<std::string>& new_tensor_globs) {
   Handoff h;
   std::map<std::string, std::vector<int64_t>> mine;
   for (const auto& item : child.named_parameters(/*recurse=*/true)) {
@@ -39,8 +54,10 @@ Handoff PlanHandoff(const HandoffSource& parent, torch::nn::Module& child,
   auto named_linears = NamedLinears(child);
   for (auto& [name, layer] : named_linears) layers[name] = layer.get();
 
-  std::set<std::string> handled;   // child tensors
-  std::set<std::string> consumed;  // parent tensors
+  std::vector<int64_t> glob_hits(new_tensor_globs.size(), 0);
+  int64_t child_only_problem = -1;  // the first "exists only here", which carries the hint
+  std::set<std::string> handled;    // child tensors
+  std::set<std::string> consumed;   // parent tensors
 
   // The parent's adapters: merged into their layer's base weight, or re-attached by name below.
   std::map<std::string, std::vector<std::string>> to_merge;
@@ -106,8 +123,22 @@ Handoff PlanHandoff(const HandoffSource& parent, torch::nn::Module& child,
       }
     } else if (child_adapter_parameters.count(name)) {
       h.fresh.push_back(name);
+      MarkNewTensor(name, new_tensor_globs, glob_hits);
+    } else if (MarkNewTensor(name, new_tensor_globs, glob_hits)) {
+      h.initialised.push_back(name);
     } else {
+      if (child_only_problem < 0) child_only_problem = static_cast<int64_t>(h.problems.size());
       h.problems.push_back("'" + name + "' exists only here");
+    }
+  }
+  if (child_only_problem >= 0) {
+    h.problems[child_only_problem] +=
+        " (name the tensors that keep the model's initialisation in new_tensors)";
+  }
+  for (size_t i = 0; i < new_tensor_globs.size(); ++i) {
+    if (glob_hits[i] == 0) {
+      h.problems.push_back("new_tensors pattern '" + new_tensor_globs[i] +
+                           "' matches no tensor that '" + parent.stage + "' lacks");
     }
   }
   for (const auto& [name, shape] : parent.tensors) {
@@ -139,6 +170,10 @@ std::string HandoffSummary(const Handoff& h) {
   }
   if (!h.fresh.empty()) {
     out += ", " + WithThousands(static_cast<int64_t>(h.fresh.size())) + " new adapter tensors";
+  }
+  if (!h.initialised.empty()) {
+    out += ", " + WithThousands(static_cast<int64_t>(h.initialised.size())) +
+           " new tensors initialised by the model";
   }
   return out;
 }

@@ -8,7 +8,9 @@
 //     quantized into it (e.g. bf16 weights from stage 1 become NF4 in stage 2); a parent that was
 //     quantized the same way is copied as is;
 //   - the child's own new adapters: kept as initialised (LoRA's B is zero, so the model's output is
-//     the parent's at step 0).
+//     the parent's at step 0);
+//   - other tensors the parent lacks that match one of the stage's `new_tensors` globs: kept as
+//     initialised too (a `vlm` starting from a `llama` language model: its vision tower is new).
 // The parent's adapters (its LoRA A/B tensors) are re-attached when the child has the same adapters
 // (same names and shapes: they go on training), or merged into the base weight when the stage sets
 // `parent_adapters: MERGE`. Anything else (a tensor only one side has, another shape, adapters with
@@ -46,14 +48,19 @@ struct Handoff {
   std::map<std::string, std::vector<std::string>> merged_adapters;
   // Child tensors the parent does not have and that keep their initial values (new adapters).
   std::vector<std::string> fresh;
+  // Child tensors the parent does not have that `new_tensors` keeps at their initial values.
+  std::vector<std::string> initialised;
   std::vector<std::string> problems;
 
   int64_t quantized_layers = 0;  // dense_layers that are quantized in the child
   int64_t reattached_adapter_tensors = 0;
 };
 
+// `new_tensor_globs`: the stage's `new_tensors` patterns; one that matches no tensor the parent
+// lacks is a problem.
 Handoff PlanHandoff(const HandoffSource& parent, torch::nn::Module& child,
-                    const std::set<std::string>& child_adapter_parameters, bool merge_adapters);
+                    const std::set<std::string>& child_adapter_parameters, bool merge_adapters,
+                    const std::vector<std::string>& new_tensor_globs = {});
 
 // "52 tensors copied, 14 layers quantized from dense weights, 8 adapter tensors new"
 std::string HandoffSummary(const Handoff& handoff);

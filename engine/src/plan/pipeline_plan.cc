@@ -314,7 +314,8 @@ class PlanBuilder {
     return out;
   }
 
-  // A stage that starts from another's weights must have exactly the same tensors.
+  // A stage that starts from another's weights must take every parent tensor, and have all of its
+  // own from the parent except new adapters and `new_tensors`.
   bool CheckHandoff(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan& plan) {
     const StagePlan* parent = so_far.ForStage(*stage.from_stage);
     if (parent == nullptr) return true;  // the parent failed and was reported already
@@ -330,9 +331,11 @@ class PlanBuilder {
     source.adapter_tensors = parent->layers.adapter_parameters;
     const Handoff handoff =
         PlanHandoff(source, plan.model->module(), plan.layers.adapter_parameters,
-                    stage.config->parent_adapters() == proto::Stage::MERGE);
+                    stage.config->parent_adapters() == proto::Stage::MERGE,
+                    {stage.config->new_tensors().begin(), stage.config->new_tensors().end()});
     if (handoff.problems.empty()) {
       plan.handoff_summary = HandoffSummary(handoff);
+      plan.parent_architecture = parent->model->architecture();
       return true;
     }
     Error(stage.path() + ".from_stage",

@@ -33,6 +33,8 @@ struct StagePlan {
   LayerPluginReport layers;
   // With from_stage: what the stage takes from its parent ("52 tensors copied, ...").
   std::string handoff_summary;
+  // With from_stage: the parent's model architecture ("llama"), which may differ from this stage's.
+  std::string parent_architecture;
   ParameterCensus census;  // as loaded: parameters then buffers, in module order
   int64_t total_parameters = 0;
   int64_t trainable_parameters = 0;

@@ -155,6 +155,9 @@ std::string PlanToText(const PipelinePlan& plan) {
     }
     if (st.from_stage) {
       out << "  starts from the final weights of stage '" << p.stages[*st.from_stage].name << "'";
+      if (!s.parent_architecture.empty() && s.parent_architecture != s.model->architecture()) {
+        out << " (a '" << s.parent_architecture << "' model)";
+      }
       if (!s.handoff_summary.empty()) out << ": " << s.handoff_summary;
       out << "\n";
     }
@@ -258,6 +261,8 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
     js["from_stage"] =
         st.from_stage ? nlohmann::json(p.stages[*st.from_stage].name) : nlohmann::json(nullptr);
     js["handoff"] = st.from_stage ? nlohmann::json(s.handoff_summary) : nlohmann::json(nullptr);
+    js["parent_architecture"] =
+        st.from_stage ? nlohmann::json(s.parent_architecture) : nlohmann::json(nullptr);
     js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
     js["world_size"] = s.world_size;
     js["rank"] = s.rank;

@@ -74,6 +74,35 @@ class SlotOptimizer : public Optimizer {
   std::vector<std::vector<at::Tensor>> slots_;
 };
 
+// The gradient of parameter `i` and the factor to apply to it.
+struct StepGradient {
+  at::Tensor grad;
+  double scale = 1;
+  at::Tensor write_back;
+};
+
+StepGradient GradientOf(const at::Tensor& parameter, size_t i,
+                        const std::vector<GradientFeed>& feeds) {
+  if (i < feeds.size() && feeds[i].grad.defined()) {
+    return {feeds[i].grad, feeds[i].scale, feeds[i].write_back};
+  }
+  return {parameter.grad(), 1.0, at::Tensor()};
+}
+
+// The gradient in the parameter's dtype with the factor applied (a new tensor when either applies).
+at::Tensor Unscaled(const StepGradient& g, const at::Tensor& parameter) {
+  at::Tensor out = g.grad.to(parameter.scalar_type());
+  if (g.scale != 1.0) out = out.is_same(g.grad) ? out.mul(g.scale) : out.mul_(g.scale);
+  return out;
+}
+
+bool FitsFusedCopy(const at::Tensor& write_back, const at::Tensor& parameter) {
+  return !write_back.defined() ||
+         (write_back.device().is_cpu() && write_back.is_contiguous() &&
+          (write_back.scalar_type() == at::kBFloat16 || write_back.scalar_type() == at::kHalf) &&
+          write_back.numel() == parameter.numel());
+}
+
 class AdamW : public SlotOptimizer {
  public:
   AdamW(const proto::Optimizer::AdamW& config, std::vector<NamedParameter> parameters)
@@ -81,7 +110,7 @@ class AdamW : public SlotOptimizer {
 
   std::string algorithm() const override { return "adamw"; }
 
-  void Step(double lr) override {
+  void Update(double lr, const std::vector<GradientFeed>& feeds) override {
     at::NoGradGuard no_grad;
     ++steps_;
     const double b1 = config_.beta1(), b2 = config_.beta2();
@@ -89,14 +118,16 @@ class AdamW : public SlotOptimizer {
     const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(steps_)));
     for (size_t i = 0; i < parameters_.size(); ++i) {
       at::Tensor& p = parameters_[i].tensor;
-      const at::Tensor& g = p.grad();
-      if (!g.defined()) continue;
+      const StepGradient step_grad = GradientOf(p, i, feeds);
+      if (!step_grad.grad.defined()) continue;
       auto& slots = SlotsFor(i);
       at::Tensor& m = slots[0];
       at::Tensor& v = slots[1];
-      if (kernels::FusedAdamWSupports(p, g) && m.is_contiguous() && v.is_contiguous() &&
-          m.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat) {
-        // One pass over p, g, m and v instead of six kernels (kernels/fused_adamw.h).
+      if (kernels::FusedAdamWSupports(p, step_grad.grad) && m.is_contiguous() &&
+          v.is_contiguous() && m.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
+          FitsFusedCopy(step_grad.write_back, p)) {
+        // One pass over p, g, m, v (and the low-precision copy) instead of a cast, a scale, six
+        // kernels and a copy (kernels/fused_adamw.h).
         kernels::AdamWHyper hyper;
         hyper.lr = lr;
         hyper.beta1 = b1;
@@ -104,14 +135,16 @@ class AdamW : public SlotOptimizer {
         hyper.epsilon = config_.epsilon();
         hyper.weight_decay = config_.weight_decay();
         hyper.step = steps_;
-        kernels::FusedAdamW(p, g, m, v, hyper);
+        kernels::FusedAdamW(p, step_grad.grad, m, v, hyper, step_grad.scale, step_grad.write_back);
         continue;
       }
+      const at::Tensor g = Unscaled(step_grad, p);
       if (config_.weight_decay() != 0) p.mul_(1 - lr * config_.weight_decay());
       m.mul_(b1).add_(g, 1 - b1);
       v.mul_(b2).addcmul_(g, g, 1 - b2);
       at::Tensor denom = v.sqrt().div_(bias2_sqrt).add_(config_.epsilon());
       p.addcdiv_(m, denom, -lr / bias1);
+      if (step_grad.write_back.defined()) step_grad.write_back.copy_(p);
     }
   }
 
@@ -129,13 +162,14 @@ class Sgd : public SlotOptimizer {
 
   std::string algorithm() const override { return "sgd"; }
 
-  void Step(double lr) override {
+  void Update(double lr, const std::vector<GradientFeed>& feeds) override {
     at::NoGradGuard no_grad;
     ++steps_;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       at::Tensor& p = parameters_[i].tensor;
-      at::Tensor g = p.grad();
-      if (!g.defined()) continue;
+      const StepGradient step_grad = GradientOf(p, i, feeds);
+      if (!step_grad.grad.defined()) continue;
+      at::Tensor g = Unscaled(step_grad, p);
       if (config_.weight_decay() != 0) g = g.add(p, config_.weight_decay());
       if (config_.momentum() > 0) {
         const bool first = slots_[i].empty();
@@ -148,6 +182,7 @@ class Sgd : public SlotOptimizer {
         g = config_.nesterov() ? g.add(buffer, config_.momentum()) : buffer;
       }
       p.add_(g, -lr);
+      if (step_grad.write_back.defined()) step_grad.write_back.copy_(p);
     }
   }
 
@@ -161,26 +196,6 @@ std::unique_ptr<Optimizer> MakeOptimizer(const proto::Optimizer& config,
                                          std::vector<NamedParameter> parameters) {
   if (config.has_sgd()) return std::make_unique<Sgd>(config.sgd(), std::move(parameters));
   return std::make_unique<AdamW>(config.adamw(), std::move(parameters));
-}
-
-double ClipGradNorm(const std::vector<NamedParameter>& parameters, double max_norm) {
-  at::NoGradGuard no_grad;
-  double total_sq = 0;
-  for (const NamedParameter& p : parameters) {
-    const at::Tensor& g = p.tensor.grad();
-    if (!g.defined()) continue;
-    const double n = g.norm().item<double>();
-    total_sq += n * n;
-  }
-  const double total = std::sqrt(total_sq);
-  if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
-    const double scale = max_norm / (total + 1e-6);
-    for (const NamedParameter& p : parameters) {
-      at::Tensor g = p.tensor.grad();
-      if (g.defined()) g.mul_(scale);
-    }
-  }
-  return total;
 }
 
 }  // namespace engine

@@ -26,12 +26,26 @@ struct NamedParameter {
   at::Tensor tensor;
 };
 
+// A parameter's gradient for one step when it is not simply the parameter's .grad(): the
+// precision runtime hands over a master's low-precision gradient as backward left it, with the
+// factor still to apply (1 / loss scale, the micro-batch mean, clipping) and the low-precision
+// weight that receives the update. AdamW then unscales, casts, updates the f32 master and its
+// moments and writes the low-precision weight in one pass (kernels/fused_adamw.h); elsewhere the
+// gradient is cast to the parameter's dtype and scaled first, so the arithmetic is the same.
+struct GradientFeed {
+  at::Tensor grad;        // undefined: the parameter's own .grad(), unscaled
+  double scale = 1;       // multiplies `grad`
+  at::Tensor write_back;  // undefined, or receives the updated parameter (in its own dtype)
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // One update at learning rate `lr`.
-  virtual void Step(double lr) = 0;
+  // One update at learning rate `lr` from the parameters' .grad().
+  void Step(double lr) { Update(lr, {}); }
+  // The same, with `feeds` empty or one per parameter (in the constructor's order).
+  void Step(double lr, const std::vector<GradientFeed>& feeds) { Update(lr, feeds); }
   virtual std::string algorithm() const = 0;
   // Updates taken so far (restored by LoadState).
   int64_t steps() const { return steps_; }
@@ -41,13 +55,12 @@ class Optimizer {
   virtual Status LoadState(const safetensors::NamedTensors& state, int64_t steps) = 0;
 
  protected:
+  virtual void Update(double lr, const std::vector<GradientFeed>& feeds) = 0;
+
   int64_t steps_ = 0;
 };
 
 std::unique_ptr<Optimizer> MakeOptimizer(const proto::Optimizer& config,
                                          std::vector<NamedParameter> parameters);
-
-// Scales all gradients so their global L2 norm is at most `max_norm`; returns the norm before.
-double ClipGradNorm(const std::vector<NamedParameter>& parameters, double max_norm);
 
 }  // namespace engine

@@ -36,17 +36,13 @@ StatusOr<double> LoraScale(const std::filesystem::path& dir) {
 }  // namespace
 
 Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context, Model& model,
-                         const std::set<std::string>& child_adapter_parameters,
-                         bool merge_adapters) {
+                         const std::set<std::string>& child_adapter_parameters, bool merge_adapters,
+                         const std::vector<std::string>& new_tensor_globs) {
   torch::nn::Module& module = model.module();
   const std::string where = context + ": starting from '" + dir.string() + "'";
   ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir).WithContext(where));
   if (!manifest.final()) {
     return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
-  }
-  if (manifest.model().architecture() != model.architecture()) {
-    return FailedPreconditionError(where + ": it holds a '" + manifest.model().architecture() +
-                                   "' model, this stage builds '" + model.architecture() + "'");
   }
   ENGINE_ASSIGN_OR_RETURN(auto file, safetensors::File::Open(dir / kModelFile).WithContext(where));
   HandoffSource source;
@@ -64,10 +60,13 @@ Status LoadParentWeights(const std::filesystem::path& dir, const std::string& co
       }
     }
   }
-  const Handoff handoff = PlanHandoff(source, module, child_adapter_parameters, merge_adapters);
+  const Handoff handoff =
+      PlanHandoff(source, module, child_adapter_parameters, merge_adapters, new_tensor_globs);
+  const std::string parent_model = "'" + manifest.model().architecture() + "' model";
   if (!handoff.problems.empty()) {
-    return FailedPreconditionError(
-        where + ": the checkpoint does not fit this stage's model: " + HandoffProblems(handoff));
+    return FailedPreconditionError(where + ": its " + parent_model +
+                                   " does not fit this stage's '" + model.architecture() +
+                                   "' model: " + HandoffProblems(handoff));
   }
   const std::string adapter_prefix = kPeftPrefix;
   double merge_scale = 0;
@@ -104,7 +103,7 @@ Status LoadParentWeights(const std::filesystem::path& dir, const std::string& co
     ENGINE_RETURN_IF_ERROR(
         layers.at(name)->LoadDenseWeight(dense).WithContext(where + ": layer '" + name + "'"));
   }
-  LOG(INFO) << where << ": " << HandoffSummary(handoff);
+  LOG(INFO) << where << " (a " << parent_model << "): " << HandoffSummary(handoff);
   return Status::Ok();
 }
 

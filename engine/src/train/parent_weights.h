@@ -10,14 +10,17 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engine/model.h"
 #include "engine/status.h"
 
 namespace engine {
 
+// `new_tensor_globs`: the stage's `new_tensors` (plan/handoff.h). The parent may be of another
+// architecture when the tensors fit.
 Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context, Model& model,
-                         const std::set<std::string>& child_adapter_parameters,
-                         bool merge_adapters);
+                         const std::set<std::string>& child_adapter_parameters, bool merge_adapters,
+                         const std::vector<std::string>& new_tensor_globs = {});
 
 }  // namespace engine

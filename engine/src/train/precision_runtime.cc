@@ -1,6 +1,7 @@
 #include "train/precision_runtime.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/norm.h>
 #include <ATen/ops/zeros.h>
 #include <torch/nn/module.h>
 
@@ -8,6 +9,7 @@
 #include <map>
 
 #include "engine/dtype.h"
+#include "engine_kernels/fused_adamw.h"
 #include "precision/census.h"
 
 namespace engine {
@@ -75,7 +77,19 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
   return runtime;
 }
 
+namespace {
+
+// Whether the fused CPU kernels (kernels/fused_adamw.h) take this gradient.
+bool KernelsTake(const at::Tensor& grad) {
+  const c10::ScalarType t = grad.scalar_type();
+  return grad.device().is_cpu() && grad.is_contiguous() &&
+         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+}
+
+}  // namespace
+
 void PrecisionRuntime::ZeroGrad() {
+  feeds_.clear();
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (parameters_[i].tensor.grad().defined()) parameters_[i].tensor.mutable_grad().reset();
     if (has_master_[i] && optimizer_parameters_[i].tensor.grad().defined()) {
@@ -87,25 +101,69 @@ void PrecisionRuntime::ZeroGrad() {
 bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
   at::NoGradGuard no_grad;
   const double factor = 1.0 / (scale_ * divisor);
-  at::Tensor total;
+  feeds_.assign(parameters_.size(), GradientFeed());
+  bool finite = true;
+  at::Tensor total;  // where no kernel takes a gradient: one f32 sum each, any inf or nan shows
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    const at::Tensor& grad = parameters_[i].tensor.grad();
+    at::Tensor grad = parameters_[i].tensor.grad();
     if (!grad.defined()) continue;
-    at::Tensor target;
     if (has_master_[i]) {
-      at::Tensor& master = optimizer_parameters_[i].tensor;
-      target = grad.to(master.scalar_type());
-      if (factor != 1.0) target.mul_(factor);
-      master.mutable_grad() = target;
-    } else {
-      target = parameters_[i].tensor.mutable_grad();
-      if (factor != 1.0) target.mul_(factor);
+      // The optimizer unscales it into the master's dtype (see the header).
+      feeds_[i] = {grad, factor, parameters_[i].tensor};
+      if (KernelsTake(grad)) {
+        finite = finite && kernels::AllFinite(grad);
+        continue;
+      }
+    } else if (KernelsTake(grad)) {
+      finite = (factor != 1.0 ? kernels::UnscaleAndCheckFinite(grad, factor)
+                              : kernels::AllFinite(grad)) &&
+               finite;
+      continue;
+    } else if (factor != 1.0) {
+      grad.mul_(factor);
     }
-    // One reduction per tensor, in f32: any inf or nan makes the sum non-finite.
-    at::Tensor sum = target.sum(at::kFloat);
+    at::Tensor sum = grad.sum(at::kFloat);
     total = total.defined() ? total + sum : sum;
   }
-  return !total.defined() || std::isfinite(total.item<double>());
+  return finite && (!total.defined() || std::isfinite(total.item<double>()));
+}
+
+double PrecisionRuntime::ClipGradients(double max_norm) {
+  at::NoGradGuard no_grad;
+  double total_sq = 0;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (i < feeds_.size() && feeds_[i].grad.defined()) {
+      const double n = at::norm(feeds_[i].grad, 2, at::kFloat).item<double>() * feeds_[i].scale;
+      total_sq += n * n;
+    } else if (const at::Tensor& g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
+      const double n = g.norm().item<double>();
+      total_sq += n * n;
+    }
+  }
+  const double total = std::sqrt(total_sq);
+  if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
+    const double clip = max_norm / (total + 1e-6);
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (i < feeds_.size() && feeds_[i].grad.defined()) {
+        feeds_[i].scale *= clip;
+      } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
+        g.mul_(clip);
+      }
+    }
+  }
+  return total;
+}
+
+void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {
+  optimizer.Step(lr, feeds_);
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    // A fed gradient's update was written back by the optimizer.
+    if (has_master_[i] && !(i < feeds_.size() && feeds_[i].grad.defined())) {
+      parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
+    }
+  }
+  feeds_.clear();
 }
 
 void PrecisionRuntime::SyncParameters() {

@@ -3,12 +3,15 @@
 //
 // The step path, in order:
 //   ZeroGrad -> forward under context() -> backward of loss * loss_scale()
-//   -> UnscaleAndCheck: each gradient goes into the dtype of the weights the optimizer updates (its
-//      f32 master where there is one), divided by the loss scale; a non-finite one fails the check
-//   -> (skipped step, or clipping and the optimizer on optimizer_parameters())
-//   -> SyncParameters: masters copied back into the low-precision parameters -> UpdateScale.
+//   -> UnscaleAndCheck: every gradient is checked for non-finite values; a parameter without a
+//      master is divided by the loss scale in place; a master's low-precision gradient is handed
+//      to the optimizer as it is, with the factor still to apply (GradientFeed)
+//   -> (skipped step, or ClipGradients and Step: the optimizer on optimizer_parameters(), which
+//      unscales each fed gradient into the master's f32 before any arithmetic and writes the
+//      updated master back into the low-precision parameter) -> UpdateScale.
 //
-// The optimizer therefore only ever sees gradients of its own state's dtype.
+// The optimizer's arithmetic and state therefore always have the dtype of the weights it updates
+// (F6); with AdamW on the CPU the cast, unscale, update and write-back are one fused pass.
 //
 // Thread safety: the training thread only. context() may be captured and entered on other threads.
 #pragma once
@@ -52,10 +55,19 @@ class PrecisionRuntime {
   int64_t consecutive_skipped_steps() const { return consecutive_skips_; }
 
   void ZeroGrad();
-  // Moves the step's gradients into the optimizer's tensors divided by loss_scale() * divisor, and
-  // returns whether all of them are finite.
+  // Prepares the step's gradients for the optimizer, divided by loss_scale() * divisor (see above),
+  // and returns whether all of them are finite.
   bool UnscaleAndCheck(double divisor);
-  // Copies updated masters into the low-precision parameters.
+  // After a finite UnscaleAndCheck: scales the gradients so that their global L2 norm (unscaled) is
+  // at most `max_norm` (0: no clipping); returns the norm before.
+  double ClipGradients(double max_norm);
+  // The optimizer's update at `lr` from the prepared gradients; the low-precision parameters hold
+  // the updated masters afterwards.
+  void Step(Optimizer& optimizer, double lr);
+  // Gradients prepared by UnscaleAndCheck for the masters, one per optimizer parameter (an empty
+  // feed where the optimizer reads the parameter's own .grad()). Cleared by Step and ZeroGrad.
+  const std::vector<GradientFeed>& feeds() const { return feeds_; }
+  // Copies every master into its low-precision parameter.
   void SyncParameters();
   // After a step: backs off on overflow (found_inf), grows after growth_interval clean steps.
   void UpdateScale(bool found_inf);
@@ -92,6 +104,7 @@ class PrecisionRuntime {
   std::vector<NamedParameter> parameters_;
   std::vector<NamedParameter> optimizer_parameters_;
   std::vector<bool> has_master_;
+  std::vector<GradientFeed> feeds_;
 };
 
 }  // namespace engine

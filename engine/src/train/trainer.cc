@@ -178,9 +178,10 @@ class StageTrainer : public CallbackActions {
  private:
   Status Prepare() {
     if (!request_.parent_checkpoint.empty()) {
-      ENGINE_RETURN_IF_ERROR(LoadParentWeights(request_.parent_checkpoint, context_, model_,
-                                               plan_.layers.adapter_parameters,
-                                               config_.parent_adapters() == proto::Stage::MERGE));
+      ENGINE_RETURN_IF_ERROR(LoadParentWeights(
+          request_.parent_checkpoint, context_, model_, plan_.layers.adapter_parameters,
+          config_.parent_adapters() == proto::Stage::MERGE,
+          {config_.new_tensors().begin(), config_.new_tensors().end()}));
     }
     ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
       module_.to(device_);
@@ -390,13 +391,11 @@ class StageTrainer : public CallbackActions {
     double grad_norm = -1;
     if (finite) {
       if (config_.optimizer().max_grad_norm() > 0) {
-        grad_norm =
-            ClipGradNorm(precision_->optimizer_parameters(), config_.optimizer().max_grad_norm());
+        grad_norm = precision_->ClipGradients(config_.optimizer().max_grad_norm());
       }
       const double lr = LearningRateAt(config_.optimizer(), step_, plan_.total_steps);
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
-        optimizer_->Step(lr);
-        precision_->SyncParameters();
+        precision_->Step(*optimizer_, lr);
         return Status::Ok();
       }));
       last_lr_ = lr;

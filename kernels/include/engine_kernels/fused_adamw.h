@@ -6,7 +6,7 @@
 //     scale), and optionally writing the updated weight's low-precision copy. LibTorch's AdamW
 //     needs a cast of the gradient, five or six elementwise kernels and a cast of the result.
 //   UnscaleAndCheckFinite: multiplies gradients by 1 / loss scale in place and reports whether
-//     every value is finite, in one read and one write.
+//     every value is finite, in one read and one write; AllFinite only checks.
 //
 // The arithmetic is the engine's AdamW (engine/src/train/optimizer.cc) in f32, so results agree
 // with it to rounding. Tensors must be contiguous, on the CPU, and of equal element counts; a
@@ -40,5 +40,9 @@ void FusedAdamW(const at::Tensor& master, const at::Tensor& grad, const at::Tens
 // grad: f32, bf16 or f16. Returns false when any value (before scaling) is inf or NaN; the values
 // are scaled either way.
 bool UnscaleAndCheckFinite(const at::Tensor& grad, double inverse_scale);
+
+// Whether every value of `grad` (f32, bf16 or f16) is finite, in one read and no write: the check
+// for a gradient whose unscaling FusedAdamW does itself (`grad_scale`).
+bool AllFinite(const at::Tensor& grad);
 
 }  // namespace engine::kernels

@@ -242,6 +242,22 @@ stage { name: "c" from_stage: "b" model { plugin: "mlp" } data { plugin: "digits
                                "'a' (each waits for the next)");
 }
 
+TEST_F(PipelineLoaderTest, NewTensorsNeedAFromStageAndWellFormedPatterns) {
+  const std::string stage =
+      "model { plugin: \"mlp\" } data { plugin: \"digits\" options { "
+      "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"x\" } } } }\n";
+  auto errors = Errors("stage { name: \"a\" new_tensors: \"visual.*\" " + stage +
+                       "stage { name: \"b\" from_stage: \"a\"\n new_tensors: \"ok.*\" "
+                       "new_tensors: \"bad[\" " +
+                       stage);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0], Prefix() +
+                           "1:19: error: stage 'a': new_tensors names tensors a from_stage parent "
+                           "lacks, and this stage has no from_stage");
+  EXPECT_THAT(errors[1], ::testing::StartsWith(Prefix() + "3:22: error: stage 'b': new_tensors "
+                                                          "pattern 'bad[': "));
+}
+
 TEST_F(PipelineLoaderTest, RunOrderFollowsDependenciesThenFileOrder) {
   const std::string tail =
       " model { plugin: \"mlp\" } data { plugin: \"digits\" options { "

@@ -159,9 +159,59 @@ TEST(HandoffTest, TensorsOnlyOneSideHasAndOtherShapesAreNamed) {
   const Handoff h = PlanHandoff(SourceOf(parent, "vision"), child, {}, false);
   EXPECT_THAT(h.problems, ElementsAre("'first.bias' is [6] in 'vision' but [5] here",
                                       "'first.weight' is [6,8] in 'vision' but [5,8] here",
-                                      "'third.weight' exists only here",
+                                      "'third.weight' exists only here (name the tensors that keep "
+                                      "the model's initialisation in new_tensors)",
                                       "'second.weight' exists only in 'vision'"));
   EXPECT_THAT(HandoffProblems(h, 2), HasSubstr("... (4 in all)"));
+}
+
+struct Tower : torch::nn::Module {
+  Tower() {
+    in = register_module("in", Linear(3, 8, /*with_bias=*/true));
+    out = register_module("out", Linear(8, 8));
+  }
+  Linear in{nullptr}, out{nullptr};
+};
+
+// A "vlm"-like child: the parent's two layers under the same names, plus a new "tower".
+struct TowerAndTwoLayers : TwoLayers {
+  TowerAndTwoLayers() { tower = register_module("tower", std::make_shared<Tower>()); }
+  std::shared_ptr<Tower> tower;
+};
+
+TEST(HandoffTest, NewTensorsKeepTheirInitialisationWhenTheParentLacksThem) {
+  TwoLayers parent;
+  TowerAndTwoLayers child;
+  ASSERT_TRUE(child.first->AddAdapter(std::make_shared<FakeLora>(8, 6, 2)).ok());
+
+  const Handoff refused = PlanHandoff(SourceOf(parent, "lm"), child, AdapterNames(child), false);
+  ASSERT_EQ(refused.problems.size(), 3u);
+  EXPECT_EQ(refused.problems[0],
+            "'tower.in.bias' exists only here (name the tensors that keep the model's "
+            "initialisation in new_tensors)");
+  EXPECT_EQ(refused.problems[1], "'tower.in.weight' exists only here");
+
+  const Handoff h = PlanHandoff(SourceOf(parent, "lm"), child, AdapterNames(child), false,
+                                {"tower.*", "first.lora_*"});
+  EXPECT_THAT(h.problems, IsEmpty());
+  EXPECT_THAT(h.copied, ElementsAre("first.bias", "first.weight", "second.weight"));
+  EXPECT_THAT(h.initialised, ElementsAre("tower.in.bias", "tower.in.weight", "tower.out.weight"));
+  EXPECT_THAT(h.fresh, ElementsAre("first.lora_A.weight", "first.lora_B.weight"));
+  EXPECT_EQ(HandoffSummary(h),
+            "3 tensors copied, 2 new adapter tensors, 3 new tensors initialised by the model");
+
+  // A pattern that names nothing the parent lacks is a mistake (here: tensors the parent has).
+  const Handoff stray = PlanHandoff(SourceOf(parent, "lm"), child, AdapterNames(child), false,
+                                    {"tower.*", "second.*"});
+  EXPECT_THAT(stray.problems,
+              ElementsAre("new_tensors pattern 'second.*' matches no tensor that 'lm' lacks"));
+
+  // The parent's own tensors must still all find a place: new_tensors does not drop them.
+  TowerAndTwoLayers bigger_parent;
+  TwoLayers smaller_child;
+  const Handoff dropped =
+      PlanHandoff(SourceOf(bigger_parent, "vlm"), smaller_child, {}, false, {"first.*"});
+  EXPECT_THAT(dropped.problems, ::testing::Contains("'tower.in.weight' exists only in 'vlm'"));
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,16 +99,38 @@ TEST(OptimizerTest, RestoredStateContinuesIdentically) {
   EXPECT_NE(s.message().find("matches no trainable parameter"), std::string::npos);
 }
 
-TEST(OptimizerTest, ClipGradNorm) {
-  at::Tensor a = Param({0, 0}), b = Param({0});
-  SetGrad(a, {3.0f, 0.0f});
-  SetGrad(b, {4.0f});
-  std::vector<NamedParameter> params = {{"a", a}, {"b", b}};
-  EXPECT_NEAR(ClipGradNorm(params, 1.0), 5.0, 1e-6);
-  EXPECT_NEAR(a.grad().data_ptr<float>()[0], 0.6, 1e-5);
-  EXPECT_NEAR(b.grad().data_ptr<float>()[0], 0.8, 1e-5);
-  EXPECT_NEAR(ClipGradNorm(params, 10.0), 1.0, 1e-4);
-  EXPECT_NEAR(b.grad().data_ptr<float>()[0], 0.8, 1e-5) << "below the limit nothing changes";
+TEST(OptimizerTest, FedGradientsAreScaledCastAndWrittenBack) {
+  // The same update from an f32 gradient and from a bf16 gradient with a factor to apply, through
+  // the fused kernel (contiguous) and through ATen (a non-contiguous bf16 copy).
+  for (bool contiguous : {true, false}) {
+    at::Tensor plain = Param({1.0f, -2.0f, 3.0f, 0.5f});
+    at::Tensor fed = Param({1.0f, -2.0f, 3.0f, 0.5f});
+    at::Tensor low_storage = at::zeros({4, 2}, at::kBFloat16);
+    at::Tensor low = contiguous ? low_storage.select(1, 0).contiguous() : low_storage.select(1, 0);
+    at::Tensor grad16 = at::tensor({8.0f, -4.0f, 2.0f, 16.0f}).to(at::kBFloat16);
+    SetGrad(plain, {1.0f, -0.5f, 0.25f, 2.0f});
+    proto::Optimizer config;
+    config.mutable_adamw();
+    auto a = MakeOptimizer(config, {{"w", plain}});
+    auto b = MakeOptimizer(config, {{"w", fed}});
+    for (int step = 0; step < 3; ++step) {
+      a->Step(0.1);
+      b->Step(0.1, {GradientFeed{grad16, 0.125, low}});
+    }
+    EXPECT_TRUE(at::allclose(fed, plain, 1e-6, 1e-7)) << contiguous;
+    EXPECT_FALSE(fed.grad().defined()) << "the parameter's own .grad() was not read";
+    EXPECT_TRUE(at::equal(low, fed.to(at::kBFloat16))) << contiguous;
+    EXPECT_EQ(grad16[0].item<float>(), 8.0f) << "the fed gradient is left as it was";
+  }
+  // SGD takes feeds the same way.
+  at::Tensor w = Param({1.0f});
+  proto::Optimizer sgd;
+  sgd.mutable_sgd();
+  auto opt = MakeOptimizer(sgd, {{"w", w}});
+  at::Tensor low = at::zeros({1}, at::kHalf);
+  opt->Step(1.0, {GradientFeed{at::full({1}, 4.0, at::kHalf), 0.25, low}});
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 0.0f);
+  EXPECT_FLOAT_EQ(low[0].item<float>(), 0.0f);
 }
 
 TEST(LrScheduleTest, ConstantWarmupAndCosine) {

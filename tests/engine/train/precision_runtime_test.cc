@@ -1,7 +1,12 @@
 #include "train/precision_runtime.h"
 
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/linspace.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 
@@ -41,12 +46,16 @@ TEST(PrecisionRuntimeTest, Bf16TrueCastsStorageAndKeepsF32Masters) {
   EXPECT_EQ(master.scalar_type(), at::kFloat);
   EXPECT_EQ((*runtime)->context(), PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16));
 
-  // A bf16 gradient reaches the master as f32, unscaled; the update lands back in bf16.
+  // A bf16 gradient goes to the optimizer as it is, with the factor that unscales it into the
+  // master's f32 and the bf16 weight to write back; the update lands back in bf16.
   at::Tensor w = module->named_parameters()["w"];
   w.mutable_grad() = at::full({4}, 2.0, at::kBFloat16);
   ASSERT_TRUE((*runtime)->UnscaleAndCheck(4.0));
-  EXPECT_EQ(master.grad().scalar_type(), at::kFloat);
-  EXPECT_FLOAT_EQ(master.grad()[0].item<float>(), 0.5f);
+  ASSERT_EQ((*runtime)->feeds().size(), 1u);
+  EXPECT_TRUE((*runtime)->feeds()[0].grad.is_same(w.grad()));
+  EXPECT_DOUBLE_EQ((*runtime)->feeds()[0].scale, 0.25);
+  EXPECT_TRUE((*runtime)->feeds()[0].write_back.is_same(w));
+  EXPECT_FALSE(master.grad().defined());
   {
     at::NoGradGuard no_grad;
     master.add_(0.25);
@@ -92,14 +101,69 @@ TEST(PrecisionRuntimeTest, DynamicLossScaling) {
   EXPECT_FALSE((*runtime)->UnscaleAndCheck(1.0));
 }
 
+// The fused step (bf16 gradient, factor and write-back in one kernel pass) against the unfused
+// arithmetic: the gradient cast to f32 and unscaled, AdamW on the f32 master, the master copied
+// down. With clipping on a mix of a master and a plain f32 parameter.
+TEST(PrecisionRuntimeTest, FusedStepEqualsCastUnscaleUpdateCopy) {
+  auto module = std::make_shared<torch::nn::Module>();
+  module->register_parameter("w", at::linspace(-1, 1, 40000, at::kFloat));
+  PrecisionPlan plan = PlanFor("bf16-true", *module);
+  plan.loss_scaling = {true, 256, 2, 0.5, 1000};
+  auto runtime = PrecisionRuntime::Apply(plan, *module, at::kCPU);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().message();
+  at::Tensor w = module->named_parameters()["w"];
+  ASSERT_EQ(w.scalar_type(), at::kBFloat16);
+  at::Tensor reference = w.detach().to(at::kFloat).clone();
+  proto::Optimizer config;
+  config.mutable_adamw()->set_weight_decay(0.1);
+  auto fused = MakeOptimizer(config, (*runtime)->optimizer_parameters());
+  auto plain = MakeOptimizer(config, {{"w", reference}});
+  for (int step = 0; step < 3; ++step) {
+    (*runtime)->ZeroGrad();
+    const at::Tensor scaled = at::linspace(-300, 500, 40000, at::kFloat).to(at::kBFloat16);
+    w.mutable_grad() = scaled.clone();
+    ASSERT_TRUE((*runtime)->UnscaleAndCheck(2.0));
+    const double norm = (*runtime)->ClipGradients(0.5);
+    (*runtime)->Step(*fused, 0.01);
+
+    at::Tensor g = scaled.to(at::kFloat) * (1.0 / 512);
+    EXPECT_NEAR(norm, g.norm().item<double>(), 1e-3 * norm) << step;
+    g.mul_(0.5 / (g.norm().item<double>() + 1e-6));
+    reference.mutable_grad() = g;
+    plain->Step(0.01);
+  }
+  EXPECT_TRUE(at::allclose((*runtime)->optimizer_parameters()[0].tensor, reference, 1e-5, 1e-6));
+  EXPECT_TRUE(at::equal(w, (*runtime)->optimizer_parameters()[0].tensor.to(at::kBFloat16)));
+  EXPECT_TRUE((*runtime)->feeds().empty()) << "Step lets go of the step's gradients";
+}
+
+TEST(PrecisionRuntimeTest, ClipGradientsOnParametersWithoutMasters) {
+  auto module = std::make_shared<torch::nn::Module>();
+  module->register_parameter("a", at::zeros({2}));
+  module->register_parameter("b", at::zeros({1}));
+  auto runtime = PrecisionRuntime::Apply(PlanFor("fp32", *module), *module, at::kCPU);
+  ASSERT_TRUE(runtime.ok());
+  at::Tensor a = module->named_parameters()["a"], b = module->named_parameters()["b"];
+  a.mutable_grad() = at::tensor({3.0f, 0.0f});
+  b.mutable_grad() = at::tensor({4.0f});
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  EXPECT_NEAR((*runtime)->ClipGradients(1.0), 5.0, 1e-6);
+  EXPECT_NEAR(a.grad()[0].item<float>(), 0.6, 1e-5);
+  EXPECT_NEAR(b.grad()[0].item<float>(), 0.8, 1e-5);
+  EXPECT_NEAR((*runtime)->ClipGradients(10.0), 1.0, 1e-4);
+  EXPECT_NEAR(b.grad()[0].item<float>(), 0.8, 1e-5) << "below the limit nothing changes";
+}
+
 // An optimizer whose state is whatever the test says, as a loaded checkpoint could make it.
 class FixedStateOptimizer : public Optimizer {
  public:
   explicit FixedStateOptimizer(safetensors::NamedTensors state) : state_(std::move(state)) {}
-  void Step(double) override {}
   std::string algorithm() const override { return "fixed"; }
   safetensors::NamedTensors State() const override { return state_; }
   Status LoadState(const safetensors::NamedTensors&, int64_t) override { return Status::Ok(); }
+
+ protected:
+  void Update(double, const std::vector<GradientFeed>&) override {}
 
  private:
   safetensors::NamedTensors state_;
@@ -114,7 +178,7 @@ TEST(PrecisionRuntimeTest, OptimizerStateMustMatchTheMasters) {
   auto adamw = MakeOptimizer(config, (*runtime)->optimizer_parameters());
   module->named_parameters()["w"].mutable_grad() = at::ones({4}, at::kBFloat16);
   ASSERT_TRUE((*runtime)->UnscaleAndCheck(1.0));
-  adamw->Step(0.1);
+  (*runtime)->Step(*adamw, 0.1);
   EXPECT_TRUE((*runtime)->VerifyOptimizerState(*adamw).ok());
 
   FixedStateOptimizer bf16_state({{"w.exp_avg", at::ones({4}, at::kBFloat16)}});
