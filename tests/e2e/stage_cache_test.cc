@@ -150,6 +150,25 @@ TEST_F(StageCacheTest, FromWithAMissingParentCheckpointFailsBeforeTraining) {
   EXPECT_EQ(RunId(Out() / "b/final"), b_run_) << "b untouched";
 }
 
+// A parent that fails stops the pipeline there: its child never starts, and neither leaves a
+// final checkpoint behind.
+TEST(StageCacheFailureTest, AFailedParentStopsThePipelineBeforeItsChild) {
+  testing::TempDir tmp;
+  const auto file = tmp.Write(
+      "p.pbtxt",
+      testing::TwoStageDigitsPipeline(
+          "plugin_path: \"" + std::string(testing::kTestPluginDir) + "/throwing_callback\"",
+          "  callback { plugin: \"throwing_callback\" options { "
+          "[type.googleapis.com/engine.fixtures.ThrowingCallbackOptions] { fail_at_step: 2 } } "
+          "on_error: FAIL_STAGE }\n"));
+  auto r = testing::RunEngine({"run", file.string()}, tmp.path().string());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("stage 'a': callback 'throwing_callback' on step_end at step 2"));
+  EXPECT_THAT(r.out, Not(HasSubstr("stage 'b' starts")));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out/a/final"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out/b"));
+}
+
 TEST_F(StageCacheTest, ATruncatedParentIsAClearErrorWithFromAndIsTrainedAgainWithout) {
   const auto weights = Out() / "a/final/model.safetensors";
   std::filesystem::resize_file(weights, std::filesystem::file_size(weights) / 2);

@@ -11,8 +11,10 @@
 #include "core/glob.h"
 #include "core/guarded_call.h"
 #include "core/required_fields.h"
+#include "dist/dist_env.h"
 #include "engine/format.h"
 #include "engine/options.pb.h"
+#include "pipeline/device_choice.h"
 
 namespace engine {
 namespace {
@@ -341,45 +343,6 @@ std::string OutputDirProblem(const std::filesystem::path& dir) {
   return "";
 }
 
-StatusOr<DeviceChoice> ChooseDevice(const std::string& requested) {
-  const bool cuda = compat::CudaAvailable();
-  const int count = cuda ? compat::CudaDeviceCount() : 0;
-  if (requested == "auto") {
-    if (cuda && count > 0)
-      return DeviceChoice{"cuda:0",
-                          "auto: the first of " + std::to_string(count) + " CUDA device(s)"};
-    return DeviceChoice{
-        "cpu", std::string("auto: no CUDA device (LibTorch ") + compat::kTorchVersion + ")"};
-  }
-  if (requested == "cpu") return DeviceChoice{"cpu", "requested"};
-  if (requested == "cuda" || requested.rfind("cuda:", 0) == 0) {
-    int index = 0;
-    if (requested.size() > 5) {
-      const std::string digits = requested.substr(5);
-      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
-        return InvalidArgumentError("parallel.device '" + requested +
-                                    "' is not a device; use \"cpu\", \"cuda\", \"cuda:N\" or "
-                                    "\"auto\"");
-      }
-      index = std::stoi(digits);
-    }
-    if (!cuda || count == 0) {
-      return FailedPreconditionError("parallel.device '" + requested +
-                                     "' was requested, but this LibTorch (" +
-                                     compat::kTorchVersion +
-                                     ") has no CUDA support or sees no CUDA device; use "
-                                     "\"cpu\" or \"auto\"");
-    }
-    if (index >= count) {
-      return FailedPreconditionError("parallel.device '" + requested + "' does not exist: " +
-                                     std::to_string(count) + " CUDA device(s) are visible");
-    }
-    return DeviceChoice{"cuda:" + std::to_string(index), "requested"};
-  }
-  return InvalidArgumentError("parallel.device '" + requested +
-                              "' is not a device; use \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"");
-}
-
 void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry,
                       ResolvedPipeline* pipeline, Diagnostics* diagnostics) {
   const proto::Pipeline& config = pipeline->config;
@@ -481,7 +444,14 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     checker.CheckNewTensors(stage, path, s.name);
     checker.CheckOptimizer(stage, path, s.name);
     checker.CheckSchedule(stage, path, s.name);
-    StatusOr<DeviceChoice> device = ChooseDevice(stage.parallel().device());
+    // Under DDP each local rank takes its own device; a malformed environment is reported with
+    // the stage's ranks (plan/pipeline_plan.cc).
+    std::optional<RankPlacement> placement;
+    if (stage.parallel().strategy() == proto::Parallel::DDP) {
+      StatusOr<DistEnv> env = ReadDistEnv();
+      placement = env.ok() ? RankPlacement{env->local_rank, env->world_size} : RankPlacement{};
+    }
+    StatusOr<DeviceChoice> device = ChooseDevice(stage.parallel().device(), placement);
     if (device.ok()) {
       s.device = *device;
     } else {

@@ -16,7 +16,4 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
 // Empty when `dir` exists as a writable directory or can be created; otherwise why not.
 std::string OutputDirProblem(const std::filesystem::path& dir);
 
-// Resolves "auto" / "cpu" / "cuda" / "cuda:N" against this process's LibTorch and devices.
-StatusOr<DeviceChoice> ChooseDevice(const std::string& requested);
-
 }  // namespace engine

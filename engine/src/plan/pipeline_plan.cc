@@ -199,6 +199,12 @@ class PlanBuilder {
       Error(stage.precision.path, policy.status().message());
       return false;
     }
+    // A device that exists but cannot be used (F9: an exclusive-mode GPU another process holds)
+    // fails here, named, rather than inside the first forward pass.
+    if (Status usable = CheckDeviceUsable(stage.device.device); !usable.ok()) {
+      Error(stage.path() + ".parallel.device", "stage '" + stage.name + "': " + usable.message());
+      return false;
+    }
     plan->device = ProbeDevice(stage.device.device);
     PrecisionRequest request;
     request.census = plan->census;

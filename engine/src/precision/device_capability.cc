@@ -124,6 +124,24 @@ bool CpuHasBf16Hardware(std::string* flag) {
   return false;
 }
 
+Status CheckDeviceUsable(const std::string& device) {
+  std::string reason;
+  try {
+    const at::Tensor probe = at::ones({16}, at::TensorOptions().device(c10::Device(device)));
+    if (probe.sum().item<double>() == 16) return Status::Ok();
+    reason = "a sum computed there came out wrong";
+  } catch (const std::exception& e) {
+    reason = e.what();
+    if (const size_t end = reason.find('\n'); end != std::string::npos) reason.resize(end);
+  }
+  return FailedPreconditionError(
+      "device " + device + " cannot be used: " + reason +
+      (device.rfind("cuda", 0) == 0
+           ? "; if another process holds it (a GPU in exclusive-process compute mode serves one "
+             "process only), end that process or choose other devices with CUDA_VISIBLE_DEVICES"
+           : ""));
+}
+
 DeviceCapability ProbeDevice(const std::string& device) {
   static std::mutex mu;
   static auto* cache = new std::map<std::string, DeviceCapability>();

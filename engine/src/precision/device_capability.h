@@ -6,11 +6,17 @@
 #include <string>
 
 #include "engine/precision.h"
+#include "engine/status.h"
 
 namespace engine {
 
 // `device` is "cpu" or "cuda:N" (as resolved by the validator).
 DeviceCapability ProbeDevice(const std::string& device);
+
+// Whether a tensor can be made and computed on `device`: Ok on a working device; otherwise an error
+// naming the device with LibTorch's reason (a GPU in exclusive-process compute mode that another
+// process holds, no memory left on it, a driver problem) and what to do.
+Status CheckDeviceUsable(const std::string& device);
 
 // Whether this x86 CPU has avx512_bf16 or amx_bf16 (cpuid), with the flag found.
 bool CpuHasBf16Hardware(std::string* flag);

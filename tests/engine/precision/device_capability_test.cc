@@ -1,9 +1,11 @@
 #include "precision/device_capability.h"
 
 #include <ATen/ops/ones.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "engine/precision_context.h"
+#include "engine/torch_compat.h"
 
 namespace engine {
 namespace {
@@ -34,7 +36,9 @@ TEST(DeviceCapabilityTest, CpuProbeMatchesLibTorch) {
 
   std::string flag;
   EXPECT_EQ(cpu.bf16_fast, CpuHasBf16Hardware(&flag) && cpu.bf16);
-  if (cpu.bf16_fast) EXPECT_NE(cpu.name.find(flag), std::string::npos);
+  if (cpu.bf16_fast) {
+    EXPECT_NE(cpu.name.find(flag), std::string::npos);
+  }
   EXPECT_EQ(ProbeDevice("cpu").name, cpu.name) << "cached";
 }
 
@@ -45,6 +49,21 @@ TEST(DeviceCapabilityTest, Describe) {
   d.cuda = true;
   d.compute_capability = 75;
   EXPECT_EQ(d.Describe(), "cuda:1 NVIDIA TITAN RTX (sm_75)");
+}
+
+TEST(DeviceCapabilityTest, AnUnusableDeviceIsNamedWithTheReasonAndTheWayOut) {
+  EXPECT_TRUE(CheckDeviceUsable("cpu").ok());
+  if (compat::CudaAvailable() && compat::CudaDeviceCount() > 0) {
+    EXPECT_TRUE(CheckDeviceUsable("cuda:0").ok()) << CheckDeviceUsable("cuda:0").message();
+    return;
+  }
+  // Without a usable CUDA device, LibTorch's own error comes through, on one line.
+  const Status s = CheckDeviceUsable("cuda:0");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), ::testing::StartsWith("device cuda:0 cannot be used: "));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("exclusive-process compute mode"));
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("CUDA_VISIBLE_DEVICES"));
+  EXPECT_EQ(s.message().find('\n'), std::string::npos);
 }
 
 }  // namespace
