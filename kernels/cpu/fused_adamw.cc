@@ -2,11 +2,19 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#if defined(ENGINE_KERNELS_WITH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "engine_kernels/fused_adamw_cuda.h"
+#endif
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <atomic>
 #include <cmath>
+
+#include "engine_kernels/adamw_coefficients.h"
 
 #define ENGINE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 
@@ -15,13 +23,9 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 14;
 
-struct Coefficients {
-  float decay, b1, one_minus_b1, b2, one_minus_b2, inv_bias2_sqrt, eps, step_size, grad_scale;
-};
-
 template <typename G>
 ENGINE_SIMD_CLONES void AdamWSpan(float* p, const G* g, float* m, float* v, int64_t n,
-                                  Coefficients c) {
+                                  AdamWCoefficients c) {
   for (int64_t i = 0; i < n; ++i) {
     const float grad = static_cast<float>(g[i]) * c.grad_scale;
     const float param = p[i] * c.decay;
@@ -60,48 +64,135 @@ bool IsLowOrF32(c10::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
+// Where the kernels run: the CPU, and CUDA devices where this build wires the CUDA kernels in.
+bool OnKernelDevice(const at::Tensor& t) {
+#if defined(ENGINE_KERNELS_WITH_CUDA)
+  if (t.is_cuda()) return true;
+#endif
+  return t.device().is_cpu();
+}
+
+AdamWCoefficients CoefficientsOf(const AdamWHyper& h, double grad_scale) {
+  const double bias1 = 1 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double bias2_sqrt = std::sqrt(1 - std::pow(h.beta2, static_cast<double>(h.step)));
+  return {static_cast<float>(1 - h.lr * h.weight_decay),
+          static_cast<float>(h.beta1),
+          static_cast<float>(1 - h.beta1),
+          static_cast<float>(h.beta2),
+          static_cast<float>(1 - h.beta2),
+          static_cast<float>(1 / bias2_sqrt),
+          static_cast<float>(h.epsilon),
+          static_cast<float>(h.lr / bias1),
+          static_cast<float>(grad_scale)};
+}
+
+#if defined(ENGINE_KERNELS_WITH_CUDA)
+KernelDtype KernelDtypeOf(const at::Tensor& t) {
+  if (!t.defined()) return KernelDtype::kNone;
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return KernelDtype::kF32;
+    case at::kBFloat16:
+      return KernelDtype::kBF16;
+    case at::kHalf:
+      return KernelDtype::kF16;
+    default:
+      TORCH_CHECK(false, "the fused kernels take f32, bf16 or f16, not ", t.scalar_type());
+  }
+}
+#endif
+
+// Scans grad for non-finite values (unscaling it in place when `unscale`); true when all finite.
+bool ScanOnCpu(const at::Tensor& grad, bool unscale, double inverse_scale) {
+  std::atomic<bool> finite{true};
+  const float inverse = static_cast<float>(inverse_scale);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad.scalar_type(), "Scan", [&] {
+    scalar_t* g = grad.data_ptr<scalar_t>();
+    at::parallel_for(0, grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      const bool ok = unscale ? UnscaleSpan(g + begin, end - begin, inverse)
+                              : FiniteSpan(g + begin, end - begin);
+      if (!ok) finite = false;
+    });
+  });
+  return finite;
+}
+
+void CheckFlag(const at::Tensor& grad, const at::Tensor& found_nonfinite) {
+  TORCH_CHECK(found_nonfinite.scalar_type() == at::kInt && found_nonfinite.numel() == 1 &&
+                  found_nonfinite.device() == grad.device(),
+              "the non-finite flag must be one int32 on the gradient's device");
+}
+
+void Scan(const at::Tensor& grad, bool unscale, double inverse_scale,
+          const at::Tensor& found_nonfinite) {
+  TORCH_CHECK(FusedKernelsTake(grad),
+              "the non-finite check takes a contiguous f32/bf16/f16 tensor on a device the "
+              "kernels run on (the CPU, and CUDA where LibTorch has it)");
+  CheckFlag(grad, found_nonfinite);
+#if defined(ENGINE_KERNELS_WITH_CUDA)
+  if (grad.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(grad.device());
+    const int rc =
+        cuda::FlagNonFinite(grad.data_ptr(), KernelDtypeOf(grad), grad.numel(), unscale,
+                            static_cast<float>(inverse_scale), found_nonfinite.data_ptr<int>(),
+                            at::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(rc == 0, "the CUDA non-finite check failed to launch (cudaError ", rc, ")");
+    return;
+  }
+#endif
+  if (!ScanOnCpu(grad, unscale, inverse_scale)) *found_nonfinite.data_ptr<int>() = 1;
+}
+
 }  // namespace
 
+bool FusedKernelsTake(const at::Tensor& grad) {
+  return grad.defined() && OnKernelDevice(grad) && grad.is_contiguous() &&
+         IsLowOrF32(grad.scalar_type());
+}
+
 bool FusedAdamWSupports(const at::Tensor& master, const at::Tensor& grad) {
-  return master.device().is_cpu() && grad.device().is_cpu() && master.scalar_type() == at::kFloat &&
-         IsLowOrF32(grad.scalar_type()) && master.is_contiguous() && grad.is_contiguous() &&
-         master.numel() == grad.numel();
+  return OnKernelDevice(master) && grad.device() == master.device() &&
+         master.scalar_type() == at::kFloat && IsLowOrF32(grad.scalar_type()) &&
+         master.is_contiguous() && grad.is_contiguous() && master.numel() == grad.numel();
 }
 
 void FusedAdamW(const at::Tensor& master, const at::Tensor& grad, const at::Tensor& exp_avg,
                 const at::Tensor& exp_avg_sq, const AdamWHyper& h, double grad_scale,
                 const at::Tensor& low_precision_copy) {
   TORCH_CHECK(FusedAdamWSupports(master, grad),
-              "FusedAdamW takes a contiguous f32 CPU master and an f32/bf16/f16 gradient of its "
-              "size");
+              "FusedAdamW takes a contiguous f32 master and an f32/bf16/f16 gradient of its size "
+              "on one device");
   for (const at::Tensor* slot : {&exp_avg, &exp_avg_sq}) {
     TORCH_CHECK(slot->scalar_type() == at::kFloat && slot->is_contiguous() &&
-                    slot->numel() == master.numel() && slot->device().is_cpu(),
-                "FusedAdamW's moments must be contiguous f32 CPU tensors of the master's size");
+                    slot->numel() == master.numel() && slot->device() == master.device(),
+                "FusedAdamW's moments must be contiguous f32 tensors of the master's size, on its "
+                "device");
   }
   const bool copy = low_precision_copy.defined();
   if (copy) {
     TORCH_CHECK((low_precision_copy.scalar_type() == at::kBFloat16 ||
                  low_precision_copy.scalar_type() == at::kHalf) &&
                     low_precision_copy.is_contiguous() &&
-                    low_precision_copy.numel() == master.numel(),
+                    low_precision_copy.numel() == master.numel() &&
+                    low_precision_copy.device() == master.device(),
                 "FusedAdamW's low-precision copy must be a contiguous bf16/f16 tensor of the "
-                "master's size");
+                "master's size, on its device");
   }
-  const double bias1 = 1 - std::pow(h.beta1, static_cast<double>(h.step));
-  const double bias2_sqrt = std::sqrt(1 - std::pow(h.beta2, static_cast<double>(h.step)));
-  const Coefficients c{static_cast<float>(1 - h.lr * h.weight_decay),
-                       static_cast<float>(h.beta1),
-                       static_cast<float>(1 - h.beta1),
-                       static_cast<float>(h.beta2),
-                       static_cast<float>(1 - h.beta2),
-                       static_cast<float>(1 / bias2_sqrt),
-                       static_cast<float>(h.epsilon),
-                       static_cast<float>(h.lr / bias1),
-                       static_cast<float>(grad_scale)};
+  const AdamWCoefficients c = CoefficientsOf(h, grad_scale);
   float* p = master.data_ptr<float>();
   float* m = exp_avg.data_ptr<float>();
   float* v = exp_avg_sq.data_ptr<float>();
+#if defined(ENGINE_KERNELS_WITH_CUDA)
+  if (master.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(master.device());
+    const int rc = cuda::FusedAdamW(p, grad.data_ptr(), KernelDtypeOf(grad), m, v, master.numel(),
+                                    c, copy ? low_precision_copy.data_ptr() : nullptr,
+                                    KernelDtypeOf(low_precision_copy),
+                                    at::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(rc == 0, "the CUDA fused AdamW failed to launch (cudaError ", rc, ")");
+    return;
+  }
+#endif
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad.scalar_type(), "FusedAdamW", [&] {
     const scalar_t* g = grad.data_ptr<scalar_t>();
     at::parallel_for(0, master.numel(), kGrain, [&](int64_t begin, int64_t end) {
@@ -117,30 +208,24 @@ void FusedAdamW(const at::Tensor& master, const at::Tensor& grad, const at::Tens
 }
 
 bool UnscaleAndCheckFinite(const at::Tensor& grad, double inverse_scale) {
-  TORCH_CHECK(grad.device().is_cpu() && grad.is_contiguous() && IsLowOrF32(grad.scalar_type()),
+  TORCH_CHECK(grad.device().is_cpu() && FusedKernelsTake(grad),
               "UnscaleAndCheckFinite takes a contiguous f32/bf16/f16 CPU tensor");
-  std::atomic<bool> finite{true};
-  const float inverse = static_cast<float>(inverse_scale);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad.scalar_type(), "Unscale", [&] {
-    scalar_t* g = grad.data_ptr<scalar_t>();
-    at::parallel_for(0, grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      if (!UnscaleSpan(g + begin, end - begin, inverse)) finite = false;
-    });
-  });
-  return finite;
+  return ScanOnCpu(grad, /*unscale=*/true, inverse_scale);
 }
 
 bool AllFinite(const at::Tensor& grad) {
-  TORCH_CHECK(grad.device().is_cpu() && grad.is_contiguous() && IsLowOrF32(grad.scalar_type()),
+  TORCH_CHECK(grad.device().is_cpu() && FusedKernelsTake(grad),
               "AllFinite takes a contiguous f32/bf16/f16 CPU tensor");
-  std::atomic<bool> finite{true};
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, grad.scalar_type(), "AllFinite", [&] {
-    const scalar_t* g = grad.data_ptr<scalar_t>();
-    at::parallel_for(0, grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      if (!FiniteSpan(g + begin, end - begin)) finite = false;
-    });
-  });
-  return finite;
+  return ScanOnCpu(grad, /*unscale=*/false, 1.0);
+}
+
+void UnscaleAndFlagNonFinite(const at::Tensor& grad, double inverse_scale,
+                             const at::Tensor& found_nonfinite) {
+  Scan(grad, /*unscale=*/true, inverse_scale, found_nonfinite);
+}
+
+void FlagNonFinite(const at::Tensor& grad, const at::Tensor& found_nonfinite) {
+  Scan(grad, /*unscale=*/false, 1.0, found_nonfinite);
 }
 
 }  // namespace engine::kernels

@@ -79,5 +79,26 @@ TEST(AllFiniteTest, FindsOneNonFiniteValueAndWritesNothing) {
   EXPECT_THROW(AllFinite(at::zeros({4}, at::kDouble)), c10::Error);
 }
 
+TEST(FlagNonFiniteTest, OneFlagCollectsEveryTensorsCheck) {
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    at::Tensor found = at::zeros({1}, at::kInt);
+    at::Tensor a = at::full({70000}, 8.0).to(dtype), b = at::full({33}, 2.0).to(dtype);
+    UnscaleAndFlagNonFinite(a, 0.125, found);
+    FlagNonFinite(b, found);
+    EXPECT_EQ(found.item<int>(), 0) << dtype;
+    EXPECT_TRUE(at::equal(a, at::ones({70000}).to(dtype))) << dtype;
+    EXPECT_EQ(b[0].item<float>(), 2.0f) << "FlagNonFinite writes nothing";
+    b[32] = NAN;
+    FlagNonFinite(b, found);
+    UnscaleAndFlagNonFinite(a, 1.0, found);
+    EXPECT_EQ(found.item<int>(), 1) << "a later clean tensor does not clear the flag";
+  }
+  EXPECT_TRUE(FusedKernelsTake(at::zeros({4}, at::kBFloat16)));
+  EXPECT_FALSE(FusedKernelsTake(at::zeros({4, 2}).t()));
+  EXPECT_FALSE(FusedKernelsTake(at::zeros({4}, at::kDouble)));
+  EXPECT_THROW(FlagNonFinite(at::zeros({4}), at::zeros({1}, at::kLong)), c10::Error);
+  EXPECT_THROW(FlagNonFinite(at::zeros({4, 2}).t(), at::zeros({1}, at::kInt)), c10::Error);
+}
+
 }  // namespace
 }  // namespace engine::kernels

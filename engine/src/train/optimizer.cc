@@ -98,7 +98,7 @@ at::Tensor Unscaled(const StepGradient& g, const at::Tensor& parameter) {
 
 bool FitsFusedCopy(const at::Tensor& write_back, const at::Tensor& parameter) {
   return !write_back.defined() ||
-         (write_back.device().is_cpu() && write_back.is_contiguous() &&
+         (write_back.device() == parameter.device() && write_back.is_contiguous() &&
           (write_back.scalar_type() == at::kBFloat16 || write_back.scalar_type() == at::kHalf) &&
           write_back.numel() == parameter.numel());
 }

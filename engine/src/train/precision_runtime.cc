@@ -77,17 +77,6 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
   return runtime;
 }
 
-namespace {
-
-// Whether the fused CPU kernels (kernels/fused_adamw.h) take this gradient.
-bool KernelsTake(const at::Tensor& grad) {
-  const c10::ScalarType t = grad.scalar_type();
-  return grad.device().is_cpu() && grad.is_contiguous() &&
-         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
-}
-
-}  // namespace
-
 void PrecisionRuntime::ZeroGrad() {
   feeds_.clear();
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -102,30 +91,32 @@ bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
   at::NoGradGuard no_grad;
   const double factor = 1.0 / (scale_ * divisor);
   feeds_.assign(parameters_.size(), GradientFeed());
-  bool finite = true;
-  at::Tensor total;  // where no kernel takes a gradient: one f32 sum each, any inf or nan shows
+  at::Tensor found;  // one int32 on the gradients' device that the kernels set on inf or nan
+  at::Tensor total;  // where no kernel takes a gradient: an f32 sum each, any inf or nan shows
   for (size_t i = 0; i < parameters_.size(); ++i) {
     at::Tensor grad = parameters_[i].tensor.grad();
     if (!grad.defined()) continue;
-    if (has_master_[i]) {
-      // The optimizer unscales it into the master's dtype (see the header).
-      feeds_[i] = {grad, factor, parameters_[i].tensor};
-      if (KernelsTake(grad)) {
-        finite = finite && kernels::AllFinite(grad);
-        continue;
-      }
-    } else if (KernelsTake(grad)) {
-      finite = (factor != 1.0 ? kernels::UnscaleAndCheckFinite(grad, factor)
-                              : kernels::AllFinite(grad)) &&
-               finite;
-      continue;
-    } else if (factor != 1.0) {
-      grad.mul_(factor);
+    // A master's gradient is unscaled into f32 by the optimizer (see the header).
+    const bool unscale_here = !has_master_[i] && factor != 1.0;
+    if (has_master_[i]) feeds_[i] = {grad, factor, parameters_[i].tensor};
+    if (!found.defined() && kernels::FusedKernelsTake(grad)) {
+      found = at::zeros({1}, grad.options().dtype(at::kInt));
     }
+    if (kernels::FusedKernelsTake(grad) && grad.device() == found.device()) {
+      if (unscale_here) {
+        kernels::UnscaleAndFlagNonFinite(grad, factor, found);
+      } else {
+        kernels::FlagNonFinite(grad, found);
+      }
+      continue;
+    }
+    if (unscale_here) grad.mul_(factor);
     at::Tensor sum = grad.sum(at::kFloat);
     total = total.defined() ? total + sum : sum;
   }
-  return finite && (!total.defined() || std::isfinite(total.item<double>()));
+  // One read of each: a single synchronisation with the device per step.
+  return (!found.defined() || found.item<int>() == 0) &&
+         (!total.defined() || std::isfinite(total.item<double>()));
 }
 
 double PrecisionRuntime::ClipGradients(double max_norm) {

@@ -11,7 +11,8 @@
 //      updated master back into the low-precision parameter) -> UpdateScale.
 //
 // The optimizer's arithmetic and state therefore always have the dtype of the weights it updates
-// (F6); with AdamW on the CPU the cast, unscale, update and write-back are one fused pass.
+// (F6); with AdamW the cast, unscale, update and write-back are one fused pass (on the CPU, and on
+// CUDA where LibTorch has it), and the non-finite checks cost one device read per step.
 //
 // Thread safety: the training thread only. context() may be captured and entered on other threads.
 #pragma once

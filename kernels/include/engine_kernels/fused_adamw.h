@@ -8,9 +8,11 @@
 //   UnscaleAndCheckFinite: multiplies gradients by 1 / loss scale in place and reports whether
 //     every value is finite, in one read and one write; AllFinite only checks.
 //
-// The arithmetic is the engine's AdamW (engine/src/train/optimizer.cc) in f32, so results agree
-// with it to rounding. Tensors must be contiguous, on the CPU, and of equal element counts; a
-// violated precondition throws c10::Error. Callers own all tensors; no state is kept.
+// The arithmetic is the engine's AdamW (engine/src/train/optimizer.cc) in f32
+// (adamw_coefficients.h), so results agree with it to rounding. Tensors must be contiguous, on one
+// device, and of equal element counts; a violated precondition throws c10::Error. Where LibTorch
+// has CUDA, CUDA tensors run the kernels of fused_adamw_cuda.h on the current stream. Callers own
+// all tensors; no state is kept.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -28,6 +30,10 @@ struct AdamWHyper {
   int64_t step = 1;  // after incrementing: the first update is step 1
 };
 
+// Whether the non-finite checks below take this gradient: contiguous f32/bf16/f16 on the CPU, or on
+// a CUDA device where this build has the CUDA kernels (else the caller uses ATen ops).
+bool FusedKernelsTake(const at::Tensor& grad);
+
 // Whether FusedAdamW takes these tensors (else the caller falls back to ATen ops).
 bool FusedAdamWSupports(const at::Tensor& master, const at::Tensor& grad);
 
@@ -44,5 +50,12 @@ bool UnscaleAndCheckFinite(const at::Tensor& grad, double inverse_scale);
 // Whether every value of `grad` (f32, bf16 or f16) is finite, in one read and no write: the check
 // for a gradient whose unscaling FusedAdamW does itself (`grad_scale`).
 bool AllFinite(const at::Tensor& grad);
+
+// The same two checks for many tensors and one read at the end (no device synchronisation per
+// tensor): `found_nonfinite` is one int32 on the gradient's device, set to 1 when a value is inf
+// or NaN and left as it was otherwise. On the CPU or, where wired in, a CUDA device.
+void UnscaleAndFlagNonFinite(const at::Tensor& grad, double inverse_scale,
+                             const at::Tensor& found_nonfinite);
+void FlagNonFinite(const at::Tensor& grad, const at::Tensor& found_nonfinite);
 
 }  // namespace engine::kernels
