@@ -13,6 +13,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define ENGINE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 
@@ -85,6 +90,131 @@ const PairTable& Pairs() {
   return table;
 }
 
+#if defined(__x86_64__)
+// f32 outputs, AVX2: eight elements (four packed bytes) at a time. The block's codebook times its
+// scale is two 8-float tables; each nibble picks its value with two lane permutes and a blend. The
+// products are the scalar path's (codebook[c] * scale, one f32 multiply): bit for bit the same.
+struct ScaledCodebook {
+  __m256 low, high;  // codes 0-7 and 8-15, times the scale
+};
+
+__attribute__((target("avx2"))) inline ScaledCodebook ScaleCodebook(float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  return {_mm256_mul_ps(_mm256_loadu_ps(kNf4Codebook.data()), s),
+          _mm256_mul_ps(_mm256_loadu_ps(kNf4Codebook.data() + 8), s)};
+}
+
+// The values of the eight nibbles of bytes[0..3], high nibble first.
+__attribute__((target("avx2"))) inline __m256 LookUp8(const uint8_t* bytes,
+                                                      const ScaledCodebook& book) {
+  int32_t four;
+  std::memcpy(&four, bytes, sizeof(four));
+  const __m128i doubled =
+      _mm_shuffle_epi8(_mm_cvtsi32_si128(four),
+                       _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m256i codes = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_cvtepu8_epi32(doubled), _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0)),
+      _mm256_set1_epi32(15));
+  const __m256 low = _mm256_permutevar8x32_ps(book.low, codes);
+  const __m256 high = _mm256_permutevar8x32_ps(book.high, codes);
+  const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(codes, _mm256_set1_epi32(7)));
+  return _mm256_blendv_ps(low, high, upper);
+}
+
+// Elements from 2 * first_byte on, `count` of them (a multiple of 8); returns how many were done.
+__attribute__((target("avx2"))) int64_t DequantizeAligned8(const uint8_t* bytes, int64_t count,
+                                                           float scale, float* out) {
+  const ScaledCodebook book = ScaleCodebook(scale);
+  for (int64_t i = 0; i < count; i += 8) _mm256_storeu_ps(out + i, LookUp8(bytes + i / 2, book));
+  return count;
+}
+
+// 16-bit outputs (bf16, f16): the block's 16 values are rounded once, exactly as the scalar path
+// rounds each product, and every nibble looks its value up with byte shuffles (the low and the
+// high byte from two 16-entry tables): 32 elements per iteration. Returns how many were done.
+__attribute__((target("ssse3"))) int64_t DequantizeTable16(const uint8_t* bytes, int64_t count,
+                                                           const uint16_t* values, uint16_t* out) {
+  alignas(16) uint8_t low_bytes[16], high_bytes[16];
+  for (int c = 0; c < 16; ++c) {
+    low_bytes[c] = static_cast<uint8_t>(values[c] & 0xff);
+    high_bytes[c] = static_cast<uint8_t>(values[c] >> 8);
+  }
+  const __m128i low_table = _mm_load_si128(reinterpret_cast<const __m128i*>(low_bytes));
+  const __m128i high_table = _mm_load_si128(reinterpret_cast<const __m128i*>(high_bytes));
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  int64_t done = 0;
+  for (; done + 32 <= count; done += 32) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + done / 2));
+    const __m128i high_nibbles = _mm_and_si128(_mm_srli_epi16(packed, 4), nibble);
+    const __m128i low_nibbles = _mm_and_si128(packed, nibble);
+    // Element order: each byte's high nibble first.
+    const __m128i codes[2] = {_mm_unpacklo_epi8(high_nibbles, low_nibbles),
+                              _mm_unpackhi_epi8(high_nibbles, low_nibbles)};
+    for (int half = 0; half < 2; ++half) {
+      const __m128i low = _mm_shuffle_epi8(low_table, codes[half]);
+      const __m128i high = _mm_shuffle_epi8(high_table, codes[half]);
+      __m128i* dst = reinterpret_cast<__m128i*>(out + done + 16 * half);
+      _mm_storeu_si128(dst, _mm_unpacklo_epi8(low, high));
+      _mm_storeu_si128(dst + 1, _mm_unpackhi_epi8(low, high));
+    }
+  }
+  return done;
+}
+
+// The block's 16 values as bf16, rounded to nearest even as c10::BFloat16 rounds them; for a finite
+// scale only (the products are then finite, so no NaN needs its own rounding).
+__attribute__((target("avx2"))) void Bf16Values(float scale, uint16_t* values) {
+  const __m256 s = _mm256_set1_ps(scale);
+  for (int half = 0; half < 2; ++half) {
+    const __m256i bits =
+        _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(kNf4Codebook.data() + 8 * half), s));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i top = _mm256_srli_epi32(
+        _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(values + 8 * half),
+        _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1)));
+  }
+}
+
+bool HasAvx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+
+bool HasSsse3() {
+  static const bool ssse3 = __builtin_cpu_supports("ssse3");
+  return ssse3;
+}
+
+template <typename T>
+int64_t DequantizeVectorised(const uint8_t* bytes, int64_t count, float scale, T* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (HasAvx2()) return DequantizeAligned8(bytes, count & ~int64_t{7}, scale, out);
+  } else {
+    static_assert(sizeof(T) == 2, "bf16 and f16 outputs");
+    if (count >= 32 && HasSsse3()) {
+      uint16_t values[16];
+      if (std::is_same_v<T, c10::BFloat16> && HasAvx2() && std::isfinite(scale)) {
+        Bf16Values(scale, values);
+      } else {
+        for (int c = 0; c < 16; ++c) {
+          const T value = static_cast<T>(kNf4Codebook[c] * scale);
+          std::memcpy(&values[c], &value, sizeof(value));
+        }
+      }
+      return DequantizeTable16(bytes, count, values, reinterpret_cast<uint16_t*>(out));
+    }
+  }
+  return 0;
+}
+#else
+template <typename T>
+int64_t DequantizeVectorised(const uint8_t*, int64_t, float, T*) {
+  return 0;
+}
+#endif
+
 template <typename T>
 ENGINE_SIMD_CLONES void DequantizeSpan(const uint8_t* packed, int64_t begin, int64_t end,
                                        float scale, T* out) {
@@ -94,6 +224,9 @@ ENGINE_SIMD_CLONES void DequantizeSpan(const uint8_t* packed, int64_t begin, int
     *out++ = static_cast<T>(kNf4Codebook[packed[i / 2] & 15] * scale);
     ++i;
   }
+  const int64_t vectorised = DequantizeVectorised(packed + i / 2, end - i, scale, out);
+  i += vectorised;
+  out += vectorised;
   for (; i + 1 < end; i += 2) {
     const float* pair = pairs[packed[i / 2]];
     out[0] = static_cast<T>(pair[0] * scale);

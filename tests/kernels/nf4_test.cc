@@ -128,6 +128,28 @@ TEST(Nf4Test, ThePortableAtenPathMatchesTheKernel) {
   }
 }
 
+TEST(Nf4Test, EveryOutputDtypeMatchesTheAtenPathBitForBit) {
+  // Long enough ranges for the vectorised paths (8 f32 / 32 bf16 or f16 elements per step), with
+  // odd starts and ends and ranges inside one block.
+  at::manual_seed(8);
+  const at::Tensor w = at::randn({301, 257});
+  const int64_t n = w.numel();
+  for (int64_t block : {64, 4096}) {
+    const Nf4Tensor q = QuantizeNf4(w, block, /*double_quant=*/true);
+    for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n},
+                                {1, n - 1},
+                                {63, 64 * 40 + 7},
+                                {4096 * 3 + 5, 4096 * 3 + 70},
+                                {n - 33, n}}) {
+        EXPECT_TRUE(at::equal(DequantizeNf4Range(q, begin, end, dtype),
+                              DequantizeNf4RangeWithAten(q, begin, end, dtype)))
+            << "block " << block << " " << dtype << " [" << begin << ", " << end << ")";
+      }
+    }
+  }
+}
+
 TEST(Nf4Test, RefusesBadBlockSizesAndDtypes) {
   for (int64_t bad : {0, 16, 48, 100, 8192}) {
     EXPECT_FALSE(IsValidNf4BlockSize(bad)) << bad;
