@@ -3,6 +3,7 @@
 // the checkpoint once, from rank 0; a stage that does not ask for DDP refuses to run as several
 // ranks.
 #include <ATen/ops/allclose.h>
+#include <ATen/ops/equal.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "engine/safetensors.h"
@@ -125,6 +127,29 @@ TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromR
   EXPECT_TRUE(
       std::filesystem::exists(tmp.path() / "out/s/checkpoints/step-00000030/manifest.pbtxt"));
   EXPECT_TRUE(std::filesystem::exists(tmp.path() / "out/s/final/manifest.pbtxt"));
+}
+
+// A checkpoint a callback asks for on rank 0 is taken by every rank together (it gathers each
+// rank's random generators, so a rank saving alone would wait for the others forever).
+TEST(DataParallelTest, ACheckpointRankZerosCallbackAsksForHoldsEveryRanksGenerators) {
+  testing::TempDir tmp;
+  std::string pipeline = Pipeline("out", 16, "strategy: DDP");
+  pipeline.insert(pipeline.find("  parallel {"),
+                  "  callback { plugin: \"checkpoint_every\" options { "
+                  "[type.googleapis.com/engine.plugins.CheckpointEveryOptions] { steps: 7 } } }\n");
+  const auto file = tmp.Write("p.pbtxt", pipeline);
+  auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto optimizer = tmp.path() / "out/s/checkpoints/step-00000035/optimizer.safetensors";
+  auto opened = safetensors::File::Open(optimizer);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  std::set<std::string> names;
+  for (const auto& info : (*opened)->tensors()) names.insert(info.name);
+  EXPECT_TRUE(names.count("engine/rng/cpu")) << "rank 0's generator";
+  EXPECT_TRUE(names.count("engine/rng/rank1/cpu")) << "rank 1's generator";
+  // The ranks draw from their own streams.
+  EXPECT_FALSE(
+      at::equal(*(*opened)->Get("engine/rng/cpu"), *(*opened)->Get("engine/rng/rank1/cpu")));
 }
 
 TEST(DataParallelTest, AStageThatDoesNotAskForDdpRefusesToRunAsSeveralRanks) {

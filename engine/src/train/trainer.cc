@@ -44,10 +44,6 @@ constexpr int64_t kMaxConsecutiveSkips = 30;
 // A collective that waits longer than this for another rank fails (that rank is gone or stuck).
 constexpr int kCollectiveTimeoutSeconds = 300;
 
-// Dropout and other randomness while training draw from generators seeded from the stage seed when
-// the stage starts, so a stage trains the same whether the stages before it ran or were up to date.
-uint64_t TrainingSeed(uint64_t stage_seed) { return stage_seed ^ 0x5452414953454544ULL; }
-
 std::string UtcNow() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -79,7 +75,10 @@ class StageTrainer : public CallbackActions {
     start_ = Clock::now();
     run_id_ = request_.run_id.empty() ? NewRunId() : request_.run_id;
     ENGINE_RETURN_IF_ERROR(Prepare());
-    at::manual_seed(TrainingSeed(stage_.seed));
+    // Dropout and other randomness while training draw from generators seeded from the stage seed
+    // when the stage starts, so a stage trains the same whether the stages before it ran or were up
+    // to date; every DDP rank has its own stream (independent dropout masks).
+    at::manual_seed(TrainingSeed(stage_.seed, plan_.rank));
     if (!request_.resume_from.empty()) ENGINE_RETURN_IF_ERROR(Restore());
     const int64_t resumed_from_step = step_;
     Event begin = MakeEvent(EventType::kStageBegin);
@@ -129,15 +128,16 @@ class StageTrainer : public CallbackActions {
         if (!at_end && eval_every > 0 && step_ % eval_every == 0) {
           ENGINE_RETURN_IF_ERROR(EvaluateAndReport().status());
         }
+        if (at_end) continue;
+        // Under DDP the ranks first agree on stopping and on a checkpoint a callback asked for
+        // (callbacks run on rank 0), since saving gathers from every rank.
+        ENGINE_ASSIGN_OR_RETURN(const bool interrupted, AgreeOnStopping());
         const bool due = checkpoint_every > 0 && step_ % checkpoint_every == 0;
-        if (!at_end && stop_reason_.empty() && (due || checkpoint_requested_)) {
+        if (stop_reason_.empty() && (due || checkpoint_requested_)) {
           checkpoint_requested_ = false;
           ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint());
         }
-        if (!at_end) {
-          ENGINE_ASSIGN_OR_RETURN(const bool interrupted, AgreeOnStopping());
-          if (interrupted) return Interrupted();
-        }
+        if (interrupted) return Interrupted();
       }
       ++epoch_;
     }
@@ -219,27 +219,34 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  // Whether to stop for a signal; under DDP also spreads a stop that rank 0's callbacks asked for,
-  // so every rank leaves the loop after the same step.
+  // Whether to stop for a signal; under DDP also spreads a stop or a checkpoint that rank 0's
+  // callbacks asked for, so every rank leaves the loop, or saves, after the same step.
   StatusOr<bool> AgreeOnStopping() {
     if (data_parallel_ == nullptr) return InterruptRequested();
     ENGINE_ASSIGN_OR_RETURN(
         std::vector<double> flags,
-        data_parallel_->Max({InterruptRequested() ? 1.0 : 0.0, stop_reason_.empty() ? 0.0 : 1.0})
+        data_parallel_
+            ->Max({InterruptRequested() ? 1.0 : 0.0, stop_reason_.empty() ? 0.0 : 1.0,
+                   checkpoint_requested_ ? 1.0 : 0.0})
             .WithContext(context_));
     if (flags[1] > 0 && stop_reason_.empty()) stop_reason_ = "rank 0's callbacks asked to stop";
+    checkpoint_requested_ = flags[2] > 0;
     return flags[0] > 0;
   }
 
   // After SIGINT or SIGTERM: a checkpoint to resume from (unless no step was taken), then stop.
   Status Interrupted() {
     const std::string signal = InterruptSignalName();
-    if (step_ == 0 || (!periodic_.empty() && last_checkpoint_step_ == step_)) {
-      return AbortedError(
-          context_ + ": interrupted by " + signal + " at step " + std::to_string(step_) + " of " +
-          std::to_string(plan_.total_steps) +
-          (step_ == 0 ? "; nothing to save" : "; checkpoint " + periodic_.back().string()) +
-          ". Run the same command again to go on from there");
+    // The same decision on every rank (saving gathers from all of them): last_checkpoint_step_ is
+    // kept on every rank, the list of directories only on rank 0.
+    if (step_ == 0 || last_checkpoint_step_ == step_) {
+      const std::string saved = step_ == 0 ? "; nothing to save"
+                                : !periodic_.empty()
+                                    ? "; checkpoint " + periodic_.back().string()
+                                    : "; the checkpoint of step " + std::to_string(step_);
+      return AbortedError(context_ + ": interrupted by " + signal + " at step " +
+                          std::to_string(step_) + " of " + std::to_string(plan_.total_steps) +
+                          saved + ". Run the same command again to go on from there");
     }
     ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint(/*force_optimizer_state=*/true));
     const std::string where = plan_.rank == 0 ? "; checkpoint " + periodic_.back().string()
@@ -313,9 +320,17 @@ class StageTrainer : public CallbackActions {
     ENGINE_RETURN_IF_ERROR(GuardedCall(where, [&] {
       at::NoGradGuard no_grad;
       for (size_t i = 0; i < targets.size(); ++i) targets[i].second.copy_(sources[i]);
-      SetGeneratorState(at::Device(at::kCPU), training.generators.at("cpu"));
+      const bool first = plan_.rank == 0;
+      auto cpu = training.generators.find(first ? "cpu" : RankGeneratorKey(plan_.rank, false));
+      if (cpu != training.generators.end()) {
+        SetGeneratorState(at::Device(at::kCPU), cpu->second);
+      } else {
+        LOG(WARNING) << where << ": it holds no random generator state for rank " << plan_.rank
+                     << "; that rank's dropout draws start afresh from the stage seed";
+      }
       if (!device_.is_cpu()) {
-        auto it = training.generators.find(device_.str());
+        auto it =
+            training.generators.find(first ? device_.str() : RankGeneratorKey(plan_.rank, true));
         if (it != training.generators.end()) SetGeneratorState(device_, it->second);
       }
       return Status::Ok();
@@ -500,12 +515,18 @@ class StageTrainer : public CallbackActions {
   // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
   // never deleted here.
   Status SavePeriodicCheckpoint(bool force_optimizer_state = false) {
+    if (data_parallel_ != nullptr && plan_.world_size > 1) {
+      // Every rank's random generators go into rank 0's checkpoint, so each resumes its own.
+      ENGINE_ASSIGN_OR_RETURN(rank_generators_, GatherRankGenerators(*data_parallel_, plan_.rank,
+                                                                     plan_.world_size, device_)
+                                                    .WithContext(context_));
+    }
+    last_checkpoint_step_ = step_;
     if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
     char name[32];
     std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step_));
     const std::filesystem::path dir = request_.stage_dir / "checkpoints" / name;
     ENGINE_RETURN_IF_ERROR(SaveCheckpoint(dir, /*final=*/false, {}, force_optimizer_state));
-    last_checkpoint_step_ = step_;
     periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), dir), periodic_.end());
     periodic_.push_back(dir);
     const uint32_t keep = config_.checkpoint().keep_last();
@@ -590,6 +611,8 @@ class StageTrainer : public CallbackActions {
       training.last_lr = last_lr_;
       training.generators["cpu"] = GeneratorState(at::Device(at::kCPU));
       if (!device_.is_cpu()) training.generators[device_.str()] = GeneratorState(device_);
+      training.generators.insert(rank_generators_.begin(), rank_generators_.end());
+      rank_generators_.clear();
       contents.optimizer_metadata = AppendTrainingState(training, contents.optimizer);
     }
     contents.config_json = model_.config_json();
@@ -650,7 +673,9 @@ class StageTrainer : public CallbackActions {
 
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
-  DataParallel* data_parallel_ = nullptr;                // process-wide; null with world size 1
+  DataParallel* data_parallel_ = nullptr;  // process-wide; null with world size 1
+  // The other ranks' generator states for the checkpoint being written (rank 0, DDP).
+  std::map<std::string, at::Tensor> rank_generators_;
   std::unique_ptr<GradientAverager> gradient_averager_;  // with data_parallel_
   std::vector<std::filesystem::path> periodic_;
   int64_t last_checkpoint_step_ = -1;

@@ -2,11 +2,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/ops/empty.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 namespace engine {
 namespace {
@@ -47,6 +49,14 @@ at::Generator DefaultGenerator(at::Device device) {
 }
 
 }  // namespace
+
+uint64_t TrainingSeed(uint64_t stage_seed, int rank) {
+  return (stage_seed ^ 0x5452414953454544ULL) + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ULL;
+}
+
+std::string RankGeneratorKey(int rank, bool device) {
+  return "rank" + std::to_string(rank) + (device ? "/device" : "/cpu");
+}
 
 safetensors::Metadata AppendTrainingState(const TrainingState& state,
                                           safetensors::NamedTensors& tensors) {
@@ -104,6 +114,49 @@ void SetGeneratorState(at::Device device, const at::Tensor& state) {
   at::Generator generator = DefaultGenerator(device);
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
+}
+
+StatusOr<std::map<std::string, at::Tensor>> GatherRankGenerators(DataParallel& ranks, int rank,
+                                                                 int world_size,
+                                                                 at::Device device) {
+  std::vector<at::Tensor> mine = {GeneratorState(at::Device(at::kCPU))};
+  if (!device.is_cpu()) mine.push_back(GeneratorState(device));
+  // Each rank writes its bytes into its own slot of a zeroed vector; the sum is every rank's.
+  std::vector<double> lengths(static_cast<size_t>(world_size) * mine.size(), 0.0);
+  for (size_t g = 0; g < mine.size(); ++g) {
+    lengths[static_cast<size_t>(rank) * mine.size() + g] = static_cast<double>(mine[g].numel());
+  }
+  ENGINE_ASSIGN_OR_RETURN(std::vector<double> all_lengths, ranks.Max(lengths));
+  int64_t slot = 0;
+  for (size_t g = 0; g < mine.size(); ++g) slot += mine[g].numel();
+  for (int r = 0; r < world_size; ++r) {
+    for (size_t g = 0; g < mine.size(); ++g) {
+      if (all_lengths[static_cast<size_t>(r) * mine.size() + g] != mine[g].numel()) {
+        return FailedPreconditionError(
+            "rank " + std::to_string(r) + "'s random generator state has another size than rank " +
+            std::to_string(rank) + "'s; the ranks run different generators");
+      }
+    }
+  }
+  std::vector<double> bytes(static_cast<size_t>(world_size * slot), 0.0);
+  int64_t at = rank * slot;
+  for (const at::Tensor& state : mine) {
+    const at::Tensor flat = state.contiguous();
+    const uint8_t* data = flat.data_ptr<uint8_t>();
+    for (int64_t i = 0; i < flat.numel(); ++i) bytes[at++] = data[i];
+  }
+  ENGINE_ASSIGN_OR_RETURN(std::vector<double> all, ranks.Sum(bytes));
+  std::map<std::string, at::Tensor> out;
+  for (int r = 1; r < world_size; ++r) {
+    int64_t offset = r * slot;
+    for (size_t g = 0; g < mine.size(); ++g) {
+      at::Tensor state = at::empty({mine[g].numel()}, at::kByte);
+      uint8_t* data = state.data_ptr<uint8_t>();
+      for (int64_t i = 0; i < state.numel(); ++i) data[i] = static_cast<uint8_t>(all[offset++]);
+      out[RankGeneratorKey(r, /*device=*/g > 0)] = state;
+    }
+  }
+  return out;
 }
 
 }  // namespace engine

@@ -14,11 +14,16 @@
 #include <map>
 #include <string>
 
+#include "dist/data_parallel.h"
 #include "engine/safetensors.h"
 #include "engine/status.h"
 #include "train/precision_runtime.h"
 
 namespace engine {
+
+// The seed of a stage's training generators (dropout and other draws) on DDP rank `rank`: rank 0's
+// is the single-process seed, every other rank's differs, so ranks draw independent dropout masks.
+uint64_t TrainingSeed(uint64_t stage_seed, int rank);
 
 struct TrainingState {
   std::string algorithm;
@@ -27,9 +32,14 @@ struct TrainingState {
   int64_t examples = 0;
   double last_loss = 0;
   double last_lr = 0;
-  // Generator states by device ("cpu", "cuda:0").
+  // Generator states by device ("cpu", "cuda:0") for rank 0, and under DDP the other ranks' as
+  // RankGeneratorKey(r, ...).
   std::map<std::string, at::Tensor> generators;
 };
+
+// "rank<r>/cpu" and "rank<r>/device" (the rank's own accelerator): other ranks' generators in
+// rank 0's checkpoint.
+std::string RankGeneratorKey(int rank, bool device);
 
 // Appends the generators to `tensors` (after the optimizer's slots and the masters) and returns
 // the file's metadata.
@@ -48,5 +58,11 @@ StatusOr<SavedTrainingState> ReadTrainingState(const safetensors::File& file);
 // The default generator of `device` (the CPU's, or the device's), as a state tensor on the CPU.
 at::Tensor GeneratorState(at::Device device);
 void SetGeneratorState(at::Device device, const at::Tensor& state);
+
+// Every rank's generator states (the CPU's, and `device`'s when it is not the CPU), gathered on
+// every rank, keyed by RankGeneratorKey, for ranks 1 and up. A collective: all ranks call it at
+// the same point. Fails when the ranks' states differ in size (another generator type).
+StatusOr<std::map<std::string, at::Tensor>> GatherRankGenerators(DataParallel& ranks, int rank,
+                                                                 int world_size, at::Device device);
 
 }  // namespace engine

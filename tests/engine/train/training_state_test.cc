@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "testing/fake_data_parallel.h"
 #include "testing/temp_dir.h"
 
 namespace engine {
@@ -77,6 +78,38 @@ TEST(TrainingStateTest, AMissingOrMalformedEntryIsNamed) {
   saved = ReadTrainingState(**safetensors::File::Open(path));
   ASSERT_FALSE(saved.ok());
   EXPECT_THAT(saved.status().message(), HasSubstr("lacks the random generator's state"));
+}
+
+TEST(TrainingStateTest, EveryRankHasItsOwnSeedAndRankZeroKeepsTheSingleProcessOne) {
+  EXPECT_EQ(TrainingSeed(5, 0), 5ULL ^ 0x5452414953454544ULL);
+  EXPECT_NE(TrainingSeed(5, 1), TrainingSeed(5, 0));
+  EXPECT_NE(TrainingSeed(5, 2), TrainingSeed(5, 1));
+  EXPECT_NE(TrainingSeed(6, 1), TrainingSeed(5, 1));
+}
+
+TEST(TrainingStateTest, RankGeneratorsAreGatheredForRankZerosCheckpoint) {
+  const at::Device cpu(at::kCPU);
+  at::manual_seed(TrainingSeed(3, 1));
+  const at::Tensor other = GeneratorState(cpu).clone();
+  at::manual_seed(TrainingSeed(3, 0));
+  const at::Tensor mine = GeneratorState(cpu).clone();
+  ASSERT_FALSE(at::equal(mine, other));
+
+  // The scripted rank 1 reports its length in its slot and its bytes in its half of the sum.
+  testing::FakeDataParallel ranks;
+  const int64_t n = mine.numel();
+  ranks.other_max = {0.0, static_cast<double>(n)};
+  ranks.other_sum.assign(static_cast<size_t>(2 * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) ranks.other_sum[n + i] = other.data_ptr<uint8_t>()[i];
+  auto gathered = GatherRankGenerators(ranks, 0, 2, cpu);
+  ASSERT_TRUE(gathered.ok()) << gathered.status().message();
+  ASSERT_EQ(gathered->size(), 1u);
+  EXPECT_TRUE(at::equal(gathered->at(RankGeneratorKey(1, false)), other));
+  EXPECT_TRUE(at::equal(GeneratorState(cpu), mine)) << "gathering leaves this rank's generator";
+
+  ranks.other_max = {0.0, static_cast<double>(n + 8)};
+  EXPECT_THAT(GatherRankGenerators(ranks, 0, 2, cpu).status().message(),
+              HasSubstr("rank 1's random generator state has another size than rank 0's"));
 }
 
 }  // namespace
