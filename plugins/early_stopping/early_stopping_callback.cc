@@ -3,6 +3,7 @@
 // the reason in the checkpoint's manifest. Needs evaluations during the stage
 // (schedule.eval_every_steps).
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "early_stopping_options.pb.h"
@@ -49,6 +50,29 @@ class EarlyStopping : public Callback {
                           " evaluation(s) (best " + FormatNumber(best_) + " at step " +
                           std::to_string(best_step_) + ")");
     }
+    return Status::Ok();
+  }
+
+  // "<best> <best_step> <waited>", the best with 17 digits so it reads back exactly.
+  std::string SaveState() const override {
+    if (std::isnan(best_)) return "";
+    char text[96];
+    std::snprintf(text, sizeof(text), "%.17g %lld %u", best_, static_cast<long long>(best_step_),
+                  waited_);
+    return text;
+  }
+
+  Status RestoreState(const std::string& state) override {
+    double best = 0;
+    long long best_step = 0;
+    unsigned waited = 0;
+    char rest = 0;
+    if (std::sscanf(state.c_str(), "%lf %lld %u %c", &best, &best_step, &waited, &rest) != 3) {
+      return InvalidArgumentError("early_stopping cannot read its saved state '" + state + "'");
+    }
+    best_ = best;
+    best_step_ = best_step;
+    waited_ = waited;
     return Status::Ok();
   }
 

@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
+#include <regex>
 
 #include "engine/safetensors.h"
 #include "testing/pipelines.h"
@@ -139,6 +141,59 @@ TEST_F(ResumeTest, ACheckpointOfAnotherConfigurationIsNotResumed) {
   }
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"step-00000040", "step-00000045"}));
+}
+
+// Early stopping's patience spans an interruption: its best score and how long it has waited are
+// in the checkpoint, so the resumed stage stops where the uninterrupted one stopped, with the same
+// weights. Evaluations every 3 steps, patience 3: the reference stops at a step S after evaluations
+// at S-6, S-3 and S without improvement; the interruption comes at S-2, with two of them counted.
+// (S comes from the reference run, not from this machine's rounding.)
+TEST(ResumeEarlyStoppingTest, EarlyStoppingCountsOnAcrossAResume) {
+  auto pipeline = [](const std::string& header) {
+    std::string text = testing::TwoStageDigitsPipeline(
+        header, "",
+        "  callback { plugin: \"early_stopping\" options { "
+        "[type.googleapis.com/engine.plugins.EarlyStoppingOptions] { metric: \"eval/accuracy\" "
+        "patience: 3 min_delta: 0.01 } } }\n");
+    const std::string every = "checkpoint_every_steps: 5 ";
+    text.insert(text.find(every) + every.size(), "eval_every_steps: 3 ");
+    return text;
+  };
+  const std::regex stopped(
+      "stage 'b': ([0-9]+) steps in [^(]*(\\(resumed after step [0-9]+\\) )?"
+      "(\\(stopped early: [^)]*\\))");
+  testing::TempDir reference;
+  auto r = testing::RunEngine({"run", reference.Write("p.pbtxt", pipeline("")).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(r.out, match, stopped)) << "no early stop:\n" << r.out;
+  const int stop = std::stoi(match[1]);
+  const std::string reason = match[3];
+  ASSERT_GE(stop, 9);
+
+  testing::TempDir tmp;
+  r = testing::RunEngine(
+      {"run", tmp.Write("int.pbtxt", pipeline(testing::SignalAt("b", stop - 2, "INT"))).string()});
+  ASSERT_EQ(r.exit_code, 130) << r.err;
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08d", stop - 2);
+  auto saved =
+      safetensors::File::Open(tmp.path() / "out/b/checkpoints" / name / "optimizer.safetensors");
+  ASSERT_TRUE(saved.ok()) << saved.status().message();
+  EXPECT_THAT((*saved)->metadata(),
+              ::testing::Contains(::testing::Pair("callback_state/0/0:early_stopping",
+                                                  ::testing::MatchesRegex("0\\.[0-9]+ [0-9]+ 2"))));
+
+  r = testing::RunEngine({"run", tmp.Write("p.pbtxt", pipeline("")).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 'b': resuming after step " + std::to_string(stop - 2)));
+  ASSERT_TRUE(std::regex_search(r.out, match, stopped)) << r.out;
+  EXPECT_EQ(std::stoi(match[1]), stop);
+  EXPECT_EQ(match[3], reason);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    testing::ExpectSameSafetensors(reference.path() / "out/b/final" / file,
+                                   tmp.path() / "out/b/final" / file);
+  }
 }
 
 }  // namespace

@@ -113,7 +113,9 @@ TEST(TextLoaderTest, SplitsWholeDocumentsDeterministicallyBySeed) {
   const auto eval = texts(Tokens(**a, Split::kEval));
   EXPECT_GT(eval.size(), 20u);
   for (const std::string& doc : eval) {
-    if (doc.rfind("document number ", 0) == 0) EXPECT_EQ(train.count(doc), 0u) << doc;
+    if (doc.rfind("document number ", 0) == 0) {
+      EXPECT_EQ(train.count(doc), 0u) << doc;
+    }
   }
 }
 

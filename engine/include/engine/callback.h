@@ -99,6 +99,13 @@ class Callback {
   // Called on the training thread, in order, once per event. A returned error (or a thrown
   // exception) is handled according to the callback's `on_error`.
   virtual Status OnEvent(const Event& event, CallbackActions& actions) = 0;
+
+  // What must survive a resume, as text (early stopping's best score and how long it has waited);
+  // empty when nothing. Called on the training thread whenever a checkpoint is written.
+  virtual std::string SaveState() const { return ""; }
+  // Puts back what SaveState() returned into the checkpoint a resumed stage starts from; called
+  // after the stage_begin event. An error leaves the callback starting afresh, with a warning.
+  virtual Status RestoreState(const std::string& state) { return Status::Ok(); }
 };
 
 class CallbackPlugin : public Plugin {

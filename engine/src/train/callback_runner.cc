@@ -37,6 +37,35 @@ Status CallbackRunner::Dispatch(const Event& event, CallbackActions& actions) {
   return Status::Ok();
 }
 
+std::map<std::string, std::string> CallbackRunner::SaveStates() const {
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    std::string state;
+    const Status status = GuardedCall("callback '" + slot.name + "' saving its state", [&] {
+      state = slot.callback->SaveState();
+      return Status::Ok();
+    });
+    if (!status.ok()) {
+      LOG(WARNING) << status.message() << "; the checkpoint goes without it";
+    } else if (!state.empty()) {
+      out[std::to_string(i) + ":" + slot.name] = state;
+    }
+  }
+  return out;
+}
+
+void CallbackRunner::RestoreStates(const std::map<std::string, std::string>& states) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
+    auto it = states.find(std::to_string(i) + ":" + slot.name);
+    if (it == states.end()) continue;
+    const Status status = GuardedCall("callback '" + slot.name + "' restoring its state",
+                                      [&] { return slot.callback->RestoreState(it->second); });
+    if (!status.ok()) LOG(WARNING) << status.message() << "; it starts afresh";
+  }
+}
+
 std::vector<std::string> CallbackRunner::Disabled() const {
   std::vector<std::string> out;
   for (const Slot& slot : slots_) {

@@ -8,6 +8,7 @@
 // Thread safety: one thread at a time (the training thread).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,13 @@ class CallbackRunner {
 
   // OK unless a FAIL_STAGE callback failed. Callbacks make their requests through `actions`.
   Status Dispatch(const Event& event, CallbackActions& actions);
+
+  // Every callback's SaveState() that is not empty, keyed "<position>:<name>" (a callback that
+  // throws is logged and left out).
+  std::map<std::string, std::string> SaveStates() const;
+  // Hands each callback what SaveStates() kept under its position and name; one that fails to
+  // take it is logged and starts afresh.
+  void RestoreStates(const std::map<std::string, std::string>& states);
 
   // Callbacks disabled after an error, by name.
   std::vector<std::string> Disabled() const;

@@ -84,6 +84,8 @@ class StageTrainer : public CallbackActions {
     Event begin = MakeEvent(EventType::kStageBegin);
     if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
     ENGINE_RETURN_IF_ERROR(Emit(begin));
+    // After stage_begin, which callbacks take as their cue to start afresh.
+    RestoreCallbackStates();
 
     const int64_t n = plan_.shard_examples;
     const int64_t batch = plan_.batch_size;
@@ -310,6 +312,7 @@ class StageTrainer : public CallbackActions {
     ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
     const TrainingState& training = saved.state;
     examples_ = training.examples;
+    restored_callback_states_ = training.callback_states;
     last_loss_ = training.last_loss;
     last_lr_ = training.last_lr;
 
@@ -613,6 +616,11 @@ class StageTrainer : public CallbackActions {
       if (!device_.is_cpu()) training.generators[device_.str()] = GeneratorState(device_);
       training.generators.insert(rank_generators_.begin(), rank_generators_.end());
       rank_generators_.clear();
+      for (size_t r = 0; r < request_.callbacks.size(); ++r) {
+        for (const auto& [key, state] : request_.callbacks[r]->SaveStates()) {
+          training.callback_states[std::to_string(r) + "/" + key] = state;
+        }
+      }
       contents.optimizer_metadata = AppendTrainingState(training, contents.optimizer);
     }
     contents.config_json = model_.config_json();
@@ -646,6 +654,18 @@ class StageTrainer : public CallbackActions {
     return event;
   }
 
+  void RestoreCallbackStates() {
+    for (size_t r = 0; r < request_.callbacks.size(); ++r) {
+      const std::string prefix = std::to_string(r) + "/";
+      std::map<std::string, std::string> mine;
+      for (const auto& [key, state] : restored_callback_states_) {
+        if (key.rfind(prefix, 0) == 0) mine[key.substr(prefix.size())] = state;
+      }
+      if (!mine.empty()) request_.callbacks[r]->RestoreStates(mine);
+    }
+    restored_callback_states_.clear();
+  }
+
   bool HasCallbacks() const {
     for (const CallbackRunner* runner : request_.callbacks) {
       if (runner->size() > 0) return true;
@@ -674,6 +694,8 @@ class StageTrainer : public CallbackActions {
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
   DataParallel* data_parallel_ = nullptr;  // process-wide; null with world size 1
+  // What the callbacks saved in the checkpoint this stage resumes from, until stage_begin is out.
+  std::map<std::string, std::string> restored_callback_states_;
   // The other ranks' generator states for the checkpoint being written (rank 0, DDP).
   std::map<std::string, at::Tensor> rank_generators_;
   std::unique_ptr<GradientAverager> gradient_averager_;  // with data_parallel_

@@ -14,6 +14,7 @@ namespace engine {
 namespace {
 
 constexpr const char* kRngPrefix = "engine/rng/";
+constexpr const char* kCallbackStatePrefix = "callback_state/";
 
 std::string PrintExactly(double value) {
   char text[40];
@@ -63,15 +64,20 @@ safetensors::Metadata AppendTrainingState(const TrainingState& state,
   for (const auto& [device, generator] : state.generators) {
     tensors.emplace_back(std::string(kRngPrefix) + device, generator);
   }
-  return {{"algorithm", state.algorithm},
-          {"step", std::to_string(state.optimizer_steps)},
-          {"loss_scale", PrintExactly(state.scaler.scale)},
-          {"growth_tracker", std::to_string(state.scaler.growth_tracker)},
-          {"skipped_steps", std::to_string(state.scaler.skipped_steps)},
-          {"consecutive_skipped_steps", std::to_string(state.scaler.consecutive_skipped_steps)},
-          {"examples", std::to_string(state.examples)},
-          {"last_loss", PrintExactly(state.last_loss)},
-          {"last_lr", PrintExactly(state.last_lr)}};
+  safetensors::Metadata metadata = {
+      {"algorithm", state.algorithm},
+      {"step", std::to_string(state.optimizer_steps)},
+      {"loss_scale", PrintExactly(state.scaler.scale)},
+      {"growth_tracker", std::to_string(state.scaler.growth_tracker)},
+      {"skipped_steps", std::to_string(state.scaler.skipped_steps)},
+      {"consecutive_skipped_steps", std::to_string(state.scaler.consecutive_skipped_steps)},
+      {"examples", std::to_string(state.examples)},
+      {"last_loss", PrintExactly(state.last_loss)},
+      {"last_lr", PrintExactly(state.last_lr)}};
+  for (const auto& [key, value] : state.callback_states) {
+    metadata[kCallbackStatePrefix + key] = value;
+  }
+  return metadata;
 }
 
 StatusOr<SavedTrainingState> ReadTrainingState(const safetensors::File& file) {
@@ -98,6 +104,11 @@ StatusOr<SavedTrainingState> ReadTrainingState(const safetensors::File& file) {
   ENGINE_ASSIGN_OR_RETURN(s.examples, IntegerMetadata(meta, "examples"));
   ENGINE_ASSIGN_OR_RETURN(s.last_loss, NumberMetadata(meta, "last_loss"));
   ENGINE_ASSIGN_OR_RETURN(s.last_lr, NumberMetadata(meta, "last_lr"));
+  for (const auto& [key, value] : meta) {
+    if (key.rfind(kCallbackStatePrefix, 0) == 0) {
+      s.callback_states[key.substr(std::strlen(kCallbackStatePrefix))] = value;
+    }
+  }
   if (s.generators.count("cpu") == 0) {
     return DataLossError("the optimizer file lacks the random generator's state");
   }

@@ -35,6 +35,8 @@ struct TrainingState {
   // Generator states by device ("cpu", "cuda:0") for rank 0, and under DDP the other ranks' as
   // RankGeneratorKey(r, ...).
   std::map<std::string, at::Tensor> generators;
+  // Callbacks' SaveState() by "<runner>/<position>:<name>" (metadata "callback_state/<key>").
+  std::map<std::string, std::string> callback_states;
 };
 
 // "rank<r>/cpu" and "rank<r>/device" (the rank's own accelerator): other ranks' generators in

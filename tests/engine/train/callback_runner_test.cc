@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <stdexcept>
 
 namespace engine {
@@ -66,6 +67,51 @@ TEST(CallbackRunnerTest, FailStageReturnsTheErrorWithContext) {
   Status s = runner.Dispatch(Step(2), no_actions);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "callback 'strict' on step_end at step 2: boom");
+}
+
+// Keeps one string; saving or restoring can be made to fail.
+class Stateful : public Callback {
+ public:
+  Stateful(std::string state, bool throw_on_save = false, bool refuse_restore = false)
+      : state_(std::move(state)), throw_(throw_on_save), refuse_(refuse_restore) {}
+  Status OnEvent(const Event&, CallbackActions&) override { return Status::Ok(); }
+  std::string SaveState() const override {
+    if (throw_) throw std::runtime_error("no state today");
+    return state_;
+  }
+  Status RestoreState(const std::string& state) override {
+    if (refuse_) return InvalidArgumentError("unreadable");
+    state_ = state;
+    return Status::Ok();
+  }
+  std::string state_;
+
+ private:
+  bool throw_, refuse_;
+};
+
+TEST(CallbackRunnerTest, StatesAreSavedAndRestoredByPositionAndName) {
+  int calls = 0;
+  CallbackRunner saving;
+  saving.Add("plain", std::make_unique<Recorder>(&calls), proto::CallbackRef::DISABLE);
+  saving.Add("keeper", std::make_unique<Stateful>("best 0.9"), proto::CallbackRef::DISABLE);
+  saving.Add("broken", std::make_unique<Stateful>("x", /*throw_on_save=*/true),
+             proto::CallbackRef::DISABLE);
+  const auto states = saving.SaveStates();
+  EXPECT_EQ(states, (std::map<std::string, std::string>{{"1:keeper", "best 0.9"}}))
+      << "no state, or a throwing SaveState, is left out";
+
+  CallbackRunner restoring;
+  auto keeper = std::make_unique<Stateful>("");
+  Stateful* kept = keeper.get();
+  auto refusing = std::make_unique<Stateful>("fresh", false, /*refuse_restore=*/true);
+  Stateful* refused = refusing.get();
+  restoring.Add("plain", std::make_unique<Recorder>(&calls), proto::CallbackRef::DISABLE);
+  restoring.Add("keeper", std::move(keeper), proto::CallbackRef::DISABLE);
+  restoring.Add("other", std::move(refusing), proto::CallbackRef::DISABLE);
+  restoring.RestoreStates({{"1:keeper", "best 0.9"}, {"2:other", "?"}, {"5:gone", "y"}});
+  EXPECT_EQ(kept->state_, "best 0.9");
+  EXPECT_EQ(refused->state_, "fresh") << "a refused state leaves the callback as it was";
 }
 
 }  // namespace
