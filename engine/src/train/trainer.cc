@@ -31,6 +31,7 @@
 #include "train/optimizer.h"
 #include "train/parent_weights.h"
 #include "train/precision_runtime.h"
+#include "train/stage_manifest.h"
 #include "train/training_state.h"
 
 namespace engine {
@@ -43,15 +44,6 @@ constexpr int64_t kMaxConsecutiveSkips = 30;
 
 // A collective that waits longer than this for another rank fails (that rank is gone or stuck).
 constexpr int kCollectiveTimeoutSeconds = 300;
-
-std::string UtcNow() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
 
 class StageTrainer : public CallbackActions {
  public:
@@ -546,54 +538,16 @@ class StageTrainer : public CallbackActions {
                         bool force_optimizer_state = false) {
     RemoveStaleTemporaries(dir.parent_path());
     CheckpointContents contents;
-    proto::CheckpointManifest& m = contents.manifest;
-    m.set_pipeline(request_.pipeline->name);
-    m.set_stage(stage_.name);
-    m.set_step(static_cast<uint64_t>(step_));
-    m.set_total_steps(static_cast<uint64_t>(plan_.total_steps));
-    m.set_epoch(static_cast<uint32_t>(epoch_));
-    m.set_final(final);
-    if (final && !stop_reason_.empty()) m.set_stop_reason(stop_reason_);
-    m.set_fingerprint(plan_.fingerprint);
-    m.set_run_id(run_id_);
-    if (!request_.parent_checkpoint.empty()) {
-      m.set_parent_checkpoint(request_.parent_checkpoint.string());
-      m.set_parent_run_id(request_.parent_run_id);
-    }
-    m.set_created_at(UtcNow());
-    m.set_engine_version(ENGINE_VERSION);
-    m.set_torch_version(compat::kTorchVersion);
-    m.set_data_identity(plan_.dataset->identity());
-    proto::ModelInfo* model = m.mutable_model();
-    model->set_plugin(stage_.model.entry->name);
-    model->set_plugin_version(stage_.model.entry->version);
-    model->set_architecture(model_.architecture());
-    model->set_config_json(model_.config_json());
-    proto::PrecisionInfo* precision = m.mutable_precision();
-    precision->set_policy(plan_.precision.policy);
-    precision->set_plugin_version(stage_.precision.entry->version);
-    for (const PrecisionGroupPlan& g : plan_.precision.groups) {
-      proto::PrecisionGroup* group = precision->add_group();
-      group->set_name(g.name);
-      group->set_storage_dtype(std::string(DtypeShortName(g.storage)));
-      group->set_compute_dtype(std::string(DtypeShortName(g.compute)));
-      group->set_grad_dtype(std::string(DtypeShortName(g.grad)));
-      group->set_master_dtype(std::string(DtypeShortName(g.master)));
-      group->set_optimizer_state_dtype(std::string(DtypeShortName(g.optimizer_state)));
-      group->set_num_params(g.num_elements);
-      group->set_bytes(g.bytes);
-    }
-    m.mutable_optimizer()->set_algorithm(optimizer_->algorithm());
-    for (const auto& [name, value] : metrics) (*m.mutable_metrics())[name] = value;
-    std::vector<const ResolvedPluginRef*> refs = {&stage_.model, &stage_.data, &stage_.precision};
-    if (stage_.quantizer.entry != nullptr) refs.push_back(&stage_.quantizer);
-    for (const ResolvedPluginRef& adapter : stage_.adapters) refs.push_back(&adapter);
-    for (const ResolvedPluginRef* ref : refs) {
-      proto::PluginVersion* v = m.add_plugin();
-      v->set_name(ref->entry->name);
-      v->set_kind(std::string(PluginKindName(ref->entry->kind)));
-      v->set_version(ref->entry->version);
-    }
+    StageProgress progress;
+    progress.step = step_;
+    progress.epoch = epoch_;
+    progress.final = final;
+    if (final) progress.stop_reason = stop_reason_;
+    progress.run_id = run_id_;
+    progress.metrics = metrics;
+    contents.manifest = StageManifest(*request_.pipeline, plan_,
+                                      {request_.parent_checkpoint.string(), request_.parent_run_id},
+                                      optimizer_->algorithm(), progress);
     for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
       contents.model.emplace_back(item.key(), item.value());
     }
