@@ -32,7 +32,9 @@ at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w) {
   at::Tensor y = at::empty({x.size(0), rows}, x.options());
   for (int64_t r = 0; r < rows; r += tile) {
     const int64_t end = std::min(rows, r + tile);
-    y.narrow(1, r, end - r).copy_(at::mm(x, w.DequantizeRows(r, end, dtype).to(x.device()).t()));
+    // Straight into y's columns (a strided block GEMM writes in place), not through a copy.
+    at::Tensor columns = y.narrow(1, r, end - r);
+    at::mm_out(columns, x, w.DequantizeRows(r, end, dtype).to(x.device()).t());
   }
   return y;
 }
