@@ -1,5 +1,7 @@
 #include "pipeline/device_choice.h"
 
+#include <cstdlib>
+
 #include "engine/torch_compat.h"
 
 namespace engine {
@@ -19,8 +21,10 @@ StatusOr<DeviceChoice> RankDevice(const std::string& requested, const CudaDevice
     return DeviceChoice{"cuda:" + std::to_string(rank.local_rank),
                         requested + ": this rank's own device (" + local + ", " + seen + ")"};
   }
-  if (cuda.count == 1) {
-    return DeviceChoice{"cuda:0", requested + ": the one device this rank sees (" + local + ")"};
+  if (cuda.count == 1 && cuda.visible_devices_set) {
+    return DeviceChoice{
+        "cuda:0",
+        requested + ": the one device CUDA_VISIBLE_DEVICES gives this rank (" + local + ")"};
   }
   return FailedPreconditionError("parallel.device '" + requested + "': this rank has " + local +
                                  ", but only " + seen +
@@ -83,6 +87,8 @@ StatusOr<DeviceChoice> ChooseDevice(const std::string& requested,
   cuda.available = compat::CudaAvailable();
   cuda.count = cuda.available ? compat::CudaDeviceCount() : 0;
   cuda.torch_version = compat::kTorchVersion;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  cuda.visible_devices_set = visible != nullptr && *visible != '\0';
   return ChooseDeviceAmong(requested, cuda, ddp);
 }
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <random>
 
 #include "core/guarded_call.h"
@@ -17,11 +16,9 @@
 #include "dist/eval_partials.h"
 #include "dist/gradient_averager.h"
 #include "engine/adapter.h"
-#include "engine/dtype.h"
 #include "engine/format.h"
 #include "engine/linear.h"
 #include "engine/remove_tree.h"
-#include "engine/version.h"
 #include "plan/handoff.h"
 #include "plan/plan_printer.h"
 #include "precision/census.h"

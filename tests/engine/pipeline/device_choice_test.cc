@@ -9,7 +9,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-CudaDevices Gpus(int count) { return CudaDevices{count > 0, count, "2.11.0"}; }
+CudaDevices Gpus(int count, bool visible_devices_set = false) {
+  return CudaDevices{count > 0, count, "2.11.0", visible_devices_set};
+}
 
 TEST(DeviceChoiceTest, WithoutDdpAutoTakesTheFirstDeviceOrTheCpu) {
   EXPECT_EQ(ChooseDeviceAmong("auto", Gpus(0), std::nullopt)->device, "cpu");
@@ -58,12 +60,17 @@ TEST(DeviceChoiceTest, ARankWithoutADeviceOrRanksSharingOneAreRefused) {
   EXPECT_EQ(ChooseDeviceAmong("cuda:1", Gpus(2), RankPlacement{0, 1})->device, "cuda:1");
 }
 
-TEST(DeviceChoiceTest, ARankThatSeesOneDeviceTakesIt) {
+TEST(DeviceChoiceTest, ARankGivenOneDeviceThroughCudaVisibleDevicesTakesIt) {
   // A scheduler that sets CUDA_VISIBLE_DEVICES per rank: every rank sees its device as cuda:0.
-  auto choice = ChooseDeviceAmong("auto", Gpus(1), RankPlacement{3, 4});
+  auto choice =
+      ChooseDeviceAmong("auto", Gpus(1, /*visible_devices_set=*/true), RankPlacement{3, 4});
   ASSERT_TRUE(choice.ok()) << choice.status().message();
   EXPECT_EQ(choice->device, "cuda:0");
-  EXPECT_EQ(choice->reason, "auto: the one device this rank sees (LOCAL_RANK=3)");
+  EXPECT_EQ(choice->reason,
+            "auto: the one device CUDA_VISIBLE_DEVICES gives this rank (LOCAL_RANK=3)");
+  // Without it, two local ranks on a one-GPU machine would share that GPU.
+  EXPECT_THAT(ChooseDeviceAmong("auto", Gpus(1), RankPlacement{1, 2}).status().message(),
+              HasSubstr("LOCAL_RANK=1, but only 1 CUDA device(s) are visible"));
 }
 
 }  // namespace
