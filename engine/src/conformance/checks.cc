@@ -640,10 +640,40 @@ CheckResult CallbackContract(const Subject& s) {
     }
     ++delivered;
   }
+  // What it saves for a resume reads back into a fresh instance, which then saves the same.
+  std::string state;
+  Status saved = GuardedCall("SaveState", [&] {
+    state = (*callback)->SaveState();
+    return Status::Ok();
+  });
+  std::string round_trip;
+  if (saved.ok() && !state.empty()) {
+    auto fresh = GuardedCall("Create", [&] {
+      return plugin.Create(**options, CallbackContext{"conformance", s.base_dir, dir, "stage"});
+    });
+    saved = fresh.ok() ? GuardedCall("RestoreState", [&] { return (*fresh)->RestoreState(state); })
+                       : fresh.status();
+    if (saved.ok()) {
+      saved = GuardedCall("SaveState of the restored instance", [&] {
+        round_trip = (*fresh)->SaveState();
+        return Status::Ok();
+      });
+    }
+    if (saved.ok() && round_trip != state) {
+      saved = InternalError("a fresh instance given the saved state '" + state + "' saves '" +
+                            round_trip + "'");
+    }
+  }
   RemoveTree(dir, ec);
+  if (!saved.ok()) {
+    return Fail("its state for a resume does not round-trip: " + saved.message());
+  }
   return Pass(std::to_string(delivered) +
               " events of every type taken without an error; callbacks receive no model, so "
-              "they cannot change it");
+              "they cannot change it; " +
+              (state.empty() ? std::string("no state to keep across a resume")
+                             : "its " + std::to_string(state.size()) +
+                                   "-byte state round-trips through a fresh instance"));
 }
 
 }  // namespace
