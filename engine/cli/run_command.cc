@@ -106,17 +106,20 @@ int RunCommand(const std::vector<std::string>& args) {
   LoadOptions options;
   if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
   Session session;
-  if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session)) {
+  auto failed = [&] {
     std::cerr << session.diagnostics.ToString();
     std::cerr << "engine run: " << session.diagnostics.size() << " error"
               << (session.diagnostics.size() == 1 ? "" : "s") << " in " << a.positional[0]
               << "; nothing was run\n";
     return kExitFailure;
-  }
-  if (Status known = CheckRunOptions(*session.plan, run_options); !known.ok()) {
+  };
+  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session)) return failed();
+  // --force/--from name stages: a typo is refused before planning loads any model.
+  if (Status known = CheckRunOptions(*session.pipeline, run_options); !known.ok()) {
     std::cerr << "engine run: " << known.message() << "\n";
     return kExitUsage;
   }
+  if (!Plan(&session)) return failed();
   std::cout << PlanToText(*session.plan) << std::endl;
   std::vector<StageOutcome> outcomes;
   Status status = RunPipeline(session.plan.get(), run_options, std::cout, &outcomes);

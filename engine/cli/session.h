@@ -26,7 +26,11 @@ struct Session {
 // $ENGINE_PLUGIN_PATH) into `registry`. A duplicate plugin is an error.
 Status LoadPluginSearchPath(const std::string& plugin_path_flag, PluginRegistry* registry);
 
-// Loads, validates and plans `file`. On failure the diagnostics are filled and false is returned.
+// Loads and validates `file` (session->pipeline), then plans it (session->plan). On failure the
+// diagnostics are filled and false is returned.
+bool Load(const std::filesystem::path& file, const std::string& plugin_path_flag,
+          const LoadOptions& options, Session* session);
+bool Plan(Session* session);
 bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
                  const LoadOptions& options, Session* session);
 

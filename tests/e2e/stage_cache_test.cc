@@ -139,6 +139,16 @@ TEST_F(StageCacheTest, UnknownStagesInForceOrFromAreUsageErrors) {
   r = Run({"--force="});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--force needs stage names"));
+  // The names are checked before planning (which loads data and models): a pipeline whose data
+  // is missing still gets the usage error first.
+  std::string text = testing::TwoStageDigitsPipeline();
+  const std::string data = testing::DigitsDataPath().string();
+  for (size_t at; (at = text.find(data)) != std::string::npos;)
+    text.replace(at, data.size(), "/nonexistent.csv.gz");
+  r = testing::RunEngine({"run", tmp_.Write("missing.pbtxt", text).string(), "--from=nope"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--from names stage 'nope'"));
+  EXPECT_THAT(r.err, Not(HasSubstr("cannot open")));
 }
 
 TEST_F(StageCacheTest, FromWithAMissingParentCheckpointFailsBeforeTraining) {

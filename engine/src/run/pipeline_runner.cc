@@ -57,10 +57,11 @@ std::string MetricsText(const std::map<std::string, double>& metrics,
   return out;
 }
 
-std::string StageNames(const PipelinePlan& plan) {
+std::string StageNames(const ResolvedPipeline& pipeline) {
   std::string names;
-  for (const StagePlan& s : plan.stages)
-    names += (names.empty() ? "'" : ", '") + s.stage->name + "'";
+  for (const ResolvedStage& s : pipeline.stages) {
+    names += (names.empty() ? "'" : ", '") + s.name + "'";
+  }
   return names;
 }
 
@@ -95,10 +96,10 @@ std::string ReusedStageSummary(const std::string& stage, const std::string& why,
   return out;
 }
 
-Status CheckRunOptions(const PipelinePlan& plan, const RunOptions& options) {
-  auto known = [&plan](const std::string& name) {
-    for (const StagePlan& s : plan.stages) {
-      if (s.stage->name == name) return true;
+Status CheckRunOptions(const ResolvedPipeline& pipeline, const RunOptions& options) {
+  auto known = [&pipeline](const std::string& name) {
+    for (const ResolvedStage& s : pipeline.stages) {
+      if (s.name == name) return true;
     }
     return false;
   };
@@ -106,20 +107,20 @@ Status CheckRunOptions(const PipelinePlan& plan, const RunOptions& options) {
     if (!known(name)) {
       return InvalidArgumentError("--force names stage '" + name +
                                   "', which the pipeline does not have; its stages are " +
-                                  StageNames(plan));
+                                  StageNames(pipeline));
     }
   }
   if (!options.from.empty() && !known(options.from)) {
     return InvalidArgumentError("--from names stage '" + options.from +
                                 "', which the pipeline does not have; its stages are " +
-                                StageNames(plan));
+                                StageNames(pipeline));
   }
   return Status::Ok();
 }
 
 Status RunPipeline(PipelinePlan* plan, const RunOptions& options, std::ostream& out,
                    std::vector<StageOutcome>* outcomes) {
-  ENGINE_RETURN_IF_ERROR(CheckRunOptions(*plan, options));
+  ENGINE_RETURN_IF_ERROR(CheckRunOptions(*plan->pipeline, options));
   const ResolvedPipeline& pipeline = *plan->pipeline;
   const auto start = std::chrono::steady_clock::now();
   // Under DDP, callbacks (progress, logs, early stopping) run once, on rank 0; the trainer spreads

@@ -34,8 +34,9 @@ struct RunOptions {
   std::string from;
 };
 
-// An error naming the stage when `options` names one the plan lacks.
-Status CheckRunOptions(const PipelinePlan& plan, const RunOptions& options);
+// An error naming the stage when `options` names one the pipeline lacks (checked before planning,
+// which may load large models).
+Status CheckRunOptions(const ResolvedPipeline& pipeline, const RunOptions& options);
 
 // Runs every stage of `plan`; `out` receives what happens to each stage and one summary line per
 // stage. Stops at the first stage that fails, with that stage's error (ABORTED after SIGINT or
