@@ -113,6 +113,9 @@ TEST(StagedPipelineTest, AVlmDecoderStartsFromALlamaStageWithNewTensorsForTheRes
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "starts from the final weights of stage 'lm' \\(a 'llama' model\\): "
                          "[0-9]+ tensors copied, [0-9]+ new tensors initialised by the model"));
+  auto json = testing::RunEngine({"check", "--format=json", file.string()}, tmp.path().string());
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"parent_architecture\": \"llama\""));
   // The frozen decoder is the language model's, bit for bit.
   const auto lm_file = tmp.path() / "out/lm/final/model.safetensors";
   const auto vlm_file = tmp.path() / "out/vision/final/model.safetensors";
