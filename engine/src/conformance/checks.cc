@@ -1,6 +1,6 @@
-// The conformance checks every plugin takes (manifest, options schema, bad options) and the dispatch
-// to a check by name, run in this process (isolation.cc runs them in children); each kind's contract
-// is in contracts.cc.
+// The conformance checks every plugin takes (manifest, options schema, bad options) and the
+// dispatch to a check by name, run in this process (isolation.cc runs them in children); each
+// kind's contract is in contracts.cc.
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
