@@ -66,6 +66,28 @@ void CallbackRunner::RestoreStates(const std::map<std::string, std::string>& sta
   }
 }
 
+std::map<std::string, std::string> SaveCallbackStates(const std::vector<CallbackRunner*>& runners) {
+  std::map<std::string, std::string> out;
+  for (size_t r = 0; r < runners.size(); ++r) {
+    for (const auto& [key, state] : runners[r]->SaveStates()) {
+      out[std::to_string(r) + "/" + key] = state;
+    }
+  }
+  return out;
+}
+
+void RestoreCallbackStates(const std::vector<CallbackRunner*>& runners,
+                           const std::map<std::string, std::string>& states) {
+  for (size_t r = 0; r < runners.size(); ++r) {
+    const std::string prefix = std::to_string(r) + "/";
+    std::map<std::string, std::string> mine;
+    for (const auto& [key, state] : states) {
+      if (key.rfind(prefix, 0) == 0) mine[key.substr(prefix.size())] = state;
+    }
+    if (!mine.empty()) runners[r]->RestoreStates(mine);
+  }
+}
+
 std::vector<std::string> CallbackRunner::Disabled() const {
   std::vector<std::string> out;
   for (const Slot& slot : slots_) {

@@ -47,4 +47,10 @@ class CallbackRunner {
   std::vector<Slot> slots_;
 };
 
+// The states of several runners (a stage's callbacks, then the pipeline's) in one map, keyed
+// "<runner>/<position>:<name>", and back: each runner gets the entries under its own index.
+std::map<std::string, std::string> SaveCallbackStates(const std::vector<CallbackRunner*>& runners);
+void RestoreCallbackStates(const std::vector<CallbackRunner*>& runners,
+                           const std::map<std::string, std::string>& states);
+
 }  // namespace engine

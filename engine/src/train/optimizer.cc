@@ -74,14 +74,8 @@ class SlotOptimizer : public Optimizer {
   std::vector<std::vector<at::Tensor>> slots_;
 };
 
-// The gradient of parameter `i` and the factor to apply to it.
-struct StepGradient {
-  at::Tensor grad;
-  double scale = 1;
-  at::Tensor write_back;
-};
-
-StepGradient GradientOf(const at::Tensor& parameter, size_t i,
+// The gradient of parameter `i`: its feed, or its own .grad() with nothing to apply.
+GradientFeed GradientOf(const at::Tensor& parameter, size_t i,
                         const std::vector<GradientFeed>& feeds) {
   if (i < feeds.size() && feeds[i].grad.defined()) {
     return {feeds[i].grad, feeds[i].scale, feeds[i].write_back};
@@ -90,7 +84,7 @@ StepGradient GradientOf(const at::Tensor& parameter, size_t i,
 }
 
 // The gradient in the parameter's dtype with the factor applied (a new tensor when either applies).
-at::Tensor Unscaled(const StepGradient& g, const at::Tensor& parameter) {
+at::Tensor Unscaled(const GradientFeed& g, const at::Tensor& parameter) {
   at::Tensor out = g.grad.to(parameter.scalar_type());
   if (g.scale != 1.0) out = out.is_same(g.grad) ? out.mul(g.scale) : out.mul_(g.scale);
   return out;
@@ -118,7 +112,7 @@ class AdamW : public SlotOptimizer {
     const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(steps_)));
     for (size_t i = 0; i < parameters_.size(); ++i) {
       at::Tensor& p = parameters_[i].tensor;
-      const StepGradient step_grad = GradientOf(p, i, feeds);
+      const GradientFeed step_grad = GradientOf(p, i, feeds);
       if (!step_grad.grad.defined()) continue;
       auto& slots = SlotsFor(i);
       at::Tensor& m = slots[0];
@@ -167,7 +161,7 @@ class Sgd : public SlotOptimizer {
     ++steps_;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       at::Tensor& p = parameters_[i].tensor;
-      const StepGradient step_grad = GradientOf(p, i, feeds);
+      const GradientFeed step_grad = GradientOf(p, i, feeds);
       if (!step_grad.grad.defined()) continue;
       at::Tensor g = Unscaled(step_grad, p);
       if (config_.weight_decay() != 0) g = g.add(p, config_.weight_decay());

@@ -99,10 +99,9 @@ bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
     // A master's gradient is unscaled into f32 by the optimizer (see the header).
     const bool unscale_here = !has_master_[i] && factor != 1.0;
     if (has_master_[i]) feeds_[i] = {grad, factor, parameters_[i].tensor};
-    if (!found.defined() && kernels::FusedKernelsTake(grad)) {
-      found = at::zeros({1}, grad.options().dtype(at::kInt));
-    }
-    if (kernels::FusedKernelsTake(grad) && grad.device() == found.device()) {
+    const bool kernel = kernels::FusedKernelsTake(grad);
+    if (kernel && !found.defined()) found = at::zeros({1}, grad.options().dtype(at::kInt));
+    if (kernel && grad.device() == found.device()) {
       if (unscale_here) {
         kernels::UnscaleAndFlagNonFinite(grad, factor, found);
       } else {
@@ -123,7 +122,7 @@ double PrecisionRuntime::ClipGradients(double max_norm) {
   at::NoGradGuard no_grad;
   double total_sq = 0;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (i < feeds_.size() && feeds_[i].grad.defined()) {
+    if (Fed(i)) {
       const double n = at::norm(feeds_[i].grad, 2, at::kFloat).item<double>() * feeds_[i].scale;
       total_sq += n * n;
     } else if (const at::Tensor& g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
@@ -135,7 +134,7 @@ double PrecisionRuntime::ClipGradients(double max_norm) {
   if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
     const double clip = max_norm / (total + 1e-6);
     for (size_t i = 0; i < parameters_.size(); ++i) {
-      if (i < feeds_.size() && feeds_[i].grad.defined()) {
+      if (Fed(i)) {
         feeds_[i].scale *= clip;
       } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
         g.mul_(clip);
@@ -149,8 +148,9 @@ void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {
   optimizer.Step(lr, feeds_);
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    // A fed gradient's update was written back by the optimizer.
-    if (has_master_[i] && !(i < feeds_.size() && feeds_[i].grad.defined())) {
+    // A fed gradient's update was written back by the optimizer; a master without a gradient
+    // did not change.
+    if (has_master_[i] && !Fed(i) && optimizer_parameters_[i].tensor.grad().defined()) {
       parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
     }
   }

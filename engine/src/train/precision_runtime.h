@@ -104,6 +104,9 @@ class PrecisionRuntime {
   int64_t consecutive_skips_ = 0;
   std::vector<NamedParameter> parameters_;
   std::vector<NamedParameter> optimizer_parameters_;
+  // Whether parameter i's gradient goes to the optimizer through feeds_.
+  bool Fed(size_t i) const { return i < feeds_.size() && feeds_[i].grad.defined(); }
+
   std::vector<bool> has_master_;
   std::vector<GradientFeed> feeds_;
 };

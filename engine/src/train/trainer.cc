@@ -74,7 +74,8 @@ class StageTrainer : public CallbackActions {
     if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
     ENGINE_RETURN_IF_ERROR(Emit(begin));
     // After stage_begin, which callbacks take as their cue to start afresh.
-    RestoreCallbackStates();
+    RestoreCallbackStates(request_.callbacks, restored_callback_states_);
+    restored_callback_states_.clear();
 
     const int64_t n = plan_.shard_examples;
     const int64_t batch = plan_.batch_size;
@@ -567,11 +568,7 @@ class StageTrainer : public CallbackActions {
       if (!device_.is_cpu()) training.generators[device_.str()] = GeneratorState(device_);
       training.generators.insert(rank_generators_.begin(), rank_generators_.end());
       rank_generators_.clear();
-      for (size_t r = 0; r < request_.callbacks.size(); ++r) {
-        for (const auto& [key, state] : request_.callbacks[r]->SaveStates()) {
-          training.callback_states[std::to_string(r) + "/" + key] = state;
-        }
-      }
+      training.callback_states = SaveCallbackStates(request_.callbacks);
       contents.optimizer_metadata = AppendTrainingState(training, contents.optimizer);
     }
     contents.config_json = model_.config_json();
@@ -603,18 +600,6 @@ class StageTrainer : public CallbackActions {
     event.epoch = epoch_;
     event.elapsed_seconds = Seconds();
     return event;
-  }
-
-  void RestoreCallbackStates() {
-    for (size_t r = 0; r < request_.callbacks.size(); ++r) {
-      const std::string prefix = std::to_string(r) + "/";
-      std::map<std::string, std::string> mine;
-      for (const auto& [key, state] : restored_callback_states_) {
-        if (key.rfind(prefix, 0) == 0) mine[key.substr(prefix.size())] = state;
-      }
-      if (!mine.empty()) request_.callbacks[r]->RestoreStates(mine);
-    }
-    restored_callback_states_.clear();
   }
 
   bool HasCallbacks() const {

@@ -114,5 +114,24 @@ TEST(CallbackRunnerTest, StatesAreSavedAndRestoredByPositionAndName) {
   EXPECT_EQ(refused->state_, "fresh") << "a refused state leaves the callback as it was";
 }
 
+TEST(CallbackRunnerTest, SeveralRunnersKeepTheirStatesApart) {
+  CallbackRunner stage, pipeline;
+  stage.Add("keeper", std::make_unique<Stateful>("stage's"), proto::CallbackRef::DISABLE);
+  pipeline.Add("keeper", std::make_unique<Stateful>("pipeline's"), proto::CallbackRef::DISABLE);
+  const auto states = SaveCallbackStates({&stage, &pipeline});
+  EXPECT_EQ(states, (std::map<std::string, std::string>{{"0/0:keeper", "stage's"},
+                                                        {"1/0:keeper", "pipeline's"}}));
+
+  CallbackRunner stage_again, pipeline_again;
+  auto first = std::make_unique<Stateful>(""), second = std::make_unique<Stateful>("");
+  Stateful* a = first.get();
+  Stateful* b = second.get();
+  stage_again.Add("keeper", std::move(first), proto::CallbackRef::DISABLE);
+  pipeline_again.Add("keeper", std::move(second), proto::CallbackRef::DISABLE);
+  RestoreCallbackStates({&stage_again, &pipeline_again}, states);
+  EXPECT_EQ(a->state_, "stage's");
+  EXPECT_EQ(b->state_, "pipeline's");
+}
+
 }  // namespace
 }  // namespace engine
