@@ -2,6 +2,9 @@
 // the whole batch ends; the plan shows the ranks; ranks started by hand (as torchrun does) write
 // the checkpoint once, from rank 0; a stage that does not ask for DDP refuses to run as several
 // ranks.
+#include "dist/data_parallel.h"
+
+#include <ATen/Context.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/equal.h>
 #include <gmock/gmock.h>
@@ -26,7 +29,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string Pipeline(const std::string& out, int batch, const std::string& parallel,
-                     int accumulation = 1) {
+                     int accumulation = 1, const std::string& device = "cpu") {
   return "output_dir: \"" + out +
          "\"\nstage {\n  name: \"s\"\n"
          "  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins.MlpOptions] { "
@@ -39,7 +42,8 @@ std::string Pipeline(const std::string& out, int batch, const std::string& paral
          "  optimizer { learning_rate: 0.003 }\n"
          "  schedule { max_steps: 40 batch_size: " +
          std::to_string(batch) + " gradient_accumulation_steps: " + std::to_string(accumulation) +
-         " checkpoint_every_steps: 10 }\n  parallel { device: \"cpu\" " + parallel + " }\n}\n";
+         " checkpoint_every_steps: 10 }\n  parallel { device: \"" + device + "\" " + parallel +
+         " }\n}\n";
 }
 
 void ExpectCloseWeights(const std::filesystem::path& a, const std::filesystem::path& b) {
@@ -150,6 +154,62 @@ TEST(DataParallelTest, ACheckpointRankZerosCallbackAsksForHoldsEveryRanksGenerat
   // The ranks draw from their own streams.
   EXPECT_FALSE(
       at::equal(*(*opened)->Get("engine/rng/cpu"), *(*opened)->Get("engine/rng/rank1/cpu")));
+}
+
+void ExpectEqualWeights(const std::filesystem::path& a, const std::filesystem::path& b) {
+  auto x = safetensors::File::Open(a);
+  auto y = safetensors::File::Open(b);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_EQ((*x)->tensors().size(), (*y)->tensors().size());
+  for (const auto& info : (*x)->tensors()) {
+    EXPECT_TRUE(at::equal(*(*x)->Get(info.name), *(*y)->Get(info.name))) << info.name;
+  }
+}
+
+// torchrun with one process sets WORLD_SIZE=1: the stage trains in a process group of one (what
+// PyTorch's DDP does), whose average over one rank changes nothing, so it ends bit for bit where a
+// plain run ends.
+void ExpectOneRankGroupEqualsAPlainRun(const std::string& device, const std::string& backend) {
+  testing::TempDir tmp;
+  const auto plain = tmp.Write("plain.pbtxt", Pipeline("plain", 32, "", 1, device));
+  const auto group = tmp.Write(
+      "group.pbtxt", Pipeline("group", 32, "strategy: DDP backend: " + backend, 1, device));
+  auto r1 = testing::RunEngine({"run", plain.string()});
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r2 = testing::RunEngine({"run", group.string()}, "",
+                               {{"RANK", "0"},
+                                {"LOCAL_RANK", "0"},
+                                {"WORLD_SIZE", "1"},
+                                {"MASTER_ADDR", "127.0.0.1"},
+                                {"MASTER_PORT", std::to_string(FreePort())}});
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  const std::string name = backend == "NCCL" ? "NCCL" : "Gloo";
+  EXPECT_THAT(r2.out, HasSubstr("DDP over " + name + ": this is rank 0 of 1; 1,438 examples"));
+  EXPECT_THAT(r2.out, HasSubstr("32 examples x 1 accumulation x 1 device = 32 examples per step"));
+  ExpectEqualWeights(tmp.path() / "plain/s/final/model.safetensors",
+                     tmp.path() / "group/s/final/model.safetensors");
+}
+
+TEST(DataParallelTest, OneRankFromTheEnvironmentTrainsInAGlooGroupOfOneLikeAPlainRun) {
+  ExpectOneRankGroupEqualsAPlainRun("cpu", "AUTO");
+}
+
+// Issue 8 on a GPU machine: NCCL with world size 1. Skipped where LibTorch has no CUDA (CI).
+TEST(DataParallelTest, OneRankOnTheGpuTrainsInAnNcclGroupOfOneLikeAPlainRun) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(NcclBuiltIn()) << "a CUDA build should have found nccl.h (ENGINE_NCCL)";
+  ExpectOneRankGroupEqualsAPlainRun("cuda", "NCCL");
+}
+
+TEST(DataParallelTest, NcclForACpuStageIsRefusedAtCheckTime) {
+  testing::TempDir tmp;
+  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, "strategy: DDP backend: NCCL"));
+  auto r = testing::RunEngine({"check", file.string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("p.pbtxt:9:"));
+  EXPECT_THAT(r.err,
+              HasSubstr("stage 's': backend NCCL reduces CUDA tensors, but the stage runs on "
+                        "cpu (requested); use GLOO (or AUTO, which picks Gloo there)"));
 }
 
 TEST(DataParallelTest, AStageThatDoesNotAskForDdpRefusesToRunAsSeveralRanks) {

@@ -3,122 +3,22 @@
 #define USE_C10D_GLOO 1
 #include "dist/data_parallel.h"
 
-#include <ATen/ops/from_blob.h>
-
-#include <exception>
+#include <map>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "dist/c10d_group.h"
+#include "dist/nccl_group.h"
 
 namespace engine {
 namespace {
 
-template <typename F>
-Status Collective(const char* what, F&& body) {
-  try {
-    body();
-    return Status::Ok();
-  } catch (const std::exception& e) {
-    std::string message = e.what();
-    if (const size_t newline = message.find('\n'); newline != std::string::npos) {
-      message.resize(newline);
-    }
-    return AbortedError(std::string("data parallel ") + what +
-                        " failed (another rank probably died; its error says why): " + message);
-  }
-}
+using dist_internal::FirstLine;
 
-struct GlooPendingSum : DataParallel::PendingSum {
-  Status Wait() override {
-    ENGINE_RETURN_IF_ERROR(started);
-    return Collective("gradient all-reduce", [&] { work->wait(); });
-  }
-  std::vector<at::Tensor> tensors;  // what c10d reduces in place; kept alive until Wait()
-  c10::intrusive_ptr<c10d::Work> work;
-  Status started;
-};
-
-class GlooDataParallel : public DataParallel {
- public:
-  GlooDataParallel(c10::intrusive_ptr<c10d::Store> store,
-                   c10::intrusive_ptr<c10d::ProcessGroupGloo> group)
-      : store_(std::move(store)), group_(std::move(group)) {}
-
-  int rank() const override { return group_->getRank(); }
-  int world_size() const override { return group_->getSize(); }
-
-  std::unique_ptr<PendingSum> StartSum(at::Tensor flat) override {
-    auto pending = std::make_unique<GlooPendingSum>();
-    pending->tensors = {std::move(flat)};
-    pending->started = Collective("gradient all-reduce",
-                                  [&] { pending->work = group_->allreduce(pending->tensors); });
-    return pending;
-  }
-
-  StatusOr<std::vector<double>> Max(const std::vector<double>& values) override {
-    return Reduce(values, c10d::ReduceOp::MAX, "flag all-reduce");
-  }
-
-  StatusOr<std::vector<double>> Sum(const std::vector<double>& values) override {
-    return Reduce(values, c10d::ReduceOp::SUM, "metric all-reduce");
-  }
-
-  Status Barrier() override {
-    return Collective("barrier", [&] { group_->barrier()->wait(); });
-  }
-
- private:
-  StatusOr<std::vector<double>> Reduce(const std::vector<double>& values, c10d::ReduceOp op,
-                                       const char* what) {
-    const int64_t n = static_cast<int64_t>(values.size());
-    std::vector<at::Tensor> t = {
-        at::from_blob(const_cast<double*>(values.data()), {n}, at::kDouble).clone()};
-    c10d::AllreduceOptions options;
-    options.reduceOp = op;
-    ENGINE_RETURN_IF_ERROR(Collective(what, [&] { group_->allreduce(t, options)->wait(); }));
-    const double* reduced = t[0].data_ptr<double>();
-    std::vector<double> out(reduced, reduced + n);
-    return out;
-  }
-
-  c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
-};
-
-}  // namespace
-
-StatusOr<DataParallel*> DataParallel::Connect(const DistEnv& env, std::chrono::seconds timeout) {
-  static std::unique_ptr<DataParallel> connected;
-  if (connected != nullptr) {
-    if (connected->world_size() != env.world_size || connected->rank() != env.rank) {
-      return InternalError("the process group was made for another rank or world size");
-    }
-    return connected.get();
-  }
-  const std::string where = "rank " + std::to_string(env.rank) + " of " +
-                            std::to_string(env.world_size) + " at MASTER_ADDR=" + env.master_addr +
-                            " MASTER_PORT=" + std::to_string(env.master_port);
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<uint16_t>(env.master_port);
-    options.isServer = env.rank == 0;
-    options.numWorkers = static_cast<size_t>(env.world_size);
-    options.timeout = timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-  } catch (const std::exception& e) {
-    std::string message = e.what();
-    if (const size_t newline = message.find('\n'); newline != std::string::npos) {
-      message.resize(newline);
-    }
-    if (env.rank == 0 && message.find("in use") != std::string::npos) {
-      return FailedPreconditionError(where + ": port " + std::to_string(env.master_port) +
-                                     " is already in use; free it or set MASTER_PORT to another "
-                                     "(`engine run --nproc` picks a free one when MASTER_PORT is "
-                                     "unset): " +
-                                     message);
-    }
-    return FailedPreconditionError(where + ": cannot reach the rendezvous: " + message);
-  }
+StatusOr<std::unique_ptr<DataParallel>> MakeGlooGroup(c10::intrusive_ptr<c10d::Store> store,
+                                                      const DistEnv& env,
+                                                      std::chrono::seconds timeout) {
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
     // Ranks on one machine talk over loopback; across machines, over the interface of this
@@ -129,12 +29,87 @@ StatusOr<DataParallel*> DataParallel::Connect(const DistEnv& env, std::chrono::s
                                    : c10d::ProcessGroupGloo::createDefaultDevice());
     auto group =
         c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
-    connected = std::make_unique<GlooDataParallel>(store, group);
+    return std::unique_ptr<DataParallel>(
+        new dist_internal::C10dDataParallel<c10d::ProcessGroupGloo>(c10::Device(c10::kCPU), store,
+                                                                    group));
   } catch (const std::exception& e) {
-    return FailedPreconditionError(
-        where + ": cannot make the Gloo process group: " + std::string(e.what()));
+    return FailedPreconditionError("cannot make the Gloo process group: " + FirstLine(e));
   }
-  return connected.get();
+}
+
+// What this process connected to: the rendezvous store and a group per backend on it.
+struct Connection {
+  int rank = -1;
+  int world_size = 0;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::map<DdpBackend, std::unique_ptr<DataParallel>> groups;
+};
+
+}  // namespace
+
+const char* BackendName(DdpBackend backend) {
+  return backend == DdpBackend::kNccl ? "NCCL" : "Gloo";
+}
+
+bool NcclBuiltIn() {
+#ifdef ENGINE_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+StatusOr<DataParallel*> DataParallel::Connect(const DistEnv& env, DdpBackend backend,
+                                              c10::Device device, std::chrono::seconds timeout) {
+  static Connection connection;
+  const std::string where = "rank " + std::to_string(env.rank) + " of " +
+                            std::to_string(env.world_size) + " at MASTER_ADDR=" + env.master_addr +
+                            " MASTER_PORT=" + std::to_string(env.master_port);
+  if (connection.store) {
+    if (connection.world_size != env.world_size || connection.rank != env.rank) {
+      return InternalError("the process group was made for another rank or world size");
+    }
+    auto it = connection.groups.find(backend);
+    if (it != connection.groups.end()) {
+      if (it->second->device() != device) {
+        return FailedPreconditionError(where + ": this process's " + BackendName(backend) +
+                                       " group reduces on " + it->second->device().str() +
+                                       ", but this stage runs on " + device.str() +
+                                       "; every DDP stage of a run must use the same device");
+      }
+      return it->second.get();
+    }
+  } else {
+    try {
+      c10d::TCPStoreOptions options;
+      options.port = static_cast<uint16_t>(env.master_port);
+      options.isServer = env.rank == 0;
+      options.numWorkers = static_cast<size_t>(env.world_size);
+      options.timeout = timeout;
+      connection.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    } catch (const std::exception& e) {
+      const std::string message = FirstLine(e);
+      if (env.rank == 0 && message.find("in use") != std::string::npos) {
+        return FailedPreconditionError(where + ": port " + std::to_string(env.master_port) +
+                                       " is already in use; free it or set MASTER_PORT to another "
+                                       "(`engine run --nproc` picks a free one when MASTER_PORT is "
+                                       "unset): " +
+                                       message);
+      }
+      return FailedPreconditionError(where + ": cannot reach the rendezvous: " + message);
+    }
+    connection.rank = env.rank;
+    connection.world_size = env.world_size;
+  }
+  // Each backend's group keeps its keys apart from the other's on the one store.
+  auto store = c10::make_intrusive<c10d::PrefixStore>(BackendName(backend), connection.store);
+  StatusOr<std::unique_ptr<DataParallel>> group =
+      backend == DdpBackend::kNccl ? dist_internal::MakeNcclGroup(store, env, device, timeout)
+                                   : MakeGlooGroup(store, env, timeout);
+  if (!group.ok()) return FailedPreconditionError(where + ": " + group.status().message());
+  DataParallel* made = group->get();
+  connection.groups[backend] = std::move(*group);
+  return made;
 }
 
 }  // namespace engine

@@ -1,15 +1,18 @@
 // The ranks of a data-parallel stage and what they do together, over a c10d process group (Gloo
-// on the CPU): summing tensors asynchronously (GradientAverager builds gradient buckets on it),
-// agreeing on whether to stop, and waiting for each other around checkpoints.
+// on the CPU, NCCL on CUDA devices): summing tensors asynchronously (GradientAverager builds
+// gradient buckets on it), agreeing on whether to stop, and waiting for each other around
+// checkpoints.
 //
-// One process group per process, made on first use from DistEnv and kept until exit (c10d groups
-// are not meant to be torn down and rebuilt). Every collective must be called by every rank in the
-// same order; a rank that dies makes the others fail within `timeout` instead of hanging.
+// One rendezvous store per process and one group per backend, made on first use from DistEnv and
+// kept until exit (c10d groups are not meant to be torn down and rebuilt). Every collective must be
+// called by every rank in the same order; a rank that dies makes the others fail within `timeout`
+// instead of hanging.
 //
-// Thread safety: the training thread only.
+// Thread safety: the training thread only (StartSum also from autograd's threads, one at a time).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <chrono>
 #include <memory>
@@ -20,20 +23,35 @@
 
 namespace engine {
 
+enum class DdpBackend { kGloo, kNccl };
+
+// "Gloo" or "NCCL".
+const char* BackendName(DdpBackend backend);
+
+// Whether this engine was built with c10d's NCCL process group (a LibTorch with CUDA whose NCCL
+// headers were found at configure time).
+bool NcclBuiltIn();
+
 class DataParallel {
  public:
   virtual ~DataParallel() = default;
 
-  // The process's group, connecting on the first call (rank 0 serves the rendezvous store at
-  // MASTER_ADDR:MASTER_PORT). A busy port or an unreachable master is an error naming them.
-  static StatusOr<DataParallel*> Connect(const DistEnv& env, std::chrono::seconds timeout);
+  // The process's group for `backend`, connecting on the first call (rank 0 serves the rendezvous
+  // store at MASTER_ADDR:MASTER_PORT). NCCL reduces tensors on `device`, which must be a CUDA
+  // device; Gloo on the CPU. A busy port, an unreachable master or a backend this build lacks is an
+  // error naming them.
+  static StatusOr<DataParallel*> Connect(const DistEnv& env, DdpBackend backend, c10::Device device,
+                                         std::chrono::seconds timeout);
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // Where the tensors given to StartSum must live.
+  virtual c10::Device device() const { return c10::Device(c10::kCPU); }
 
-  // Starts summing `flat` (a contiguous f32 tensor) over the ranks and returns at once; the sum
-  // is in `flat` when Wait() returns Ok. Every rank must start the same sums in the same order.
-  // `flat` must stay alive and untouched until then.
+  // Starts summing `flat` (a contiguous f32 tensor on device()) over the ranks and returns at once;
+  // the sum is in `flat` when Wait() returns Ok (on a CUDA device: for work queued on the current
+  // stream after Wait()). Every rank must start the same sums in the same order. `flat` must stay
+  // alive and untouched until then.
   class PendingSum {
    public:
     virtual ~PendingSum() = default;

@@ -16,12 +16,14 @@ GradientAverager::GradientAverager(DataParallel* group, std::vector<NamedParamet
   bucket_of_.resize(n);
   offset_.resize(n);
   arrived_.assign(n, false);
+  const at::TensorOptions bucket_options =
+      at::TensorOptions().dtype(at::kFloat).device(group_->device());
   int64_t bucket_elements = 0;
   for (size_t k = n; k-- > 0;) {
     const int64_t numel = parameters_[k].tensor.numel();
     if (buckets_.empty() || (bucket_elements > 0 && (bucket_elements + numel) * 4 > bucket_bytes)) {
       if (!buckets_.empty()) {
-        buckets_.back().flat = at::empty({bucket_elements}, at::kFloat);
+        buckets_.back().flat = at::empty({bucket_elements}, bucket_options);
       }
       buckets_.emplace_back();
       bucket_elements = 0;
@@ -31,7 +33,7 @@ GradientAverager::GradientAverager(DataParallel* group, std::vector<NamedParamet
     buckets_.back().members.push_back(k);
     bucket_elements += numel;
   }
-  if (!buckets_.empty()) buckets_.back().flat = at::empty({bucket_elements}, at::kFloat);
+  if (!buckets_.empty()) buckets_.back().flat = at::empty({bucket_elements}, bucket_options);
   hooks_.reserve(n);
   for (size_t k = 0; k < n; ++k) {
     hooks_.push_back(parameters_[k].tensor.register_hook(
@@ -70,7 +72,7 @@ void GradientAverager::OnGradient(size_t index, const at::Tensor& incoming) {
   at::NoGradGuard no_grad;
   at::Tensor slice = Slice(index);
   if (arrived_[index]) {
-    slice.add_(incoming.reshape({-1}).to(at::kFloat));
+    slice.add_(incoming.reshape({-1}).to(slice.device(), at::kFloat));
     return;
   }
   // The hook runs before autograd adds `incoming` to .grad; earlier micro-batches are already

@@ -168,14 +168,11 @@ class PlanBuilder {
                 "as several ranks unless it says so");
       return false;
     }
-    if (ddp && parallel.backend() == proto::Parallel::NCCL) {
-      Error(stage.path() + ".parallel.backend",
-            where + "backend NCCL is not built into this engine yet; use GLOO (or AUTO)");
-      return false;
-    }
     plan->world_size = ddp ? env->world_size : 1;
     plan->rank = ddp ? env->rank : 0;
     plan->dist_env = *env;
+    plan->process_group = ddp && (env->world_size > 1 || env->from_environment);
+    if (ddp && !PlanBackend(stage, plan)) return false;
     // Every rank takes every world_size-th example of the epoch's order, the same number each: the
     // last train_examples % world_size of the order are left out of that epoch.
     plan->shard_examples = plan->train_examples / plan->world_size;
@@ -186,6 +183,39 @@ class PlanBuilder {
       return false;
     }
     return true;
+  }
+
+  // AUTO: NCCL for CUDA tensors where this build has it, else Gloo. NCCL on the CPU, or in a build
+  // without it, is refused here rather than when the ranks meet.
+  bool PlanBackend(const ResolvedStage& stage, StagePlan* plan) {
+    const bool cuda = stage.device.device.rfind("cuda", 0) == 0;
+    const std::string where = "stage '" + stage.name + "': ";
+    switch (stage.config->parallel().backend()) {
+      case proto::Parallel::GLOO:
+        plan->backend = DdpBackend::kGloo;
+        return true;
+      case proto::Parallel::NCCL:
+        if (!cuda) {
+          Error(stage.path() + ".parallel.backend",
+                where + "backend NCCL reduces CUDA tensors, but the stage runs on " +
+                    stage.device.device + " (" + stage.device.reason +
+                    "); use GLOO (or AUTO, which picks Gloo there)");
+          return false;
+        }
+        if (!NcclBuiltIn()) {
+          Error(stage.path() + ".parallel.backend",
+                where +
+                    "backend NCCL: this engine was built without NCCL (its LibTorch has no "
+                    "NCCL process group, or nccl.h was not found when it was configured); "
+                    "use GLOO (or AUTO)");
+          return false;
+        }
+        plan->backend = DdpBackend::kNccl;
+        return true;
+      default:
+        plan->backend = cuda && NcclBuiltIn() ? DdpBackend::kNccl : DdpBackend::kGloo;
+        return true;
+    }
   }
 
   // The census, the device's capabilities and the model's declarations go to the policy; its plan

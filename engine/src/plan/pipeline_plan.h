@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/data_parallel.h"
 #include "dist/dist_env.h"
 #include "engine/data.h"
 #include "engine/model.h"
@@ -50,6 +51,10 @@ struct StagePlan {
   int rank = 0;
   int64_t shard_examples = 0;
   DistEnv dist_env;
+  // Whether the stage trains in a c10d process group: a DDP stage with several ranks, or one whose
+  // ranks the environment set (torchrun with one process), and the group's backend.
+  bool process_group = false;
+  DdpBackend backend = DdpBackend::kGloo;
   int64_t batch_size = 0;
   int64_t gradient_accumulation_steps = 1;
   int64_t global_batch = 0;  // examples per step across all devices

@@ -198,9 +198,10 @@ std::string PlanToText(const PipelinePlan& plan) {
         << " examples x " << s.gradient_accumulation_steps << " accumulation x " << s.world_size
         << (s.world_size == 1 ? " device" : " ranks") << " = " << s.global_batch
         << " examples per step\n";
-    if (s.world_size > 1) {
-      out << "  ranks       DDP over Gloo: this is rank " << s.rank << " of " << s.world_size
-          << "; " << WithThousands(s.shard_examples) << " examples per rank per epoch\n";
+    if (s.process_group) {
+      out << "  ranks       DDP over " << BackendName(s.backend) << ": this is rank " << s.rank
+          << " of " << s.world_size << "; " << WithThousands(s.shard_examples)
+          << " examples per rank per epoch\n";
     }
     out << "  eval        " << EvalText(s) << "\n";
     out << "  checkpoint  " << CheckpointText(s) << "\n";
@@ -267,6 +268,8 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
     js["world_size"] = s.world_size;
     js["rank"] = s.rank;
     js["shard_examples"] = s.shard_examples;
+    js["process_group"] =
+        s.process_group ? nlohmann::json(BackendName(s.backend)) : nlohmann::json(nullptr);
     js["model"] = {{"plugin", st.model.entry->name},
                    {"version", st.model.entry->version},
                    {"architecture", s.model->architecture()},

@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
-#include <glog/logging.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
+#include "core/logging.h"
 #include "dist/data_parallel.h"
 #include "dist/eval_partials.h"
 #include "dist/gradient_averager.h"
@@ -194,11 +194,11 @@ class StageTrainer : public CallbackActions {
                     << "); census now:\n"
                     << CensusText(TakeCensus(module_), "    ", &plan_.precision) << std::flush;
     }
-    if (plan_.world_size > 1) {
-      ENGINE_ASSIGN_OR_RETURN(
-          data_parallel_,
-          DataParallel::Connect(plan_.dist_env, std::chrono::seconds(kCollectiveTimeoutSeconds))
-              .WithContext(context_));
+    if (plan_.process_group) {
+      ENGINE_ASSIGN_OR_RETURN(data_parallel_,
+                              DataParallel::Connect(plan_.dist_env, plan_.backend, device_,
+                                                    std::chrono::seconds(kCollectiveTimeoutSeconds))
+                                  .WithContext(context_));
       gradient_averager_ = std::make_unique<GradientAverager>(
           data_parallel_, precision_->parameters(),
           static_cast<int64_t>(config_.parallel().bucket_mib()) << 20);
@@ -629,7 +629,7 @@ class StageTrainer : public CallbackActions {
 
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;
-  DataParallel* data_parallel_ = nullptr;  // process-wide; null with world size 1
+  DataParallel* data_parallel_ = nullptr;  // process-wide; null without a process group
   // What the callbacks saved in the checkpoint this stage resumes from, until stage_begin is out.
   std::map<std::string, std::string> restored_callback_states_;
   // The other ranks' generator states for the checkpoint being written (rank 0, DDP).
