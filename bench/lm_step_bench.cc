@@ -6,13 +6,13 @@
 //   build/bin/lm_step_bench --precision fp32|bf16-mixed [--steps 60] [--batch 32] [--seq 128]
 //                           [--hidden 128] [--layers 2] [--data data/fortunes.txt]
 #include <ATen/Parallel.h>
-#include <glog/logging.h>
 
 #include <cstdio>
 #include <string>
 
 #include "bench_util.h"
 #include "core/allocator.h"
+#include "core/logging.h"
 #include "engine/remove_tree.h"
 
 namespace {

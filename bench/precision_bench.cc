@@ -6,13 +6,13 @@
 // under each policy this device can run, and prints seconds per step (best of --repeats) and the
 // ratio to fp32. Policies the device cannot run are listed with the reason. `auto` shows what it
 // chose.
-#include <glog/logging.h>
 
 #include <cstdio>
 #include <vector>
 
 #include "bench_util.h"
 #include "core/allocator.h"
+#include "core/logging.h"
 #include "engine/remove_tree.h"
 #include "precision/device_capability.h"
 

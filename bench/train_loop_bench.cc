@@ -14,7 +14,6 @@
 // The ratio engine / best plain variant is the engine's overhead; 1.00 means none. Both sides run
 // under the allocator settings `engine` uses (core/allocator.h); --default-malloc keeps glibc's
 // defaults instead, to measure what those settings are worth.
-#include <glog/logging.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -25,6 +24,7 @@
 
 #include "bench_util.h"
 #include "core/allocator.h"
+#include "core/logging.h"
 #include "engine/remove_tree.h"
 
 namespace {

@@ -1,6 +1,5 @@
 // The `engine` command: check and run staged fine-tuning pipelines, and inspect plugins.
 #include <gflags/gflags.h>
-#include <glog/logging.h>
 
 #include <cstring>
 #include <iostream>
@@ -9,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/allocator.h"
+#include "core/logging.h"
 #include "engine/version.h"
 
 namespace {

@@ -1,4 +1,3 @@
-#include <glog/logging.h>
 
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +7,7 @@
 #include "cli/launcher.h"
 #include "cli/session.h"
 #include "core/interrupt.h"
+#include "core/logging.h"
 #include "plan/plan_printer.h"
 #include "run/pipeline_runner.h"
 

@@ -1,32 +1,48 @@
-// libengine_sentencepiece.so: SentencePiece's processor and trainer behind the C table declared in
+// libengine_sentencepiece.so: SentencePiece's processor behind the C table declared in
 // src/text/sentencepiece_shim.h (see there for why it is a separate library).
 #include "text/sentencepiece_shim.h"
 
 #include <dlfcn.h>
 #include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
 
+#include <cstdio>
+#include <cstring>
+#include <ext/stdio_sync_filebuf.h>
 #include <iostream>
 #include <new>
 
 namespace {
 
 // Under RTLD_DEEPBIND, SentencePiece's references to std::cerr (it logs there) bind to libstdc++'s
-// own storage for the stream, while libstdc++ constructed the executable's copy (a copy
-// relocation) instead, so the storage seen here was never constructed. When the two differ,
-// construct ours over the process's stream buffer; writes then reach the same stderr.
+// own storage for the stream, while libstdc++ may have constructed the executable's copy (a copy
+// relocation) instead, so the storage seen here was never constructed and the first log line
+// crashes. Storage that was never constructed is still all zeros (no vtable pointer): construct
+// such a stream here, over the process's stream buffer when the program's copy is a different
+// object, else over a buffer of its own on the same file descriptor.
+bool Constructed(const std::ostream* stream) {
+  const void* vtable = nullptr;
+  std::memcpy(&vtable, static_cast<const void*>(stream), sizeof(vtable));
+  return vtable != nullptr;
+}
+
 void ConstructStreamsSeenHere() {
   struct Stream {
     std::ostream* here;
     const char* symbol;
+    FILE* file;
   };
   // The program's handle searches the global scope (RTLD_DEFAULT would search ours first).
   void* program = dlopen(nullptr, RTLD_NOW);
-  if (program == nullptr) return;
-  for (const Stream& s : {Stream{&std::cerr, "_ZSt4cerr"}, Stream{&std::clog, "_ZSt4clog"},
-                          Stream{&std::cout, "_ZSt4cout"}}) {
-    auto* global = static_cast<std::ostream*>(dlsym(program, s.symbol));
-    if (global != nullptr && global != s.here) new (s.here) std::ostream(global->rdbuf());
+  for (const Stream& s :
+       {Stream{&std::cerr, "_ZSt4cerr", stderr}, Stream{&std::clog, "_ZSt4clog", stderr},
+        Stream{&std::cout, "_ZSt4cout", stdout}}) {
+    if (Constructed(s.here)) continue;
+    auto* global =
+        program != nullptr ? static_cast<std::ostream*>(dlsym(program, s.symbol)) : nullptr;
+    std::streambuf* buffer = global != nullptr && global != s.here && Constructed(global)
+                                 ? global->rdbuf()
+                                 : new __gnu_cxx::stdio_sync_filebuf<char>(s.file);
+    new (s.here) std::ostream(buffer);
   }
 }
 
@@ -67,13 +83,7 @@ void Info(void* processor, int* pieces, int* bos, int* eos, int* pad) {
   *pad = p->pad_id();
 }
 
-bool Train(const char* flags, std::string* error) {
-  const auto status = sentencepiece::SentencePieceTrainer::Train(flags);
-  if (!status.ok()) *error = status.ToString();
-  return status.ok();
-}
-
-const EngineSentencePieceApi kApi = {Load, Free, Encode, Decode, Info, Train};
+const EngineSentencePieceApi kApi = {Load, Free, Encode, Decode, Info};
 
 }  // namespace
 

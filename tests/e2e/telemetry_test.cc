@@ -76,8 +76,9 @@ TEST(TelemetryTest, CallbacksObserveAndSteerARun) {
     }
     if (line["event"] == "eval") ++evals;
     if (line["event"] == "checkpoint_saved") ++checkpoints;
-    if (line["event"] == "stage_end")
+    if (line["event"] == "stage_end") {
       EXPECT_THAT(line["message"].get<std::string>(), HasSubstr("stopped early"));
+    }
   }
   EXPECT_EQ(steps, 6);
   EXPECT_EQ(evals, 3) << "steps 15 and 30, and the final evaluation";

@@ -1,12 +1,11 @@
 #include "run/pipeline_runner.h"
 
-#include <glog/logging.h>
-
 #include <chrono>
 #include <cstdio>
 
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
+#include "core/logging.h"
 #include "plan/plan_printer.h"
 #include "run/stage_state.h"
 

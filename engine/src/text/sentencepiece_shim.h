@@ -24,8 +24,6 @@ struct EngineSentencePieceApi {
   void (*decode)(void* processor, const std::vector<int>* ids, std::string* text);
   // piece count, bos, eos, pad (-1 when the model has none)
   void (*info)(void* processor, int* pieces, int* bos, int* eos, int* pad);
-  // SentencePieceTrainer::Train with a flag string; false with `error` set on failure.
-  bool (*train)(const char* flags, std::string* error);
 };
 // The one exported symbol of libengine_sentencepiece.so.
 const EngineSentencePieceApi* engine_sentencepiece_api();

@@ -1,8 +1,7 @@
 #include "train/callback_runner.h"
 
-#include <glog/logging.h>
-
 #include "core/guarded_call.h"
+#include "core/logging.h"
 
 namespace engine {
 

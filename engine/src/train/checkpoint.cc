@@ -1,7 +1,6 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <glog/logging.h>
 #include <google/protobuf/text_format.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -11,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/logging.h"
 #include "engine/atomic_file.h"
 #include "engine/dtype.h"
 #include "engine/remove_tree.h"

@@ -2,7 +2,6 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/matmul.h>
-#include <glog/logging.h>
 #include <torch/nn/module.h>
 
 #include <cstring>
@@ -11,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/logging.h"
 #include "engine/linear.h"
 #include "engine/safetensors.h"
 #include "plan/handoff.h"

@@ -5,8 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "testing/subprocess.h"
 #include "testing/temp_dir.h"
-#include "text/sentencepiece_shim.h"
+#include "testing/test_paths.h"
 
 namespace engine {
 namespace {
@@ -41,12 +42,10 @@ TEST(SentencePieceTokenizerTest, TrainedModelRoundTrips) {
   }
   const auto input = tmp.Write("corpus.txt", corpus);
   const auto prefix = tmp.path() / "sp";
-  auto shim = SentencePieceShim();
-  ASSERT_TRUE(shim.ok()) << shim.status().message();
-  std::string error;
   const std::string flags = "--input=" + input.string() + " --model_prefix=" + prefix.string() +
                             " --vocab_size=60 --model_type=bpe --minloglevel=2";
-  ASSERT_TRUE((*shim)->train(flags.c_str(), &error)) << error;
+  const auto trained = testing::RunCommand({testing::kSpmTrainFixture, flags});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
 
   proto::TokenizerOptions options;
   options.set_kind(proto::TokenizerOptions::SENTENCEPIECE);
