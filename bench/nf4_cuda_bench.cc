@@ -1,20 +1,27 @@
 // The CUDA kernels against their peers on the GPU, in one process, one JSON line each:
 //   - NF4 dequantize against a device-to-device copy of the same output bytes (both bandwidths,
 //     bytes read + written per second, and the ratio);
+//   - the 4-bit matmul (engine::QuantizedMatmul on NF4 codes held on the GPU, bf16 compute) against
+//     a dense bf16 matmul of the same shape, forward and forward + input gradient; also the same
+//     forward through 1 MiB tiles (the CPU's tile size) to show why GPU tiles are larger;
 //   - the fused AdamW step (f32 master, bf16 gradient with its unscale factor, bf16 weight written)
 //     against torch::optim::AdamW plus the casts it needs, and its bandwidth against the copy's.
 // Built only when nvcc is present and LibTorch has CUDA.
-//   nf4_cuda_bench [--elements N] [--repeats R]
+//   nf4_cuda_bench [--elements N] [--repeats R] [--tokens T] [--features F]
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "engine/linear.h"
 #include "engine/torch_compat.h"
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
@@ -38,12 +45,83 @@ double BestSeconds(int repeats, Fn&& fn) {
   return best;
 }
 
+// NF4 codes on the GPU behind engine::QuantizedWeight, as the nf4 quantizer's layers hold them.
+class GpuNf4 : public engine::QuantizedWeight {
+ public:
+  explicit GpuNf4(engine::kernels::Nf4Tensor q) : q_(std::move(q)) {}
+  std::string format() const override { return "nf4"; }
+  int64_t rows() const override { return q_.shape[0]; }
+  int64_t cols() const override { return q_.shape[1]; }
+  c10::ScalarType compute_dtype() const override { return at::kBFloat16; }
+  at::Tensor DequantizeRows(int64_t begin, int64_t end, c10::ScalarType dtype) const override {
+    return engine::kernels::DequantizeNf4Range(q_, begin * cols(), end * cols(), dtype)
+        .view({end - begin, cols()});
+  }
+  std::vector<std::pair<std::string, at::Tensor>> tensors() const override {
+    return {{"weight", q_.packed}};
+  }
+  engine::StatusOr<std::shared_ptr<engine::QuantizedWeight>> QuantizeLike(
+      const at::Tensor&) const override {
+    return engine::InternalError("not in the benchmark");
+  }
+
+ private:
+  engine::kernels::Nf4Tensor q_;
+};
+
+void MatmulBench(int64_t tokens, int64_t features, int repeats) {
+  at::manual_seed(0);
+  const at::Tensor dense = at::randn({features, features}) * 0.02;
+  engine::kernels::Nf4Tensor q = engine::kernels::QuantizeNf4(dense, 64, false);
+  q.packed = q.packed.to(at::kCUDA);
+  q.absmax = q.absmax.to(at::kCUDA);
+  auto weight = std::make_shared<GpuNf4>(q);
+  const auto bf16 = at::TensorOptions(at::kBFloat16).device(at::kCUDA);
+  const at::Tensor w = dense.to(bf16);
+  const at::Tensor x = at::randn({tokens, features}, bf16);
+  const at::Tensor dy = at::randn({tokens, features}, bf16);
+  const double quantized = BestSeconds(repeats, [&] { (void)engine::QuantizedMatmul(x, weight); });
+  const double plain = BestSeconds(repeats, [&] { (void)at::mm(x, w.t()); });
+  const int64_t small_tile = (int64_t{1} << 20) / (features * 2);
+  at::Tensor y = at::empty({tokens, features}, bf16);
+  const double small = BestSeconds(repeats, [&] {
+    for (int64_t r = 0; r < features; r += small_tile) {
+      const int64_t end = std::min(features, r + small_tile);
+      at::Tensor columns = y.narrow(1, r, end - r);
+      at::mm_out(columns, x, weight->DequantizeRows(r, end, at::kBFloat16).t());
+    }
+  });
+  const at::Tensor xg = x.detach().requires_grad_();
+  const double quantized_bw = BestSeconds(repeats, [&] {
+    xg.mutable_grad().reset();
+    engine::QuantizedMatmul(xg, weight).backward(dy);
+  });
+  const at::Tensor wg = w.detach();
+  const double plain_bw = BestSeconds(repeats, [&] {
+    xg.mutable_grad().reset();
+    at::mm(xg, wg.t()).backward(dy);
+  });
+  const double flops = 2.0 * tokens * features * features;
+  std::printf(
+      "{\"bench\":\"nf4_matmul_cuda\",\"tokens\":%lld,\"features\":%lld,\"dtype\":\"bf16\","
+      "\"nf4_ms\":%.3f,\"dense_ms\":%.3f,\"dense_time_vs_nf4\":%.2f,\"nf4_tflops\":%.1f,"
+      "\"nf4_1mib_tiles_ms\":%.3f,\"dense_time_vs_nf4_1mib_tiles\":%.2f,"
+      "\"nf4_fwd_input_grad_ms\":%.3f,\"dense_fwd_input_grad_ms\":%.3f,"
+      "\"dense_time_vs_nf4_fwd_input_grad\":%.2f}\n",
+      static_cast<long long>(tokens), static_cast<long long>(features), quantized * 1e3,
+      plain * 1e3, plain / quantized, flops / quantized / 1e12, small * 1e3, plain / small,
+      quantized_bw * 1e3, plain_bw * 1e3, plain_bw / quantized_bw);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t elements = int64_t{1} << 28;
   int repeats = 5;
+  int64_t tokens = 8192, features = 4096;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--tokens") == 0) tokens = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--features") == 0) features = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--elements") == 0) elements = std::atoll(argv[i + 1]);
     if (std::strcmp(argv[i], "--repeats") == 0) repeats = std::atoi(argv[i + 1]);
   }
@@ -96,5 +174,6 @@ int main(int argc, char** argv) {
       "\"libtorch_ms\":%.3f,\"libtorch_time_vs_fused\":%.2f,\"fused_bandwidth_vs_copy\":%.2f}\n",
       static_cast<long long>(elements), fused * 1e3, adamw_bytes / fused / 1e9, peer * 1e3,
       peer / fused, (adamw_bytes / fused) / (copy_bytes / copy));
+  MatmulBench(tokens, features, repeats);
   return 0;
 }

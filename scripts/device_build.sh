@@ -9,6 +9,9 @@
 #   - the cmake-file rewrite no longer ends the script when grep matches nothing (set -e + pipefail);
 #   - glog's module path (/usr/share/glog/cmake, for FindUnwind) is pointed at the prefix;
 #   - Ninja, and -k 0 so that one run shows every compile error.
+# pip's torch ships no Gloo headers (src/dist needs them): fetch with EXTRA_DEBS=libgloo-dev. Only the
+# headers are used; the library stays torch's own (the .deb's libgloo.so link points nowhere there).
+# After the build, tests need LD_LIBRARY_PATH=/opt/devdeps/usr/lib/x86_64-linux-gnu as well.
 set -euo pipefail
 root=$(pwd)
 prefix=/opt/devdeps

@@ -12,13 +12,16 @@
 namespace engine {
 namespace {
 
-// Dense bytes of one dequantized tile: large enough for an efficient GEMM, small enough to stay in
-// cache and never to hold the whole dense weight.
-constexpr int64_t kTileBytes = 1 << 20;
+// Dense bytes of one dequantized tile, never the whole dense weight of a large layer. On the CPU,
+// large enough for an efficient GEMM and small enough to stay in cache. On a GPU a tile that small
+// (128 rows of a 4096-wide bf16 weight) leaves most of the device idle in each GEMM, and the
+// dequantize runs near memory speed, so tiles are larger.
+constexpr int64_t kCpuTileBytes = int64_t{1} << 20;
+constexpr int64_t kGpuTileBytes = int64_t{64} << 20;
 
-int64_t TileRows(const QuantizedWeight& w, c10::ScalarType dtype) {
+int64_t TileRows(const QuantizedWeight& w, c10::ScalarType dtype, const at::Device& device) {
   const int64_t row_bytes = std::max<int64_t>(1, w.cols() * c10::elementSize(dtype));
-  return std::max<int64_t>(1, kTileBytes / row_bytes);
+  return std::max<int64_t>(1, (device.is_cpu() ? kCpuTileBytes : kGpuTileBytes) / row_bytes);
 }
 
 // y [n, rows] = x [n, cols] @ W^T, tile by tile. Autocast is off inside: the compute dtype is the
@@ -27,7 +30,7 @@ at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const c10::ScalarType dtype = w.compute_dtype();
   const at::Tensor x = x2d.to(dtype);
-  const int64_t rows = w.rows(), tile = TileRows(w, dtype);
+  const int64_t rows = w.rows(), tile = TileRows(w, dtype, x.device());
   if (tile >= rows) return at::mm(x, w.DequantizeRows(0, rows, dtype).to(x.device()).t());
   at::Tensor y = at::empty({x.size(0), rows}, x.options());
   for (int64_t r = 0; r < rows; r += tile) {
@@ -44,7 +47,7 @@ at::Tensor TiledInputGrad(const at::Tensor& dy2d, const QuantizedWeight& w) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const c10::ScalarType dtype = w.compute_dtype();
   const at::Tensor dy = dy2d.to(dtype);
-  const int64_t rows = w.rows(), tile = TileRows(w, dtype);
+  const int64_t rows = w.rows(), tile = TileRows(w, dtype, dy.device());
   if (tile >= rows) return at::mm(dy, w.DequantizeRows(0, rows, dtype).to(dy.device()));
   at::Tensor dx = at::zeros({dy.size(0), w.cols()}, dy.options());
   for (int64_t r = 0; r < rows; r += tile) {
