@@ -26,6 +26,7 @@
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
 #include "engine_kernels/nf4_cuda.h"
+#include "nf4_bench_weight.h"
 
 namespace {
 
@@ -45,37 +46,13 @@ double BestSeconds(int repeats, Fn&& fn) {
   return best;
 }
 
-// NF4 codes on the GPU behind engine::QuantizedWeight, as the nf4 quantizer's layers hold them.
-class GpuNf4 : public engine::QuantizedWeight {
- public:
-  explicit GpuNf4(engine::kernels::Nf4Tensor q) : q_(std::move(q)) {}
-  std::string format() const override { return "nf4"; }
-  int64_t rows() const override { return q_.shape[0]; }
-  int64_t cols() const override { return q_.shape[1]; }
-  c10::ScalarType compute_dtype() const override { return at::kBFloat16; }
-  at::Tensor DequantizeRows(int64_t begin, int64_t end, c10::ScalarType dtype) const override {
-    return engine::kernels::DequantizeNf4Range(q_, begin * cols(), end * cols(), dtype)
-        .view({end - begin, cols()});
-  }
-  std::vector<std::pair<std::string, at::Tensor>> tensors() const override {
-    return {{"weight", q_.packed}};
-  }
-  engine::StatusOr<std::shared_ptr<engine::QuantizedWeight>> QuantizeLike(
-      const at::Tensor&) const override {
-    return engine::InternalError("not in the benchmark");
-  }
-
- private:
-  engine::kernels::Nf4Tensor q_;
-};
-
 void MatmulBench(int64_t tokens, int64_t features, int repeats) {
   at::manual_seed(0);
   const at::Tensor dense = at::randn({features, features}) * 0.02;
   engine::kernels::Nf4Tensor q = engine::kernels::QuantizeNf4(dense, 64, false);
   q.packed = q.packed.to(at::kCUDA);
   q.absmax = q.absmax.to(at::kCUDA);
-  auto weight = std::make_shared<GpuNf4>(q);
+  auto weight = std::make_shared<engine::bench::Nf4BenchWeight>(q, at::kBFloat16);
   const auto bf16 = at::TensorOptions(at::kBFloat16).device(at::kCUDA);
   const at::Tensor w = dense.to(bf16);
   const at::Tensor x = at::randn({tokens, features}, bf16);

@@ -35,6 +35,7 @@
 #include "engine/linear.h"
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
+#include "nf4_bench_weight.h"
 
 namespace {
 
@@ -50,30 +51,6 @@ double Best(int repeats, const std::function<void()>& fn) {
   }
   return best;
 }
-
-class BenchNf4 : public engine::QuantizedWeight {
- public:
-  BenchNf4(engine::kernels::Nf4Tensor q, c10::ScalarType compute) : q_(std::move(q)), c_(compute) {}
-  std::string format() const override { return "nf4"; }
-  int64_t rows() const override { return q_.shape[0]; }
-  int64_t cols() const override { return q_.shape[1]; }
-  c10::ScalarType compute_dtype() const override { return c_; }
-  at::Tensor DequantizeRows(int64_t begin, int64_t end, c10::ScalarType dtype) const override {
-    return engine::kernels::DequantizeNf4Range(q_, begin * cols(), end * cols(), dtype)
-        .view({end - begin, cols()});
-  }
-  std::vector<std::pair<std::string, at::Tensor>> tensors() const override {
-    return {{"weight", q_.packed}};
-  }
-  engine::StatusOr<std::shared_ptr<engine::QuantizedWeight>> QuantizeLike(
-      const at::Tensor&) const override {
-    return engine::InternalError("not in the benchmark");
-  }
-
- private:
-  engine::kernels::Nf4Tensor q_;
-  c10::ScalarType c_;
-};
 
 }  // namespace
 
@@ -120,7 +97,7 @@ int main(int argc, char** argv) {
 
   std::printf("\n%-22s %10s %10s %8s\n", "matmul", "4-bit ms", "dense ms", "ratio");
   for (c10::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
-    auto weight = std::make_shared<BenchNf4>(q, dtype);
+    auto weight = std::make_shared<engine::bench::Nf4BenchWeight>(q, dtype);
     const at::Tensor w = dense.to(dtype);
     const at::Tensor x = at::randn({tokens, cols}).to(dtype);
     const at::Tensor dy = at::randn({tokens, rows}).to(dtype);

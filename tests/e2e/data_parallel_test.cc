@@ -46,16 +46,19 @@ std::string Pipeline(const std::string& out, int batch, const std::string& paral
          " }\n}\n";
 }
 
-void ExpectCloseWeights(const std::filesystem::path& a, const std::filesystem::path& b) {
+// Every tensor of two weight files equal, or (with a tolerance) close.
+void ExpectSameWeights(const std::filesystem::path& a, const std::filesystem::path& b,
+                       bool exactly) {
   auto x = safetensors::File::Open(a);
   auto y = safetensors::File::Open(b);
   ASSERT_TRUE(x.ok() && y.ok());
   ASSERT_EQ((*x)->tensors().size(), (*y)->tensors().size());
   for (const auto& info : (*x)->tensors()) {
+    const at::Tensor u = *(*x)->Get(info.name);
+    const at::Tensor v = *(*y)->Get(info.name);
     // Sums over 32 examples split 16 + 16 across ranks round differently from one sum of 32; after
     // 40 AdamW steps the weights agree to about 1e-6.
-    EXPECT_TRUE(at::allclose(*(*x)->Get(info.name), *(*y)->Get(info.name), 1e-4, 1e-5))
-        << info.name;
+    EXPECT_TRUE(exactly ? at::equal(u, v) : at::allclose(u, v, 1e-4, 1e-5)) << info.name;
   }
 }
 
@@ -78,8 +81,8 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   ASSERT_TRUE(std::regex_search(r1.out, metrics, std::regex("eval on 359 examples: [^;]*")));
   EXPECT_THAT(r2.out, HasSubstr(metrics.str()));
   EXPECT_THAT(r2.err, HasSubstr("engine run: started 2 ranks on 127.0.0.1:"));
-  ExpectCloseWeights(tmp.path() / "one/s/final/model.safetensors",
-                     tmp.path() / "two/s/final/model.safetensors");
+  ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
+                    tmp.path() / "two/s/final/model.safetensors", /*exactly=*/false);
 
   // The all-reduce starts from inside the last micro-batch's backward and must still carry the
   // earlier micro-batches: 2 ranks x 2 micro-batches of 8 end at the same place too.
@@ -87,8 +90,8 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   auto r4 = testing::RunEngine({"run", "--nproc=2", four.string()});
   ASSERT_EQ(r4.exit_code, 0) << r4.err;
   EXPECT_THAT(r4.out, HasSubstr("8 examples x 2 accumulation x 2 ranks = 32 examples per step"));
-  ExpectCloseWeights(tmp.path() / "one/s/final/model.safetensors",
-                     tmp.path() / "four/s/final/model.safetensors");
+  ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
+                    tmp.path() / "four/s/final/model.safetensors", /*exactly=*/false);
 }
 
 int FreePort() {
@@ -156,16 +159,6 @@ TEST(DataParallelTest, ACheckpointRankZerosCallbackAsksForHoldsEveryRanksGenerat
       at::equal(*(*opened)->Get("engine/rng/cpu"), *(*opened)->Get("engine/rng/rank1/cpu")));
 }
 
-void ExpectEqualWeights(const std::filesystem::path& a, const std::filesystem::path& b) {
-  auto x = safetensors::File::Open(a);
-  auto y = safetensors::File::Open(b);
-  ASSERT_TRUE(x.ok() && y.ok());
-  ASSERT_EQ((*x)->tensors().size(), (*y)->tensors().size());
-  for (const auto& info : (*x)->tensors()) {
-    EXPECT_TRUE(at::equal(*(*x)->Get(info.name), *(*y)->Get(info.name))) << info.name;
-  }
-}
-
 // torchrun with one process sets WORLD_SIZE=1: the stage trains in a process group of one (what
 // PyTorch's DDP does), whose average over one rank changes nothing, so it ends bit for bit where a
 // plain run ends.
@@ -186,8 +179,8 @@ void ExpectOneRankGroupEqualsAPlainRun(const std::string& device, const std::str
   const std::string name = backend == "NCCL" ? "NCCL" : "Gloo";
   EXPECT_THAT(r2.out, HasSubstr("DDP over " + name + ": this is rank 0 of 1; 1,438 examples"));
   EXPECT_THAT(r2.out, HasSubstr("32 examples x 1 accumulation x 1 device = 32 examples per step"));
-  ExpectEqualWeights(tmp.path() / "plain/s/final/model.safetensors",
-                     tmp.path() / "group/s/final/model.safetensors");
+  ExpectSameWeights(tmp.path() / "plain/s/final/model.safetensors",
+                    tmp.path() / "group/s/final/model.safetensors", /*exactly=*/true);
 }
 
 TEST(DataParallelTest, OneRankFromTheEnvironmentTrainsInAGlooGroupOfOneLikeAPlainRun) {
