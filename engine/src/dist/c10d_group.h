@@ -87,9 +87,10 @@ class C10dDataParallel : public DataParallel {
   StatusOr<std::vector<double>> Reduce(const std::vector<double>& values, c10d::ReduceOp op,
                                        const char* what) {
     const int64_t n = static_cast<int64_t>(values.size());
-    std::vector<at::Tensor> t = {
-        at::from_blob(const_cast<double*>(values.data()), {n}, at::kDouble).to(device_)};
-    if (t[0].device().is_cpu()) t[0] = t[0].clone();  // from_blob's memory is the caller's
+    // A copy even on the CPU: from_blob's memory is the caller's, and c10d reduces in place.
+    std::vector<at::Tensor> t = {at::from_blob(const_cast<double*>(values.data()), {n}, at::kDouble)
+                                     .to(device_, at::kDouble, /*non_blocking=*/false,
+                                         /*copy=*/true)};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
     at::Tensor host;

@@ -188,7 +188,7 @@ class PlanBuilder {
   // AUTO: NCCL for CUDA tensors where this build has it, else Gloo. NCCL on the CPU, or in a build
   // without it, is refused here rather than when the ranks meet.
   bool PlanBackend(const ResolvedStage& stage, StagePlan* plan) {
-    const bool cuda = stage.device.device.rfind("cuda", 0) == 0;
+    const bool cuda = plan->device.cuda;  // probed by PlanPrecision
     const std::string where = "stage '" + stage.name + "': ";
     switch (stage.config->parallel().backend()) {
       case proto::Parallel::GLOO:
