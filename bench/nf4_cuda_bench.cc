@@ -26,7 +26,7 @@
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
 #include "engine_kernels/nf4_cuda.h"
-#include "nf4_bench_weight.h"
+#include "nf4_weight.h"
 
 namespace {
 
@@ -52,7 +52,7 @@ void MatmulBench(int64_t tokens, int64_t features, int repeats) {
   engine::kernels::Nf4Tensor q = engine::kernels::QuantizeNf4(dense, 64, false);
   q.packed = q.packed.to(at::kCUDA);
   q.absmax = q.absmax.to(at::kCUDA);
-  auto weight = std::make_shared<engine::bench::Nf4BenchWeight>(q, at::kBFloat16);
+  auto weight = std::make_shared<engine::plugins::Nf4Weight>(q, at::kBFloat16);
   const auto bf16 = at::TensorOptions(at::kBFloat16).device(at::kCUDA);
   const at::Tensor w = dense.to(bf16);
   const at::Tensor x = at::randn({tokens, features}, bf16);

@@ -35,7 +35,7 @@
 #include "engine/linear.h"
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
-#include "nf4_bench_weight.h"
+#include "nf4_weight.h"
 
 namespace {
 
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
 
   std::printf("\n%-22s %10s %10s %8s\n", "matmul", "4-bit ms", "dense ms", "ratio");
   for (c10::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
-    auto weight = std::make_shared<engine::bench::Nf4BenchWeight>(q, dtype);
+    auto weight = std::make_shared<engine::plugins::Nf4Weight>(q, dtype);
     const at::Tensor w = dense.to(dtype);
     const at::Tensor x = at::randn({tokens, cols}).to(dtype);
     const at::Tensor dy = at::randn({tokens, rows}).to(dtype);

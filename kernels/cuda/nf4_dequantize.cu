@@ -1,26 +1,16 @@
 #include <cuda_runtime.h>
 
+#include "engine_kernels/nf4_codebook.h"
 #include "engine_kernels/nf4_cuda.h"
 
 namespace engine::kernels::cuda {
 namespace {
 
-__constant__ float kCodebook[16] = {-1.0f,
-                                    -0.6961928009986877f,
-                                    -0.5250730514526367f,
-                                    -0.39491748809814453f,
-                                    -0.28444138169288635f,
-                                    -0.18477343022823334f,
-                                    -0.09105003625154495f,
-                                    0.0f,
-                                    0.07958029955625534f,
-                                    0.16093020141124725f,
-                                    0.24611230194568634f,
-                                    0.33791524171829224f,
-                                    0.44070982933044434f,
-                                    0.5626170039176941f,
-                                    0.7229568362236023f,
-                                    1.0f};
+__constant__ float kCodebook[16] = {
+    kNf4Codebook[0],  kNf4Codebook[1],  kNf4Codebook[2],  kNf4Codebook[3],
+    kNf4Codebook[4],  kNf4Codebook[5],  kNf4Codebook[6],  kNf4Codebook[7],
+    kNf4Codebook[8],  kNf4Codebook[9],  kNf4Codebook[10], kNf4Codebook[11],
+    kNf4Codebook[12], kNf4Codebook[13], kNf4Codebook[14], kNf4Codebook[15]};
 
 // One packed byte (two elements) per thread and iteration; block sizes are powers of two, so the
 // scale index is a shift. Elements outside [begin, end) are skipped at both ends.

@@ -1,14 +1,12 @@
 #include "digits_csv.h"
 
 #include <ATen/ops/empty.h>
-#include <zlib.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "engine/hash.h"
+#include "read_file.h"
 
 namespace engine::plugins {
 namespace {
@@ -60,33 +58,6 @@ Status ParseLine(std::string_view line, const std::string& where, std::vector<fl
 
 }  // namespace
 
-StatusOr<std::string> ReadMaybeCompressed(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return InvalidArgumentError("'" + path.string() + "' is a directory, not a data file");
-  }
-  errno = 0;
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return NotFoundError("cannot open '" + path.string() +
-                         "': " + (errno ? std::strerror(errno) : "unknown error"));
-  }
-  std::string content;
-  char buffer[1 << 16];
-  int n;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) content.append(buffer, n);
-  int error_code = Z_OK;
-  const char* error_text = gzerror(file, &error_code);
-  const std::string message = error_text != nullptr ? error_text : "";
-  gzclose(file);
-  if (n < 0 || (error_code != Z_OK && error_code != Z_STREAM_END)) {
-    return DataLossError("cannot read '" + path.string() + "'" +
-                         (message.empty() ? std::string() : ": " + message) +
-                         " (is the file truncated?)");
-  }
-  return content;
-}
-
 StatusOr<DigitsTable> ReadDigitsCsv(const std::filesystem::path& path) {
   ENGINE_ASSIGN_OR_RETURN(std::string text, ReadMaybeCompressed(path));
   std::vector<float> pixels;
@@ -113,21 +84,6 @@ StatusOr<DigitsTable> ReadDigitsCsv(const std::filesystem::path& path) {
   std::memcpy(table.labels.data_ptr<int64_t>(), labels.data(), labels.size() * sizeof(int64_t));
   table.content_hash = Fnv1a64Hex(text);
   return table;
-}
-
-SplitRows ShuffleAndSplit(int64_t n, uint64_t seed, double eval_fraction) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[i] = i;
-  std::mt19937_64 rng(seed ^ 0xD161D5ULL);
-  for (int64_t i = n - 1; i > 0; --i) {
-    std::swap(order[i], order[static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1))]);
-  }
-  const int64_t eval_count =
-      static_cast<int64_t>(std::llround(eval_fraction * static_cast<double>(n)));
-  SplitRows split;
-  split.eval.assign(order.begin(), order.begin() + eval_count);
-  split.train.assign(order.begin() + eval_count, order.end());
-  return split;
 }
 
 }  // namespace engine::plugins

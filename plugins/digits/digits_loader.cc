@@ -9,10 +9,12 @@
 #include <cmath>
 
 #include "batch_indices.h"
+#include "data_split.h"
 #include "digits_csv.h"
 #include "digits_options.pb.h"
 #include "engine/data.h"
 #include "engine/format.h"
+#include "engine/paths.h"
 
 namespace engine::plugins {
 namespace {
@@ -68,17 +70,13 @@ class DigitsLoader : public DataLoaderPlugin {
                        OptionErrors* errors) const override {
     const auto& options = OptionsAs<DigitsOptions>(message);
     if (options.has_path() && options.path().empty()) errors->Add("path", "is empty");
-    if (!(options.eval_fraction() >= 0 && options.eval_fraction() < 1)) {
-      errors->Add("eval_fraction",
-                  "must be in [0, 1) (got " + FormatNumber(options.eval_fraction()) + ")");
-    }
+    CheckEvalFraction(options.eval_fraction(), errors);
   }
 
   StatusOr<std::unique_ptr<Dataset>> Open(const google::protobuf::Message& message,
                                           const DataContext& context) const override {
     const auto& options = OptionsAs<DigitsOptions>(message);
-    std::filesystem::path path(options.path());
-    if (path.is_relative()) path = (context.base_dir / path).lexically_normal();
+    const std::filesystem::path path = ResolvePath(context.base_dir, options.path());
     ENGINE_ASSIGN_OR_RETURN(DigitsTable table, ReadDigitsCsv(path));
     const int64_t n = table.labels.numel();
     if (options.normalize()) table.pixels.div_(16.0);

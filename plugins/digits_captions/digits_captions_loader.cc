@@ -13,9 +13,11 @@
 
 #include "batch_indices.h"
 #include "digits_captions_options.pb.h"
+#include "data_split.h"
 #include "digits_csv.h"
 #include "engine/data.h"
 #include "engine/format.h"
+#include "engine/paths.h"
 #include "engine/tokenizer.h"
 
 namespace engine::plugins {
@@ -76,21 +78,14 @@ class DigitsCaptionsLoader : public DataLoaderPlugin {
                        OptionErrors* errors) const override {
     const auto& options = OptionsAs<DigitsCaptionsOptions>(message);
     if (options.has_path() && options.path().empty()) errors->Add("path", "is empty");
-    if (!(options.eval_fraction() >= 0 && options.eval_fraction() < 1)) {
-      errors->Add("eval_fraction",
-                  "must be in [0, 1) (got " + FormatNumber(options.eval_fraction()) + ")");
-    }
-    if (options.tokenizer().kind() == proto::TokenizerOptions::SENTENCEPIECE &&
-        options.tokenizer().model_file().empty()) {
-      errors->Add("tokenizer.model_file", "is required for a SENTENCEPIECE tokenizer");
-    }
+    CheckEvalFraction(options.eval_fraction(), errors);
+    ValidateTokenizerOptions(options.tokenizer(), "tokenizer.", errors);
   }
 
   StatusOr<std::unique_ptr<Dataset>> Open(const google::protobuf::Message& message,
                                           const DataContext& context) const override {
     const auto& options = OptionsAs<DigitsCaptionsOptions>(message);
-    std::filesystem::path path(options.path());
-    if (path.is_relative()) path = (context.base_dir / path).lexically_normal();
+    const std::filesystem::path path = ResolvePath(context.base_dir, options.path());
     ENGINE_ASSIGN_OR_RETURN(DigitsTable table, ReadDigitsCsv(path));
     ENGINE_ASSIGN_OR_RETURN(auto tokenizer, MakeTokenizer(options.tokenizer(), context.base_dir));
     if (tokenizer->eos_id() < 0 || tokenizer->pad_id() < 0) {

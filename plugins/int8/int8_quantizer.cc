@@ -4,22 +4,12 @@
 // A quantized layer stores "weight" (i8 [out, in]) and "weight_scale" (f32 [out], absmax / 127).
 #include <ATen/ATen.h>
 
+#include "engine/dtype.h"
 #include "engine/quantizer.h"
 #include "int8_options.pb.h"
 
 namespace engine::plugins {
 namespace {
-
-c10::ScalarType ComputeDtype(Int8Options::ComputeDtype d) {
-  switch (d) {
-    case Int8Options::FP16:
-      return at::kHalf;
-    case Int8Options::FP32:
-      return at::kFloat;
-    default:
-      return at::kBFloat16;
-  }
-}
 
 class Int8Weight : public QuantizedWeight {
  public:
@@ -81,7 +71,7 @@ class Int8Quantizer : public QuantizerPlugin {
       return InvalidArgumentError("the weight holds inf or NaN, which int8 cannot represent");
     }
     return std::shared_ptr<QuantizedWeight>(
-        Int8Weight::Make(weight, ComputeDtype(OptionsAs<Int8Options>(options).compute_dtype())));
+        Int8Weight::Make(weight, ScalarTypeOf(OptionsAs<Int8Options>(options).compute_dtype())));
   }
 };
 

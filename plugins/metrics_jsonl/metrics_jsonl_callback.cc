@@ -80,11 +80,8 @@ class MetricsJsonlPlugin : public CallbackPlugin {
   StatusOr<std::unique_ptr<Callback>> Create(const google::protobuf::Message& message,
                                              const CallbackContext& context) const override {
     const auto& options = OptionsAs<MetricsJsonlOptions>(message);
-    std::filesystem::path path = options.has_path() ? std::filesystem::path(options.path())
-                                                    : context.output_dir / "metrics.jsonl";
-    if (path.is_relative()) path = context.base_dir / path;
-    return std::unique_ptr<Callback>(
-        new MetricsJsonl(path.lexically_normal(), options.every_steps()));
+    return std::unique_ptr<Callback>(new MetricsJsonl(
+        context.OutputPath(options.path(), "metrics.jsonl"), options.every_steps()));
   }
 };
 

@@ -113,14 +113,12 @@ class TensorboardPlugin : public CallbackPlugin {
   StatusOr<std::unique_ptr<Callback>> Create(const google::protobuf::Message& message,
                                              const CallbackContext& context) const override {
     const auto& options = OptionsAs<TensorboardOptions>(message);
-    std::filesystem::path dir = options.has_log_dir() ? std::filesystem::path(options.log_dir())
-                                                      : context.output_dir / "tensorboard";
-    if (dir.is_relative()) dir = context.base_dir / dir;
     // A pipeline callback sees every stage: one run directory each. A stage callback's directory
     // is its stage's already.
     const bool per_stage_dirs = context.stage.empty();
     return std::unique_ptr<Callback>(
-        new Tensorboard(dir.lexically_normal(), per_stage_dirs, options.every_steps()));
+        new Tensorboard(context.OutputPath(options.log_dir(), "tensorboard"), per_stage_dirs,
+                        options.every_steps()));
   }
 };
 

@@ -16,9 +16,11 @@
 #include <random>
 
 #include "batch_indices.h"
-#include "digits_csv.h"
+#include "data_split.h"
+#include "read_file.h"
 #include "engine/data.h"
 #include "engine/format.h"
+#include "engine/paths.h"
 #include "engine/hash.h"
 #include "engine/tokenizer.h"
 #include "text_options.pb.h"
@@ -182,22 +184,15 @@ class TextLoader : public DataLoaderPlugin {
       errors->Add("sequence_length",
                   "must be at least 2 (got " + std::to_string(options.sequence_length()) + ")");
     }
-    if (!(options.eval_fraction() >= 0 && options.eval_fraction() < 1)) {
-      errors->Add("eval_fraction",
-                  "must be in [0, 1) (got " + FormatNumber(options.eval_fraction()) + ")");
-    }
+    CheckEvalFraction(options.eval_fraction(), errors);
     if (options.text_field().empty()) errors->Add("text_field", "is empty");
-    if (options.tokenizer().kind() == proto::TokenizerOptions::SENTENCEPIECE &&
-        options.tokenizer().model_file().empty()) {
-      errors->Add("tokenizer.model_file", "is required for a SENTENCEPIECE tokenizer");
-    }
+    ValidateTokenizerOptions(options.tokenizer(), "tokenizer.", errors);
   }
 
   StatusOr<std::unique_ptr<Dataset>> Open(const google::protobuf::Message& message,
                                           const DataContext& context) const override {
     const auto& options = OptionsAs<TextOptions>(message);
-    std::filesystem::path path(options.path());
-    if (path.is_relative()) path = (context.base_dir / path).lexically_normal();
+    const std::filesystem::path path = ResolvePath(context.base_dir, options.path());
     ENGINE_ASSIGN_OR_RETURN(std::string text, ReadMaybeCompressed(path));
     const bool jsonl =
         options.format() == TextOptions::JSONL ||

@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 
+#include "engine/paths.h"
 #include "hf_checkpoint.h"
 
 namespace engine::transformer {
@@ -103,8 +104,7 @@ StatusOr<ResolvedLlama> ResolveLlama(const LlamaOptions& options, const DataSpec
         data->ToString());
   }
   if (!options.pretrained().empty()) {
-    std::filesystem::path dir(options.pretrained());
-    if (dir.is_relative()) dir = (base_dir / dir).lexically_normal();
+    const std::filesystem::path dir = ResolvePath(base_dir, options.pretrained());
     ENGINE_ASSIGN_OR_RETURN(nlohmann::json json, ReadConfigJson(dir));
     ENGINE_ASSIGN_OR_RETURN(resolved.config,
                             ConfigFromJson(json, "'" + (dir / "config.json").string() + "'"));

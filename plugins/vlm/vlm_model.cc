@@ -16,6 +16,7 @@
 
 #include "engine/linear.h"
 #include "engine/model.h"
+#include "engine/paths.h"
 #include "hf_checkpoint.h"
 #include "llama_modules.h"
 #include "llama_setup.h"
@@ -195,8 +196,7 @@ class VlmLoader : public ModelLoaderPlugin {
                                                          const ModelContext& context,
                                                          std::pair<int64_t, int64_t> image,
                                                          int64_t eos_id) {
-    std::filesystem::path dir(options.pretrained());
-    if (dir.is_relative()) dir = (context.base_dir / dir).lexically_normal();
+    const std::filesystem::path dir = ResolvePath(context.base_dir, options.pretrained());
     ENGINE_ASSIGN_OR_RETURN(nlohmann::json json, ReadConfigJson(dir));
     const std::string where = "'" + (dir / "config.json").string() + "'";
     if (!json.is_object() || !json.contains("vision_config") || !json.contains("text_config")) {

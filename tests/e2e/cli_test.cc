@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -124,11 +125,7 @@ TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
 
 // A pipeline on the real data with `stage_extra` inside its only stage.
 std::string Pipeline(const std::string& stage_extra, const std::string& output_dir = "out") {
-  return "output_dir: \"" + output_dir +
-         "\"\nstage {\n  name: \"s\"\n  model { plugin: \"mlp\" }\n"
-         "  data { plugin: \"digits\" options { "
-         "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
-         testing::DigitsDataPath().string() + "\" } } }\n" + stage_extra + "\n}\n";
+  return "output_dir: \"" + output_dir + "\"\n" + testing::DigitsStage("s", stage_extra);
 }
 
 struct BadInput {

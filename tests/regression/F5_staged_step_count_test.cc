@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -44,10 +45,7 @@ TEST(F5StagedStepCountTest, TheSecondStageOfR3RunsTheStepsOfR1) {
 TEST(F5StagedStepCountTest, AChildNeverInheritsItsParentsBatchOrSteps) {
   testing::TempDir tmp;
   auto stage = [](const std::string& name, const std::string& extra) {
-    return "stage {\n  name: \"" + name +
-           "\"\n  model { plugin: \"mlp\" }\n  data { plugin: \"digits\" options { "
-           "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
-           testing::DigitsDataPath().string() + "\" } } }\n" + extra + "\n}\n";
+    return testing::DigitsStage(name, extra);
   };
   const auto file =
       tmp.Write("p.pbtxt", "output_dir: \"out\"\n" +

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/paths.h"
 #include "engine/plugin.h"
 
 namespace engine {
@@ -91,6 +92,14 @@ struct CallbackContext {
   std::filesystem::path output_dir;
   // Empty for pipeline callbacks.
   std::string stage;
+
+  // Where a callback writes the file or directory its options name: `option` (relative to base_dir)
+  // when given, else `default_name` inside output_dir. Every file-writing callback follows this
+  // rule, so a pipeline callback's log and a stage callback's land where users look for them.
+  std::filesystem::path OutputPath(const std::string& option, const char* default_name) const {
+    return ResolvePath(base_dir,
+                       option.empty() ? output_dir / default_name : std::filesystem::path(option));
+  }
 };
 
 class Callback {

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "engine/options.pb.h"
+
 namespace engine {
 
 // Short names for plans and messages: "f32", "bf16", "f16", "i64", "bool", ...
@@ -16,5 +18,8 @@ std::optional<at::ScalarType> DtypeFromShortName(std::string_view name);
 // The safetensors names: "F32", "BF16", "F16", "I64", "BOOL", ... Unsupported dtypes give nullopt.
 std::optional<std::string_view> SafetensorsDtypeName(at::ScalarType dtype);
 std::optional<at::ScalarType> DtypeFromSafetensorsName(std::string_view name);
+
+// The scalar type a quantizer's declared compute dtype names.
+at::ScalarType ScalarTypeOf(ComputeDtype dtype);
 
 }  // namespace engine

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/plugin.h"
 #include "engine/status.h"
 #include "engine/tokenizer.pb.h"
 
@@ -35,6 +36,11 @@ class Tokenizer {
   // Changes when the mapping changes (part of data identities).
   virtual std::string identity() const = 0;
 };
+
+// Adds errors for options that cannot make a tokenizer (a SENTENCEPIECE kind without its
+// model_file), under `prefix` ("tokenizer.").
+void ValidateTokenizerOptions(const proto::TokenizerOptions& options, const std::string& prefix,
+                              OptionErrors* errors);
 
 // `base_dir` resolves a relative model_file.
 StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const proto::TokenizerOptions& options,

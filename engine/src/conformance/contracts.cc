@@ -20,6 +20,7 @@
 #include "engine/dtype.h"
 #include "engine/format.h"
 #include "engine/model.h"
+#include "engine/module_tensors.h"
 #include "engine/precision_context.h"
 #include "engine/precision_kit.h"
 #include "engine/remove_tree.h"
@@ -36,8 +37,7 @@ using google::protobuf::Message;
 
 safetensors::NamedTensors StateOf(torch::nn::Module& module) {
   safetensors::NamedTensors out;
-  for (const auto& p : module.named_parameters(true)) out.emplace_back(p.key(), p.value());
-  for (const auto& b : module.named_buffers(true)) out.emplace_back(b.key(), b.value());
+  for (const ModuleTensor& t : ModuleTensors(module)) out.emplace_back(t.name, t.tensor);
   return out;
 }
 

@@ -57,4 +57,16 @@ std::optional<at::ScalarType> DtypeFromSafetensorsName(std::string_view name) {
   return std::nullopt;
 }
 
+at::ScalarType ScalarTypeOf(ComputeDtype dtype) {
+  switch (dtype) {
+    case FP16:
+      return at::kHalf;
+    case FP32:
+      return at::kFloat;
+    case BF16:
+      break;
+  }
+  return at::kBFloat16;
+}
+
 }  // namespace engine

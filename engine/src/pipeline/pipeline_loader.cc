@@ -3,30 +3,26 @@
 #include <google/protobuf/descriptor.h>
 
 #include "engine/atomic_file.h"
+#include "engine/paths.h"
 #include "pipeline/pipeline_parser.h"
 #include "pipeline/validator.h"
 
 namespace engine {
 namespace {
 
-std::filesystem::path Resolve(const std::filesystem::path& base, const std::string& path) {
-  std::filesystem::path p(path);
-  return (p.is_absolute() ? p : base / p).lexically_normal();
-}
-
 // Loads the libraries and directories the pipeline itself names.
 void LoadPipelinePlugins(const proto::Pipeline& header, const std::filesystem::path& base_dir,
                          const SourceMap& map, PluginRegistry* registry, Diagnostics* diagnostics) {
   const auto* root = proto::Pipeline::descriptor();
   for (int i = 0; i < header.plugin_path_size(); ++i) {
-    Status status = registry->LoadDirectory(Resolve(base_dir, header.plugin_path(i)));
+    Status status = registry->LoadDirectory(ResolvePath(base_dir, header.plugin_path(i)));
     if (!status.ok()) {
       diagnostics->Add(map.Locate(root, "plugin_path[" + std::to_string(i) + "]"),
                        status.message());
     }
   }
   for (int i = 0; i < header.plugin_library_size(); ++i) {
-    Status status = registry->LoadLibrary(Resolve(base_dir, header.plugin_library(i)));
+    Status status = registry->LoadLibrary(ResolvePath(base_dir, header.plugin_library(i)));
     if (!status.ok()) {
       diagnostics->Add(map.Locate(root, "plugin_library[" + std::to_string(i) + "]"),
                        status.message());

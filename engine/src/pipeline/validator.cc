@@ -14,6 +14,7 @@
 #include "dist/dist_env.h"
 #include "engine/format.h"
 #include "engine/options.pb.h"
+#include "engine/paths.h"
 #include "pipeline/device_choice.h"
 
 namespace engine {
@@ -353,10 +354,10 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
   if (options.output_dir) {
     pipeline->output_dir = std::filesystem::absolute(*options.output_dir).lexically_normal();
   } else {
-    std::filesystem::path out = config.has_output_dir()
-                                    ? std::filesystem::path(config.output_dir())
-                                    : std::filesystem::path("runs") / pipeline->name;
-    pipeline->output_dir = (out.is_absolute() ? out : pipeline->base_dir / out).lexically_normal();
+    pipeline->output_dir =
+        ResolvePath(pipeline->base_dir, config.has_output_dir()
+                                            ? std::filesystem::path(config.output_dir())
+                                            : std::filesystem::path("runs") / pipeline->name);
   }
   const std::string output_problem = OutputDirProblem(pipeline->output_dir);
   if (!output_problem.empty()) {

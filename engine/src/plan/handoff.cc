@@ -3,6 +3,7 @@
 #include "core/glob.h"
 #include "engine/format.h"
 #include "engine/linear.h"
+#include "engine/module_tensors.h"
 
 namespace engine {
 namespace {
@@ -44,12 +45,7 @@ Handoff PlanHandoff(const HandoffSource& parent, torch::nn::Module& child,
                     const std::vector<std::string>& new_tensor_globs) {
   Handoff h;
   std::map<std::string, std::vector<int64_t>> mine;
-  for (const auto& item : child.named_parameters(/*recurse=*/true)) {
-    mine[item.key()] = item.value().sizes().vec();
-  }
-  for (const auto& item : child.named_buffers(/*recurse=*/true)) {
-    mine[item.key()] = item.value().sizes().vec();
-  }
+  for (const ModuleTensor& t : ModuleTensors(child)) mine[t.name] = t.tensor.sizes().vec();
   std::map<std::string, LinearImpl*> layers;
   auto named_linears = NamedLinears(child);
   for (auto& [name, layer] : named_linears) layers[name] = layer.get();

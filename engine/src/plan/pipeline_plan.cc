@@ -13,6 +13,7 @@
 #include "engine/dtype.h"
 #include "engine/format.h"
 #include "engine/hash.h"
+#include "engine/module_tensors.h"
 #include "engine/precision_kit.h"
 #include "plan/handoff.h"
 #include "precision/census.h"
@@ -357,12 +358,9 @@ class PlanBuilder {
     if (parent == nullptr) return true;  // the parent failed and was reported already
     HandoffSource source;
     source.stage = parent->stage->name;
-    for (const auto& item : parent->model->module().named_parameters()) {
-      source.tensors[item.key()] = item.value().sizes().vec();
-    }
-    for (const auto& item : parent->model->module().named_buffers()) {
-      source.tensors[item.key()] = item.value().sizes().vec();
-      if (!item.value().is_floating_point()) source.integer_tensors.insert(item.key());
+    for (const ModuleTensor& t : ModuleTensors(parent->model->module())) {
+      source.tensors[t.name] = t.tensor.sizes().vec();
+      if (t.buffer && !t.tensor.is_floating_point()) source.integer_tensors.insert(t.name);
     }
     source.adapter_tensors = parent->layers.adapter_parameters;
     const Handoff handoff =

@@ -6,6 +6,8 @@
 #include <set>
 #include <tuple>
 
+#include "engine/module_tensors.h"
+
 namespace engine {
 
 std::string ModuleGroupOf(std::string_view name) {
@@ -27,13 +29,9 @@ std::string ModuleGroupOf(std::string_view name) {
 
 ParameterCensus TakeCensus(const torch::nn::Module& module) {
   ParameterCensus census;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    census.push_back({item.key(), ModuleGroupOf(item.key()), item.value().scalar_type(),
-                      item.value().numel(), item.value().requires_grad(), false});
-  }
-  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
-    census.push_back({item.key(), ModuleGroupOf(item.key()), item.value().scalar_type(),
-                      item.value().numel(), false, true});
+  for (const ModuleTensor& t : ModuleTensors(module)) {
+    census.push_back({t.name, ModuleGroupOf(t.name), t.tensor.scalar_type(), t.tensor.numel(),
+                      !t.buffer && t.tensor.requires_grad(), t.buffer});
   }
   return census;
 }

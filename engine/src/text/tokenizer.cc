@@ -3,6 +3,7 @@
 #include "engine/atomic_file.h"
 #include "engine/format.h"
 #include "engine/hash.h"
+#include "engine/paths.h"
 #include "text/sentencepiece_shim.h"
 
 namespace engine {
@@ -101,6 +102,13 @@ class SentencePieceTokenizer : public Tokenizer {
 
 }  // namespace
 
+void ValidateTokenizerOptions(const proto::TokenizerOptions& options, const std::string& prefix,
+                              OptionErrors* errors) {
+  if (options.kind() == proto::TokenizerOptions::SENTENCEPIECE && options.model_file().empty()) {
+    errors->Add(prefix + "model_file", "is required for a SENTENCEPIECE tokenizer");
+  }
+}
+
 StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const proto::TokenizerOptions& options,
                                                    const std::filesystem::path& base_dir) {
   if (options.kind() == proto::TokenizerOptions::BYTE) {
@@ -109,9 +117,7 @@ StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const proto::TokenizerOptions
   if (options.model_file().empty()) {
     return InvalidArgumentError("tokenizer.model_file is required for a SENTENCEPIECE tokenizer");
   }
-  std::filesystem::path path(options.model_file());
-  if (path.is_relative()) path = base_dir / path;
-  return SentencePieceTokenizer::Load(path.lexically_normal());
+  return SentencePieceTokenizer::Load(ResolvePath(base_dir, options.model_file()));
 }
 
 }  // namespace engine

@@ -12,6 +12,7 @@
 
 #include "core/logging.h"
 #include "engine/linear.h"
+#include "engine/module_tensors.h"
 #include "engine/safetensors.h"
 #include "plan/handoff.h"
 #include "train/checkpoint.h"
@@ -79,8 +80,7 @@ Status LoadParentWeights(const std::filesystem::path& dir, const std::string& co
 
   at::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> targets;
-  for (auto& item : module.named_parameters(/*recurse=*/true)) targets[item.key()] = item.value();
-  for (auto& item : module.named_buffers(/*recurse=*/true)) targets[item.key()] = item.value();
+  for (ModuleTensor& t : ModuleTensors(module)) targets[t.name] = t.tensor;
   for (const std::string& name : handoff.copied) {
     ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file->Get(name).WithContext(where));
     targets.at(name).copy_(source_tensor);

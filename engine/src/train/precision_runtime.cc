@@ -9,6 +9,7 @@
 #include <map>
 
 #include "engine/dtype.h"
+#include "engine/module_tensors.h"
 #include "engine_kernels/fused_adamw.h"
 #include "precision/census.h"
 
@@ -28,16 +29,10 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
   };
   {
     at::NoGradGuard no_grad;
-    for (auto& item : module.named_parameters(/*recurse=*/true)) {
-      ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(item.key()));
-      if (item.value().scalar_type() != t->storage) {
-        item.value().set_data(item.value().to(t->storage));
-      }
-    }
-    for (auto& item : module.named_buffers(/*recurse=*/true)) {
-      ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(item.key()));
-      if (item.value().scalar_type() != t->storage) {
-        item.value().set_data(item.value().to(t->storage));
+    for (ModuleTensor& item : ModuleTensors(module)) {
+      ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(item.name));
+      if (item.tensor.scalar_type() != t->storage) {
+        item.tensor.set_data(item.tensor.to(t->storage));
       }
     }
   }

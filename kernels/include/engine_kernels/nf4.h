@@ -20,10 +20,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace engine::kernels {
+#include "engine_kernels/nf4_codebook.h"
 
-// bitsandbytes' NF4 values, in code order (code 7 is exactly zero).
-extern const std::array<float, 16> kNf4Codebook;
+namespace engine::kernels {
 
 inline constexpr int64_t kNf4DoubleQuantBlock = 256;
 

@@ -5,6 +5,7 @@
 
 #include "pipeline/pipeline_loader.h"
 #include "plan/plan_printer.h"
+#include "testing/pipelines.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
 
@@ -20,14 +21,7 @@ class PipelinePlanTest : public ::testing::Test {
   // A stage on the real digits data; `extra` goes inside the stage.
   std::string Stage(const std::string& name, const std::string& extra,
                     const std::string& model_options = "") {
-    return "stage {\n  name: \"" + name + "\"\n  model { plugin: \"mlp\"" +
-           (model_options.empty()
-                ? ""
-                : " options { [type.googleapis.com/engine.plugins.MlpOptions] { " + model_options +
-                      " } }") +
-           " }\n  data { plugin: \"digits\" options { "
-           "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
-           testing::DigitsDataPath().string() + "\" } } }\n" + extra + "\n}\n";
+    return testing::DigitsStage(name, extra, model_options);
   }
 
   std::unique_ptr<PipelinePlan> Plan(const std::string& text) {

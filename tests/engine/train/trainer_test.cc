@@ -8,6 +8,7 @@
 
 #include "pipeline/pipeline_loader.h"
 #include "run/pipeline_runner.h"
+#include "testing/pipelines.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
 #include "train/checkpoint.h"
@@ -22,12 +23,7 @@ class TrainerTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(registry_.LoadDirectory(testing::kBuiltinPluginDir).ok()); }
 
   std::string Stage(const std::string& name, const std::string& extra) {
-    return "stage {\n  name: \"" + name +
-           "\"\n  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins."
-           "MlpOptions] { hidden_units: 32 } } }\n  data { plugin: \"digits\" options { "
-           "[type.googleapis.com/engine.plugins.DigitsOptions] { path: \"" +
-           testing::DigitsDataPath().string() + "\" } } }\n  precision { plugin: \"fp32\" }\n" +
-           extra + "\n}\n";
+    return testing::DigitsStage(name, testing::Precision("fp32") + extra, "hidden_units: 32");
   }
 
   // Plans and runs `text` into out/<tag>; returns the final weights of `stage`.
