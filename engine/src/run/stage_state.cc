@@ -70,15 +70,10 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
                                            const std::string& fingerprint,
                                            const std::string& parent_run_id,
                                            std::vector<std::string>* notes) {
-  std::error_code ec;
-  std::vector<std::filesystem::path> dirs;
-  for (const auto& item : std::filesystem::directory_iterator(stage_dir / "checkpoints", ec)) {
-    // Hidden ".step-*.tmp-*" directories are writes that never finished: never candidates.
-    if (item.path().filename().string().rfind("step-", 0) == 0) dirs.push_back(item.path());
-  }
-  // step-NNNNNNNN sorts by step; newest first.
-  std::sort(dirs.rbegin(), dirs.rend());
-  for (const auto& dir : dirs) {
+  std::vector<std::filesystem::path> dirs = PeriodicCheckpointDirs(stage_dir);
+  // Newest first.
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    const std::filesystem::path& dir = *it;
     StatusOr<proto::CheckpointManifest> manifest = ReadManifest(dir);
     if (!manifest.ok()) {
       notes->push_back(dir.string() + " is unreadable (" + manifest.status().message() + ")");

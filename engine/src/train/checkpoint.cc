@@ -18,6 +18,9 @@
 namespace engine {
 namespace {
 
+constexpr const char* kPeriodicDir = "checkpoints";
+constexpr const char* kPeriodicPrefix = "step-";
+
 std::string HiddenTemporaryName(const std::filesystem::path& dir) {
   static int counter = 0;
   return "." + dir.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
@@ -159,16 +162,36 @@ void RemoveStaleTemporaries(const std::filesystem::path& parent) {
   for (const auto& path : stale) RemoveTree(path, ec);
 }
 
+std::filesystem::path FinalCheckpointDir(const std::filesystem::path& stage_dir) {
+  return stage_dir / "final";
+}
+
+std::filesystem::path PeriodicCheckpointDir(const std::filesystem::path& stage_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%s%08lld", kPeriodicPrefix, static_cast<long long>(step));
+  return stage_dir / kPeriodicDir / name;
+}
+
+std::vector<std::filesystem::path> PeriodicCheckpointDirs(const std::filesystem::path& stage_dir) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& item : std::filesystem::directory_iterator(stage_dir / kPeriodicDir, ec)) {
+    if (item.path().filename().string().rfind(kPeriodicPrefix, 0) == 0) dirs.push_back(item.path());
+  }
+  // step-NNNNNNNN sorts by step.
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
 std::vector<std::filesystem::path> PeriodicCheckpointsOfRun(const std::filesystem::path& stage_dir,
                                                             const std::string& run_id,
                                                             int64_t max_step) {
-  std::error_code ec;
   std::vector<std::pair<uint64_t, std::filesystem::path>> own;
-  for (const auto& item : std::filesystem::directory_iterator(stage_dir / "checkpoints", ec)) {
-    auto manifest = ReadManifest(item.path());
+  for (const auto& dir : PeriodicCheckpointDirs(stage_dir)) {
+    auto manifest = ReadManifest(dir);
     if (manifest.ok() && manifest->run_id() == run_id &&
         manifest->step() <= static_cast<uint64_t>(max_step)) {
-      own.emplace_back(manifest->step(), item.path());
+      own.emplace_back(manifest->step(), dir);
     }
   }
   std::sort(own.begin(), own.end());
@@ -181,10 +204,9 @@ void RemoveOtherRunsCheckpoints(const std::filesystem::path& stage_dir, const st
                                 const std::string& context) {
   std::error_code ec;
   std::vector<std::filesystem::path> stale;
-  for (const auto& item : std::filesystem::directory_iterator(stage_dir / "checkpoints", ec)) {
-    if (item.path().filename().string().rfind("step-", 0) != 0) continue;
-    auto manifest = ReadManifest(item.path());
-    if (!manifest.ok() || manifest->run_id() != run_id) stale.push_back(item.path());
+  for (const auto& dir : PeriodicCheckpointDirs(stage_dir)) {
+    auto manifest = ReadManifest(dir);
+    if (!manifest.ok() || manifest->run_id() != run_id) stale.push_back(dir);
   }
   for (const auto& path : stale) {
     LOG(INFO) << context << ": removing " << path.string() << " (from an earlier training)";

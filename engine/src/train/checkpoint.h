@@ -46,6 +46,15 @@ struct CheckpointContents {
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);
 
+// A stage's directory (<output_dir>/<stage>) holds its final checkpoint and its periodic ones:
+//   <stage_dir>/final/
+//   <stage_dir>/checkpoints/step-00000042/
+std::filesystem::path FinalCheckpointDir(const std::filesystem::path& stage_dir);
+std::filesystem::path PeriodicCheckpointDir(const std::filesystem::path& stage_dir, int64_t step);
+// The periodic checkpoint directories under `stage_dir`, oldest step first; never the hidden
+// temporaries of writes that did not finish.
+std::vector<std::filesystem::path> PeriodicCheckpointDirs(const std::filesystem::path& stage_dir);
+
 // Reads and checks `<dir>/manifest.pbtxt`.
 StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& dir);
 

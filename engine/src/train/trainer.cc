@@ -28,7 +28,7 @@
 #include "train/optimizer.h"
 #include "train/parent_weights.h"
 #include "train/precision_runtime.h"
-#include "train/stage_manifest.h"
+#include "train/stage_checkpoint.h"
 #include "train/training_state.h"
 
 namespace engine {
@@ -60,6 +60,8 @@ class StageTrainer : public CallbackActions {
   }
   void RequestCheckpoint() override { checkpoint_requested_ = true; }
 
+  // The stage as named steps: set up, go back to a periodic checkpoint if resuming, announce the
+  // stage, train to its last step (or an early stop), then evaluate, save and announce the end.
   StatusOr<StageResult> Run() {
     start_ = Clock::now();
     run_id_ = request_.run_id.empty() ? NewRunId() : request_.run_id;
@@ -70,101 +72,9 @@ class StageTrainer : public CallbackActions {
     at::manual_seed(TrainingSeed(stage_.seed, plan_.rank));
     if (!request_.resume_from.empty()) ENGINE_RETURN_IF_ERROR(Restore());
     const int64_t resumed_from_step = step_;
-    Event begin = MakeEvent(EventType::kStageBegin);
-    if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
-    ENGINE_RETURN_IF_ERROR(Emit(begin));
-    // After stage_begin, which callbacks take as their cue to start afresh.
-    RestoreCallbackStates(request_.callbacks, restored_callback_states_);
-    restored_callback_states_.clear();
-
-    const int64_t n = plan_.shard_examples;
-    const int64_t batch = plan_.batch_size;
-    const int64_t accumulation = plan_.gradient_accumulation_steps;
-    const bool drop_last = config_.schedule().drop_last();
-    const uint64_t eval_every = config_.schedule().eval_every_steps();
-    const uint64_t checkpoint_every = config_.schedule().checkpoint_every_steps();
-    module_.train();
-    // A resumed stage goes on inside its epoch: every step but an epoch's last takes `accumulation`
-    // micro-batches.
-    size_t skip_micro_batches =
-        static_cast<size_t>((step_ - epoch_ * plan_.steps_per_epoch) * accumulation);
-
-    while (step_ < plan_.total_steps && stop_reason_.empty()) {
-      // Under DDP the ranks agree after every step instead (a rank alone must not leave).
-      if (plan_.world_size == 1 && InterruptRequested()) return Interrupted();
-      std::vector<int64_t> order = EpochOrder(stage_.seed, epoch_, plan_.train_examples);
-      if (plan_.world_size > 1) {
-        // This rank's shard: every world_size-th example, the same count on every rank.
-        for (int64_t i = 0; i < n; ++i) order[i] = order[i * plan_.world_size + plan_.rank];
-        order.resize(static_cast<size_t>(n));
-      }
-      std::vector<std::vector<int64_t>> micro_batches;
-      for (int64_t begin = 0; begin < n; begin += batch) {
-        const int64_t end = std::min(n, begin + batch);
-        if (drop_last && end - begin < batch) break;
-        micro_batches.emplace_back(order.begin() + begin, order.begin() + end);
-      }
-      if (skip_micro_batches > 0) {
-        micro_batches.erase(micro_batches.begin(),
-                            micro_batches.begin() + static_cast<std::ptrdiff_t>(std::min(
-                                                        skip_micro_batches, micro_batches.size())));
-        skip_micro_batches = 0;
-      }
-      BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches, stage_.data.context);
-      for (size_t first = 0;
-           first < micro_batches.size() && step_ < plan_.total_steps && stop_reason_.empty();
-           first += accumulation) {
-        const size_t last = std::min(micro_batches.size(), first + accumulation);
-        ENGINE_RETURN_IF_ERROR(TrainStep(prefetcher, first, last));
-        const bool at_end = step_ == plan_.total_steps;
-        if (!at_end && eval_every > 0 && step_ % eval_every == 0) {
-          ENGINE_RETURN_IF_ERROR(EvaluateAndReport().status());
-        }
-        if (at_end) continue;
-        // Under DDP the ranks first agree on stopping and on a checkpoint a callback asked for
-        // (callbacks run on rank 0), since saving gathers from every rank.
-        ENGINE_ASSIGN_OR_RETURN(const bool interrupted, AgreeOnStopping());
-        const bool due = checkpoint_every > 0 && step_ % checkpoint_every == 0;
-        if (stop_reason_.empty() && (due || checkpoint_requested_)) {
-          checkpoint_requested_ = false;
-          ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint());
-        }
-        if (interrupted) return Interrupted();
-      }
-      ++epoch_;
-    }
-
-    if (!stop_reason_.empty()) {
-      LOG(WARNING) << context_ << ": stopping after step " << step_ << " of " << plan_.total_steps
-                   << ": " << stop_reason_;
-    }
-    StageResult result;
-    result.train_seconds = Seconds();
-    result.steps = step_;
-    result.resumed_from_step = resumed_from_step;
-    result.stop_reason = stop_reason_;
-    result.final_train_loss = last_loss_;
-    ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
-    for (const auto& [metric, value] : plan_.dataset->baselines()) {
-      result.eval_baselines["eval/" + metric] = value;
-    }
-    result.eval_examples = plan_.eval_examples;
-    result.final_checkpoint = request_.stage_dir / "final";
-    if (plan_.rank == 0) {
-      ENGINE_RETURN_IF_ERROR(
-          SaveCheckpoint(result.final_checkpoint, /*final=*/true, result.eval_metrics));
-      RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
-    }
-    // The stages after this one read its final checkpoint on every rank.
-    if (data_parallel_ != nullptr) ENGINE_RETURN_IF_ERROR(data_parallel_->Barrier());
-    result.seconds = Seconds();
-    Event end = MakeEvent(EventType::kStageEnd);
-    end.metrics = result.eval_metrics;
-    end.path = result.final_checkpoint.string();
-    end.message = stop_reason_.empty() ? "finished" : "stopped early: " + stop_reason_;
-    end.memory = ReadMemoryStats();
-    ENGINE_RETURN_IF_ERROR(Emit(end));
-    return result;
+    ENGINE_RETURN_IF_ERROR(BeginStage());
+    ENGINE_RETURN_IF_ERROR(TrainToTheEnd());
+    return FinishStage(resumed_from_step);
   }
 
  private:
@@ -211,6 +121,121 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
+  Status BeginStage() {
+    Event begin = MakeEvent(EventType::kStageBegin);
+    if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
+    ENGINE_RETURN_IF_ERROR(Emit(begin));
+    // After stage_begin, which callbacks take as their cue to start afresh.
+    RestoreCallbackStates(request_.callbacks, restored_callback_states_);
+    restored_callback_states_.clear();
+    module_.train();
+    return Status::Ok();
+  }
+
+  // This rank's micro-batches of the current epoch, in training order, without the first `skip`.
+  std::vector<std::vector<int64_t>> MicroBatchesOfEpoch(size_t skip) {
+    const int64_t n = plan_.shard_examples;
+    const int64_t batch = plan_.batch_size;
+    std::vector<int64_t> order = EpochOrder(stage_.seed, epoch_, plan_.train_examples);
+    if (plan_.world_size > 1) {
+      // This rank's shard: every world_size-th example, the same count on every rank.
+      for (int64_t i = 0; i < n; ++i) order[i] = order[i * plan_.world_size + plan_.rank];
+      order.resize(static_cast<size_t>(n));
+    }
+    std::vector<std::vector<int64_t>> micro_batches;
+    for (int64_t begin = 0; begin < n; begin += batch) {
+      const int64_t end = std::min(n, begin + batch);
+      if (config_.schedule().drop_last() && end - begin < batch) break;
+      micro_batches.emplace_back(order.begin() + begin, order.begin() + end);
+    }
+    micro_batches.erase(
+        micro_batches.begin(),
+        micro_batches.begin() + static_cast<std::ptrdiff_t>(std::min(skip, micro_batches.size())));
+    return micro_batches;
+  }
+
+  // Steps until the plan's last one or a stop request; an interruption returns its ABORTED error.
+  Status TrainToTheEnd() {
+    const size_t accumulation = static_cast<size_t>(plan_.gradient_accumulation_steps);
+    // A resumed stage goes on inside its epoch: every step but an epoch's last takes `accumulation`
+    // micro-batches.
+    size_t skip = static_cast<size_t>(step_ - epoch_ * plan_.steps_per_epoch) * accumulation;
+    while (step_ < plan_.total_steps && stop_reason_.empty()) {
+      // Under DDP the ranks agree after every step instead (a rank alone must not leave).
+      if (plan_.world_size == 1 && InterruptRequested()) return Interrupted();
+      const std::vector<std::vector<int64_t>> micro_batches = MicroBatchesOfEpoch(skip);
+      skip = 0;
+      BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches, stage_.data.context);
+      for (size_t first = 0;
+           first < micro_batches.size() && step_ < plan_.total_steps && stop_reason_.empty();
+           first += accumulation) {
+        ENGINE_RETURN_IF_ERROR(
+            TrainStep(prefetcher, first, std::min(micro_batches.size(), first + accumulation)));
+        ENGINE_RETURN_IF_ERROR(AfterStep());
+      }
+      ++epoch_;
+    }
+    if (!stop_reason_.empty()) {
+      LOG(WARNING) << context_ << ": stopping after step " << step_ << " of " << plan_.total_steps
+                   << ": " << stop_reason_;
+    }
+    return Status::Ok();
+  }
+
+  // What is due between steps: an evaluation, a periodic checkpoint, an interruption. The last step
+  // leaves its evaluation and checkpoint to FinishStage.
+  Status AfterStep() {
+    if (step_ == plan_.total_steps) return Status::Ok();
+    const uint64_t eval_every = config_.schedule().eval_every_steps();
+    if (eval_every > 0 && step_ % eval_every == 0) {
+      ENGINE_RETURN_IF_ERROR(EvaluateAndReport().status());
+    }
+    // Under DDP the ranks first agree on stopping and on a checkpoint a callback asked for
+    // (callbacks run on rank 0), since saving gathers from every rank.
+    ENGINE_ASSIGN_OR_RETURN(const bool interrupted, AgreeOnStopping());
+    const uint64_t checkpoint_every = config_.schedule().checkpoint_every_steps();
+    const bool due = checkpoint_every > 0 && step_ % checkpoint_every == 0;
+    if (stop_reason_.empty() && (due || checkpoint_requested_)) {
+      checkpoint_requested_ = false;
+      ENGINE_RETURN_IF_ERROR(SavePeriodicCheckpoint());
+    }
+    if (interrupted) return Interrupted();
+    return Status::Ok();
+  }
+
+  // The final evaluation and checkpoint, and the stage_end event.
+  StatusOr<StageResult> FinishStage(int64_t resumed_from_step) {
+    StageResult result;
+    result.train_seconds = Seconds();
+    result.steps = step_;
+    result.resumed_from_step = resumed_from_step;
+    result.stop_reason = stop_reason_;
+    result.final_train_loss = last_loss_;
+    ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
+    for (const auto& [metric, value] : plan_.dataset->baselines()) {
+      result.eval_baselines["eval/" + metric] = value;
+    }
+    result.eval_examples = plan_.eval_examples;
+    result.final_checkpoint = FinalCheckpointDir(request_.stage_dir);
+    if (plan_.rank == 0) {
+      CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
+      write.stop_reason = stop_reason_;
+      write.metrics = result.eval_metrics;
+      ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
+      RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
+    }
+    // The stages after this one read its final checkpoint on every rank.
+    if (data_parallel_ != nullptr) ENGINE_RETURN_IF_ERROR(data_parallel_->Barrier());
+    result.seconds = Seconds();
+    Event end = MakeEvent(EventType::kStageEnd);
+    end.metrics = result.eval_metrics;
+    end.path = result.final_checkpoint.string();
+    end.message = stop_reason_.empty() ? "finished" : "stopped early: " + stop_reason_;
+    end.memory = ReadMemoryStats();
+    ENGINE_RETURN_IF_ERROR(Emit(end));
+    return result;
+  }
+
   // Whether to stop for a signal; under DDP also spreads a stop or a checkpoint that rank 0's
   // callbacks asked for, so every rank leaves the loop, or saves, after the same step.
   StatusOr<bool> AgreeOnStopping() {
@@ -250,91 +275,21 @@ class StageTrainer : public CallbackActions {
                         ". Run the same command again to resume from it");
   }
 
-  // Puts the stage back where request_.resume_from left it. Everything is checked against this
-  // stage before anything is changed, except the weights, which are only used after success.
+  // Puts the stage back where request_.resume_from left it (train/stage_checkpoint.h).
   Status Restore() {
-    const std::filesystem::path& dir = request_.resume_from;
-    const std::string where = context_ + ": resuming from '" + dir.string() + "'";
-    ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest,
-                            ReadManifest(dir).WithContext(where));
-    if (manifest.fingerprint() != plan_.fingerprint) {
-      return FailedPreconditionError(where + ": it was written by another configuration (" +
-                                     manifest.fingerprint() + ", this stage is " +
-                                     plan_.fingerprint + ")");
-    }
-    const int64_t step = static_cast<int64_t>(manifest.step());
-    const int64_t epoch = static_cast<int64_t>(manifest.epoch());
-    if (manifest.final() || step <= 0 || step >= plan_.total_steps ||
-        step < epoch * plan_.steps_per_epoch || step > (epoch + 1) * plan_.steps_per_epoch) {
-      return DataLossError(where + ": its step " + std::to_string(step) + " and epoch " +
-                           std::to_string(epoch) + " do not fit this stage's " +
-                           std::to_string(plan_.total_steps) + " steps of " +
-                           std::to_string(plan_.steps_per_epoch) + " per epoch");
-    }
-    ENGINE_ASSIGN_OR_RETURN(auto weights,
-                            safetensors::File::Open(dir / kModelFile).WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(auto state,
-                            safetensors::File::Open(dir / kOptimizerFile).WithContext(where));
-
-    std::vector<std::pair<std::string, at::Tensor>> targets;
-    for (auto& item : module_.named_parameters(/*recurse=*/true)) {
-      targets.emplace_back(item.key(), item.value());
-    }
-    for (auto& item : module_.named_buffers(/*recurse=*/true)) {
-      targets.emplace_back(item.key(), item.value());
-    }
-    if (targets.size() != weights->tensors().size()) {
-      return DataLossError(where + ": it holds " + std::to_string(weights->tensors().size()) +
-                           " tensors, this stage's model " + std::to_string(targets.size()));
-    }
-    std::vector<at::Tensor> sources;
-    for (const auto& [name, target] : targets) {
-      const safetensors::TensorInfo* info = weights->Find(name);
-      if (info == nullptr || info->dtype != target.scalar_type() ||
-          !target.sizes().equals(info->shape)) {
-        return DataLossError(where + ": tensor '" + name +
-                             "' is missing there or has another dtype or shape");
-      }
-      ENGINE_ASSIGN_OR_RETURN(at::Tensor source, weights->Get(name).WithContext(where));
-      sources.push_back(source);
-    }
-
-    ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
-    const TrainingState& training = saved.state;
-    examples_ = training.examples;
-    restored_callback_states_ = training.callback_states;
-    last_loss_ = training.last_loss;
-    last_lr_ = training.last_lr;
-
-    ENGINE_RETURN_IF_ERROR(
-        optimizer_->LoadState(saved.optimizer_slots, training.optimizer_steps).WithContext(where));
-    ENGINE_RETURN_IF_ERROR(precision_->Restore(saved.masters, training.scaler).WithContext(where));
-    ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(where));
-    ENGINE_RETURN_IF_ERROR(GuardedCall(where, [&] {
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < targets.size(); ++i) targets[i].second.copy_(sources[i]);
-      const bool first = plan_.rank == 0;
-      auto cpu = training.generators.find(first ? "cpu" : RankGeneratorKey(plan_.rank, false));
-      if (cpu != training.generators.end()) {
-        SetGeneratorState(at::Device(at::kCPU), cpu->second);
-      } else {
-        LOG(WARNING) << where << ": it holds no random generator state for rank " << plan_.rank
-                     << "; that rank's dropout draws start afresh from the stage seed";
-      }
-      if (!device_.is_cpu()) {
-        auto it =
-            training.generators.find(first ? device_.str() : RankGeneratorKey(plan_.rank, true));
-        if (it != training.generators.end()) SetGeneratorState(device_, it->second);
-      }
-      return Status::Ok();
-    }));
-    step_ = step;
-    epoch_ = epoch;
-    last_checkpoint_step_ = step;
+    ENGINE_ASSIGN_OR_RETURN(RestoredStage restored,
+                            RestoreStageCheckpoint(Parts(), context_, request_.resume_from));
+    step_ = restored.position.step;
+    epoch_ = restored.position.epoch;
+    examples_ = restored.position.examples;
+    last_loss_ = restored.position.last_loss;
+    last_lr_ = restored.position.last_lr;
+    restored_callback_states_ = std::move(restored.callback_states);
+    last_checkpoint_step_ = step_;
     // This training's own periodic checkpoints, oldest first, so keep_last counts them too.
-    periodic_ = PeriodicCheckpointsOfRun(request_.stage_dir, run_id_, step);
+    periodic_ = PeriodicCheckpointsOfRun(request_.stage_dir, run_id_, step_);
     LOG(INFO) << context_ << ": resumed at step " << step_ << " of " << plan_.total_steps
-              << " (epoch " << epoch_ << ") from " << dir.string();
+              << " (epoch " << epoch_ << ") from " << request_.resume_from.string();
     return Status::Ok();
   }
 
@@ -508,20 +463,21 @@ class StageTrainer : public CallbackActions {
   // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
   // never deleted here.
   Status SavePeriodicCheckpoint(bool force_optimizer_state = false) {
+    CheckpointWrite write = NewCheckpointWrite(PeriodicCheckpointDir(request_.stage_dir, step_),
+                                               /*final=*/false);
+    write.optimizer_state |= force_optimizer_state;
     if (data_parallel_ != nullptr && plan_.world_size > 1) {
       // Every rank's random generators go into rank 0's checkpoint, so each resumes its own.
-      ENGINE_ASSIGN_OR_RETURN(rank_generators_, GatherRankGenerators(*data_parallel_, plan_.rank,
-                                                                     plan_.world_size, device_)
-                                                    .WithContext(context_));
+      ENGINE_ASSIGN_OR_RETURN(
+          write.rank_generators,
+          GatherRankGenerators(*data_parallel_, plan_.rank, plan_.world_size, device_)
+              .WithContext(context_));
     }
     last_checkpoint_step_ = step_;
     if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
-    char name[32];
-    std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step_));
-    const std::filesystem::path dir = request_.stage_dir / "checkpoints" / name;
-    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(dir, /*final=*/false, {}, force_optimizer_state));
-    periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), dir), periodic_.end());
-    periodic_.push_back(dir);
+    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
+    periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), write.dir), periodic_.end());
+    periodic_.push_back(write.dir);
     const uint32_t keep = config_.checkpoint().keep_last();
     while (keep > 0 && periodic_.size() > keep) {
       std::error_code ec;
@@ -531,64 +487,27 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  Status SaveCheckpoint(const std::filesystem::path& dir, bool final,
-                        const std::map<std::string, double>& metrics,
-                        bool force_optimizer_state = false) {
-    RemoveStaleTemporaries(dir.parent_path());
-    CheckpointContents contents;
-    StageProgress progress;
-    progress.step = step_;
-    progress.epoch = epoch_;
-    progress.final = final;
-    if (final) progress.stop_reason = stop_reason_;
-    progress.run_id = run_id_;
-    progress.metrics = metrics;
-    contents.manifest = StageManifest(*request_.pipeline, plan_,
-                                      {request_.parent_checkpoint.string(), request_.parent_run_id},
-                                      optimizer_->algorithm(), progress);
-    for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
-      contents.model.emplace_back(item.key(), item.value());
-    }
-    for (const auto& item : module_.named_buffers(/*recurse=*/true)) {
-      contents.model.emplace_back(item.key(), item.value());
-    }
-    if (config_.checkpoint().save_optimizer_state() || force_optimizer_state) {
-      // Everything a resumed stage needs to go on exactly: optimizer slots, f32 masters, the loss
-      // scaler, the random generators and the counters behind the step events.
-      contents.optimizer = optimizer_->State();
-      for (auto& master : precision_->MasterTensors()) contents.optimizer.push_back(master);
-      TrainingState training;
-      training.algorithm = optimizer_->algorithm();
-      training.optimizer_steps = optimizer_->steps();
-      training.scaler = precision_->scaler_state();
-      training.examples = examples_;
-      training.last_loss = last_loss_;
-      training.last_lr = last_lr_;
-      training.generators["cpu"] = GeneratorState(at::Device(at::kCPU));
-      if (!device_.is_cpu()) training.generators[device_.str()] = GeneratorState(device_);
-      training.generators.insert(rank_generators_.begin(), rank_generators_.end());
-      rank_generators_.clear();
-      training.callback_states = SaveCallbackStates(request_.callbacks);
-      contents.optimizer_metadata = AppendTrainingState(training, contents.optimizer);
-    }
-    contents.config_json = model_.config_json();
-    if (!stage_.adapters.empty()) {
-      // PEFT's layout: the adapter parameters alone, under the name of the wrapped model.
-      for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
-        if (plan_.layers.adapter_parameters.count(item.key()) > 0) {
-          contents.adapters.emplace_back(kPeftPrefix + item.key(), item.value());
-        }
-      }
-      const ResolvedPluginRef& ref = stage_.adapters.front();
-      contents.adapter_config_json =
-          static_cast<const AdapterPlugin*>(ref.entry->plugin.get())
-              ->AdapterConfigJson(*ref.options, plan_.layers.adapters.front().layers);
-    }
-    ENGINE_RETURN_IF_ERROR(WriteCheckpoint(dir, std::move(contents)).WithContext(context_));
+  CheckpointWrite NewCheckpointWrite(std::filesystem::path dir, bool final) const {
+    CheckpointWrite write;
+    write.dir = std::move(dir);
+    write.final = final;
+    write.run_id = run_id_;
+    write.optimizer_state = config_.checkpoint().save_optimizer_state();
+    return write;
+  }
+
+  Status SaveCheckpoint(const CheckpointWrite& write) {
+    ENGINE_RETURN_IF_ERROR(SaveStageCheckpoint(Parts(), Position(), write).WithContext(context_));
     Event event = MakeEvent(EventType::kCheckpointSaved);
-    event.path = dir.string();
+    event.path = write.dir.string();
     return Emit(event);
   }
+
+  StageParts Parts() {
+    return {&request_, &plan_, &model_, optimizer_.get(), precision_.get(), device_};
+  }
+
+  TrainingPosition Position() const { return {step_, epoch_, examples_, last_loss_, last_lr_}; }
 
   Event MakeEvent(EventType type) const {
     Event event;
@@ -632,8 +551,6 @@ class StageTrainer : public CallbackActions {
   DataParallel* data_parallel_ = nullptr;  // process-wide; null without a process group
   // What the callbacks saved in the checkpoint this stage resumes from, until stage_begin is out.
   std::map<std::string, std::string> restored_callback_states_;
-  // The other ranks' generator states for the checkpoint being written (rank 0, DDP).
-  std::map<std::string, at::Tensor> rank_generators_;
   std::unique_ptr<GradientAverager> gradient_averager_;  // with data_parallel_
   std::vector<std::filesystem::path> periodic_;
   int64_t last_checkpoint_step_ = -1;

@@ -1,0 +1,185 @@
+#include "train/stage_checkpoint.h"
+
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/module.h>
+
+#include <utility>
+#include <vector>
+
+#include "core/guarded_call.h"
+#include "core/logging.h"
+#include "engine/adapter.h"
+#include "engine/module_tensors.h"
+#include "engine/safetensors.h"
+#include "train/callback_runner.h"
+#include "train/checkpoint.h"
+#include "train/stage_manifest.h"
+#include "train/training_state.h"
+
+namespace engine {
+namespace {
+
+// optimizer.safetensors: the optimizer's slots, the f32 masters and the training state.
+void AddOptimizerState(const StageParts& parts, const TrainingPosition& position,
+                       const CheckpointWrite& write, CheckpointContents* contents) {
+  contents->optimizer = parts.optimizer->State();
+  for (auto& master : parts.precision->MasterTensors()) contents->optimizer.push_back(master);
+  TrainingState training;
+  training.algorithm = parts.optimizer->algorithm();
+  training.optimizer_steps = parts.optimizer->steps();
+  training.scaler = parts.precision->scaler_state();
+  training.examples = position.examples;
+  training.last_loss = position.last_loss;
+  training.last_lr = position.last_lr;
+  training.generators["cpu"] = GeneratorState(at::Device(at::kCPU));
+  if (!parts.device.is_cpu())
+    training.generators[parts.device.str()] = GeneratorState(parts.device);
+  training.generators.insert(write.rank_generators.begin(), write.rank_generators.end());
+  training.callback_states = SaveCallbackStates(parts.request->callbacks);
+  contents->optimizer_metadata = AppendTrainingState(training, contents->optimizer);
+}
+
+// adapter_model.safetensors and adapter_config.json: the adapter parameters alone, as PEFT lays
+// them out (under the wrapped model's name).
+void AddAdapters(const StageParts& parts, CheckpointContents* contents) {
+  const ResolvedStage& stage = *parts.plan->stage;
+  if (stage.adapters.empty()) return;
+  for (const auto& item : parts.model->module().named_parameters(/*recurse=*/true)) {
+    if (parts.plan->layers.adapter_parameters.count(item.key()) > 0) {
+      contents->adapters.emplace_back(kPeftPrefix + item.key(), item.value());
+    }
+  }
+  const ResolvedPluginRef& ref = stage.adapters.front();
+  contents->adapter_config_json =
+      static_cast<const AdapterPlugin*>(ref.entry->plugin.get())
+          ->AdapterConfigJson(*ref.options, parts.plan->layers.adapters.front().layers);
+}
+
+// The checkpoint's tensors in `dir` matched to the stage's, before anything is changed: the same
+// names, dtypes and shapes, in the module's order.
+StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchWeights(
+    const safetensors::File& weights, torch::nn::Module& module, const std::string& where) {
+  const std::vector<ModuleTensor> targets = ModuleTensors(module);
+  if (targets.size() != weights.tensors().size()) {
+    return DataLossError(where + ": it holds " + std::to_string(weights.tensors().size()) +
+                         " tensors, this stage's model " + std::to_string(targets.size()));
+  }
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  for (const ModuleTensor& target : targets) {
+    const safetensors::TensorInfo* info = weights.Find(target.name);
+    if (info == nullptr || info->dtype != target.tensor.scalar_type() ||
+        !target.tensor.sizes().equals(info->shape)) {
+      return DataLossError(where + ": tensor '" + target.name +
+                           "' is missing there or has another dtype or shape");
+    }
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor source, weights.Get(target.name).WithContext(where));
+    pairs.emplace_back(target.tensor, std::move(source));
+  }
+  return pairs;
+}
+
+// The manifest of a periodic checkpoint this stage can go on from: its configuration, and a step
+// and epoch inside this stage's schedule.
+StatusOr<proto::CheckpointManifest> ReadResumableManifest(const StagePlan& plan,
+                                                          const std::filesystem::path& dir,
+                                                          const std::string& where) {
+  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir).WithContext(where));
+  if (manifest.fingerprint() != plan.fingerprint) {
+    return FailedPreconditionError(where + ": it was written by another configuration (" +
+                                   manifest.fingerprint() + ", this stage is " + plan.fingerprint +
+                                   ")");
+  }
+  const int64_t step = static_cast<int64_t>(manifest.step());
+  const int64_t epoch = static_cast<int64_t>(manifest.epoch());
+  if (manifest.final() || step <= 0 || step >= plan.total_steps ||
+      step < epoch * plan.steps_per_epoch || step > (epoch + 1) * plan.steps_per_epoch) {
+    return DataLossError(where + ": its step " + std::to_string(step) + " and epoch " +
+                         std::to_string(epoch) + " do not fit this stage's " +
+                         std::to_string(plan.total_steps) + " steps of " +
+                         std::to_string(plan.steps_per_epoch) + " per epoch");
+  }
+  return manifest;
+}
+
+// This rank's generators as the checkpoint saved them (rank 0's under their device names, the
+// others' under RankGeneratorKey).
+void RestoreGenerators(const StageParts& parts, const TrainingState& training,
+                       const std::string& where) {
+  const int rank = parts.plan->rank;
+  const bool first = rank == 0;
+  auto cpu = training.generators.find(first ? "cpu" : RankGeneratorKey(rank, false));
+  if (cpu != training.generators.end()) {
+    SetGeneratorState(at::Device(at::kCPU), cpu->second);
+  } else {
+    LOG(WARNING) << where << ": it holds no random generator state for rank " << rank
+                 << "; that rank's dropout draws start afresh from the stage seed";
+  }
+  if (!parts.device.is_cpu()) {
+    auto it = training.generators.find(first ? parts.device.str() : RankGeneratorKey(rank, true));
+    if (it != training.generators.end()) SetGeneratorState(parts.device, it->second);
+  }
+}
+
+}  // namespace
+
+Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& position,
+                           const CheckpointWrite& write) {
+  RemoveStaleTemporaries(write.dir.parent_path());
+  CheckpointContents contents;
+  StageProgress progress;
+  progress.step = position.step;
+  progress.epoch = position.epoch;
+  progress.final = write.final;
+  progress.stop_reason = write.stop_reason;
+  progress.run_id = write.run_id;
+  progress.metrics = write.metrics;
+  const StageRunRequest& request = *parts.request;
+  contents.manifest = StageManifest(*request.pipeline, *parts.plan,
+                                    {request.parent_checkpoint.string(), request.parent_run_id},
+                                    parts.optimizer->algorithm(), progress);
+  for (const ModuleTensor& t : ModuleTensors(parts.model->module())) {
+    contents.model.emplace_back(t.name, t.tensor);
+  }
+  if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
+  contents.config_json = parts.model->config_json();
+  AddAdapters(parts, &contents);
+  return WriteCheckpoint(write.dir, std::move(contents));
+}
+
+StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const std::string& context,
+                                               const std::filesystem::path& dir) {
+  const std::string where = context + ": resuming from '" + dir.string() + "'";
+  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest,
+                          ReadResumableManifest(*parts.plan, dir, where));
+  ENGINE_ASSIGN_OR_RETURN(auto weights,
+                          safetensors::File::Open(dir / kModelFile).WithContext(where));
+  ENGINE_ASSIGN_OR_RETURN(auto state,
+                          safetensors::File::Open(dir / kOptimizerFile).WithContext(where));
+  ENGINE_ASSIGN_OR_RETURN(auto pairs, MatchWeights(*weights, parts.model->module(), where));
+  ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
+  const TrainingState& training = saved.state;
+
+  ENGINE_RETURN_IF_ERROR(parts.optimizer->LoadState(saved.optimizer_slots, training.optimizer_steps)
+                             .WithContext(where));
+  ENGINE_RETURN_IF_ERROR(
+      parts.precision->Restore(saved.masters, training.scaler).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(
+      parts.precision->VerifyOptimizerState(*parts.optimizer).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(GuardedCall(where, [&] {
+    at::NoGradGuard no_grad;
+    for (auto& [target, source] : pairs) target.copy_(source);
+    RestoreGenerators(parts, training, where);
+    return Status::Ok();
+  }));
+
+  RestoredStage restored;
+  restored.position.step = static_cast<int64_t>(manifest.step());
+  restored.position.epoch = static_cast<int64_t>(manifest.epoch());
+  restored.position.examples = training.examples;
+  restored.position.last_loss = training.last_loss;
+  restored.position.last_lr = training.last_lr;
+  restored.callback_states = training.callback_states;
+  return restored;
+}
+
+}  // namespace engine

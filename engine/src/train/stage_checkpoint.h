@@ -1,0 +1,79 @@
+// A training stage's side of its checkpoints: what the trainer writes at a periodic or final
+// checkpoint, and how it puts a stage back where a periodic checkpoint left it.
+//
+// A checkpoint holds every parameter and buffer (model.safetensors), the model's config.json, the
+// adapters alone as PEFT lays them out, the manifest, and, with optimizer state, everything a
+// resume needs to go on exactly: optimizer slots, f32 masters, the loss scaler, the random
+// generators of every rank, the callbacks' states and the counters behind the step events
+// (training_state.h).
+//
+// The layout and the atomic publication are train/checkpoint.h's. Both functions run on the
+// training thread and borrow the trainer's parts for the call. Restore checks everything against
+// the stage before it changes anything but the weights and optimizer, so a refused checkpoint
+// leaves the stage as it was prepared; errors name the checkpoint's directory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "engine/model.h"
+#include "engine/status.h"
+#include "train/optimizer.h"
+#include "train/precision_runtime.h"
+#include "train/trainer.h"
+
+namespace engine {
+
+// Where training stands; what a resume gives back.
+struct TrainingPosition {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  // Examples trained on so far, and the last step's loss and learning rate (for the step events).
+  int64_t examples = 0;
+  double last_loss = 0;
+  double last_lr = 0;
+};
+
+// The trainer's parts a checkpoint is taken of.
+struct StageParts {
+  const StageRunRequest* request = nullptr;
+  const StagePlan* plan = nullptr;
+  Model* model = nullptr;
+  Optimizer* optimizer = nullptr;
+  PrecisionRuntime* precision = nullptr;
+  at::Device device = at::Device(at::kCPU);
+};
+
+struct CheckpointWrite {
+  std::filesystem::path dir;
+  bool final = false;
+  // Why a final checkpoint's stage stopped before its planned steps; empty when it did not.
+  std::string stop_reason;
+  std::string run_id;
+  // The final evaluation's metrics.
+  std::map<std::string, double> metrics;
+  bool optimizer_state = false;
+  // Under DDP, the other ranks' generator states (GatherRankGenerators).
+  std::map<std::string, at::Tensor> rank_generators;
+};
+
+Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& position,
+                           const CheckpointWrite& write);
+
+struct RestoredStage {
+  TrainingPosition position;
+  // What the callbacks saved, by CallbackRunner key; handed back after stage_begin.
+  std::map<std::string, std::string> callback_states;
+};
+
+// Restores the weights, optimizer, masters, loss scaler and this rank's random generators from the
+// periodic checkpoint in `dir`. `context` ("stage 'x'") begins every error.
+StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const std::string& context,
+                                               const std::filesystem::path& dir);
+
+}  // namespace engine
