@@ -19,6 +19,9 @@
 
 namespace engine {
 
+// "stage 'x'": how every message about a stage names it.
+inline std::string StageSubject(const std::string& stage) { return "stage '" + stage + "'"; }
+
 struct ResolvedPluginRef {
   const PluginRegistry::Entry* entry = nullptr;
   // Of the type of entry->plugin->default_options(), holding the pipeline's values over the
@@ -61,6 +64,7 @@ struct ResolvedStage {
   DeviceChoice device;
 
   std::string path() const { return "stage[" + std::to_string(index) + "]"; }
+  std::string subject() const { return StageSubject(name); }
 };
 
 struct ResolvedPipeline {

@@ -24,9 +24,10 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
-// "stage 'x'", or "pipeline" for what the pipeline names at its top level.
-std::string Subject(const std::string& stage) {
-  return stage.empty() ? std::string("pipeline") : "stage '" + stage + "'";
+// What a plugin reference belongs to: "stage 'x'", or "pipeline" for the pipeline's own callbacks
+// (`stage` empty).
+std::string OwnerSubject(const std::string& stage) {
+  return stage.empty() ? std::string("pipeline") : StageSubject(stage);
 }
 
 class StageChecker {
@@ -56,7 +57,7 @@ class StageChecker {
             &reflection->GetMessage(*ref, options_field));
       }
       if (plugin_name.empty()) {
-        Error(path, Subject(stage) + ": `plugin` is required: name the " + title +
+        Error(path, OwnerSubject(stage) + ": `plugin` is required: name the " + title +
                         " to use (see `engine plugins`)");
         return false;
       }
@@ -64,12 +65,12 @@ class StageChecker {
     const PluginRegistry::Entry* entry = registry_.Find(kind, plugin_name);
     if (entry == nullptr) {
       Error(ref != nullptr ? path + ".plugin" : path,
-            Subject(stage) + ": " + UnknownPluginMessage(kind, plugin_name));
+            OwnerSubject(stage) + ": " + UnknownPluginMessage(kind, plugin_name));
       return false;
     }
     out->entry = entry;
     out->path = path;
-    out->context = Subject(stage) + " " + title + " '" + plugin_name + "'";
+    out->context = OwnerSubject(stage) + " " + title + " '" + plugin_name + "'";
     const Message& defaults = entry->plugin->default_options();
     out->options.reset(defaults.New());
     if (options != nullptr) {
@@ -139,7 +140,7 @@ class StageChecker {
   }
 
   void CheckOptimizer(const proto::Stage& stage, const std::string& path, const std::string& name) {
-    const std::string where = "stage '" + name + "': ";
+    const std::string where = StageSubject(name) + ": ";
     const proto::Optimizer& o = stage.optimizer();
     const std::string p = path + ".optimizer";
     if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
@@ -202,7 +203,7 @@ class StageChecker {
   }
 
   void CheckSchedule(const proto::Stage& stage, const std::string& path, const std::string& name) {
-    const std::string where = "stage '" + name + "': ";
+    const std::string where = StageSubject(name) + ": ";
     const proto::Schedule& s = stage.schedule();
     const std::string p = path + ".schedule";
     if (s.batch_size() == 0) {
@@ -227,7 +228,7 @@ class StageChecker {
         std::string problem = GlobSyntaxError(patterns.Get(i));
         if (!problem.empty()) {
           Error(path + ".trainable." + field + "[" + std::to_string(i) + "]",
-                "stage '" + name + "': trainable." + field + " pattern '" + patterns.Get(i) +
+                StageSubject(name) + ": trainable." + field + " pattern '" + patterns.Get(i) +
                     "': " + problem);
         }
       }
@@ -240,16 +241,16 @@ class StageChecker {
                        const std::string& name) {
     if (stage.new_tensors_size() > 0 && !stage.has_from_stage()) {
       Error(path + ".new_tensors[0]",
-            "stage '" + name +
-                "': new_tensors names tensors a from_stage parent lacks, and this stage has no "
+            StageSubject(name) +
+                ": new_tensors names tensors a from_stage parent lacks, and this stage has no "
                 "from_stage");
     }
     for (int i = 0; i < stage.new_tensors_size(); ++i) {
       std::string problem = GlobSyntaxError(stage.new_tensors(i));
       if (!problem.empty()) {
-        Error(
-            path + ".new_tensors[" + std::to_string(i) + "]",
-            "stage '" + name + "': new_tensors pattern '" + stage.new_tensors(i) + "': " + problem);
+        Error(path + ".new_tensors[" + std::to_string(i) + "]",
+              StageSubject(name) + ": new_tensors pattern '" + stage.new_tensors(i) +
+                  "': " + problem);
       }
     }
   }
@@ -344,11 +345,13 @@ std::string OutputDirProblem(const std::filesystem::path& dir) {
   return "";
 }
 
-void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry,
-                      ResolvedPipeline* pipeline, Diagnostics* diagnostics) {
-  const proto::Pipeline& config = pipeline->config;
-  StageChecker checker(registry, pipeline, diagnostics);
+namespace {
 
+// The pipeline's name, seed and output directory (--output_dir over the file's output_dir over
+// runs/<name>, relative to the file), which must be writable or creatable.
+void ResolveTopLevel(const LoadOptions& options, ResolvedPipeline* pipeline,
+                     Diagnostics* diagnostics) {
+  const proto::Pipeline& config = pipeline->config;
   pipeline->name = config.has_name() ? config.name() : pipeline->file.stem().string();
   pipeline->seed = config.seed();
   if (options.output_dir) {
@@ -365,12 +368,10 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
         options.output_dir ? pipeline->source_map->FileOnly() : pipeline->Locate("output_dir"),
         "output directory " + output_problem);
   }
-  if (config.stage_size() == 0) {
-    diagnostics->Add(pipeline->source_map->FileOnly(),
-                     "the pipeline has no stage; add `stage { name: ... model {...} data {...} }`");
-    return;
-  }
+}
 
+void BindPipelineCallbacks(StageChecker& checker, ResolvedPipeline* pipeline) {
+  const proto::Pipeline& config = pipeline->config;
   for (int c = 0; c < config.callback_size(); ++c) {
     ResolvedCallback callback;
     callback.on_error = config.callback(c).on_error();
@@ -379,89 +380,105 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
       pipeline->callbacks.push_back(std::move(callback));
     }
   }
+}
 
-  std::map<std::string, int> index_by_name;
-  pipeline->stages.resize(config.stage_size());
-  for (int i = 0; i < config.stage_size(); ++i) {
-    const proto::Stage& stage = config.stage(i);
-    ResolvedStage& s = pipeline->stages[i];
-    s.index = i;
-    s.config = &stage;
-    s.name = stage.name();
-    const std::string path = s.path();
-    if (!stage.has_name()) {
-      checker.Error(path, "stage " + std::to_string(i + 1) + " has no name");
-      s.name = "#" + std::to_string(i + 1);
-    } else if (!ValidStageName(s.name)) {
-      checker.Error(path + ".name", "stage name '" + s.name +
-                                        "' may only hold letters, digits, '_' and '-' (it names "
-                                        "the stage's output directory)");
-    } else if (auto [it, inserted] = index_by_name.emplace(s.name, i); !inserted) {
-      checker.Error(
-          path + ".name",
-          "stage name '" + s.name + "' is used twice (first at line " +
-              std::to_string(
-                  pipeline->Locate("stage[" + std::to_string(it->second) + "].name").line) +
-              ")");
-    }
-    s.seed = stage.has_seed() ? stage.seed() : config.seed();
+// A name every stage has, usable as a directory name, once in the pipeline.
+void NameStage(StageChecker& checker, const ResolvedPipeline& pipeline, ResolvedStage& s,
+               std::map<std::string, int>* index_by_name) {
+  const std::string path = s.path();
+  if (!s.config->has_name()) {
+    checker.Error(path, "stage " + std::to_string(s.index + 1) + " has no name");
+    s.name = "#" + std::to_string(s.index + 1);
+  } else if (!ValidStageName(s.name)) {
+    checker.Error(path + ".name", "stage name '" + s.name +
+                                      "' may only hold letters, digits, '_' and '-' (it names "
+                                      "the stage's output directory)");
+  } else if (auto [it, inserted] = index_by_name->emplace(s.name, s.index); !inserted) {
+    checker.Error(
+        path + ".name",
+        "stage name '" + s.name + "' is used twice (first at line " +
+            std::to_string(pipeline.Locate("stage[" + std::to_string(it->second) + "].name").line) +
+            ")");
+  }
+}
 
-    if (!stage.has_model()) {
-      checker.Error(path, "stage '" + s.name +
-                              "': `model` is required: name a model loader, e.g. "
-                              "model { plugin: \"mlp\" }");
-    } else {
-      checker.Bind(PluginKind::kModelLoader, &stage.model(), path + ".model", s.name, "", &s.model);
-    }
-    if (!stage.has_data()) {
-      checker.Error(path, "stage '" + s.name +
-                              "': `data` is required: name a data loader, e.g. "
-                              "data { plugin: \"digits\" }");
-    } else {
-      checker.Bind(PluginKind::kDataLoader, &stage.data(), path + ".data", s.name, "", &s.data);
-    }
-    checker.Bind(PluginKind::kPrecisionPolicy, stage.has_precision() ? &stage.precision() : nullptr,
-                 path + ".precision", s.name, "auto", &s.precision);
-    if (stage.has_quantizer()) {
-      checker.Bind(PluginKind::kQuantizer, &stage.quantizer(), path + ".quantizer", s.name, "",
-                   &s.quantizer);
-    }
-    for (int a = 0; a < stage.adapter_size(); ++a) {
-      ResolvedPluginRef adapter;
-      if (checker.Bind(PluginKind::kAdapter, &stage.adapter(a),
-                       path + ".adapter[" + std::to_string(a) + "]", s.name, "", &adapter)) {
-        s.adapters.push_back(std::move(adapter));
-      }
-    }
-    for (int c = 0; c < stage.callback_size(); ++c) {
-      ResolvedCallback callback;
-      callback.on_error = stage.callback(c).on_error();
-      if (checker.Bind(PluginKind::kCallback, &stage.callback(c),
-                       path + ".callback[" + std::to_string(c) + "]", s.name, "", &callback.ref)) {
-        s.callbacks.push_back(std::move(callback));
-      }
-    }
-    checker.CheckTrainable(stage, path, s.name);
-    checker.CheckNewTensors(stage, path, s.name);
-    checker.CheckOptimizer(stage, path, s.name);
-    checker.CheckSchedule(stage, path, s.name);
-    // Under DDP each local rank takes its own device; a malformed environment is reported with
-    // the stage's ranks (plan/pipeline_plan.cc).
-    std::optional<RankPlacement> placement;
-    if (stage.parallel().strategy() == proto::Parallel::DDP) {
-      StatusOr<DistEnv> env = ReadDistEnv();
-      placement = env.ok() ? RankPlacement{env->local_rank, env->world_size} : RankPlacement{};
-    }
-    StatusOr<DeviceChoice> device = ChooseDevice(stage.parallel().device(), placement);
-    if (device.ok()) {
-      s.device = *device;
-    } else {
-      checker.Error(path + ".parallel.device",
-                    "stage '" + s.name + "': " + device.status().message());
+void BindStagePlugins(StageChecker& checker, ResolvedStage& s) {
+  const proto::Stage& stage = *s.config;
+  const std::string path = s.path();
+  if (!stage.has_model()) {
+    checker.Error(path, s.subject() +
+                            ": `model` is required: name a model loader, e.g. "
+                            "model { plugin: \"mlp\" }");
+  } else {
+    checker.Bind(PluginKind::kModelLoader, &stage.model(), path + ".model", s.name, "", &s.model);
+  }
+  if (!stage.has_data()) {
+    checker.Error(path, s.subject() +
+                            ": `data` is required: name a data loader, e.g. "
+                            "data { plugin: \"digits\" }");
+  } else {
+    checker.Bind(PluginKind::kDataLoader, &stage.data(), path + ".data", s.name, "", &s.data);
+  }
+  checker.Bind(PluginKind::kPrecisionPolicy, stage.has_precision() ? &stage.precision() : nullptr,
+               path + ".precision", s.name, "auto", &s.precision);
+  if (stage.has_quantizer()) {
+    checker.Bind(PluginKind::kQuantizer, &stage.quantizer(), path + ".quantizer", s.name, "",
+                 &s.quantizer);
+  }
+  for (int a = 0; a < stage.adapter_size(); ++a) {
+    ResolvedPluginRef adapter;
+    if (checker.Bind(PluginKind::kAdapter, &stage.adapter(a),
+                     path + ".adapter[" + std::to_string(a) + "]", s.name, "", &adapter)) {
+      s.adapters.push_back(std::move(adapter));
     }
   }
+  for (int c = 0; c < stage.callback_size(); ++c) {
+    ResolvedCallback callback;
+    callback.on_error = stage.callback(c).on_error();
+    if (checker.Bind(PluginKind::kCallback, &stage.callback(c),
+                     path + ".callback[" + std::to_string(c) + "]", s.name, "", &callback.ref)) {
+      s.callbacks.push_back(std::move(callback));
+    }
+  }
+}
 
-  // The stage graph.
+// Under DDP each local rank takes its own device; a malformed environment is reported with the
+// stage's ranks (plan/pipeline_plan.cc).
+void ChooseStageDevice(StageChecker& checker, ResolvedStage& s) {
+  const proto::Parallel& parallel = s.config->parallel();
+  std::optional<RankPlacement> placement;
+  if (parallel.strategy() == proto::Parallel::DDP) {
+    StatusOr<DistEnv> env = ReadDistEnv();
+    placement = env.ok() ? RankPlacement{env->local_rank, env->world_size} : RankPlacement{};
+  }
+  StatusOr<DeviceChoice> device = ChooseDevice(parallel.device(), placement);
+  if (device.ok()) {
+    s.device = *device;
+  } else {
+    checker.Error(s.path() + ".parallel.device", s.subject() + ": " + device.status().message());
+  }
+}
+
+void ResolveStage(StageChecker& checker, ResolvedPipeline* pipeline, int i,
+                  std::map<std::string, int>* index_by_name) {
+  const proto::Stage& stage = pipeline->config.stage(i);
+  ResolvedStage& s = pipeline->stages[i];
+  s.index = i;
+  s.config = &stage;
+  s.name = stage.name();
+  s.seed = stage.has_seed() ? stage.seed() : pipeline->config.seed();
+  NameStage(checker, *pipeline, s, index_by_name);
+  BindStagePlugins(checker, s);
+  checker.CheckTrainable(stage, s.path(), s.name);
+  checker.CheckNewTensors(stage, s.path(), s.name);
+  checker.CheckOptimizer(stage, s.path(), s.name);
+  checker.CheckSchedule(stage, s.path(), s.name);
+  ChooseStageDevice(checker, s);
+}
+
+// Each stage's dependencies (`after` and `from_stage`), by index.
+void ResolveStageGraph(StageChecker& checker, const std::map<std::string, int>& index_by_name,
+                       ResolvedPipeline* pipeline) {
   for (ResolvedStage& s : pipeline->stages) {
     const std::string path = s.path();
     std::set<int> deps;
@@ -469,12 +486,12 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
                        const std::string& field) -> std::optional<int> {
       auto it = index_by_name.find(other);
       if (it == index_by_name.end()) {
-        checker.Error(field_path, "stage '" + s.name + "': " + field + " names an unknown stage '" +
-                                      other + "'");
+        checker.Error(field_path,
+                      s.subject() + ": " + field + " names an unknown stage '" + other + "'");
         return std::nullopt;
       }
       if (it->second == s.index) {
-        checker.Error(field_path, "stage '" + s.name + "': " + field + " names the stage itself");
+        checker.Error(field_path, s.subject() + ": " + field + " names the stage itself");
         return std::nullopt;
       }
       return it->second;
@@ -493,7 +510,9 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     }
     s.dependencies.assign(deps.begin(), deps.end());
   }
-  if (!diagnostics->empty()) return;
+}
+
+void OrderStages(StageChecker& checker, ResolvedPipeline* pipeline) {
   std::vector<int> cycle;
   pipeline->run_order = RunOrder(pipeline->stages, &cycle);
   if (!cycle.empty()) {
@@ -503,6 +522,28 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
     checker.Error(pipeline->stages[cycle.front()].path(),
                   "the stages form a cycle: " + text + " (each waits for the next)");
   }
+}
+
+}  // namespace
+
+void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry,
+                      ResolvedPipeline* pipeline, Diagnostics* diagnostics) {
+  StageChecker checker(registry, pipeline, diagnostics);
+  ResolveTopLevel(options, pipeline, diagnostics);
+  if (pipeline->config.stage_size() == 0) {
+    diagnostics->Add(pipeline->source_map->FileOnly(),
+                     "the pipeline has no stage; add `stage { name: ... model {...} data {...} }`");
+    return;
+  }
+  BindPipelineCallbacks(checker, pipeline);
+  std::map<std::string, int> index_by_name;
+  pipeline->stages.resize(pipeline->config.stage_size());
+  for (int i = 0; i < pipeline->config.stage_size(); ++i) {
+    ResolveStage(checker, pipeline, i, &index_by_name);
+  }
+  ResolveStageGraph(checker, index_by_name, pipeline);
+  if (!diagnostics->empty()) return;
+  OrderStages(checker, pipeline);
 }
 
 }  // namespace engine

@@ -68,7 +68,7 @@ class PlanBuilder {
   bool Build(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan* plan) {
     const proto::Stage& config = *stage.config;
     plan->stage = &stage;
-    const std::string where = "stage '" + stage.name + "': ";
+    const std::string where = stage.subject() + ": ";
 
     // Data.
     const auto* data_plugin = static_cast<const DataLoaderPlugin*>(stage.data.entry->plugin.get());
@@ -154,7 +154,7 @@ class PlanBuilder {
   // several ranks, and the plan says so).
   bool PlanRanks(const ResolvedStage& stage, StagePlan* plan) {
     const proto::Parallel& parallel = stage.config->parallel();
-    const std::string where = "stage '" + stage.name + "': ";
+    const std::string where = stage.subject() + ": ";
     StatusOr<DistEnv> env = ReadDistEnv();
     if (!env.ok()) {
       Error(stage.path() + ".parallel", where + env.status().message());
@@ -190,7 +190,7 @@ class PlanBuilder {
   // without it, is refused here rather than when the ranks meet.
   bool PlanBackend(const ResolvedStage& stage, StagePlan* plan) {
     const bool cuda = plan->device.cuda;  // probed by PlanPrecision
-    const std::string where = "stage '" + stage.name + "': ";
+    const std::string where = stage.subject() + ": ";
     switch (stage.config->parallel().backend()) {
       case proto::Parallel::GLOO:
         plan->backend = DdpBackend::kGloo;
@@ -233,7 +233,7 @@ class PlanBuilder {
     // A device that exists but cannot be used (F9: an exclusive-mode GPU another process holds)
     // fails here, named, rather than inside the first forward pass.
     if (Status usable = CheckDeviceUsable(stage.device.device); !usable.ok()) {
-      Error(stage.path() + ".parallel.device", "stage '" + stage.name + "': " + usable.message());
+      Error(stage.path() + ".parallel.device", stage.subject() + ": " + usable.message());
       return false;
     }
     plan->device = ProbeDevice(stage.device.device);
@@ -322,7 +322,7 @@ class PlanBuilder {
     for (int i = 0; i < t.include_size(); ++i) {
       if (include_hits[i] == 0) {
         Error(stage.path() + ".trainable.include[" + std::to_string(i) + "]",
-              "stage '" + stage.name + "': trainable.include pattern '" + t.include(i) +
+              stage.subject() + ": trainable.include pattern '" + t.include(i) +
                   "' matches no parameter; parameters are named like " + examples);
         ok = false;
       }
@@ -330,14 +330,14 @@ class PlanBuilder {
     for (int i = 0; i < t.exclude_size(); ++i) {
       if (exclude_hits[i] == 0) {
         Error(stage.path() + ".trainable.exclude[" + std::to_string(i) + "]",
-              "stage '" + stage.name + "': trainable.exclude pattern '" + t.exclude(i) +
+              stage.subject() + ": trainable.exclude pattern '" + t.exclude(i) +
                   "' matches no parameter; parameters are named like " + examples);
         ok = false;
       }
     }
     if (ok && plan->trainable_tensors == 0) {
       Error(stage.path() + ".trainable",
-            "stage '" + stage.name + "': the trainable selection leaves no parameter to train");
+            stage.subject() + ": the trainable selection leaves no parameter to train");
       ok = false;
     }
     return ok;
@@ -373,7 +373,7 @@ class PlanBuilder {
       return true;
     }
     Error(stage.path() + ".from_stage",
-          "stage '" + stage.name + "' starts from stage '" + parent->stage->name +
+          stage.subject() + " starts from stage '" + parent->stage->name +
               "', but their models do not fit: " + HandoffProblems(handoff));
     return false;
   }

@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "plan/plan_printer.h"
 #include "run/stage_state.h"
+#include "train/checkpoint.h"
 
 namespace engine {
 namespace {
@@ -70,7 +71,7 @@ std::string StageSummary(const std::string& stage, const StageResult& result) {
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.1f", result.seconds);
   std::string out =
-      "stage '" + stage + "': " + WithThousands(result.steps) + " steps in " + seconds + " s";
+      StageSubject(stage) + ": " + WithThousands(result.steps) + " steps in " + seconds + " s";
   if (result.resumed_from_step > 0) {
     out += " (resumed after step " + WithThousands(result.resumed_from_step) + ")";
   }
@@ -86,7 +87,7 @@ std::string StageSummary(const std::string& stage, const StageResult& result) {
 std::string ReusedStageSummary(const std::string& stage, const std::string& why,
                                const proto::CheckpointManifest& manifest,
                                const std::filesystem::path& dir) {
-  std::string out = "stage '" + stage + "': " + why + "; " +
+  std::string out = StageSubject(stage) + ": " + why + "; " +
                     WithThousands(static_cast<int64_t>(manifest.step())) + " steps, finished " +
                     manifest.created_at();
   const std::map<std::string, double> metrics(manifest.metrics().begin(), manifest.metrics().end());
@@ -117,133 +118,179 @@ Status CheckRunOptions(const ResolvedPipeline& pipeline, const RunOptions& optio
   return Status::Ok();
 }
 
+namespace {
+
+// The pipeline-level side of a run: its callbacks (on rank 0 only: under DDP the trainer spreads
+// their stop requests to the other ranks) and its begin and end events.
+class PipelineEvents {
+ public:
+  explicit PipelineEvents(const ResolvedPipeline& pipeline)
+      : pipeline_(pipeline), start_(std::chrono::steady_clock::now()) {}
+
+  Status Begin(bool leader) {
+    if (leader) {
+      ENGINE_RETURN_IF_ERROR(MakeCallbacks(
+          pipeline_.callbacks, {pipeline_.name, pipeline_.base_dir, pipeline_.output_dir, ""},
+          &callbacks_));
+    }
+    return Send(EventType::kPipelineBegin, "");
+  }
+  Status Finish() { return Send(EventType::kPipelineEnd, "finished"); }
+  // Tells the callbacks the run failed, and returns `status`.
+  Status Fail(Status status) {
+    Send(EventType::kPipelineEnd, "failed: " + status.message()).IgnoreError();
+    return status;
+  }
+  CallbackRunner* callbacks() { return &callbacks_; }
+
+ private:
+  Status Send(EventType type, std::string message) {
+    Event event;
+    event.type = type;
+    event.pipeline = pipeline_.name;
+    event.message = std::move(message);
+    event.elapsed_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    return callbacks_.Dispatch(event, actions_);
+  }
+
+  const ResolvedPipeline& pipeline_;
+  const std::chrono::steady_clock::time_point start_;
+  CallbackRunner callbacks_;
+  PipelineActions actions_;
+};
+
+// One pass over the plan's stages in run order.
+class PipelineRun {
+ public:
+  PipelineRun(PipelinePlan* plan, const RunOptions& options, std::ostream& out,
+              std::vector<StageOutcome>* outcomes)
+      : plan_(*plan),
+        pipeline_(*plan->pipeline),
+        options_(options),
+        out_(out),
+        outcomes_(outcomes),
+        events_(pipeline_),
+        leader_(plan->stages.empty() || plan->stages.front().rank == 0),
+        from_reached_(options.from.empty()) {}
+
+  Status Run() {
+    ENGINE_RETURN_IF_ERROR(events_.Begin(leader_));
+    for (StagePlan& stage_plan : plan_.stages) {
+      const ResolvedStage& stage = *stage_plan.stage;
+      if (InterruptRequested()) {
+        return events_.Fail(AbortedError("interrupted by " + InterruptSignalName() + " before " +
+                                         stage.subject() +
+                                         ". Run the same command again to go on"));
+      }
+      if (stage.name == options_.from) from_reached_ = true;
+      const StageDecision decision = Decide(stage_plan);
+      Status done = decision.action == StageDecision::Action::kReuse ? Reuse(stage_plan, decision)
+                    : decision.action == StageDecision::Action::kRefuse
+                        ? decision.refusal
+                        : Train(stage_plan, decision);
+      if (!done.ok()) return events_.Fail(done);
+      // The weights live on in the checkpoint; later stages load them from there.
+      stage_plan.model.reset();
+    }
+    return events_.Finish();
+  }
+
+ private:
+  std::filesystem::path StageDir(const ResolvedStage& stage) const {
+    return pipeline_.output_dir / stage.name;
+  }
+
+  StageDecision Decide(const StagePlan& stage_plan) {
+    const ResolvedStage& stage = *stage_plan.stage;
+    StageSituation situation;
+    situation.stage = stage.name;
+    situation.stage_dir = StageDir(stage);
+    situation.fingerprint = stage_plan.fingerprint;
+    if (stage.from_stage) situation.parent_run_id = final_run_ids_[*stage.from_stage];
+    situation.forced =
+        options_.force.count(stage.name) > 0 || (!options_.from.empty() && from_reached_);
+    situation.before_from = !from_reached_;
+    situation.from = options_.from;
+    return DecideStage(situation);
+  }
+
+  Status Reuse(const StagePlan& stage_plan, const StageDecision& decision) {
+    const ResolvedStage& stage = *stage_plan.stage;
+    const std::filesystem::path final_dir = FinalCheckpointDir(StageDir(stage));
+    out_ << ReusedStageSummary(stage.name, decision.why, *decision.manifest, final_dir)
+         << std::endl;
+    final_run_ids_[stage.index] = decision.manifest->run_id();
+    if (outcomes_ != nullptr) {
+      StageOutcome outcome{stage.name, {}, true};
+      outcome.result.steps = static_cast<int64_t>(decision.manifest->step());
+      outcome.result.final_checkpoint = final_dir;
+      outcome.result.eval_metrics.insert(decision.manifest->metrics().begin(),
+                                         decision.manifest->metrics().end());
+      outcomes_->push_back(std::move(outcome));
+    }
+    return Status::Ok();
+  }
+
+  Status Train(StagePlan& stage_plan, const StageDecision& decision) {
+    const ResolvedStage& stage = *stage_plan.stage;
+    if (!decision.why.empty())
+      out_ << stage.subject() << ": training again: " << decision.why << std::endl;
+    for (const std::string& note : decision.notes) {
+      LOG(WARNING) << stage.subject() << ": not resuming from " << note;
+      out_ << stage.subject() << ": not resuming from " << note << std::endl;
+    }
+    CallbackRunner stage_callbacks;
+    if (leader_) {
+      ENGINE_RETURN_IF_ERROR(MakeCallbacks(
+          stage.callbacks, {pipeline_.name, pipeline_.base_dir, StageDir(stage), stage.name},
+          &stage_callbacks));
+    }
+    StageRunRequest request;
+    request.pipeline = &pipeline_;
+    request.plan = &stage_plan;
+    request.stage_dir = StageDir(stage);
+    request.callbacks = {&stage_callbacks, events_.callbacks()};
+    request.out = &out_;
+    if (stage.from_stage) {
+      request.parent_checkpoint = FinalCheckpointDir(StageDir(pipeline_.stages[*stage.from_stage]));
+      request.parent_run_id = final_run_ids_[*stage.from_stage];
+    }
+    request.run_id = decision.resume ? decision.resume->manifest.run_id() : NewRunId();
+    if (decision.resume) {
+      request.resume_from = decision.resume->dir;
+      out_ << stage.subject() << ": resuming after step "
+           << WithThousands(static_cast<int64_t>(decision.resume->manifest.step())) << " of "
+           << WithThousands(stage_plan.total_steps) << " from " << decision.resume->dir.string()
+           << std::endl;
+    }
+    LOG(INFO) << stage.subject() << ": training " << stage_plan.total_steps << " steps on "
+              << stage.device.device;
+    ENGINE_ASSIGN_OR_RETURN(StageResult result, TrainStage(request));
+    final_run_ids_[stage.index] = request.run_id;
+    out_ << StageSummary(stage.name, result) << std::endl;
+    if (outcomes_ != nullptr) outcomes_->push_back({stage.name, std::move(result), false});
+    return Status::Ok();
+  }
+
+  PipelinePlan& plan_;
+  const ResolvedPipeline& pipeline_;
+  const RunOptions& options_;
+  std::ostream& out_;
+  std::vector<StageOutcome>* outcomes_;
+  PipelineEvents events_;
+  const bool leader_;
+  bool from_reached_;
+  // The run_id of each stage's final checkpoint once it is known (reused or trained now).
+  std::map<int, std::string> final_run_ids_;
+};
+
+}  // namespace
+
 Status RunPipeline(PipelinePlan* plan, const RunOptions& options, std::ostream& out,
                    std::vector<StageOutcome>* outcomes) {
   ENGINE_RETURN_IF_ERROR(CheckRunOptions(*plan->pipeline, options));
-  const ResolvedPipeline& pipeline = *plan->pipeline;
-  const auto start = std::chrono::steady_clock::now();
-  // Under DDP, callbacks (progress, logs, early stopping) run once, on rank 0; the trainer spreads
-  // their stop requests to the other ranks.
-  const bool leader = plan->stages.empty() || plan->stages.front().rank == 0;
-  CallbackRunner pipeline_callbacks;
-  if (leader) {
-    ENGINE_RETURN_IF_ERROR(MakeCallbacks(
-        pipeline.callbacks, {pipeline.name, pipeline.base_dir, pipeline.output_dir, ""},
-        &pipeline_callbacks));
-  }
-  PipelineActions pipeline_actions;
-  auto pipeline_event = [&](EventType type, std::string message) {
-    Event event;
-    event.type = type;
-    event.pipeline = pipeline.name;
-    event.message = std::move(message);
-    event.elapsed_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return pipeline_callbacks.Dispatch(event, pipeline_actions);
-  };
-  ENGINE_RETURN_IF_ERROR(pipeline_event(EventType::kPipelineBegin, ""));
-  auto fail = [&](Status status) {
-    pipeline_event(EventType::kPipelineEnd, "failed: " + status.message()).IgnoreError();
-    return status;
-  };
-
-  // The run_id of each stage's final checkpoint once it is known (reused or trained now).
-  std::map<int, std::string> final_run_ids;
-  bool from_reached = options.from.empty();
-  for (StagePlan& stage_plan : plan->stages) {
-    const ResolvedStage& stage = *stage_plan.stage;
-    if (InterruptRequested()) {
-      return fail(AbortedError("interrupted by " + InterruptSignalName() + " before stage '" +
-                               stage.name + "'. Run the same command again to go on"));
-    }
-    if (stage.name == options.from) from_reached = true;
-    const std::filesystem::path stage_dir = pipeline.output_dir / stage.name;
-    const std::filesystem::path final_dir = stage_dir / "final";
-    std::string parent_run_id;
-    std::filesystem::path parent_checkpoint;
-    if (stage.from_stage) {
-      parent_run_id = final_run_ids[*stage.from_stage];
-      parent_checkpoint = pipeline.output_dir / pipeline.stages[*stage.from_stage].name / "final";
-    }
-
-    const bool forced =
-        options.force.count(stage.name) > 0 || (!options.from.empty() && from_reached);
-    std::optional<ResumePoint> resume;
-    if (!forced) {
-      const FinalCheckpointState final_state =
-          InspectFinalCheckpoint(final_dir, stage_plan.fingerprint, parent_run_id);
-      const bool reuse_as_is =
-          !from_reached && final_state.manifest && final_state.manifest->final();
-      if (final_state.up_to_date || reuse_as_is) {
-        const std::string why =
-            final_state.up_to_date
-                ? "up to date (--force=" + stage.name + " trains it again)"
-                : "used as it is (--from=" + options.from + "), although " + final_state.reason;
-        out << ReusedStageSummary(stage.name, why, *final_state.manifest, final_dir) << std::endl;
-        final_run_ids[stage.index] = final_state.manifest->run_id();
-        if (outcomes != nullptr) {
-          StageOutcome outcome{stage.name, {}, true};
-          outcome.result.steps = static_cast<int64_t>(final_state.manifest->step());
-          outcome.result.final_checkpoint = final_dir;
-          outcome.result.eval_metrics.insert(final_state.manifest->metrics().begin(),
-                                             final_state.manifest->metrics().end());
-          outcomes->push_back(std::move(outcome));
-        }
-        stage_plan.model.reset();
-        continue;
-      }
-      if (!from_reached) {
-        return fail(FailedPreconditionError(
-            "stage '" + stage.name + "' comes before --from=" + options.from +
-            " but cannot be used as it is: " + final_state.reason + " in " + final_dir.string() +
-            ". Run without --from to train it"));
-      }
-      if (final_state.found) {
-        out << "stage '" << stage.name << "': training again: " << final_state.reason << std::endl;
-      }
-      std::vector<std::string> notes;
-      resume = FindResumePoint(stage_dir, stage_plan.fingerprint, parent_run_id, &notes);
-      for (const std::string& note : notes) {
-        LOG(WARNING) << "stage '" << stage.name << "': not resuming from " << note;
-        out << "stage '" << stage.name << "': not resuming from " << note << std::endl;
-      }
-    }
-
-    CallbackRunner stage_callbacks;
-    if (Status made = leader
-                          ? MakeCallbacks(stage.callbacks,
-                                          {pipeline.name, pipeline.base_dir, stage_dir, stage.name},
-                                          &stage_callbacks)
-                          : Status::Ok();
-        !made.ok()) {
-      return fail(made);
-    }
-    StageRunRequest request;
-    request.pipeline = &pipeline;
-    request.plan = &stage_plan;
-    request.stage_dir = stage_dir;
-    request.callbacks = {&stage_callbacks, &pipeline_callbacks};
-    request.out = &out;
-    request.parent_checkpoint = parent_checkpoint;
-    request.parent_run_id = parent_run_id;
-    request.run_id = resume ? resume->manifest.run_id() : NewRunId();
-    if (resume) {
-      request.resume_from = resume->dir;
-      out << "stage '" << stage.name << "': resuming after step "
-          << WithThousands(static_cast<int64_t>(resume->manifest.step())) << " of "
-          << WithThousands(stage_plan.total_steps) << " from " << resume->dir.string() << std::endl;
-    }
-    LOG(INFO) << "stage '" << stage.name << "': training " << stage_plan.total_steps << " steps on "
-              << stage.device.device;
-    StatusOr<StageResult> result = TrainStage(request);
-    if (!result.ok()) return fail(result.status());
-    final_run_ids[stage.index] = request.run_id;
-    out << StageSummary(stage.name, *result) << std::endl;
-    if (outcomes != nullptr) outcomes->push_back({stage.name, *result, false});
-    // The weights live on in the checkpoint; later stages load them from there.
-    stage_plan.model.reset();
-  }
-  return pipeline_event(EventType::kPipelineEnd, "finished");
+  return PipelineRun(plan, options, out, outcomes).Run();
 }
 
 }  // namespace engine

@@ -5,6 +5,7 @@
 
 #include "engine/dtype.h"
 #include "engine/safetensors.h"
+#include "pipeline/resolved_pipeline.h"
 #include "train/checkpoint.h"
 
 namespace engine {
@@ -96,6 +97,34 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
     return ResumePoint{dir, *std::move(manifest)};
   }
   return std::nullopt;
+}
+
+StageDecision DecideStage(const StageSituation& s) {
+  StageDecision decision;
+  if (s.forced) return decision;
+  const std::filesystem::path final_dir = FinalCheckpointDir(s.stage_dir);
+  FinalCheckpointState final_state =
+      InspectFinalCheckpoint(final_dir, s.fingerprint, s.parent_run_id);
+  const bool reuse_as_is = s.before_from && final_state.manifest && final_state.manifest->final();
+  if (final_state.up_to_date || reuse_as_is) {
+    decision.action = StageDecision::Action::kReuse;
+    decision.why = final_state.up_to_date
+                       ? "up to date (--force=" + s.stage + " trains it again)"
+                       : "used as it is (--from=" + s.from + "), although " + final_state.reason;
+    decision.manifest = std::move(final_state.manifest);
+    return decision;
+  }
+  if (s.before_from) {
+    decision.action = StageDecision::Action::kRefuse;
+    decision.refusal =
+        FailedPreconditionError(StageSubject(s.stage) + " comes before --from=" + s.from +
+                                " but cannot be used as it is: " + final_state.reason + " in " +
+                                final_dir.string() + ". Run without --from to train it");
+    return decision;
+  }
+  if (final_state.found) decision.why = final_state.reason;
+  decision.resume = FindResumePoint(s.stage_dir, s.fingerprint, s.parent_run_id, &decision.notes);
+  return decision;
 }
 
 }  // namespace engine

@@ -48,6 +48,41 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
                                            const std::string& parent_run_id,
                                            std::vector<std::string>* notes);
 
+// What `engine run` does with a stage, and why: decided from what its directory holds and the
+// command line.
+struct StageDecision {
+  enum class Action {
+    kReuse,  // its finished checkpoint is used as it is
+    kTrain,  // train it: from `resume` when set, else from step 0
+    kRefuse  // it comes before --from but its finished checkpoint cannot be used: `refusal`
+  };
+  Action action = Action::kTrain;
+  // kReuse: "up to date (...)" or "used as it is (--from=x), although ...", for the summary line.
+  // kTrain: why a finished checkpoint that was found is trained again; empty when none was found.
+  std::string why;
+  // kReuse: the finished checkpoint's manifest.
+  std::optional<proto::CheckpointManifest> manifest;
+  std::optional<ResumePoint> resume;
+  // Newer periodic checkpoints passed over on the way to `resume`, each with why.
+  std::vector<std::string> notes;
+  Status refusal;
+};
+
+struct StageSituation {
+  std::string stage;
+  std::filesystem::path stage_dir;  // <output_dir>/<stage>
+  std::string fingerprint;
+  // The run_id of the from_stage parent's final checkpoint; empty for a stage without one.
+  std::string parent_run_id;
+  // --force names it, or it is --from's stage or comes after it: trains from step 0.
+  bool forced = false;
+  // --from names a later stage: its finished checkpoint is used as it is, or the run is refused.
+  bool before_from = false;
+  std::string from;  // --from's stage, for the messages
+};
+
+StageDecision DecideStage(const StageSituation& situation);
+
 // Checks that the tensor files of the checkpoint in `dir` are whole and hold what `manifest` lists
 // (names, dtypes, shapes); the optimizer file, when the manifest names one, must open too.
 Status VerifyCheckpointFiles(const std::filesystem::path& dir,

@@ -52,7 +52,7 @@ class StageTrainer : public CallbackActions {
         model_(*plan_.model),
         module_(model_.module()),
         device_(stage_.device.device),
-        context_("stage '" + stage_.name + "'") {}
+        context_(stage_.subject()) {}
 
   // CallbackActions: requests take effect once the current event has been delivered.
   void RequestStop(const std::string& reason) override {
@@ -96,8 +96,8 @@ class StageTrainer : public CallbackActions {
       LOG(WARNING) << context_ << ": " << warning;
     }
     if (request_.out != nullptr) {
-      *request_.out << "stage '" << stage_.name << "' starts: " << plan_.precision.policy
-                    << " applied (" << precision_->context().ToString()
+      *request_.out << context_ << " starts: " << plan_.precision.policy << " applied ("
+                    << precision_->context().ToString()
                     << (precision_->loss_scaling()
                             ? ", loss scale " + FormatNumber(precision_->loss_scale())
                             : std::string())
