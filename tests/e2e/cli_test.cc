@@ -205,5 +205,21 @@ TEST(CliTest, DuplicatePluginOnThePathStopsCheck) {
   EXPECT_THAT(r.err, HasSubstr("is provided by two libraries"));
 }
 
+// A plugin's plain accessors (a dataset's description(), say) are called behind the same guard as
+// everything else it does: one that throws is an error naming the plugin at check time.
+TEST(CliTest, APluginThatThrowsFromAnAccessorIsAnErrorNamingIt) {
+  testing::TempDir dir;
+  const auto file =
+      dir.Write("p.pbtxt", "plugin_path: \"" + FixtureDir("misbehaving_loader") +
+                               "\"\nstage {\n  name: \"s\"\n  model { plugin: \"mlp\" }\n"
+                               "  data { plugin: \"misbehaving_loader\" options { "
+                               "[type.googleapis.com/engine.fixtures.MisbehavingLoaderOptions] { "
+                               "misbehaviour: THROW_IN_DESCRIPTION } } }\n}\n");
+  auto r = RunEngine({"check", file.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("p.pbtxt:5:3: error: stage 's' data loader 'misbehaving_loader': "
+                               "the fixture throws from description()"));
+}
+
 }  // namespace
 }  // namespace engine

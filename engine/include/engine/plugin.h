@@ -13,7 +13,10 @@
 // library) until the process ends. Its const methods may be called from several threads at once.
 //
 // Errors: plugin methods return Status / StatusOr with a message for the user; they must not throw.
-// The engine still guards every call and reports an escaped exception as an error of that plugin.
+// The engine still guards every call, including the ones that return plain values (a dataset's
+// description(), a model's architecture() and config_json(), a quantizer's targets(), the objects
+// they return), and reports an escaped exception as an error of that plugin. Plain accessors are
+// asked once, when the stage is planned, and their answers kept.
 #pragma once
 
 #include <google/protobuf/message.h>

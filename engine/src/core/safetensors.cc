@@ -131,8 +131,12 @@ struct File::Mapping {
 
 File::~File() = default;
 
-StatusOr<std::shared_ptr<const File>> File::Open(const std::filesystem::path& path) {
-  const std::string where = "safetensors file '" + path.string() + "'";
+namespace {
+
+// The file mapped privately and writable (tensors may be modified in place without touching the
+// file), with the size it had; at least the 8 bytes of the header length.
+StatusOr<std::pair<void*, uint64_t>> MapPrivately(const std::filesystem::path& path,
+                                                  const std::string& where) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("cannot open " + where + ": " + std::strerror(errno));
   struct stat st;
@@ -147,16 +151,16 @@ StatusOr<std::shared_ptr<const File>> File::Open(const std::filesystem::path& pa
     return DataLossError(where + " is truncated: " + std::to_string(file_size) +
                          " bytes, fewer than the 8-byte header length");
   }
-  auto mapping = std::make_shared<Mapping>();
-  mapping->size = file_size;
-  // Private and writable: tensors may be modified in place without touching the file.
-  mapping->address = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  void* address = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   int map_errno = errno;
   ::close(fd);
-  if (mapping->address == MAP_FAILED) {
+  if (address == MAP_FAILED)
     return IoError("cannot map " + where + ": " + std::strerror(map_errno));
-  }
-  const auto* bytes = static_cast<const uint8_t*>(mapping->address);
+  return std::make_pair(address, file_size);
+}
+
+// The header's length from its first 8 bytes, checked against the format's limit and the file.
+StatusOr<uint64_t> HeaderSize(const uint8_t* bytes, uint64_t file_size, const std::string& where) {
   uint64_t header_size = 0;
   for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(bytes[i]) << (8 * i);
   if (header_size > kMaxHeaderBytes) {
@@ -167,15 +171,17 @@ StatusOr<std::shared_ptr<const File>> File::Open(const std::filesystem::path& pa
     return DataLossError(where + " is truncated: the header needs " + std::to_string(header_size) +
                          " bytes but only " + std::to_string(file_size - 8) + " follow");
   }
-  const uint64_t data_size = file_size - 8 - header_size;
-  const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
+  return header_size;
+}
 
+// The header as a JSON object whose keys are unique (JSON itself allows repeats; the format not).
+StatusOr<nlohmann::json> ParseHeader(const char* begin, uint64_t size, const std::string& where) {
   std::set<std::string> keys;
   std::string duplicate;
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(
-        header_begin, header_begin + header_size,
+        begin, begin + size,
         [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
           if (depth == 1 && event == nlohmann::json::parse_event_t::key) {
             const std::string& key = parsed.get_ref<const std::string&>();
@@ -190,77 +196,84 @@ StatusOr<std::shared_ptr<const File>> File::Open(const std::filesystem::path& pa
   if (!duplicate.empty()) {
     return DataLossError(where + " is corrupt: its header names '" + duplicate + "' twice");
   }
+  return header;
+}
 
-  std::shared_ptr<File> file(new File());
-  file->path_ = path;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const nlohmann::json& value = it.value();
-    if (name == kMetadataKey) {
-      if (!value.is_object()) return DataLossError(where + ": '__metadata__' is not an object");
-      for (auto m = value.begin(); m != value.end(); ++m) {
-        if (!m.value().is_string()) {
-          return DataLossError(where + ": metadata '" + m.key() + "' is not a string");
-        }
-        file->metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
+StatusOr<Metadata> ReadMetadata(const nlohmann::json& value, const std::string& where) {
+  if (!value.is_object()) return DataLossError(where + ": '__metadata__' is not an object");
+  Metadata metadata;
+  for (auto m = value.begin(); m != value.end(); ++m) {
+    if (!m.value().is_string()) {
+      return DataLossError(where + ": metadata '" + m.key() + "' is not a string");
     }
-    const std::string tensor_where = where + ", tensor '" + name + "'";
-    if (!value.is_object()) return DataLossError(tensor_where + ": entry is not an object");
-    auto dtype_it = value.find("dtype");
-    auto shape_it = value.find("shape");
-    auto offsets_it = value.find("data_offsets");
-    if (dtype_it == value.end() || !dtype_it->is_string()) {
-      return DataLossError(tensor_where + ": 'dtype' is missing or not a string");
-    }
-    auto dtype = DtypeFromSafetensorsName(dtype_it->get<std::string>());
-    if (!dtype) {
-      return DataLossError(tensor_where + ": dtype '" + dtype_it->get<std::string>() +
-                           "' is not supported");
-    }
-    TensorInfo info;
-    info.name = name;
-    info.dtype = *dtype;
-    if (shape_it == value.end() || !shape_it->is_array()) {
-      return DataLossError(tensor_where + ": 'shape' is missing or not an array");
-    }
-    for (const auto& dim : *shape_it) {
-      if (!dim.is_number_unsigned()) {
-        return DataLossError(tensor_where + ": 'shape' holds something other than sizes");
-      }
-      uint64_t d = dim.get<uint64_t>();
-      if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return DataLossError(tensor_where + ": a dimension is too large");
-      }
-      info.shape.push_back(static_cast<int64_t>(d));
-    }
-    if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
-        !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
-      return DataLossError(tensor_where + ": 'data_offsets' must be two non-negative integers");
-    }
-    info.begin = (*offsets_it)[0].get<uint64_t>();
-    info.end = (*offsets_it)[1].get<uint64_t>();
-    if (info.begin > info.end || info.end > data_size) {
-      return DataLossError(tensor_where + ": data_offsets [" + std::to_string(info.begin) + ", " +
-                           std::to_string(info.end) + "] lie outside the " +
-                           std::to_string(data_size) + " data bytes (truncated file?)");
-    }
-    auto expected = ByteSize(info.shape, c10::elementSize(info.dtype));
-    if (!expected || *expected != info.end - info.begin) {
-      return DataLossError(tensor_where + ": its shape needs " +
-                           (expected ? std::to_string(*expected) : std::string("too many")) +
-                           " bytes but data_offsets cover " +
-                           std::to_string(info.end - info.begin));
-    }
-    file->tensors_.push_back(std::move(info));
+    metadata[m.key()] = m.value().get<std::string>();
   }
-  std::sort(file->tensors_.begin(), file->tensors_.end(),
-            [](const TensorInfo& a, const TensorInfo& b) {
-              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-            });
+  return metadata;
+}
+
+StatusOr<std::vector<int64_t>> ReadShape(const nlohmann::json& value, const std::string& where) {
+  auto shape_it = value.find("shape");
+  if (shape_it == value.end() || !shape_it->is_array()) {
+    return DataLossError(where + ": 'shape' is missing or not an array");
+  }
+  std::vector<int64_t> shape;
+  for (const auto& dim : *shape_it) {
+    if (!dim.is_number_unsigned()) {
+      return DataLossError(where + ": 'shape' holds something other than sizes");
+    }
+    uint64_t d = dim.get<uint64_t>();
+    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return DataLossError(where + ": a dimension is too large");
+    }
+    shape.push_back(static_cast<int64_t>(d));
+  }
+  return shape;
+}
+
+// One tensor's entry: a known dtype, a shape, and offsets inside the data that its shape fills.
+StatusOr<TensorInfo> ReadEntry(const std::string& name, const nlohmann::json& value,
+                               uint64_t data_size, const std::string& where) {
+  const std::string tensor_where = where + ", tensor '" + name + "'";
+  if (!value.is_object()) return DataLossError(tensor_where + ": entry is not an object");
+  auto dtype_it = value.find("dtype");
+  if (dtype_it == value.end() || !dtype_it->is_string()) {
+    return DataLossError(tensor_where + ": 'dtype' is missing or not a string");
+  }
+  auto dtype = DtypeFromSafetensorsName(dtype_it->get<std::string>());
+  if (!dtype) {
+    return DataLossError(tensor_where + ": dtype '" + dtype_it->get<std::string>() +
+                         "' is not supported");
+  }
+  TensorInfo info;
+  info.name = name;
+  info.dtype = *dtype;
+  ENGINE_ASSIGN_OR_RETURN(info.shape, ReadShape(value, tensor_where));
+  auto offsets_it = value.find("data_offsets");
+  if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
+      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+    return DataLossError(tensor_where + ": 'data_offsets' must be two non-negative integers");
+  }
+  info.begin = (*offsets_it)[0].get<uint64_t>();
+  info.end = (*offsets_it)[1].get<uint64_t>();
+  if (info.begin > info.end || info.end > data_size) {
+    return DataLossError(tensor_where + ": data_offsets [" + std::to_string(info.begin) + ", " +
+                         std::to_string(info.end) + "] lie outside the " +
+                         std::to_string(data_size) + " data bytes (truncated file?)");
+  }
+  auto expected = ByteSize(info.shape, c10::elementSize(info.dtype));
+  if (!expected || *expected != info.end - info.begin) {
+    return DataLossError(tensor_where + ": its shape needs " +
+                         (expected ? std::to_string(*expected) : std::string("too many")) +
+                         " bytes but data_offsets cover " + std::to_string(info.end - info.begin));
+  }
+  return info;
+}
+
+// `tensors`, sorted by offset, must cover the data section exactly: no gap, no overlap.
+Status CheckCoverage(const std::vector<TensorInfo>& tensors, uint64_t data_size,
+                     const std::string& where) {
   uint64_t covered = 0;
-  for (const TensorInfo& info : file->tensors_) {
+  for (const TensorInfo& info : tensors) {
     if (info.begin != covered) {
       return DataLossError(where + " is corrupt: tensor '" + info.name + "' starts at byte " +
                            std::to_string(info.begin) + " of the data, expected " +
@@ -273,6 +286,42 @@ StatusOr<std::shared_ptr<const File>> File::Open(const std::filesystem::path& pa
     return DataLossError(where + " is corrupt: tensors cover " + std::to_string(covered) +
                          " data bytes but the file holds " + std::to_string(data_size));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Checked step by step as the format is laid out: the mapping, the header's length, the header's
+// JSON, each entry, then that the entries tile the data. Nothing is returned before all passed.
+StatusOr<std::shared_ptr<const File>> File::Open(const std::filesystem::path& path) {
+  const std::string where = "safetensors file '" + path.string() + "'";
+  ENGINE_ASSIGN_OR_RETURN(auto mapped, MapPrivately(path, where));
+  auto mapping = std::make_shared<Mapping>();
+  mapping->address = mapped.first;
+  mapping->size = mapped.second;
+  const uint64_t file_size = mapped.second;
+  const auto* bytes = static_cast<const uint8_t*>(mapping->address);
+  ENGINE_ASSIGN_OR_RETURN(const uint64_t header_size, HeaderSize(bytes, file_size, where));
+  const uint64_t data_size = file_size - 8 - header_size;
+  ENGINE_ASSIGN_OR_RETURN(
+      nlohmann::json header,
+      ParseHeader(reinterpret_cast<const char*>(bytes + 8), header_size, where));
+
+  std::shared_ptr<File> file(new File());
+  file->path_ = path;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == kMetadataKey) {
+      ENGINE_ASSIGN_OR_RETURN(file->metadata_, ReadMetadata(it.value(), where));
+      continue;
+    }
+    ENGINE_ASSIGN_OR_RETURN(TensorInfo info, ReadEntry(it.key(), it.value(), data_size, where));
+    file->tensors_.push_back(std::move(info));
+  }
+  std::sort(file->tensors_.begin(), file->tensors_.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  ENGINE_RETURN_IF_ERROR(CheckCoverage(file->tensors_, data_size, where));
   for (size_t i = 0; i < file->tensors_.size(); ++i) file->index_[file->tensors_[i].name] = i;
   file->mapping_ = std::move(mapping);
   file->data_ = bytes + 8 + header_size;

@@ -60,6 +60,21 @@ Linears Select(const ResolvedPluginRef& ref, const std::vector<std::string>& pat
   return selected;
 }
 
+// The layers the plugin's target patterns select, its patterns asked behind the guard.
+template <typename LayerPlugin>
+Linears SelectTargets(const ResolvedPluginRef& ref, const LayerPlugin& plugin,
+                      const Linears& linears, std::vector<LayerPluginError>* errors) {
+  using Patterns = std::pair<std::vector<std::string>, std::string>;
+  StatusOr<Patterns> patterns = GuardedCall(ref.context, [&]() -> StatusOr<Patterns> {
+    return Patterns(plugin.targets(*ref.options), plugin.targets_field());
+  });
+  if (!patterns.ok()) {
+    errors->push_back({ref.path, patterns.status().message()});
+    return {};
+  }
+  return Select(ref, patterns->first, patterns->second, linears, errors);
+}
+
 }  // namespace
 
 bool TargetMatches(const std::string& pattern, const std::string& name) {
@@ -78,46 +93,51 @@ std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
 
   if (const ResolvedPluginRef& ref = stage.quantizer; ref.entry != nullptr) {
     const auto* plugin = static_cast<const QuantizerPlugin*>(ref.entry->plugin.get());
-    const Linears selected =
-        Select(ref, plugin->targets(*ref.options), plugin->targets_field(), linears, &errors);
+    const Linears selected = SelectTargets(ref, *plugin, linears, &errors);
     if (!errors.empty()) return errors;
     report->quantized_format.clear();
     for (const auto& [name, layer] : selected) {
-      const at::Tensor dense = layer->weight.detach().cpu();
-      StatusOr<std::shared_ptr<QuantizedWeight>> quantized =
-          GuardedCall(ref.context, [&] { return plugin->Quantize(*ref.options, dense); });
-      Status status = quantized.ok() ? layer->Quantize(*quantized) : quantized.status();
+      // Everything the plugin's objects do, behind the guard.
+      Status status = GuardedCall(ref.context + ": layer '" + name + "'", [&]() -> Status {
+        const at::Tensor dense = layer->weight.detach().cpu();
+        ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<QuantizedWeight> quantized,
+                                plugin->Quantize(*ref.options, dense));
+        ENGINE_RETURN_IF_ERROR(layer->Quantize(quantized));
+        report->quantized_format = quantized->format();
+        ++report->quantized_layers;
+        report->quantized_parameters += dense.numel();
+        report->quantized_bytes += quantized->storage_bytes();
+        return Status::Ok();
+      });
       if (!status.ok()) {
-        errors.push_back({ref.path, ref.context + ": layer '" + name + "': " + status.message()});
+        errors.push_back({ref.path, status.message()});
         return errors;
       }
-      report->quantized_format = (*quantized)->format();
-      ++report->quantized_layers;
-      report->quantized_parameters += dense.numel();
-      report->quantized_bytes += (*quantized)->storage_bytes();
     }
   }
 
   for (const ResolvedPluginRef& ref : stage.adapters) {
     const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
-    const Linears selected =
-        Select(ref, plugin->targets(*ref.options), plugin->targets_field(), linears, &errors);
+    const Linears selected = SelectTargets(ref, *plugin, linears, &errors);
     if (!errors.empty()) return errors;
     LayerPluginReport::Adapter summary;
     summary.plugin = ref.entry->name;
     for (const auto& [name, layer] : selected) {
-      StatusOr<std::shared_ptr<LinearAdapter>> adapter =
-          GuardedCall(ref.context, [&] { return plugin->Create(*ref.options, *layer); });
-      Status status = adapter.ok() ? layer->AddAdapter(*adapter) : adapter.status();
-      if (!status.ok()) {
-        errors.push_back({ref.path, ref.context + ": layer '" + name + "': " + status.message()});
-        return errors;
-      }
-      for (const auto& [child, sub] : (*adapter)->modules()) {
-        for (const auto& p : sub->named_parameters(/*recurse=*/true)) {
-          report->adapter_parameters.insert(name + "." + child + "." + p.key());
-          summary.parameters += p.value().numel();
+      Status status = GuardedCall(ref.context + ": layer '" + name + "'", [&]() -> Status {
+        ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<LinearAdapter> adapter,
+                                plugin->Create(*ref.options, *layer));
+        ENGINE_RETURN_IF_ERROR(layer->AddAdapter(adapter));
+        for (const auto& [child, sub] : adapter->modules()) {
+          for (const auto& p : sub->named_parameters(/*recurse=*/true)) {
+            report->adapter_parameters.insert(name + "." + child + "." + p.key());
+            summary.parameters += p.value().numel();
+          }
         }
+        return Status::Ok();
+      });
+      if (!status.ok()) {
+        errors.push_back({ref.path, status.message()});
+        return errors;
       }
       summary.layers.push_back(name);
     }

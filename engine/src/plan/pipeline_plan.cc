@@ -64,6 +64,20 @@ class PlanBuilder {
     diagnostics_->Add(pipeline_.Locate(path), std::move(message));
   }
 
+  // The dataset's sizes and what it says of itself, each asked once (StagePlan).
+  static Status DescribeDataset(const ResolvedStage& stage, StagePlan* plan) {
+    return GuardedCall(stage.data.context, [&] {
+      const Dataset& d = *plan->dataset;
+      plan->train_examples = d.size(Split::kTrain);
+      plan->eval_examples = d.size(Split::kEval);
+      plan->data_spec = d.spec();
+      plan->data_description = d.description();
+      plan->data_identity = d.identity();
+      plan->data_baselines = d.baselines();
+      return Status::Ok();
+    });
+  }
+
   // Fills `plan`; returns false after reporting when the stage cannot run.
   bool Build(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan* plan) {
     const proto::Stage& config = *stage.config;
@@ -80,8 +94,10 @@ class PlanBuilder {
       return false;
     }
     plan->dataset = std::move(*dataset);
-    plan->train_examples = plan->dataset->size(Split::kTrain);
-    plan->eval_examples = plan->dataset->size(Split::kEval);
+    if (Status described = DescribeDataset(stage, plan); !described.ok()) {
+      Error(stage.data.path, described.message());
+      return false;
+    }
     if (plan->train_examples <= 0) {
       Error(stage.data.path, stage.data.context + ": the training split is empty");
       return false;
@@ -90,7 +106,7 @@ class PlanBuilder {
     // Model, initialised from the stage seed.
     const auto* model_plugin =
         static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
-    ModelContext model_context{&plan->dataset->spec(), pipeline_.base_dir, stage.seed};
+    ModelContext model_context{&plan->data_spec, pipeline_.base_dir, stage.seed};
     at::manual_seed(stage.seed);
     StatusOr<std::unique_ptr<Model>> model = GuardedCall(stage.model.context, [&] {
       return model_plugin->Create(*stage.model.options, model_context);
@@ -100,6 +116,14 @@ class PlanBuilder {
       return false;
     }
     plan->model = std::move(*model);
+    StatusOr<std::string> architecture =
+        GuardedCall(stage.model.context,
+                    [&]() -> StatusOr<std::string> { return plan->model->architecture(); });
+    if (!architecture.ok()) {
+      Error(stage.model.path, architecture.status().message());
+      return false;
+    }
+    plan->architecture = *architecture;
     const std::vector<LayerPluginError> layer_errors =
         ApplyLayerPlugins(stage, plan->model->module(), &plan->layers);
     for (const LayerPluginError& e : layer_errors) Error(e.path, e.message);
@@ -240,7 +264,15 @@ class PlanBuilder {
     PrecisionRequest request;
     request.census = plan->census;
     request.device = plan->device;
-    request.declared_compute = plan->model->compute_declarations();
+    StatusOr<std::vector<ComputeDeclaration>> declared =
+        GuardedCall(stage.model.context, [&]() -> StatusOr<std::vector<ComputeDeclaration>> {
+          return plan->model->compute_declarations();
+        });
+    if (!declared.ok()) {
+      Error(stage.model.path, declared.status().message());
+      return false;
+    }
+    request.declared_compute = *std::move(declared);
     OptionErrors field_errors;
     StatusOr<PrecisionPlan> precision = GuardedCall(
         stage.precision.context, [&] { return (*policy)->MakePlan(request, &field_errors); });
@@ -369,7 +401,7 @@ class PlanBuilder {
                     {stage.config->new_tensors().begin(), stage.config->new_tensors().end()});
     if (handoff.problems.empty()) {
       plan.handoff_summary = HandoffSummary(handoff);
-      plan.parent_architecture = parent->model->architecture();
+      plan.parent_architecture = parent->architecture;
       return true;
     }
     Error(stage.path() + ".from_stage",
@@ -400,7 +432,7 @@ class PlanBuilder {
     text += "|precision:" + plan.precision.policy;
     text += "|seed:" + std::to_string(stage.seed);
     text += "|world:" + std::to_string(plan.world_size);
-    text += "|data:" + plan.dataset->identity();
+    text += "|data:" + plan.data_identity;
     for (int dep : stage.dependencies) {
       if (const StagePlan* parent = so_far.ForStage(dep)) text += "|after:" + parent->fingerprint;
     }

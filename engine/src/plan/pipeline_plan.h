@@ -28,8 +28,16 @@ struct StagePlan {
   std::unique_ptr<Dataset> dataset;
   int64_t train_examples = 0;
   int64_t eval_examples = 0;
+  // What the dataset says of itself, asked once when planning, behind the plugin guard: printing,
+  // fingerprints, manifests and the trainer read these instead of calling the plugin again.
+  DataSpec data_spec;
+  std::string data_description;
+  std::string data_identity;
+  std::map<std::string, double> data_baselines;
 
   std::unique_ptr<Model> model;
+  // The model's architecture(), likewise asked once.
+  std::string architecture;
   // What the quantizer and adapters did to the model.
   LayerPluginReport layers;
   // With from_stage: what the stage takes from its parent ("52 tensors copied, ...").

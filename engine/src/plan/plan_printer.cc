@@ -88,6 +88,148 @@ std::string EpochsText(double epochs) {
   return buffer;
 }
 
+nlohmann::json CallbacksJson(const std::vector<ResolvedCallback>& callbacks) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ResolvedCallback& c : callbacks) {
+    out.push_back({{"plugin", c.ref.entry->name}, {"on_error", OnErrorName(c.on_error)}});
+  }
+  return out;
+}
+
+void AddModelJson(const StagePlan& s, nlohmann::json& js) {
+  const ResolvedStage& st = *s.stage;
+  js["model"] = {{"plugin", st.model.entry->name},
+                 {"version", st.model.entry->version},
+                 {"architecture", s.architecture},
+                 {"parameters", s.total_parameters},
+                 {"trainable_parameters", s.trainable_parameters},
+                 {"trainable_tensors", s.trainable_tensors},
+                 {"frozen_parameters", s.total_parameters - s.trainable_parameters}};
+  if (st.quantizer.entry != nullptr) {
+    js["quantizer"] = {
+        {"plugin", st.quantizer.entry->name},  {"format", s.layers.quantized_format},
+        {"layers", s.layers.quantized_layers}, {"weights", s.layers.quantized_parameters},
+        {"bytes", s.layers.quantized_bytes},   {"bits_per_weight", s.layers.bits_per_parameter()}};
+  }
+  js["adapters"] = nlohmann::json::array();
+  for (const LayerPluginReport::Adapter& adapter : s.layers.adapters) {
+    js["adapters"].push_back({{"plugin", adapter.plugin},
+                              {"layers", adapter.layers},
+                              {"parameters", adapter.parameters}});
+  }
+}
+
+void AddTrainingJson(const StagePlan& s, nlohmann::json& js) {
+  const ResolvedStage& st = *s.stage;
+  js["data"] = {{"plugin", st.data.entry->name},      {"version", st.data.entry->version},
+                {"train_examples", s.train_examples}, {"eval_examples", s.eval_examples},
+                {"fields", s.data_spec.ToString()},   {"description", s.data_description}};
+  js["data"]["baselines"] = nlohmann::json::object();
+  for (const auto& [metric, value] : s.data_baselines) {
+    js["data"]["baselines"]["eval/" + metric] = value;
+  }
+  js["schedule"] = {{"epochs", s.epochs},
+                    {"steps_per_epoch", s.steps_per_epoch},
+                    {"micro_batches_per_epoch", s.micro_batches_per_epoch},
+                    {"total_steps", s.total_steps},
+                    {"batch_size", s.batch_size},
+                    {"gradient_accumulation_steps", s.gradient_accumulation_steps},
+                    {"global_batch", s.global_batch},
+                    {"eval_batch_size", s.eval_batch_size},
+                    {"eval_every_steps", st.config->schedule().eval_every_steps()},
+                    {"checkpoint_every_steps", st.config->schedule().checkpoint_every_steps()}};
+  js["optimizer"] = {{"algorithm", st.config->optimizer().has_sgd() ? "sgd" : "adamw"},
+                     {"learning_rate", st.config->optimizer().learning_rate()},
+                     {"summary", s.optimizer_summary}};
+}
+
+nlohmann::json OptionalDtype(bool present, at::ScalarType dtype) {
+  return present ? nlohmann::json(Dt(dtype)) : nlohmann::json();
+}
+
+nlohmann::json PrecisionJson(const PrecisionPlan& p) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const PrecisionGroupPlan& g : p.groups) {
+    groups.push_back({{"name", g.name},
+                      {"tensors", g.num_tensors},
+                      {"elements", g.num_elements},
+                      {"bytes", g.bytes},
+                      {"storage", Dt(g.storage)},
+                      {"compute", Dt(g.compute)},
+                      {"grad", OptionalDtype(g.has_grad, g.grad)},
+                      {"master", OptionalDtype(g.has_grad, g.master)},
+                      {"optimizer_state", OptionalDtype(g.has_grad, g.optimizer_state)}});
+  }
+  const LossScalingPlan& ls = p.loss_scaling;
+  nlohmann::json precision = {
+      {"requested", p.requested},
+      {"policy", p.policy},
+      {"reason", p.reason},
+      {"autocast", p.autocast ? nlohmann::json(Dt(*p.autocast)) : nlohmann::json()},
+      {"loss_scaling", ls.enabled ? nlohmann::json{{"initial_scale", ls.initial_scale},
+                                                   {"growth_factor", ls.growth_factor},
+                                                   {"backoff_factor", ls.backoff_factor},
+                                                   {"growth_interval", ls.growth_interval}}
+                                  : nlohmann::json()},
+      {"unsafe_low_precision_updates", p.unsafe_low_precision_updates},
+      {"warnings", p.warnings},
+      {"groups", groups}};
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorPlan& t : p.tensors) {
+    auto optional = [](at::ScalarType d) {
+      return OptionalDtype(d != at::ScalarType::Undefined, d);
+    };
+    tensors.push_back({{"name", t.name},
+                       {"trainable", t.trainable},
+                       {"buffer", t.is_buffer},
+                       {"kept_fp32", t.kept_fp32},
+                       {"storage", Dt(t.storage)},
+                       {"compute", Dt(t.compute)},
+                       {"grad", optional(t.grad)},
+                       {"master", optional(t.master)},
+                       {"optimizer_state", optional(t.optimizer_state)}});
+  }
+  precision["tensors"] = tensors;
+  return precision;
+}
+
+nlohmann::json DeviceCapabilityJson(const DeviceCapability& d) {
+  return {{"device", d.device},
+          {"name", d.name},
+          {"cuda", d.cuda},
+          {"compute_capability", d.compute_capability},
+          {"bf16", d.bf16},
+          {"bf16_fast", d.bf16_fast},
+          {"fp16", d.fp16},
+          {"bf16_autocast", d.bf16_autocast},
+          {"fp16_autocast", d.fp16_autocast}};
+}
+
+// Every tensor as loaded, and the census summarised by group and role.
+void AddCensusJson(const StagePlan& s, nlohmann::json& js) {
+  nlohmann::json census = nlohmann::json::array();
+  for (const TensorCensusEntry& e : s.census) {
+    census.push_back({{"name", e.name},
+                      {"group", e.group},
+                      {"dtype", Dt(e.dtype)},
+                      {"elements", e.numel},
+                      {"bytes", e.bytes()},
+                      {"trainable", e.trainable},
+                      {"buffer", e.is_buffer}});
+  }
+  js["census"] = census;
+  nlohmann::json census_rows = nlohmann::json::array();
+  for (const CensusRow& row : SummarizeCensus(s.census, &s.precision)) {
+    census_rows.push_back({{"group", row.group},
+                           {"role", row.role},
+                           {"dtype", Dt(row.dtype)},
+                           {"tensors", row.tensors},
+                           {"elements", row.elements},
+                           {"bytes", row.bytes}});
+  }
+  js["census_summary"] = census_rows;
+}
+
 }  // namespace
 
 std::string CensusText(const ParameterCensus& census, const std::string& indent,
@@ -123,6 +265,114 @@ std::string HumanBytes(int64_t bytes) {
   return buffer;
 }
 
+namespace {
+
+std::string CallbacksText(const std::vector<ResolvedCallback>& callbacks) {
+  std::string out;
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    out += (i ? ", " : "") + callbacks[i].ref.entry->name +
+           " (on error: " + OnErrorName(callbacks[i].on_error) + ")";
+  }
+  return out;
+}
+
+// The stage's place in the pipeline: what it waits for and the weights it starts from.
+void StageOriginLines(const ResolvedPipeline& p, const StagePlan& s, std::ostringstream& out) {
+  const ResolvedStage& st = *s.stage;
+  if (!st.dependencies.empty()) {
+    out << "  after       ";
+    for (size_t i = 0; i < st.dependencies.size(); ++i) {
+      out << (i ? ", " : "") << p.stages[st.dependencies[i]].name;
+    }
+    out << "\n";
+  }
+  if (st.from_stage) {
+    out << "  starts from the final weights of stage '" << p.stages[*st.from_stage].name << "'";
+    if (!s.parent_architecture.empty() && s.parent_architecture != s.architecture) {
+      out << " (a '" << s.parent_architecture << "' model)";
+    }
+    if (!s.handoff_summary.empty()) out << ": " << s.handoff_summary;
+    out << "\n";
+  }
+}
+
+// The device, the model and what the quantizer and adapters did to it.
+void ModelLines(const StagePlan& s, std::ostringstream& out) {
+  const ResolvedStage& st = *s.stage;
+  const int64_t frozen = s.total_parameters - s.trainable_parameters;
+  out << "  device      " << st.device.device << " (" << st.device.reason << "), world size "
+      << s.world_size << "\n";
+  out << "  model       " << st.model.entry->name << " " << st.model.entry->version << ": "
+      << WithThousands(s.total_parameters) << " parameters, "
+      << WithThousands(s.trainable_parameters) << " trainable in " << s.trainable_tensors
+      << " tensors, " << WithThousands(frozen) << " frozen\n";
+  if (st.quantizer.entry != nullptr) {
+    const LayerPluginReport& l = s.layers;
+    out << "  quantizer   " << st.quantizer.entry->name << " " << st.quantizer.entry->version
+        << ": " << l.quantized_layers << " linear layers, " << WithThousands(l.quantized_parameters)
+        << " weights in " << HumanBytes(l.quantized_bytes) << " ("
+        << FormatFixed(l.bits_per_parameter(), 3) << " bits per weight, scales included; "
+        << HumanBytes(l.quantized_parameters * 4) << " in f32), frozen\n";
+  }
+  for (size_t a = 0; a < s.layers.adapters.size(); ++a) {
+    const LayerPluginReport::Adapter& adapter = s.layers.adapters[a];
+    out << "  adapter     " << adapter.plugin << " " << st.adapters[a].entry->version << ": "
+        << adapter.layers.size() << " linear layers, " << WithThousands(adapter.parameters)
+        << " parameters\n";
+  }
+}
+
+// The data, the steps they make, and how evaluations and checkpoints fall.
+void TrainingLines(const StagePlan& s, std::ostringstream& out) {
+  const ResolvedStage& st = *s.stage;
+  out << "  data        " << st.data.entry->name << " " << st.data.entry->version << ": "
+      << WithThousands(s.train_examples) << " train / " << WithThousands(s.eval_examples)
+      << " eval examples; " << s.data_spec.ToString() << "\n";
+  out << "              " << s.data_description << "\n";
+  if (!s.data_baselines.empty()) {
+    out << "  baseline   ";
+    for (const auto& [metric, value] : s.data_baselines) {
+      out << " eval/" << metric << " " << FormatNumber(value);
+    }
+    out << " (what a model that learned nothing scores)\n";
+  }
+  out << "  steps       " << EpochsText(s.epochs) << " x " << s.steps_per_epoch
+      << " steps = " << WithThousands(s.total_steps) << " steps; " << s.batch_size << " examples x "
+      << s.gradient_accumulation_steps << " accumulation x " << s.world_size
+      << (s.world_size == 1 ? " device" : " ranks") << " = " << s.global_batch
+      << " examples per step\n";
+  if (s.process_group) {
+    out << "  ranks       DDP over " << BackendName(s.backend) << ": this is rank " << s.rank
+        << " of " << s.world_size << "; " << WithThousands(s.shard_examples)
+        << " examples per rank per epoch\n";
+  }
+  out << "  eval        " << EvalText(s) << "\n";
+  out << "  checkpoint  " << CheckpointText(s) << "\n";
+  out << "  optimizer   " << s.optimizer_summary << "\n";
+}
+
+// The census as loaded, then the precision plan group by group.
+void PrecisionLines(const StagePlan& s, std::ostringstream& out) {
+  out << "  census      as loaded (" << s.device.Describe() << ")\n";
+  out << CensusText(s.census, "    ", &s.precision);
+  out << "  precision   " << PrecisionHeadline(s.precision) << "\n";
+  if (!s.precision.reason.empty()) out << "              " << s.precision.reason << "\n";
+  out << "    " << Pad("group", 22) << PadLeft("tensors", 8) << PadLeft("elements", 14)
+      << PadLeft("bytes", 11) << "  storage compute grad  master optim\n";
+  for (const PrecisionGroupPlan& g : s.precision.groups) {
+    out << "    " << Pad(g.name, 22) << PadLeft(std::to_string(g.num_tensors), 8)
+        << PadLeft(WithThousands(g.num_elements), 14) << PadLeft(HumanBytes(g.bytes), 11) << "  "
+        << Pad(Dt(g.storage), 8) << Pad(Dt(g.compute), 8) << Pad(g.has_grad ? Dt(g.grad) : "-", 6)
+        << Pad(g.has_grad ? Dt(g.master) : "-", 7) << (g.has_grad ? Dt(g.optimizer_state) : "-")
+        << "\n";
+  }
+  for (const std::string& warning : s.precision.warnings) {
+    out << "    warning: " << warning << "\n";
+  }
+}
+
+}  // namespace
+
 std::string PlanToText(const PipelinePlan& plan) {
   const ResolvedPipeline& p = *plan.pipeline;
   std::ostringstream out;
@@ -134,101 +384,15 @@ std::string PlanToText(const PipelinePlan& plan) {
     out << (i ? " -> " : "") << plan.stages[i].stage->name;
   }
   out << "\n";
-  if (!p.callbacks.empty()) {
-    out << "  callbacks   ";
-    for (size_t i = 0; i < p.callbacks.size(); ++i) {
-      out << (i ? ", " : "") << p.callbacks[i].ref.entry->name
-          << " (on error: " << OnErrorName(p.callbacks[i].on_error) << ")";
-    }
-    out << "\n";
-  }
+  if (!p.callbacks.empty()) out << "  callbacks   " << CallbacksText(p.callbacks) << "\n";
   for (const StagePlan& s : plan.stages) {
-    const ResolvedStage& st = *s.stage;
-    const int64_t frozen = s.total_parameters - s.trainable_parameters;
-    out << "\nstage '" << st.name << "' (fingerprint " << s.fingerprint << ")\n";
-    if (!st.dependencies.empty()) {
-      out << "  after       ";
-      for (size_t i = 0; i < st.dependencies.size(); ++i) {
-        out << (i ? ", " : "") << p.stages[st.dependencies[i]].name;
-      }
-      out << "\n";
-    }
-    if (st.from_stage) {
-      out << "  starts from the final weights of stage '" << p.stages[*st.from_stage].name << "'";
-      if (!s.parent_architecture.empty() && s.parent_architecture != s.model->architecture()) {
-        out << " (a '" << s.parent_architecture << "' model)";
-      }
-      if (!s.handoff_summary.empty()) out << ": " << s.handoff_summary;
-      out << "\n";
-    }
-    out << "  device      " << st.device.device << " (" << st.device.reason << "), world size "
-        << s.world_size << "\n";
-    out << "  model       " << st.model.entry->name << " " << st.model.entry->version << ": "
-        << WithThousands(s.total_parameters) << " parameters, "
-        << WithThousands(s.trainable_parameters) << " trainable in " << s.trainable_tensors
-        << " tensors, " << WithThousands(frozen) << " frozen\n";
-    if (st.quantizer.entry != nullptr) {
-      const LayerPluginReport& l = s.layers;
-      out << "  quantizer   " << st.quantizer.entry->name << " " << st.quantizer.entry->version
-          << ": " << l.quantized_layers << " linear layers, "
-          << WithThousands(l.quantized_parameters) << " weights in "
-          << HumanBytes(l.quantized_bytes) << " (" << FormatFixed(l.bits_per_parameter(), 3)
-          << " bits per weight, scales included; " << HumanBytes(l.quantized_parameters * 4)
-          << " in f32), frozen\n";
-    }
-    for (size_t a = 0; a < s.layers.adapters.size(); ++a) {
-      const LayerPluginReport::Adapter& adapter = s.layers.adapters[a];
-      out << "  adapter     " << adapter.plugin << " " << st.adapters[a].entry->version << ": "
-          << adapter.layers.size() << " linear layers, " << WithThousands(adapter.parameters)
-          << " parameters\n";
-    }
-    out << "  data        " << st.data.entry->name << " " << st.data.entry->version << ": "
-        << WithThousands(s.train_examples) << " train / " << WithThousands(s.eval_examples)
-        << " eval examples; " << s.dataset->spec().ToString() << "\n";
-    out << "              " << s.dataset->description() << "\n";
-    const auto baselines = s.dataset->baselines();
-    if (!baselines.empty()) {
-      out << "  baseline   ";
-      for (const auto& [metric, value] : baselines)
-        out << " eval/" << metric << " " << FormatNumber(value);
-      out << " (what a model that learned nothing scores)\n";
-    }
-    out << "  steps       " << EpochsText(s.epochs) << " x " << s.steps_per_epoch
-        << " steps = " << WithThousands(s.total_steps) << " steps; " << s.batch_size
-        << " examples x " << s.gradient_accumulation_steps << " accumulation x " << s.world_size
-        << (s.world_size == 1 ? " device" : " ranks") << " = " << s.global_batch
-        << " examples per step\n";
-    if (s.process_group) {
-      out << "  ranks       DDP over " << BackendName(s.backend) << ": this is rank " << s.rank
-          << " of " << s.world_size << "; " << WithThousands(s.shard_examples)
-          << " examples per rank per epoch\n";
-    }
-    out << "  eval        " << EvalText(s) << "\n";
-    out << "  checkpoint  " << CheckpointText(s) << "\n";
-    out << "  optimizer   " << s.optimizer_summary << "\n";
-    out << "  census      as loaded (" << s.device.Describe() << ")\n";
-    out << CensusText(s.census, "    ", &s.precision);
-    out << "  precision   " << PrecisionHeadline(s.precision) << "\n";
-    if (!s.precision.reason.empty()) out << "              " << s.precision.reason << "\n";
-    out << "    " << Pad("group", 22) << PadLeft("tensors", 8) << PadLeft("elements", 14)
-        << PadLeft("bytes", 11) << "  storage compute grad  master optim\n";
-    for (const PrecisionGroupPlan& g : s.precision.groups) {
-      out << "    " << Pad(g.name, 22) << PadLeft(std::to_string(g.num_tensors), 8)
-          << PadLeft(WithThousands(g.num_elements), 14) << PadLeft(HumanBytes(g.bytes), 11) << "  "
-          << Pad(Dt(g.storage), 8) << Pad(Dt(g.compute), 8) << Pad(g.has_grad ? Dt(g.grad) : "-", 6)
-          << Pad(g.has_grad ? Dt(g.master) : "-", 7) << (g.has_grad ? Dt(g.optimizer_state) : "-")
-          << "\n";
-    }
-    for (const std::string& warning : s.precision.warnings) {
-      out << "    warning: " << warning << "\n";
-    }
-    if (!st.callbacks.empty()) {
-      out << "  callbacks   ";
-      for (size_t i = 0; i < st.callbacks.size(); ++i) {
-        out << (i ? ", " : "") << st.callbacks[i].ref.entry->name
-            << " (on error: " << OnErrorName(st.callbacks[i].on_error) << ")";
-      }
-      out << "\n";
+    out << "\n" << s.stage->subject() << " (fingerprint " << s.fingerprint << ")\n";
+    StageOriginLines(p, s, out);
+    ModelLines(s, out);
+    TrainingLines(s, out);
+    PrecisionLines(s, out);
+    if (!s.stage->callbacks.empty()) {
+      out << "  callbacks   " << CallbacksText(s.stage->callbacks) << "\n";
     }
   }
   return out.str();
@@ -243,157 +407,35 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
   j["seed"] = p.seed;
   j["stages"] = nlohmann::json::array();
   for (const StagePlan& s : plan.stages) j["stages"].push_back(StagePlanToJson(p, s));
-  nlohmann::json callbacks = nlohmann::json::array();
-  for (const ResolvedCallback& c : p.callbacks) {
-    callbacks.push_back({{"plugin", c.ref.entry->name}, {"on_error", OnErrorName(c.on_error)}});
-  }
-  j["callbacks"] = callbacks;
+  j["callbacks"] = CallbacksJson(p.callbacks);
   return j;
 }
 
 nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
-  {
-    const ResolvedStage& st = *s.stage;
-    nlohmann::json js;
-    js["name"] = st.name;
-    js["fingerprint"] = s.fingerprint;
-    js["after"] = nlohmann::json::array();
-    for (int d : st.dependencies) js["after"].push_back(p.stages[d].name);
-    js["from_stage"] =
-        st.from_stage ? nlohmann::json(p.stages[*st.from_stage].name) : nlohmann::json(nullptr);
-    js["handoff"] = st.from_stage ? nlohmann::json(s.handoff_summary) : nlohmann::json(nullptr);
-    js["parent_architecture"] =
-        st.from_stage ? nlohmann::json(s.parent_architecture) : nlohmann::json(nullptr);
-    js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
-    js["world_size"] = s.world_size;
-    js["rank"] = s.rank;
-    js["shard_examples"] = s.shard_examples;
-    js["process_group"] =
-        s.process_group ? nlohmann::json(BackendName(s.backend)) : nlohmann::json(nullptr);
-    js["model"] = {{"plugin", st.model.entry->name},
-                   {"version", st.model.entry->version},
-                   {"architecture", s.model->architecture()},
-                   {"parameters", s.total_parameters},
-                   {"trainable_parameters", s.trainable_parameters},
-                   {"trainable_tensors", s.trainable_tensors},
-                   {"frozen_parameters", s.total_parameters - s.trainable_parameters}};
-    if (st.quantizer.entry != nullptr) {
-      js["quantizer"] = {{"plugin", st.quantizer.entry->name},
-                         {"format", s.layers.quantized_format},
-                         {"layers", s.layers.quantized_layers},
-                         {"weights", s.layers.quantized_parameters},
-                         {"bytes", s.layers.quantized_bytes},
-                         {"bits_per_weight", s.layers.bits_per_parameter()}};
-    }
-    js["adapters"] = nlohmann::json::array();
-    for (const LayerPluginReport::Adapter& adapter : s.layers.adapters) {
-      js["adapters"].push_back({{"plugin", adapter.plugin},
-                                {"layers", adapter.layers},
-                                {"parameters", adapter.parameters}});
-    }
-    js["data"] = {
-        {"plugin", st.data.entry->name},          {"version", st.data.entry->version},
-        {"train_examples", s.train_examples},     {"eval_examples", s.eval_examples},
-        {"fields", s.dataset->spec().ToString()}, {"description", s.dataset->description()}};
-    js["data"]["baselines"] = nlohmann::json::object();
-    for (const auto& [metric, value] : s.dataset->baselines()) {
-      js["data"]["baselines"]["eval/" + metric] = value;
-    }
-    js["schedule"] = {{"epochs", s.epochs},
-                      {"steps_per_epoch", s.steps_per_epoch},
-                      {"micro_batches_per_epoch", s.micro_batches_per_epoch},
-                      {"total_steps", s.total_steps},
-                      {"batch_size", s.batch_size},
-                      {"gradient_accumulation_steps", s.gradient_accumulation_steps},
-                      {"global_batch", s.global_batch},
-                      {"eval_batch_size", s.eval_batch_size},
-                      {"eval_every_steps", st.config->schedule().eval_every_steps()},
-                      {"checkpoint_every_steps", st.config->schedule().checkpoint_every_steps()}};
-    js["optimizer"] = {{"algorithm", st.config->optimizer().has_sgd() ? "sgd" : "adamw"},
-                       {"learning_rate", st.config->optimizer().learning_rate()},
-                       {"summary", s.optimizer_summary}};
-    nlohmann::json groups = nlohmann::json::array();
-    for (const PrecisionGroupPlan& g : s.precision.groups) {
-      groups.push_back({{"name", g.name},
-                        {"tensors", g.num_tensors},
-                        {"elements", g.num_elements},
-                        {"bytes", g.bytes},
-                        {"storage", Dt(g.storage)},
-                        {"compute", Dt(g.compute)},
-                        {"grad", g.has_grad ? nlohmann::json(Dt(g.grad)) : nlohmann::json()},
-                        {"master", g.has_grad ? nlohmann::json(Dt(g.master)) : nlohmann::json()},
-                        {"optimizer_state",
-                         g.has_grad ? nlohmann::json(Dt(g.optimizer_state)) : nlohmann::json()}});
-    }
-    js["precision"] = {
-        {"requested", s.precision.requested},
-        {"policy", s.precision.policy},
-        {"reason", s.precision.reason},
-        {"autocast",
-         s.precision.autocast ? nlohmann::json(Dt(*s.precision.autocast)) : nlohmann::json()},
-        {"loss_scaling",
-         s.precision.loss_scaling.enabled
-             ? nlohmann::json{{"initial_scale", s.precision.loss_scaling.initial_scale},
-                              {"growth_factor", s.precision.loss_scaling.growth_factor},
-                              {"backoff_factor", s.precision.loss_scaling.backoff_factor},
-                              {"growth_interval", s.precision.loss_scaling.growth_interval}}
-             : nlohmann::json()},
-        {"unsafe_low_precision_updates", s.precision.unsafe_low_precision_updates},
-        {"warnings", s.precision.warnings},
-        {"groups", groups}};
-    nlohmann::json tensors = nlohmann::json::array();
-    for (const TensorPlan& t : s.precision.tensors) {
-      auto optional = [](at::ScalarType d) {
-        return d == at::ScalarType::Undefined ? nlohmann::json() : nlohmann::json(Dt(d));
-      };
-      tensors.push_back({{"name", t.name},
-                         {"trainable", t.trainable},
-                         {"buffer", t.is_buffer},
-                         {"kept_fp32", t.kept_fp32},
-                         {"storage", Dt(t.storage)},
-                         {"compute", Dt(t.compute)},
-                         {"grad", optional(t.grad)},
-                         {"master", optional(t.master)},
-                         {"optimizer_state", optional(t.optimizer_state)}});
-    }
-    js["precision"]["tensors"] = tensors;
-    js["device_capability"] = {{"device", s.device.device},
-                               {"name", s.device.name},
-                               {"cuda", s.device.cuda},
-                               {"compute_capability", s.device.compute_capability},
-                               {"bf16", s.device.bf16},
-                               {"bf16_fast", s.device.bf16_fast},
-                               {"fp16", s.device.fp16},
-                               {"bf16_autocast", s.device.bf16_autocast},
-                               {"fp16_autocast", s.device.fp16_autocast}};
-    nlohmann::json census = nlohmann::json::array();
-    for (const TensorCensusEntry& e : s.census) {
-      census.push_back({{"name", e.name},
-                        {"group", e.group},
-                        {"dtype", Dt(e.dtype)},
-                        {"elements", e.numel},
-                        {"bytes", e.bytes()},
-                        {"trainable", e.trainable},
-                        {"buffer", e.is_buffer}});
-    }
-    js["census"] = census;
-    nlohmann::json census_rows = nlohmann::json::array();
-    for (const CensusRow& row : SummarizeCensus(s.census, &s.precision)) {
-      census_rows.push_back({{"group", row.group},
-                             {"role", row.role},
-                             {"dtype", Dt(row.dtype)},
-                             {"tensors", row.tensors},
-                             {"elements", row.elements},
-                             {"bytes", row.bytes}});
-    }
-    js["census_summary"] = census_rows;
-    nlohmann::json callbacks = nlohmann::json::array();
-    for (const ResolvedCallback& c : st.callbacks) {
-      callbacks.push_back({{"plugin", c.ref.entry->name}, {"on_error", OnErrorName(c.on_error)}});
-    }
-    js["callbacks"] = callbacks;
-    return js;
-  }
+  const ResolvedStage& st = *s.stage;
+  nlohmann::json js;
+  js["name"] = st.name;
+  js["fingerprint"] = s.fingerprint;
+  js["after"] = nlohmann::json::array();
+  for (int d : st.dependencies) js["after"].push_back(p.stages[d].name);
+  js["from_stage"] =
+      st.from_stage ? nlohmann::json(p.stages[*st.from_stage].name) : nlohmann::json(nullptr);
+  js["handoff"] = st.from_stage ? nlohmann::json(s.handoff_summary) : nlohmann::json(nullptr);
+  js["parent_architecture"] =
+      st.from_stage ? nlohmann::json(s.parent_architecture) : nlohmann::json(nullptr);
+  js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
+  js["world_size"] = s.world_size;
+  js["rank"] = s.rank;
+  js["shard_examples"] = s.shard_examples;
+  js["process_group"] =
+      s.process_group ? nlohmann::json(BackendName(s.backend)) : nlohmann::json(nullptr);
+  AddModelJson(s, js);
+  AddTrainingJson(s, js);
+  js["precision"] = PrecisionJson(s.precision);
+  js["device_capability"] = DeviceCapabilityJson(s.device);
+  AddCensusJson(s, js);
+  js["callbacks"] = CallbacksJson(st.callbacks);
+  return js;
 }
 
 }  // namespace engine

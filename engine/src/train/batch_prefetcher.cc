@@ -1,6 +1,7 @@
 #include "train/batch_prefetcher.h"
 
 #include "core/guarded_call.h"
+#include "core/logging.h"
 
 namespace engine {
 
@@ -12,7 +13,12 @@ BatchPrefetcher::BatchPrefetcher(const Dataset& dataset, Split split,
       batches_(std::move(batches)),
       context_(std::move(context)),
       depth_(std::max<size_t>(1, depth)) {
-  if (!dataset_.cheap_batches()) thread_ = std::thread([this] { Run(); });
+  // A plugin's accessor, so behind the guard; one that fails gets the background thread, which
+  // is right for any dataset.
+  StatusOr<bool> cheap =
+      GuardedCall(context_, [&]() -> StatusOr<bool> { return dataset_.cheap_batches(); });
+  if (!cheap.ok()) LOG(WARNING) << cheap.status().message();
+  if (!cheap.ok() || !*cheap) thread_ = std::thread([this] { Run(); });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {

@@ -36,10 +36,10 @@ StatusOr<double> LoraScale(const std::filesystem::path& dir) {
 
 }  // namespace
 
-Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context, Model& model,
+Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context,
+                         torch::nn::Module& module, const std::string& architecture,
                          const std::set<std::string>& child_adapter_parameters, bool merge_adapters,
                          const std::vector<std::string>& new_tensor_globs) {
-  torch::nn::Module& module = model.module();
   const std::string where = context + ": starting from '" + dir.string() + "'";
   ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir).WithContext(where));
   if (!manifest.final()) {
@@ -66,7 +66,7 @@ Status LoadParentWeights(const std::filesystem::path& dir, const std::string& co
   const std::string parent_model = "'" + manifest.model().architecture() + "' model";
   if (!handoff.problems.empty()) {
     return FailedPreconditionError(where + ": its " + parent_model +
-                                   " does not fit this stage's '" + model.architecture() +
+                                   " does not fit this stage's '" + architecture +
                                    "' model: " + HandoffProblems(handoff));
   }
   const std::string adapter_prefix = kPeftPrefix;

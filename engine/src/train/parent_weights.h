@@ -17,9 +17,10 @@
 
 namespace engine {
 
-// `new_tensor_globs`: the stage's `new_tensors` (plan/handoff.h). The parent may be of another
-// architecture when the tensors fit.
-Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context, Model& model,
+// `module` is the child's model, of `architecture` (for messages). `new_tensor_globs`: the stage's
+// `new_tensors` (plan/handoff.h). The parent may be of another architecture when the tensors fit.
+Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context,
+                         torch::nn::Module& module, const std::string& architecture,
                          const std::set<std::string>& child_adapter_parameters, bool merge_adapters,
                          const std::vector<std::string>& new_tensor_globs = {});
 

@@ -41,18 +41,21 @@ void AddOptimizerState(const StageParts& parts, const TrainingPosition& position
 
 // adapter_model.safetensors and adapter_config.json: the adapter parameters alone, as PEFT lays
 // them out (under the wrapped model's name).
-void AddAdapters(const StageParts& parts, CheckpointContents* contents) {
+Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
   const ResolvedStage& stage = *parts.plan->stage;
-  if (stage.adapters.empty()) return;
+  if (stage.adapters.empty()) return Status::Ok();
   for (const auto& item : parts.model->module().named_parameters(/*recurse=*/true)) {
     if (parts.plan->layers.adapter_parameters.count(item.key()) > 0) {
       contents->adapters.emplace_back(kPeftPrefix + item.key(), item.value());
     }
   }
   const ResolvedPluginRef& ref = stage.adapters.front();
-  contents->adapter_config_json =
-      static_cast<const AdapterPlugin*>(ref.entry->plugin.get())
-          ->AdapterConfigJson(*ref.options, parts.plan->layers.adapters.front().layers);
+  const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
+  ENGINE_ASSIGN_OR_RETURN(
+      contents->adapter_config_json, GuardedCall(ref.context, [&]() -> StatusOr<std::string> {
+        return plugin->AdapterConfigJson(*ref.options, parts.plan->layers.adapters.front().layers);
+      }));
+  return Status::Ok();
 }
 
 // The checkpoint's tensors in `dir` matched to the stage's, before anything is changed: the same
@@ -134,15 +137,19 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
   progress.run_id = write.run_id;
   progress.metrics = write.metrics;
   const StageRunRequest& request = *parts.request;
+  const ResolvedPluginRef& model_ref = parts.plan->stage->model;
+  ENGINE_ASSIGN_OR_RETURN(contents.config_json,
+                          GuardedCall(model_ref.context, [&]() -> StatusOr<std::string> {
+                            return parts.model->config_json();
+                          }));
   contents.manifest = StageManifest(*request.pipeline, *parts.plan,
                                     {request.parent_checkpoint.string(), request.parent_run_id},
-                                    parts.optimizer->algorithm(), progress);
+                                    parts.optimizer->algorithm(), contents.config_json, progress);
   for (const ModuleTensor& t : ModuleTensors(parts.model->module())) {
     contents.model.emplace_back(t.name, t.tensor);
   }
   if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
-  contents.config_json = parts.model->config_json();
-  AddAdapters(parts, &contents);
+  ENGINE_RETURN_IF_ERROR(AddAdapters(parts, &contents));
   return WriteCheckpoint(write.dir, std::move(contents));
 }
 

@@ -23,6 +23,7 @@ std::string UtcNow() {
 
 proto::CheckpointManifest StageManifest(const ResolvedPipeline& pipeline, const StagePlan& plan,
                                         const StageParent& parent, const std::string& optimizer,
+                                        const std::string& config_json,
                                         const StageProgress& progress) {
   const ResolvedStage& stage = *plan.stage;
   proto::CheckpointManifest m;
@@ -42,12 +43,12 @@ proto::CheckpointManifest StageManifest(const ResolvedPipeline& pipeline, const 
   m.set_created_at(UtcNow());
   m.set_engine_version(ENGINE_VERSION);
   m.set_torch_version(compat::kTorchVersion);
-  m.set_data_identity(plan.dataset->identity());
+  m.set_data_identity(plan.data_identity);
   proto::ModelInfo* model = m.mutable_model();
   model->set_plugin(stage.model.entry->name);
   model->set_plugin_version(stage.model.entry->version);
-  model->set_architecture(plan.model->architecture());
-  model->set_config_json(plan.model->config_json());
+  model->set_architecture(plan.architecture);
+  model->set_config_json(config_json);
   proto::PrecisionInfo* precision = m.mutable_precision();
   precision->set_policy(plan.precision.policy);
   precision->set_plugin_version(stage.precision.entry->version);

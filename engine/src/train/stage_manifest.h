@@ -32,6 +32,7 @@ struct StageParent {
 
 proto::CheckpointManifest StageManifest(const ResolvedPipeline& pipeline, const StagePlan& plan,
                                         const StageParent& parent, const std::string& optimizer,
+                                        const std::string& config_json,
                                         const StageProgress& progress);
 
 }  // namespace engine

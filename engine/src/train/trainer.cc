@@ -81,8 +81,8 @@ class StageTrainer : public CallbackActions {
   Status Prepare() {
     if (!request_.parent_checkpoint.empty()) {
       ENGINE_RETURN_IF_ERROR(LoadParentWeights(
-          request_.parent_checkpoint, context_, model_, plan_.layers.adapter_parameters,
-          config_.parent_adapters() == proto::Stage::MERGE,
+          request_.parent_checkpoint, context_, module_, plan_.architecture,
+          plan_.layers.adapter_parameters, config_.parent_adapters() == proto::Stage::MERGE,
           {config_.new_tensors().begin(), config_.new_tensors().end()}));
     }
     ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
@@ -212,7 +212,7 @@ class StageTrainer : public CallbackActions {
     result.stop_reason = stop_reason_;
     result.final_train_loss = last_loss_;
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
-    for (const auto& [metric, value] : plan_.dataset->baselines()) {
+    for (const auto& [metric, value] : plan_.data_baselines) {
       result.eval_baselines["eval/" + metric] = value;
     }
     result.eval_examples = plan_.eval_examples;
