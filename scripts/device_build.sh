@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Run on the GPU machine from the project's root: `bash .devdeps/build.sh [ctest args...]`.
-# Unpacks the carried Debian packages into /opt/devdeps (never into /), then configures and builds the project
-# against the machine's LibTorch (CUDA) into /tmp/build-gpu, and runs ctest with the given arguments
-# (none: build only). Set CMAKE_ARGS for extra configure flags, BUILD_TARGETS to build only some.
+# Builds and tests the engine on the GPU machine, against that machine's LibTorch (pip's, with CUDA),
+# from the Debian packages carried in .devdeps/ (the machine reaches no package registry).
 #
-# The project's fixed copy of ../shared/device/build.sh: after `bash ../shared/device/fetch-debs.sh`,
-# run `cp scripts/device_build.sh .devdeps/build.sh`. Differences, each found on the H100 machine:
-#   - the cmake-file rewrite no longer ends the script when grep matches nothing (set -e + pipefail);
-#   - glog's module path (/usr/share/glog/cmake, for FindUnwind) is pointed at the prefix;
-#   - Ninja, and -k 0 so that one run shows every compile error.
-# pip's torch ships no Gloo headers (src/dist needs them): fetch with EXTRA_DEBS=libgloo-dev. Only the
-# headers are used; the library stays torch's own (the .deb's libgloo.so link points nowhere there).
-# After the build, tests need LD_LIBRARY_PATH=/opt/devdeps/usr/lib/x86_64-linux-gnu as well.
+# Here, once:   bash ../shared/device/fetch-debs.sh            # with EXTRA_DEBS="libgloo-dev"
+#               cp scripts/device_build.sh .devdeps/build.sh
+# There:        bash .devdeps/build.sh [ctest arguments...]    # none: build only
+#
+# The packages are unpacked into /opt/devdeps (never into /), the project is configured with Ninja
+# into /tmp/build-gpu and built with -k 0, so one run shows every compile error. CMAKE_ARGS adds
+# configure flags, BUILD_TARGETS builds only some targets. Tests need
+# LD_LIBRARY_PATH=/opt/devdeps/usr/lib/x86_64-linux-gnu (exported here for ctest).
+#
+# Why the steps below are as they are:
+#   - Debian's cmake files name absolute /usr paths, and glog's module path (/usr/share/glog, for
+#     FindUnwind) too: they are rewritten to the prefix; a rewrite that matches nothing is fine.
+#   - pip's torch ships no Gloo headers (src/dist needs them): libgloo-dev's headers are used with
+#     torch's own Gloo library (the package's libgloo.so link points nowhere there).
 set -euo pipefail
 root=$(pwd)
 prefix=/opt/devdeps

@@ -1,5 +1,8 @@
 // The subcommands of the `engine` tool. Each takes the arguments after its name and returns the
 // exit status: 0 success, 1 the pipeline is invalid or the run failed, 2 the command line is wrong.
+//
+// Commands() is the one list of them: main.cc dispatches through it and builds `engine help` from
+// it, so a new command is one entry there and one file here.
 #pragma once
 
 #include <string>
@@ -23,5 +26,19 @@ std::string CheckHelp();
 std::string RunHelp();
 std::string PluginsHelp();
 std::string ConformanceHelp();
+
+struct Command {
+  struct Usage {
+    const char* synopsis;  // "check PIPELINE.pbtxt"
+    const char* summary;   // "validate a pipeline and print the plan of every stage"
+  };
+  const char* name;
+  std::vector<Usage> usage;  // the lines `engine help` shows for it
+  int (*run)(const std::vector<std::string>& args);
+  std::string (*help)();
+};
+
+// Every command, in the order `engine help` lists them.
+const std::vector<Command>& Commands();
 
 }  // namespace engine::cli

@@ -11,22 +11,66 @@
 #include "core/logging.h"
 #include "engine/version.h"
 
+namespace engine::cli {
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"check",
+       {{"check PIPELINE.pbtxt", "validate a pipeline and print the plan of every stage"}},
+       CheckCommand,
+       CheckHelp},
+      {"run", {{"run PIPELINE.pbtxt", "check, then train stage by stage"}}, RunCommand, RunHelp},
+      {"plugins",
+       {{"plugins", "list the installed plugins"},
+        {"plugins describe NAME", "a plugin's options, defaults and a snippet for a stage"}},
+       PluginsCommand,
+       PluginsHelp},
+      {"conformance",
+       {{"conformance PLUGIN.so", "check that a plugin library behaves as the engine relies on"}},
+       ConformanceCommand,
+       ConformanceHelp},
+  };
+  return commands;
+}
+
 namespace {
 
-const char kUsage[] = R"(usage: engine <command> [arguments]
+const Command* FindCommand(const std::string& name) {
+  for (const Command& command : Commands()) {
+    if (name == command.name) return &command;
+  }
+  return nullptr;
+}
 
-commands:
-  check PIPELINE.pbtxt     validate a pipeline and print the plan of every stage
-  run PIPELINE.pbtxt       check, then train stage by stage
-  plugins                  list the installed plugins
-  plugins describe NAME    a plugin's options, defaults and a snippet for a stage
-  conformance PLUGIN.so    check that a plugin library behaves as the engine relies on
-  help [COMMAND]           this text, or a command's
+std::string Usage() {
+  std::string text = "usage: engine <command> [arguments]\n\ncommands:\n";
+  auto line = [&text](const std::string& synopsis, const std::string& summary) {
+    text += "  " + synopsis + std::string(synopsis.size() < 25 ? 25 - synopsis.size() : 1, ' ') +
+            summary + "\n";
+  };
+  for (const Command& command : Commands()) {
+    for (const Command::Usage& usage : command.usage) line(usage.synopsis, usage.summary);
+  }
+  line("help [COMMAND]", "this text, or a command's");
+  return text +
+         "\n`engine COMMAND --help` describes each command. Add -v (or --verbose) for log lines.\n";
+}
 
-`engine COMMAND --help` describes each command. Add -v (or --verbose) for log lines.
-)";
+int Help(const std::vector<std::string>& rest) {
+  if (rest.empty()) {
+    std::cout << Usage();
+    return kExitOk;
+  }
+  if (const Command* command = FindCommand(rest[0])) {
+    std::cout << command->help();
+    return kExitOk;
+  }
+  std::cerr << "engine help: no command '" << rest[0] << "'\n\n" << Usage();
+  return kExitUsage;
+}
 
 }  // namespace
+}  // namespace engine::cli
 
 int main(int argc, char** argv) {
   engine::ConfigureAllocatorForTraining();
@@ -46,34 +90,15 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = verbose ? google::GLOG_INFO : google::GLOG_WARNING;
   google::InitGoogleLogging(argv[0]);
 
-  using engine::cli::kExitUsage;
+  namespace cli = engine::cli;
   if (args.empty()) {
-    std::cerr << kUsage;
-    return kExitUsage;
+    std::cerr << cli::Usage();
+    return cli::kExitUsage;
   }
-  const std::string command = args[0];
+  const std::string name = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (command == "check") return engine::cli::CheckCommand(rest);
-  if (command == "run") return engine::cli::RunCommand(rest);
-  if (command == "plugins") return engine::cli::PluginsCommand(rest);
-  if (command == "conformance") return engine::cli::ConformanceCommand(rest);
-  if (command == "help" || command == "-h" || command == "--help") {
-    if (rest.empty()) {
-      std::cout << kUsage;
-    } else if (rest[0] == "check") {
-      std::cout << engine::cli::CheckHelp();
-    } else if (rest[0] == "run") {
-      std::cout << engine::cli::RunHelp();
-    } else if (rest[0] == "plugins") {
-      std::cout << engine::cli::PluginsHelp();
-    } else if (rest[0] == "conformance") {
-      std::cout << engine::cli::ConformanceHelp();
-    } else {
-      std::cerr << "engine help: no command '" << rest[0] << "'\n\n" << kUsage;
-      return kExitUsage;
-    }
-    return 0;
-  }
-  std::cerr << "engine: unknown command '" << command << "'\n\n" << kUsage;
-  return kExitUsage;
+  if (name == "help" || name == "-h" || name == "--help") return cli::Help(rest);
+  if (const cli::Command* command = cli::FindCommand(name)) return command->run(rest);
+  std::cerr << "engine: unknown command '" << name << "'\n\n" << cli::Usage();
+  return cli::kExitUsage;
 }

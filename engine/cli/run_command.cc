@@ -57,25 +57,21 @@ int RunCommand(const std::vector<std::string>& args) {
     return kExitOk;
   }
   if (a.error.empty() && a.positional.size() != 1) a.error = "expected one pipeline file";
-  if (!a.error.empty()) {
-    std::cerr << "engine run: " << a.error << "\n\n" << RunHelp();
-    return kExitUsage;
-  }
   RunOptions run_options;
-  if (a.error.empty()) {
-    if (a.Has("force")) {
-      const std::string force = a.Get("force") + ",";
-      for (size_t begin = 0, end; (end = force.find(',', begin)) != std::string::npos;
-           begin = end + 1) {
-        if (end == begin) {
-          a.error = "--force needs stage names, comma-separated";
-          break;
-        }
-        run_options.force.insert(force.substr(begin, end - begin));
+  if (a.error.empty() && a.Has("force")) {
+    const std::string force = a.Get("force") + ",";
+    for (size_t begin = 0, end; (end = force.find(',', begin)) != std::string::npos;
+         begin = end + 1) {
+      if (end == begin) {
+        a.error = "--force needs stage names, comma-separated";
+        break;
       }
+      run_options.force.insert(force.substr(begin, end - begin));
     }
-    run_options.from = a.Get("from");
-    if (a.Has("from") && run_options.from.empty()) a.error = "--from needs a stage name";
+  }
+  run_options.from = a.Get("from");
+  if (a.error.empty() && a.Has("from") && run_options.from.empty()) {
+    a.error = "--from needs a stage name";
   }
   if (!a.error.empty()) {
     std::cerr << "engine run: " << a.error << "\n\n" << RunHelp();

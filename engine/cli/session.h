@@ -26,11 +26,13 @@ struct Session {
 // $ENGINE_PLUGIN_PATH) into `registry`. A duplicate plugin is an error.
 Status LoadPluginSearchPath(const std::string& plugin_path_flag, PluginRegistry* registry);
 
-// Loads and validates `file` (session->pipeline), then plans it (session->plan). On failure the
-// diagnostics are filled and false is returned.
+// Each fills the session's diagnostics and returns false on failure.
+// Loads the plugins and reads and validates `file` into session->pipeline.
 bool Load(const std::filesystem::path& file, const std::string& plugin_path_flag,
           const LoadOptions& options, Session* session);
+// Plans session->pipeline (opens the data, builds the models) into session->plan.
 bool Plan(Session* session);
+// Load, then Plan.
 bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
                  const LoadOptions& options, Session* session);
 

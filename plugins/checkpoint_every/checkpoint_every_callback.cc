@@ -53,7 +53,7 @@ class CheckpointEveryPlugin : public CallbackPlugin {
   }
 
   StatusOr<std::unique_ptr<Callback>> Create(const google::protobuf::Message& message,
-                                             const CallbackContext& context) const override {
+                                             const CallbackContext& /*context*/) const override {
     return std::unique_ptr<Callback>(
         new CheckpointEvery(OptionsAs<CheckpointEveryOptions>(message)));
   }

@@ -12,8 +12,8 @@
 #include <ATen/ops/tensor.h>
 
 #include "batch_indices.h"
-#include "digits_captions_options.pb.h"
 #include "data_split.h"
+#include "digits_captions_options.pb.h"
 #include "digits_csv.h"
 #include "engine/data.h"
 #include "engine/format.h"

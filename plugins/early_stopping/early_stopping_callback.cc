@@ -99,7 +99,7 @@ class EarlyStoppingPlugin : public CallbackPlugin {
   }
 
   StatusOr<std::unique_ptr<Callback>> Create(const google::protobuf::Message& message,
-                                             const CallbackContext& context) const override {
+                                             const CallbackContext& /*context*/) const override {
     return std::unique_ptr<Callback>(new EarlyStopping(OptionsAs<EarlyStoppingOptions>(message)));
   }
 };

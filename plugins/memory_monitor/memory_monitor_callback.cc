@@ -23,7 +23,7 @@ class MemoryMonitor : public Callback {
  public:
   explicit MemoryMonitor(const MemoryMonitorOptions& options) : options_(options) {}
 
-  Status OnEvent(const Event& e, CallbackActions& actions) override {
+  Status OnEvent(const Event& e, CallbackActions& /*actions*/) override {
     if (e.type == EventType::kStageBegin) {
       last_ = ReadMemoryStats();
       last_step_ = 0;
@@ -82,7 +82,7 @@ class MemoryMonitorPlugin : public CallbackPlugin {
   }
 
   StatusOr<std::unique_ptr<Callback>> Create(const google::protobuf::Message& message,
-                                             const CallbackContext& context) const override {
+                                             const CallbackContext& /*context*/) const override {
     return std::unique_ptr<Callback>(new MemoryMonitor(OptionsAs<MemoryMonitorOptions>(message)));
   }
 };

@@ -27,7 +27,7 @@ class MetricsJsonl : public Callback {
   MetricsJsonl(std::filesystem::path path, uint32_t every_steps)
       : path_(std::move(path)), every_steps_(std::max<uint32_t>(1, every_steps)) {}
 
-  Status OnEvent(const Event& e, CallbackActions& actions) override {
+  Status OnEvent(const Event& e, CallbackActions& /*actions*/) override {
     if (e.type == EventType::kStepEnd && e.step % every_steps_ != 0 && e.step != e.total_steps) {
       return Status::Ok();
     }

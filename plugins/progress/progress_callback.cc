@@ -33,7 +33,7 @@ class ProgressCallback : public Callback {
         every_steps_(options.every_steps()),
         bar_width_(options.bar_width()) {}
 
-  Status OnEvent(const Event& e, CallbackActions& actions) override {
+  Status OnEvent(const Event& e, CallbackActions& /*actions*/) override {
     switch (e.type) {
       case EventType::kStageBegin:
         std::fprintf(stderr, "stage '%s': %lld steps\n", e.stage.c_str(),
@@ -130,7 +130,7 @@ class ProgressPlugin : public CallbackPlugin {
 
   StatusOr<std::unique_ptr<Callback>> Create(
       const google::protobuf::Message& message,
-      const engine::CallbackContext& context) const override {
+      const engine::CallbackContext& /*context*/) const override {
     return std::unique_ptr<Callback>(
         new ProgressCallback(OptionsAs<ProgressOptions>(message), ::isatty(2) == 1));
   }

@@ -77,7 +77,7 @@ class Tensorboard : public Callback {
         per_stage_dirs_(per_stage_dirs),
         every_steps_(std::max<uint32_t>(1, every_steps)) {}
 
-  Status OnEvent(const Event& e, CallbackActions& actions) override {
+  Status OnEvent(const Event& e, CallbackActions& /*actions*/) override {
     if (e.stage.empty()) return Status::Ok();
     std::map<std::string, double> scalars;
     if (e.type == EventType::kStepEnd) {

@@ -17,12 +17,12 @@
 
 #include "batch_indices.h"
 #include "data_split.h"
-#include "read_file.h"
 #include "engine/data.h"
 #include "engine/format.h"
-#include "engine/paths.h"
 #include "engine/hash.h"
+#include "engine/paths.h"
 #include "engine/tokenizer.h"
+#include "read_file.h"
 #include "text_options.pb.h"
 
 namespace engine::plugins {

@@ -1,4 +1,4 @@
-// DDP over Gloo on loopback (issue 8): two ranks with half the batch each end where one rank with
+// DDP over Gloo on loopback: two ranks with half the batch each end where one rank with
 // the whole batch ends; the plan shows the ranks; ranks started by hand (as torchrun does) write
 // the checkpoint once, from rank 0; a stage that does not ask for DDP refuses to run as several
 // ranks.
@@ -187,7 +187,7 @@ TEST(DataParallelTest, OneRankFromTheEnvironmentTrainsInAGlooGroupOfOneLikeAPlai
   ExpectOneRankGroupEqualsAPlainRun("cpu", "AUTO");
 }
 
-// Issue 8 on a GPU machine: NCCL with world size 1. Skipped where LibTorch has no CUDA (CI).
+// On a GPU machine: NCCL with world size 1. Skipped where LibTorch has no CUDA (CI).
 TEST(DataParallelTest, OneRankOnTheGpuTrainsInAnNcclGroupOfOneLikeAPlainRun) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   ASSERT_TRUE(NcclBuiltIn()) << "a CUDA build should have found nccl.h (ENGINE_NCCL)";

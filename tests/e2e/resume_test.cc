@@ -1,4 +1,4 @@
-// Resume (issue 6): a stage stopped by SIGKILL or Ctrl-C goes on from its newest usable periodic
+// Resume: a stage stopped by SIGKILL or Ctrl-C goes on from its newest usable periodic
 // checkpoint and ends with exactly the weights, optimizer state and loss scaler of a run that was
 // never stopped, compared bit for bit on the CPU. A checkpoint whose write never finished, or whose
 // files are damaged, is passed over.

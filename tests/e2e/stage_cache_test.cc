@@ -1,4 +1,4 @@
-// Stage caching (issue 6): `engine run` skips a stage whose finished checkpoint is up to date,
+// Stage caching: `engine run` skips a stage whose finished checkpoint is up to date,
 // trains again what changed and everything that starts from it, and obeys --force and --from.
 // Missing, corrupt and truncated parent checkpoints and a full disk during a save give clear errors
 // and leave earlier checkpoints intact.

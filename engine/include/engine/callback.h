@@ -114,7 +114,7 @@ class Callback {
   virtual std::string SaveState() const { return ""; }
   // Puts back what SaveState() returned into the checkpoint a resumed stage starts from; called
   // after the stage_begin event. An error leaves the callback starting afresh, with a warning.
-  virtual Status RestoreState(const std::string& state) { return Status::Ok(); }
+  virtual Status RestoreState(const std::string& /*state*/) { return Status::Ok(); }
 };
 
 class CallbackPlugin : public Plugin {

@@ -53,7 +53,7 @@ StatusOr<PrecisionPlan> BuildPolicyPlan(const PrecisionRequest& request,
                                         const PolicySpec& spec, const std::string& requested,
                                         OptionErrors* field_errors);
 
-// The invariants every plan must hold before step 0 (DESIGN §5): each trainable tensor has a master
+// The invariants every plan must hold before step 0: each trainable tensor has a master
 // and optimizer state of the master's dtype; loss scaling implies f32 masters for every trainable
 // tensor; bf16 never scales; kept-f32 tensors are stored in f32; the device computes the plan's
 // dtypes. The error names the group, the rule and the fix.

@@ -24,7 +24,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
   // `anchor` requires grad, so the backward node exists even when `input` needs no gradient (the
   // block's parameters still do).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
-                            const at::Tensor& anchor, c10::intrusive_ptr<Recompute> recompute) {
+                            const at::Tensor& /*anchor*/, c10::intrusive_ptr<Recompute> recompute) {
     ctx->save_for_backward({input});
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
     auto scope = recompute->context.Enter();

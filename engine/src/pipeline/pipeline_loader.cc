@@ -30,6 +30,41 @@ void LoadPipelinePlugins(const proto::Pipeline& header, const std::filesystem::p
   }
 }
 
+// What the plugin reference at `ref_path` ("stage[i].<field>[j]", or the pipeline's callback[j])
+// takes as options, for the error about an unknown options type: "; data loader 'digits' takes
+// 'engine.plugins.DigitsOptions'", or that no such plugin is installed; empty when unknown.
+std::string OptionsTypeHint(const proto::Pipeline& header, const std::string& ref_path,
+                            const PluginRegistry& registry) {
+  std::vector<FieldPathStep> steps = SplitFieldPath(ref_path);
+  const google::protobuf::Message* owner = &header;
+  if (steps.size() == 2 && steps[0].name == "stage" && steps[0].index >= 0 &&
+      steps[0].index < header.stage_size()) {
+    owner = &header.stage(steps[0].index);
+    steps.erase(steps.begin());
+  }
+  if (steps.size() != 1) return "";
+  const std::optional<PluginKind> kind = KindOfStageField(steps[0].name);
+  const auto* field = owner->GetDescriptor()->FindFieldByName(steps[0].name);
+  if (!kind.has_value() || field == nullptr ||
+      field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+    return "";
+  }
+  const std::string title(PluginKindTitle(kind.value()));
+  const auto* reflection = owner->GetReflection();
+  const google::protobuf::Message& ref =
+      field->is_repeated()
+          ? reflection->GetRepeatedMessage(*owner, field, std::max(steps[0].index, 0))
+          : reflection->GetMessage(*owner, field);
+  const auto* plugin_field = ref.GetDescriptor()->FindFieldByName("plugin");
+  const std::string plugin = ref.GetReflection()->GetString(ref, plugin_field);
+  if (const PluginRegistry::Entry* entry = registry.Find(kind.value(), plugin)) {
+    return "; " + title + " '" + plugin + "' takes '" +
+           entry->plugin->default_options().GetDescriptor()->full_name() + "'";
+  }
+  if (plugin.empty()) return "";
+  return ", and no " + title + " plugin '" + plugin + "' is installed (see `engine plugins`)";
+}
+
 // Before the full parse: every options type must be known, or the parser stops at the first unknown
 // one with a message that cannot say which plugin was meant.
 bool CheckOptionTypes(const proto::Pipeline& header, const SourceMap& map,
@@ -42,36 +77,7 @@ bool CheckOptionTypes(const proto::Pipeline& header, const SourceMap& map,
     ok = false;
     // path is "stage[i].<field>[j].options"; find the plugin reference it belongs to.
     std::string message = "options type '" + type + "' is not defined by any loaded plugin";
-    const std::string ref_path = path.substr(0, path.rfind('.'));
-    std::vector<FieldPathStep> steps = SplitFieldPath(ref_path);
-    // The reference this Any belongs to: stage[i].<field>[j], or the pipeline's callback[j].
-    const google::protobuf::Message* owner = &header;
-    if (steps.size() == 2 && steps[0].name == "stage" && steps[0].index >= 0 &&
-        steps[0].index < header.stage_size()) {
-      owner = &header.stage(steps[0].index);
-      steps.erase(steps.begin());
-    }
-    std::optional<PluginKind> kind =
-        steps.size() == 1 ? KindOfStageField(steps[0].name) : std::nullopt;
-    const auto* field = owner->GetDescriptor()->FindFieldByName(steps.empty() ? "" : steps[0].name);
-    if (field != nullptr && kind &&
-        field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
-      const auto* reflection = owner->GetReflection();
-      const google::protobuf::Message& ref =
-          field->is_repeated()
-              ? reflection->GetRepeatedMessage(*owner, field, std::max(steps[0].index, 0))
-              : reflection->GetMessage(*owner, field);
-      const auto* plugin_field = ref.GetDescriptor()->FindFieldByName("plugin");
-      const std::string plugin = ref.GetReflection()->GetString(ref, plugin_field);
-      const PluginRegistry::Entry* entry = registry.Find(*kind, plugin);
-      if (entry != nullptr) {
-        message += "; " + std::string(PluginKindTitle(*kind)) + " '" + plugin + "' takes '" +
-                   entry->plugin->default_options().GetDescriptor()->full_name() + "'";
-      } else if (!plugin.empty()) {
-        message += ", and no " + std::string(PluginKindTitle(*kind)) + " plugin '" + plugin +
-                   "' is installed (see `engine plugins`)";
-      }
-    }
+    message += OptionsTypeHint(header, path.substr(0, path.rfind('.')), registry);
     diagnostics->Add(map.Locate(proto::Pipeline::descriptor(), path), message);
   });
   return ok;
