@@ -50,12 +50,17 @@ def strftime_now(format):
     return datetime.now().strftime(format)
 
 
-def main():
+def make_environment():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[GenerationTag, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def main():
+    env = make_environment()
     with open(sys.argv[1], encoding="utf-8") as f:
         cases = json.load(f)["cases"]
     templates = {}
