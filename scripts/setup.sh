@@ -44,7 +44,10 @@ packages=(
   libgoogle-glog-dev libgflags-dev
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config
   libgtest-dev libgmock-dev
+  python3-jinja2
 )
+# Node.js runs the chat template tests' reference renderer (@huggingface/jinja from npm).
+if ! command -v node >/dev/null 2>&1; then packages+=(nodejs npm); fi
 # The benchmarks' Python PyTorch peer (bench/lm_vs_pytorch.py), only for them.
 if [ "$mode" = bench ]; then packages+=(python3-torch); fi
 missing=()
@@ -136,6 +139,15 @@ fi
 if [ ! -s "$data_dir/fortunes.txt" ]; then
   say "fetching data/fortunes.txt from Debian's fortunes"
   fetch_fortunes
+fi
+
+# --- The tests' JavaScript reference renderers, pinned by their package-lock.json --------------
+if [ "$mode" = test ] || [ "$mode" = build ]; then
+  jinja_reference=$root/tests/reference_js/jinja
+  if [ ! -f "$jinja_reference/node_modules/@huggingface/jinja/package.json" ]; then
+    say "installing @huggingface/jinja (tests/reference_js/jinja)"
+    (cd "$jinja_reference" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
 fi
 
 # --- Build -----------------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+#include "jinja/unicode.h"
+
+#include <algorithm>
+
+namespace engine::jinja {
+
+char32_t DecodeUtf8(std::string_view s, size_t pos, size_t* length) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  unsigned char c = byte(pos);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || pos + n > s.size()) {
+    *length = 1;
+    return c < 0x80 ? c : 0xFFFD;
+  }
+  char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t i = 1; i < n; ++i) {
+    if ((byte(pos + i) & 0xC0) != 0x80) {
+      *length = 1;
+      return 0xFFFD;
+    }
+    cp = (cp << 6) | (byte(pos + i) & 0x3F);
+  }
+  *length = n;
+  return cp;
+}
+
+void AppendUtf8(char32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+std::vector<size_t> CodePointOffsets(std::string_view s) {
+  std::vector<size_t> offsets;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    offsets.push_back(pos);
+    size_t length = 1;
+    DecodeUtf8(s, pos, &length);
+    pos += length;
+  }
+  offsets.push_back(s.size());
+  return offsets;
+}
+
+bool IsPythonSpace(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+std::string PyStrip(std::string_view s, const std::string* chars, bool left, bool right) {
+  std::vector<char32_t> strip_set;
+  if (chars != nullptr) {
+    for (size_t pos = 0, length = 1; pos < chars->size(); pos += length) {
+      strip_set.push_back(DecodeUtf8(*chars, pos, &length));
+    }
+  }
+  auto strips = [&](char32_t cp) {
+    if (chars == nullptr) return IsPythonSpace(cp);
+    return std::find(strip_set.begin(), strip_set.end(), cp) != strip_set.end();
+  };
+  std::vector<size_t> offsets = CodePointOffsets(s);
+  size_t first = 0;
+  size_t last = offsets.size() - 1;  // index of the end offset
+  size_t length = 1;
+  while (left && first < last && strips(DecodeUtf8(s, offsets[first], &length))) ++first;
+  while (right && last > first && strips(DecodeUtf8(s, offsets[last - 1], &length))) --last;
+  return std::string(s.substr(offsets[first], offsets[last] - offsets[first]));
+}
+
+}  // namespace engine::jinja
