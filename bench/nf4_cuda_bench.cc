@@ -92,6 +92,8 @@ void MatmulBench(int64_t tokens, int64_t features, int repeats) {
 
 }  // namespace
 
+// Long by design: the benchmark reads as its report, one measured figure after another, in the
+// order it prints them.
 int main(int argc, char** argv) {
   int64_t elements = int64_t{1} << 28;
   int repeats = 5;

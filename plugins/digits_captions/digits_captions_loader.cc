@@ -68,6 +68,75 @@ class CaptionsDataset : public Dataset {
   std::string identity_;
 };
 
+// The prompt (after bos) and each digit's answer (ending in eos) as token ids.
+struct CaptionTokens {
+  std::vector<int64_t> prefix;
+  std::vector<std::vector<int64_t>> answers;  // by digit
+  int64_t answer_length = 0;                  // the longest answer
+  int64_t length() const { return static_cast<int64_t>(prefix.size()) + answer_length; }
+};
+
+CaptionTokens EncodeCaptions(const Tokenizer& tokenizer, const std::string& prompt) {
+  CaptionTokens tokens;
+  if (tokenizer.bos_id() >= 0) tokens.prefix.push_back(tokenizer.bos_id());
+  const auto prompt_ids = tokenizer.Encode(prompt);
+  tokens.prefix.insert(tokens.prefix.end(), prompt_ids.begin(), prompt_ids.end());
+  for (const char* name : kNames) {
+    // " seven": SentencePiece and byte-level both read the word as the prompt's continuation.
+    auto ids = tokenizer.Encode(std::string(prompt.empty() ? "" : " ") + name);
+    ids.push_back(tokenizer.eos_id());
+    tokens.answer_length = std::max(tokens.answer_length, static_cast<int64_t>(ids.size()));
+    tokens.answers.push_back(std::move(ids));
+  }
+  return tokens;
+}
+
+// Each image's fields: its pixels, the prompt followed by its digit's answer (padded), the answer
+// alone as the labels and as answer_ids.
+std::map<std::string, at::Tensor> CaptionFields(const DigitsTable& table,
+                                                const CaptionTokens& tokens, int64_t pad_id) {
+  const int64_t n = table.labels.numel();
+  const int64_t prompt_length = static_cast<int64_t>(tokens.prefix.size());
+  at::Tensor input_ids = at::full({n, tokens.length()}, pad_id, at::kLong);
+  at::Tensor labels = at::full({n, tokens.length()}, kIgnoreIndex, at::kLong);
+  at::Tensor answer_ids = at::full({n, tokens.answer_length}, kIgnoreIndex, at::kLong);
+  auto ids = input_ids.accessor<int64_t, 2>();
+  auto lab = labels.accessor<int64_t, 2>();
+  auto ans = answer_ids.accessor<int64_t, 2>();
+  auto digit = table.labels.accessor<int64_t, 1>();
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t i = 0; i < prompt_length; ++i) ids[row][i] = tokens.prefix[static_cast<size_t>(i)];
+    const auto& answer = tokens.answers[static_cast<size_t>(digit[row])];
+    for (size_t i = 0; i < answer.size(); ++i) {
+      ids[row][prompt_length + static_cast<int64_t>(i)] = answer[i];
+      lab[row][prompt_length + static_cast<int64_t>(i)] = answer[i];
+      ans[row][static_cast<int64_t>(i)] = answer[i];
+    }
+  }
+  return {{"pixel_values", table.pixels.reshape({n, 1, 8, 8})},
+          {"input_ids", input_ids},
+          {"labels", labels},
+          {"answer_ids", answer_ids},
+          {"prompt_length", at::full({n}, prompt_length, at::kLong)},
+          {"digit", table.labels}};
+}
+
+DataSpec CaptionSpec(const CaptionTokens& tokens, const Tokenizer& tokenizer) {
+  DataSpec spec;
+  const int64_t length = tokens.length();
+  spec.fields = {
+      {"pixel_values", at::kFloat, {1, 8, 8}, 0},
+      {"input_ids", at::kLong, {length}, tokenizer.vocab_size()},
+      // labels and answer_ids hold token ids or -100 (not predicted): targets, not class ids.
+      {"labels", at::kLong, {length}, 0},
+      {"answer_ids", at::kLong, {tokens.answer_length}, 0},
+      {"prompt_length", at::kLong, {}, 0},
+      {"digit", at::kLong, {}, kDigitClasses}};
+  spec.pad_id = tokenizer.pad_id();
+  spec.eos_id = tokenizer.eos_id();
+  return spec;
+}
+
 class DigitsCaptionsLoader : public DataLoaderPlugin {
  public:
   const google::protobuf::Message& default_options() const override {
@@ -94,71 +163,21 @@ class DigitsCaptionsLoader : public DataLoaderPlugin {
     }
     const int64_t n = table.labels.numel();
     if (options.normalize()) table.pixels.div_(16.0);
-
-    std::vector<int64_t> prefix;
-    if (tokenizer->bos_id() >= 0) prefix.push_back(tokenizer->bos_id());
-    const auto prompt = tokenizer->Encode(options.prompt());
-    prefix.insert(prefix.end(), prompt.begin(), prompt.end());
-    std::vector<std::vector<int64_t>> answers;
-    size_t answer_length = 0;
-    for (const char* name : kNames) {
-      // " seven": SentencePiece and byte-level both read the word as the prompt's continuation.
-      auto ids = tokenizer->Encode(std::string(options.prompt().empty() ? "" : " ") + name);
-      ids.push_back(tokenizer->eos_id());
-      answer_length = std::max(answer_length, ids.size());
-      answers.push_back(std::move(ids));
-    }
-    const int64_t length = static_cast<int64_t>(prefix.size() + answer_length);
-    const int64_t prompt_length = static_cast<int64_t>(prefix.size());
-    const int64_t a = static_cast<int64_t>(answer_length);
-
-    at::Tensor input_ids = at::full({n, length}, tokenizer->pad_id(), at::kLong);
-    at::Tensor labels = at::full({n, length}, kIgnoreIndex, at::kLong);
-    at::Tensor answer_ids = at::full({n, a}, kIgnoreIndex, at::kLong);
-    auto ids = input_ids.accessor<int64_t, 2>();
-    auto lab = labels.accessor<int64_t, 2>();
-    auto ans = answer_ids.accessor<int64_t, 2>();
-    auto digit = table.labels.accessor<int64_t, 1>();
-    for (int64_t row = 0; row < n; ++row) {
-      for (int64_t i = 0; i < prompt_length; ++i) ids[row][i] = prefix[static_cast<size_t>(i)];
-      const auto& answer = answers[static_cast<size_t>(digit[row])];
-      for (size_t i = 0; i < answer.size(); ++i) {
-        ids[row][prompt_length + static_cast<int64_t>(i)] = answer[i];
-        lab[row][prompt_length + static_cast<int64_t>(i)] = answer[i];
-        ans[row][static_cast<int64_t>(i)] = answer[i];
-      }
-    }
-    std::map<std::string, at::Tensor> fields = {
-        {"pixel_values", table.pixels.reshape({n, 1, 8, 8})},
-        {"input_ids", input_ids},
-        {"labels", labels},
-        {"answer_ids", answer_ids},
-        {"prompt_length", at::full({n}, prompt_length, at::kLong)},
-        {"digit", table.labels}};
-
-    DataSpec spec;
-    const int64_t vocab = tokenizer->vocab_size();
-    spec.fields = {
-        {"pixel_values", at::kFloat, {1, 8, 8}, 0},
-        {"input_ids", at::kLong, {length}, vocab},
-        // labels and answer_ids hold token ids or -100 (not predicted): targets, not class ids.
-        {"labels", at::kLong, {length}, 0},
-        {"answer_ids", at::kLong, {a}, 0},
-        {"prompt_length", at::kLong, {}, 0},
-        {"digit", at::kLong, {}, kDigitClasses}};
-    spec.pad_id = tokenizer->pad_id();
-    spec.eos_id = tokenizer->eos_id();
+    const CaptionTokens tokens = EncodeCaptions(*tokenizer, options.prompt());
+    std::map<std::string, at::Tensor> fields = CaptionFields(table, tokens, tokenizer->pad_id());
     SplitRows split = ShuffleAndSplit(n, context.seed, options.eval_fraction());
-    const std::string description =
-        WithThousands(n) + " images 8x8 with captions '" + options.prompt() + " seven' (" +
-        tokenizer->description() + ", " + std::to_string(length) + " tokens) from " + path.string();
+    const std::string description = WithThousands(n) + " images 8x8 with captions '" +
+                                    options.prompt() + " seven' (" + tokenizer->description() +
+                                    ", " + std::to_string(tokens.length()) + " tokens) from " +
+                                    path.string();
     const std::string identity = "digits_captions:" + table.content_hash + ":" +
                                  tokenizer->identity() + ":prompt=" + options.prompt() +
                                  ":eval_fraction=" + std::to_string(options.eval_fraction()) +
                                  ":normalize=" + std::to_string(options.normalize()) +
                                  ":seed=" + std::to_string(context.seed);
     return std::unique_ptr<Dataset>(new CaptionsDataset(std::move(fields), std::move(split),
-                                                        std::move(spec), description, identity));
+                                                        CaptionSpec(tokens, *tokenizer),
+                                                        description, identity));
   }
 };
 

@@ -170,6 +170,66 @@ double UnigramPerplexity(const at::Tensor& train, const at::Tensor& eval, int64_
   return n > 0 ? std::exp(nll / static_cast<double>(n)) : 0;
 }
 
+// Whether `path` is read as JSON Lines: said so, or AUTO and named *.jsonl[.gz].
+bool IsJsonl(const TextOptions& options, const std::filesystem::path& path) {
+  return options.format() == TextOptions::JSONL ||
+         (options.format() == TextOptions::AUTO &&
+          (EndsWith(path.string(), ".jsonl") || EndsWith(path.string(), ".jsonl.gz")));
+}
+
+// The file's documents, at most max_documents of them; an error when there are none.
+StatusOr<std::vector<std::string>> SplitDocuments(const TextOptions& options, bool jsonl,
+                                                  const std::string& text,
+                                                  const std::filesystem::path& path) {
+  std::vector<std::string> documents;
+  if (jsonl) {
+    ENGINE_ASSIGN_OR_RETURN(documents,
+                            SplitJsonlDocuments(text, options.text_field(), path.string()));
+  } else {
+    documents = SplitTextDocuments(text, options.document_separator());
+  }
+  if (options.max_documents() > 0 && documents.size() > options.max_documents()) {
+    documents.resize(options.max_documents());
+  }
+  if (documents.empty()) return DataLossError("'" + path.string() + "' holds no documents");
+  return documents;
+}
+
+// The documents at `rows`, each as bos (if any), its tokens, eos (if any).
+std::vector<std::vector<int64_t>> TokenizeDocuments(const Tokenizer& tokenizer,
+                                                    const std::vector<std::string>& documents,
+                                                    const std::vector<int64_t>& rows) {
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(rows.size());
+  for (int64_t row : rows) {
+    std::vector<int64_t> ids;
+    if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+    auto body = tokenizer.Encode(documents[static_cast<size_t>(row)]);
+    ids.insert(ids.end(), body.begin(), body.end());
+    if (tokenizer.eos_id() >= 0) ids.push_back(tokenizer.eos_id());
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+// Each split that should have windows has at least one.
+Status CheckWindows(const TextOptions& options, const std::filesystem::path& path,
+                    const SplitRows& split, const at::Tensor& train, const at::Tensor& eval) {
+  const std::string length = std::to_string(options.sequence_length());
+  if (train.size(0) == 0) {
+    return DataLossError("'" + path.string() + "': the train split's " +
+                         std::to_string(split.train.size()) + " documents give fewer than " +
+                         length + " tokens, not one window; lower sequence_length");
+  }
+  if (options.eval_fraction() > 0 && eval.size(0) == 0) {
+    return DataLossError("'" + path.string() + "': the eval split's " +
+                         std::to_string(split.eval.size()) + " documents give fewer than " +
+                         length +
+                         " tokens, not one window; raise eval_fraction or lower sequence_length");
+  }
+  return Status::Ok();
+}
+
 class TextLoader : public DataLoaderPlugin {
  public:
   const google::protobuf::Message& default_options() const override {
@@ -194,21 +254,9 @@ class TextLoader : public DataLoaderPlugin {
     const auto& options = OptionsAs<TextOptions>(message);
     const std::filesystem::path path = ResolvePath(context.base_dir, options.path());
     ENGINE_ASSIGN_OR_RETURN(std::string text, ReadMaybeCompressed(path));
-    const bool jsonl =
-        options.format() == TextOptions::JSONL ||
-        (options.format() == TextOptions::AUTO &&
-         (EndsWith(path.string(), ".jsonl") || EndsWith(path.string(), ".jsonl.gz")));
-    std::vector<std::string> documents;
-    if (jsonl) {
-      ENGINE_ASSIGN_OR_RETURN(documents,
-                              SplitJsonlDocuments(text, options.text_field(), path.string()));
-    } else {
-      documents = SplitTextDocuments(text, options.document_separator());
-    }
-    if (options.max_documents() > 0 && documents.size() > options.max_documents()) {
-      documents.resize(options.max_documents());
-    }
-    if (documents.empty()) return DataLossError("'" + path.string() + "' holds no documents");
+    const bool jsonl = IsJsonl(options, path);
+    ENGINE_ASSIGN_OR_RETURN(std::vector<std::string> documents,
+                            SplitDocuments(options, jsonl, text, path));
     ENGINE_ASSIGN_OR_RETURN(auto tokenizer, MakeTokenizer(options.tokenizer(), context.base_dir));
 
     const int64_t n = static_cast<int64_t>(documents.size());
@@ -218,33 +266,9 @@ class TextLoader : public DataLoaderPlugin {
       split.train.pop_back();
     }
     const int64_t length = options.sequence_length();
-    auto tokenize = [&](const std::vector<int64_t>& rows) {
-      std::vector<std::vector<int64_t>> out;
-      out.reserve(rows.size());
-      for (int64_t row : rows) {
-        std::vector<int64_t> ids;
-        if (tokenizer->bos_id() >= 0) ids.push_back(tokenizer->bos_id());
-        auto body = tokenizer->Encode(documents[static_cast<size_t>(row)]);
-        ids.insert(ids.end(), body.begin(), body.end());
-        if (tokenizer->eos_id() >= 0) ids.push_back(tokenizer->eos_id());
-        out.push_back(std::move(ids));
-      }
-      return out;
-    };
-    at::Tensor train = Pack(tokenize(split.train), length);
-    at::Tensor eval = Pack(tokenize(split.eval), length);
-    if (train.size(0) == 0) {
-      return DataLossError("'" + path.string() + "': the train split's " +
-                           std::to_string(split.train.size()) + " documents give fewer than " +
-                           std::to_string(length) +
-                           " tokens, not one window; lower sequence_length");
-    }
-    if (options.eval_fraction() > 0 && eval.size(0) == 0) {
-      return DataLossError("'" + path.string() + "': the eval split's " +
-                           std::to_string(split.eval.size()) + " documents give fewer than " +
-                           std::to_string(length) +
-                           " tokens, not one window; raise eval_fraction or lower sequence_length");
-    }
+    at::Tensor train = Pack(TokenizeDocuments(*tokenizer, documents, split.train), length);
+    at::Tensor eval = Pack(TokenizeDocuments(*tokenizer, documents, split.eval), length);
+    ENGINE_RETURN_IF_ERROR(CheckWindows(options, path, split, train, eval));
 
     DataSpec spec;
     const int64_t vocab = tokenizer->vocab_size();

@@ -88,6 +88,76 @@ bool HasText(const ordered_json& message) {
   return content->is_array() && WithMarker(ordered_json::array({message}), 0).has_value();
 }
 
+// Where the text of message `index` ends in `rendered` (a rendering of `conversation`), found by
+// rendering it again with a marker in that message's content.
+StatusOr<size_t> ContentEnd(const ChatTemplate& chat, const ordered_json& messages,
+                            const ordered_json& conversation, size_t index,
+                            const std::string& rendered, const ChatRenderOptions& plain) {
+  std::optional<ordered_json> marked = WithMarker(conversation, index);
+  if (!marked) {
+    return InvalidArgumentError(Where(messages, index) + " has no text content to locate");
+  }
+  ENGINE_ASSIGN_OR_RETURN(std::string with_marker, chat.Render(*marked, plain));
+  size_t at = CommonPrefix(rendered, with_marker);
+  if (with_marker != rendered.substr(0, at) + std::string(kMarker) + rendered.substr(at)) {
+    return InvalidArgumentError(
+        "cannot locate " + Where(messages, index) +
+        " in the rendered text: the template changes the content in more than one place");
+  }
+  return at;
+}
+
+// Every message with text must show in the rendering: a template that drops a role would
+// otherwise train on a conversation the user did not write.
+Status CheckEveryMessageShows(const ChatTemplate& chat, const ordered_json& messages,
+                              const std::string& text, const ChatRenderOptions& plain) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!HasText(messages[i])) continue;
+    std::optional<ordered_json> marked = WithMarker(messages, i);
+    ENGINE_ASSIGN_OR_RETURN(std::string with_marker, chat.Render(*marked, plain));
+    if (with_marker == text) {
+      return InvalidArgumentError(Where(messages, i) +
+                                  " does not appear in the text the chat template renders: the "
+                                  "template leaves it out of this conversation (a role, or a "
+                                  "place in the conversation, it does not render)");
+    }
+  }
+  return Status::Ok();
+}
+
+// Assistant message k's span in `text`: from the end of the conversation before it rendered with
+// the generation prompt to the end of the conversation through it (or, where a turn renders
+// otherwise as the last message, the end found from its content).
+StatusOr<std::pair<size_t, size_t>> PrefixSpan(const ChatTemplate& chat,
+                                               const ordered_json& messages, size_t k,
+                                               const std::string& text,
+                                               const ChatRenderOptions& plain,
+                                               const ChatRenderOptions& prompted) {
+  ordered_json before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(k));
+  ordered_json through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(k + 1));
+  if (before.is_null()) before = ordered_json::array();
+  StatusOr<std::string> prompt = chat.Render(before, prompted);
+  if (!prompt.ok()) {
+    return prompt.status().WithContext("rendering the messages before " + Where(messages, k));
+  }
+  ENGINE_ASSIGN_OR_RETURN(std::string turn, chat.Render(through, plain));
+  const size_t begin = StartsWith(text, *prompt) ? prompt->size() : CommonPrefix(text, *prompt);
+  if (StartsWith(text, turn)) return std::make_pair(begin, turn.size());
+  ENGINE_ASSIGN_OR_RETURN(size_t full_content_end,
+                          ContentEnd(chat, messages, messages, k, text, plain));
+  ENGINE_ASSIGN_OR_RETURN(size_t turn_content_end,
+                          ContentEnd(chat, messages, through, k, turn, plain));
+  const size_t end = BackToBoundary(
+      text, full_content_end,
+      full_content_end + CommonPrefix(std::string_view(text).substr(full_content_end),
+                                      std::string_view(turn).substr(turn_content_end)));
+  if (begin > full_content_end) {
+    return InvalidArgumentError("cannot locate " + Where(messages, k) +
+                                ": its content ends before the generation prompt does");
+  }
+  return std::make_pair(begin, end);
+}
+
 }  // namespace
 
 StatusOr<RenderedConversation> ChatTemplate::RenderForTraining(
@@ -99,44 +169,12 @@ StatusOr<RenderedConversation> ChatTemplate::RenderForTraining(
   ENGINE_ASSIGN_OR_RETURN(jinja::RenderOutput full, RenderOutput(messages, plain));
   RenderedConversation result;
   result.text = std::move(full.text);
-  const std::string& text = result.text;
+  ENGINE_RETURN_IF_ERROR(CheckEveryMessageShows(*this, messages, result.text, plain));
 
   std::vector<size_t> assistants;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i]["role"] == "assistant") assistants.push_back(i);
   }
-
-  // Where the text of message `index` ends in `rendered` (a rendering of `conversation`).
-  auto content_end = [&](const ordered_json& conversation, size_t index,
-                         const std::string& rendered) -> StatusOr<size_t> {
-    std::optional<ordered_json> marked = WithMarker(conversation, index);
-    if (!marked) {
-      return InvalidArgumentError(Where(messages, index) + " has no text content to locate");
-    }
-    ENGINE_ASSIGN_OR_RETURN(std::string with_marker, Render(*marked, plain));
-    size_t at = CommonPrefix(rendered, with_marker);
-    if (with_marker != rendered.substr(0, at) + std::string(kMarker) + rendered.substr(at)) {
-      return InvalidArgumentError(
-          "cannot locate " + Where(messages, index) +
-          " in the rendered text: the template changes the content in more than one place");
-    }
-    return at;
-  };
-
-  // Every message with text must show in the rendering: a template that drops a role would
-  // otherwise train on a conversation the user did not write.
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (!HasText(messages[i])) continue;
-    std::optional<ordered_json> marked = WithMarker(messages, i);
-    ENGINE_ASSIGN_OR_RETURN(std::string with_marker, Render(*marked, plain));
-    if (with_marker == text) {
-      return InvalidArgumentError(Where(messages, i) +
-                                  " does not appear in the text the chat template renders: the "
-                                  "template leaves it out of this conversation (a role, or a "
-                                  "place in the conversation, it does not render)");
-    }
-  }
-
   if (jinja_template().has_generation_blocks()) {
     if (full.generation_spans.size() != assistants.size()) {
       return InvalidArgumentError("the chat template's {% generation %} blocks rendered " +
@@ -149,33 +187,11 @@ StatusOr<RenderedConversation> ChatTemplate::RenderForTraining(
     }
     return result;
   }
-
   size_t previous_end = 0;
   for (size_t k : assistants) {
-    ordered_json before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(k));
-    ordered_json through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(k + 1));
-    if (before.is_null()) before = ordered_json::array();
-    StatusOr<std::string> prompt = Render(before, prompted);
-    if (!prompt.ok()) {
-      return prompt.status().WithContext("rendering the messages before " + Where(messages, k));
-    }
-    ENGINE_ASSIGN_OR_RETURN(std::string turn, Render(through, plain));
-    size_t begin = StartsWith(text, *prompt) ? prompt->size() : CommonPrefix(text, *prompt);
-    size_t end;
-    if (StartsWith(text, turn)) {
-      end = turn.size();
-    } else {
-      ENGINE_ASSIGN_OR_RETURN(size_t full_content_end, content_end(messages, k, text));
-      ENGINE_ASSIGN_OR_RETURN(size_t turn_content_end, content_end(through, k, turn));
-      end = BackToBoundary(
-          text, full_content_end,
-          full_content_end + CommonPrefix(std::string_view(text).substr(full_content_end),
-                                          std::string_view(turn).substr(turn_content_end)));
-      if (begin > full_content_end) {
-        return InvalidArgumentError("cannot locate " + Where(messages, k) +
-                                    ": its content ends before the generation prompt does");
-      }
-    }
+    ENGINE_ASSIGN_OR_RETURN(auto span,
+                            PrefixSpan(*this, messages, k, result.text, plain, prompted));
+    const auto [begin, end] = span;
     if (begin < previous_end || end <= begin) {
       return InvalidArgumentError("cannot locate " + Where(messages, k) +
                                   " in the rendered text: rendering the conversation up to it "

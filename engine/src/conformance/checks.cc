@@ -164,6 +164,7 @@ CheckResult OptionsSchema(const Subject& s) {
 }
 
 // Variants of `base` with one field set to an unusual value each.
+// Long by design: one case per protobuf field type, each with the unusual values that type allows.
 std::vector<std::pair<std::string, std::unique_ptr<Message>>> BadVariants(const Message& base) {
   std::vector<std::pair<std::string, std::unique_ptr<Message>>> out;
   const Descriptor* d = base.GetDescriptor();

@@ -49,6 +49,8 @@ class NoActions : public CallbackActions {
 
 }  // namespace
 
+// Long by design: a contract is the checklist a plugin author works through top to bottom, each
+// early return one broken promise with its message, in the order the engine relies on them.
 CheckResult DataContract(const Subject& s) {
   auto options = UsableOptions(s);
   if (!options.ok()) return Skip(options.status().message());
@@ -132,7 +134,8 @@ CheckResult DataContract(const Subject& s) {
               " eval; batches match the spec; out-of-range indices refused; reproducible by seed");
 }
 
-// The module's parameters and buffers by name.
+// Long by design: a contract is the checklist a plugin author works through top to bottom, each
+// early return one broken promise with its message, in the order the engine relies on them.
 CheckResult ModelContract(const Subject& s) {
   auto options = UsableOptions(s);
   if (!options.ok()) return Skip(options.status().message());
@@ -227,6 +230,8 @@ CheckResult ModelContract(const Subject& s) {
               std::to_string(with_grad) + " parameters get gradients");
 }
 
+// Long by design: a contract is the checklist a plugin author works through top to bottom, each
+// early return one broken promise with its message, in the order the engine relies on them.
 CheckResult PrecisionContract(const Subject& s) {
   auto options = UsableOptions(s);
   if (!options.ok()) return Skip(options.status().message());
@@ -319,6 +324,8 @@ CheckResult PrecisionContract(const Subject& s) {
               "thread; an AdamW step keeps its state in the dtype of the weights it updates");
 }
 
+// Long by design: a contract is the checklist a plugin author works through top to bottom, each
+// early return one broken promise with its message, in the order the engine relies on them.
 CheckResult CallbackContract(const Subject& s) {
   auto options = UsableOptions(s);
   if (!options.ok()) return Skip(options.status().message());

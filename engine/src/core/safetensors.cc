@@ -39,16 +39,19 @@ std::optional<uint64_t> ByteSize(const std::vector<int64_t>& shape, size_t items
 
 }  // namespace
 
-Status Write(const std::filesystem::path& path, const NamedTensors& tensors,
-             const Metadata& metadata) {
-  struct Entry {
-    std::string name;
-    at::Tensor tensor;  // contiguous, CPU
-    std::string_view dtype_name;
-    uint64_t begin = 0;
-    uint64_t end = 0;
-  };
-  std::vector<Entry> entries;
+namespace {
+
+struct WriteEntry {
+  std::string name;
+  at::Tensor tensor;  // contiguous, CPU
+  std::string_view dtype_name;
+};
+
+// The tensors to write, each checked (a name, once, not the metadata key; a dtype the format
+// holds), larger items first, then by name: every tensor starts aligned to its item size, as the
+// reference implementation lays them out.
+StatusOr<std::vector<WriteEntry>> EntriesToWrite(const NamedTensors& tensors) {
+  std::vector<WriteEntry> entries;
   entries.reserve(tensors.size());
   std::set<std::string> seen;
   for (const auto& [name, tensor] : tensors) {
@@ -70,14 +73,17 @@ Status Write(const std::filesystem::path& path, const NamedTensors& tensors,
     }
     entries.push_back({name, tensor.detach().cpu().contiguous(), *dtype_name});
   }
-  // Larger items first, then by name: every tensor starts aligned to its item size, as the
-  // reference implementation lays them out.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::sort(entries.begin(), entries.end(), [](const WriteEntry& a, const WriteEntry& b) {
     size_t ia = a.tensor.element_size(), ib = b.tensor.element_size();
     if (ia != ib) return ia > ib;
     return a.name < b.name;
   });
+  return entries;
+}
 
+// The JSON header for `entries` laid out back to back in their order, padded with spaces so the
+// data section starts 8-byte aligned.
+std::string HeaderFor(const std::vector<WriteEntry>& entries, const Metadata& metadata) {
   std::string header = "{";
   if (!metadata.empty()) {
     header += Quote(kMetadataKey) + ":{";
@@ -90,30 +96,35 @@ Status Write(const std::filesystem::path& path, const NamedTensors& tensors,
     header += "}";
   }
   uint64_t offset = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    Entry& e = entries[i];
-    e.begin = offset;
-    e.end = offset + e.tensor.nbytes();
-    offset = e.end;
+  for (const WriteEntry& e : entries) {
+    const uint64_t begin = offset;
+    offset += e.tensor.nbytes();
     if (header.size() > 1) header += ",";
     header += Quote(e.name) + ":{\"dtype\":\"" + std::string(e.dtype_name) + "\",\"shape\":[";
     for (int64_t d = 0; d < e.tensor.dim(); ++d) {
       if (d > 0) header += ",";
       header += std::to_string(e.tensor.size(d));
     }
-    header += "],\"data_offsets\":[" + std::to_string(e.begin) + "," + std::to_string(e.end) + "]}";
+    header += "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(offset) + "]}";
   }
   header += "}";
-  // Pad with spaces so the data section starts 8-byte aligned.
   while ((8 + header.size()) % 8 != 0) header += ' ';
+  return header;
+}
 
+}  // namespace
+
+Status Write(const std::filesystem::path& path, const NamedTensors& tensors,
+             const Metadata& metadata) {
+  ENGINE_ASSIGN_OR_RETURN(std::vector<WriteEntry> entries, EntriesToWrite(tensors));
+  const std::string header = HeaderFor(entries, metadata);
   return WriteFileAtomically(path, [&](const ByteSink& sink) -> Status {
     uint64_t n = header.size();
     unsigned char length[8];
     for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
     ENGINE_RETURN_IF_ERROR(sink(length, sizeof(length)));
     ENGINE_RETURN_IF_ERROR(sink(header.data(), header.size()));
-    for (const Entry& e : entries) {
+    for (const WriteEntry& e : entries) {
       if (e.tensor.nbytes() == 0) continue;
       ENGINE_RETURN_IF_ERROR(sink(e.tensor.data_ptr(), e.tensor.nbytes()));
     }

@@ -1,6 +1,7 @@
 // Attribute, item and slice access, and the methods of str and dict a template may call.
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 #include "jinja/builtins.h"
 #include "jinja/unicode.h"
@@ -103,34 +104,117 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
   return out + s.substr(pos);
 }
 
+// str.split and str.rsplit, with Python's rules for sep and maxsplit.
+Value SplitMethod(const std::string& s, const std::string& name, CallArgs& args) {
+  const std::string* sep = OptionalString(args, 0, "sep", name.c_str());
+  int64_t maxsplit = OptionalInt(args, 1, "maxsplit", -1);
+  Finish(args, name, 2);
+  if (sep != nullptr && sep->empty()) ThrowError("empty separator");
+  if (name == "rsplit" && maxsplit >= 0) {
+    if (sep == nullptr) ThrowError("rsplit() with maxsplit needs a separator");
+    std::vector<std::string> tail;
+    std::string rest = s;
+    for (int64_t done = 0; done < maxsplit; ++done) {
+      size_t found = rest.rfind(*sep);
+      if (found == std::string::npos) break;
+      tail.push_back(rest.substr(found + sep->size()));
+      rest.resize(found);
+    }
+    ValueList out{Value::String(rest)};
+    for (auto part = tail.rbegin(); part != tail.rend(); ++part) {
+      out.push_back(Value::String(*part));
+    }
+    return Value::List(std::move(out));
+  }
+  return Value::List(PySplit(s, sep, maxsplit));
+}
+
+// str.find, rfind, index (positions in code points, as Python counts) and count.
+Value SearchMethod(const std::string& s, const std::string& name, CallArgs& args) {
+  const std::string& sub = RequiredString(args, 0, "sub", name.c_str());
+  Finish(args, name, 1);
+  if (name == "count") {
+    if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointOffsets(s).size()));
+    int64_t n = 0;
+    for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) {
+      ++n;
+    }
+    return Value::Int(n);
+  }
+  size_t pos = name == "rfind" ? s.rfind(sub) : s.find(sub);
+  if (pos == std::string::npos) {
+    if (name == "index") ThrowError("substring not found");
+    return Value::Int(-1);
+  }
+  return Value::Int(static_cast<int64_t>(CodePointOffsets(s.substr(0, pos)).size()) - 1);
+}
+
+Value RemoveAffixMethod(const std::string& s, const std::string& name, CallArgs& args) {
+  const std::string& affix = RequiredString(args, 0, "affix", name.c_str());
+  Finish(args, name, 1);
+  if (affix.size() <= s.size()) {
+    if (name == "removeprefix" && s.compare(0, affix.size(), affix) == 0) {
+      return Value::String(s.substr(affix.size()));
+    }
+    if (name == "removesuffix" && s.compare(s.size() - affix.size(), affix.size(), affix) == 0) {
+      return Value::String(s.substr(0, s.size() - affix.size()));
+    }
+  }
+  return Value::String(s);
+}
+
+Value JoinMethod(const std::string& s, const std::string& name, CallArgs& args) {
+  const Value* items = args.Get(0, "iterable");
+  Finish(args, name, 1);
+  if (items == nullptr) ThrowError("join() takes exactly one argument (0 given)");
+  std::string out;
+  ValueList list = Iterate(*items);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string()) {
+      ThrowError("sequence item " + std::to_string(i) + ": expected str instance, " +
+                 list[i].TypeName().substr(0, list[i].TypeName().find(' ')) + " found");
+    }
+    if (i > 0) out += s;
+    out += list[i].as_string();
+  }
+  return Value::String(std::move(out));
+}
+
+// isdigit, isalpha, isalnum, isspace, isupper, islower over ASCII classes; nullopt for another
+// name.
+std::optional<Value> ClassMethod(const std::string& s, const std::string& name, CallArgs& args) {
+  int (*classify)(int) = name == "isdigit"   ? ::isdigit
+                         : name == "isalpha" ? ::isalpha
+                         : name == "isalnum" ? ::isalnum
+                         : name == "isspace" ? ::isspace
+                                             : nullptr;
+  if (classify != nullptr) {
+    Finish(args, name, 0);
+    return Value::Bool(!s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
+      return classify(static_cast<unsigned char>(c)) != 0;
+    }));
+  }
+  if (name != "isupper" && name != "islower") return std::nullopt;
+  Finish(args, name, 0);
+  bool cased = false;
+  for (char c : s) {
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      cased = true;
+      if ((name == "isupper") != (std::isupper(static_cast<unsigned char>(c)) != 0)) {
+        return Value::Bool(false);
+      }
+    }
+  }
+  return Value::Bool(cased);
+}
+
 Value StringMethod(const std::string& s, const std::string& name, CallArgs& args) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const std::string* chars = OptionalString(args, 0, "chars", name.c_str());
     Finish(args, name, 1);
     return Value::String(PyStrip(s, chars, name != "rstrip", name != "lstrip"));
   }
-  if (name == "split" || name == "rsplit") {
-    const std::string* sep = OptionalString(args, 0, "sep", name.c_str());
-    int64_t maxsplit = OptionalInt(args, 1, "maxsplit", -1);
-    Finish(args, name, 2);
-    if (sep != nullptr && sep->empty()) ThrowError("empty separator");
-    if (name == "rsplit" && maxsplit >= 0) {
-      if (sep == nullptr) ThrowError("rsplit() with maxsplit needs a separator");
-      std::vector<std::string> tail;
-      std::string rest = s;
-      for (int64_t done = 0; done < maxsplit; ++done) {
-        size_t found = rest.rfind(*sep);
-        if (found == std::string::npos) break;
-        tail.push_back(rest.substr(found + sep->size()));
-        rest.resize(found);
-      }
-      ValueList out{Value::String(rest)};
-      for (auto part = tail.rbegin(); part != tail.rend(); ++part)
-        out.push_back(Value::String(*part));
-      return Value::List(std::move(out));
-    }
-    return Value::List(PySplit(s, sep, maxsplit));
-  }
+  if (name == "split" || name == "rsplit") return SplitMethod(s, name, args);
   if (name == "splitlines") {
     Finish(args, name, 0);
     ValueList lines;
@@ -155,78 +239,11 @@ Value StringMethod(const std::string& s, const std::string& name, CallArgs& args
     return Value::String(Replace(s, from, to, count));
   }
   if (name == "find" || name == "rfind" || name == "count" || name == "index") {
-    const std::string& sub = RequiredString(args, 0, "sub", name.c_str());
-    Finish(args, name, 1);
-    if (name == "count") {
-      if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointOffsets(s).size()));
-      int64_t n = 0;
-      for (size_t pos = s.find(sub); pos != std::string::npos;
-           pos = s.find(sub, pos + sub.size())) {
-        ++n;
-      }
-      return Value::Int(n);
-    }
-    size_t pos = name == "rfind" ? s.rfind(sub) : s.find(sub);
-    if (pos == std::string::npos) {
-      if (name == "index") ThrowError("substring not found");
-      return Value::Int(-1);
-    }
-    return Value::Int(static_cast<int64_t>(CodePointOffsets(s.substr(0, pos)).size()) - 1);
+    return SearchMethod(s, name, args);
   }
-  if (name == "removeprefix" || name == "removesuffix") {
-    const std::string& affix = RequiredString(args, 0, "affix", name.c_str());
-    Finish(args, name, 1);
-    if (affix.size() <= s.size()) {
-      if (name == "removeprefix" && s.compare(0, affix.size(), affix) == 0) {
-        return Value::String(s.substr(affix.size()));
-      }
-      if (name == "removesuffix" && s.compare(s.size() - affix.size(), affix.size(), affix) == 0) {
-        return Value::String(s.substr(0, s.size() - affix.size()));
-      }
-    }
-    return Value::String(s);
-  }
-  if (name == "join") {
-    const Value* items = args.Get(0, "iterable");
-    Finish(args, name, 1);
-    if (items == nullptr) ThrowError("join() takes exactly one argument (0 given)");
-    std::string out;
-    ValueList list = Iterate(*items);
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_string()) {
-        ThrowError("sequence item " + std::to_string(i) + ": expected str instance, " +
-                   list[i].TypeName().substr(0, list[i].TypeName().find(' ')) + " found");
-      }
-      if (i > 0) out += s;
-      out += list[i].as_string();
-    }
-    return Value::String(std::move(out));
-  }
-  // isdigit and friends: ASCII classes, true for a non-empty string whose characters all match.
-  int (*classify)(int) = name == "isdigit"   ? ::isdigit
-                         : name == "isalpha" ? ::isalpha
-                         : name == "isalnum" ? ::isalnum
-                         : name == "isspace" ? ::isspace
-                                             : nullptr;
-  if (classify != nullptr) {
-    Finish(args, name, 0);
-    return Value::Bool(!s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
-      return classify(static_cast<unsigned char>(c)) != 0;
-    }));
-  }
-  if (name == "isupper" || name == "islower") {
-    Finish(args, name, 0);
-    bool cased = false;
-    for (char c : s) {
-      if (std::isalpha(static_cast<unsigned char>(c))) {
-        cased = true;
-        if ((name == "isupper") != (std::isupper(static_cast<unsigned char>(c)) != 0)) {
-          return Value::Bool(false);
-        }
-      }
-    }
-    return Value::Bool(cased);
-  }
+  if (name == "removeprefix" || name == "removesuffix") return RemoveAffixMethod(s, name, args);
+  if (name == "join") return JoinMethod(s, name, args);
+  if (std::optional<Value> answer = ClassMethod(s, name, args)) return *std::move(answer);
   ThrowError("'str object' has no attribute '" + name + "'");
 }
 

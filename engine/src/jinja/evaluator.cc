@@ -93,6 +93,8 @@ void Evaluator::ExecuteNode(const Node& node) {
   }
 }
 
+// Jinja's for loop as one piece (the item filter, the loop variable's attributes, tuple unpacking,
+// break/continue, the else branch): its parts share the loop's state.
 void Evaluator::ExecuteFor(const Node& node) {
   ValueList items = Iterate(Eval(*node.expr));
   At(node.line, node.column);
@@ -360,6 +362,8 @@ Value Evaluator::EvalCompare(const Expr& expr) {
   return Value::Bool(true);
 }
 
+// One case per expression kind, each short; long because the grammar has that many kinds, and one
+// switch keeps the language's semantics in one place.
 Value Evaluator::Eval(const Expr& expr) {
   switch (expr.kind) {
     case Expr::Kind::kLiteral:

@@ -274,7 +274,7 @@ class Lexer {
   }
 
   // Python's string literal escapes (Jinja2 decodes them with "unicode-escape"); an unknown
-  // escape keeps its backslash, as Python does.
+  // escape keeps its backslash, as Python does. One case per escape, hence the length.
   Status LexString() {
     size_t start = pos_;
     char quote = src_[pos_++];

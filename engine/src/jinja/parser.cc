@@ -477,6 +477,8 @@ class Parser {
     return node;
   }
 
+  // One case per kind of primary expression (literals, names, lists, dicts, tuples, parentheses):
+  // the grammar's alternatives side by side.
   ExprPtr ParsePrimary() {
     const Token& token = Next();
     switch (token.kind) {

@@ -34,6 +34,7 @@ bool HasCase(const Value& v, bool upper) {
   return cased;
 }
 
+// The table of Jinja's tests (`x is defined`, ...): long as a table is, one line or two a test.
 const std::map<std::string, TestFunction, std::less<>>& Tests() {
   static const auto* tests = new std::map<std::string, TestFunction, std::less<>>{
       {"defined", [](const Value& v, CallArgs&) { return !v.is_undefined(); }},

@@ -407,6 +407,8 @@ void AppendJsonString(const std::string& s, bool ensure_ascii, std::string& out)
   out += '"';
 }
 
+// Python's json.dumps for one value and, recursively, its items: one case per value type, with
+// indentation and separators handled where they appear.
 Status AppendJson(const Value& value, const JsonOptions& options, int depth, std::string& out) {
   const std::string item_separator =
       options.separators ? options.separators->first : (options.indent ? "," : ", ");

@@ -44,24 +44,9 @@ class StageChecker {
   // to use.
   bool Bind(PluginKind kind, const Message* ref, const std::string& path, const std::string& stage,
             const std::string& default_plugin, ResolvedPluginRef* out) {
-    const std::string title(PluginKindTitle(kind));
     std::string plugin_name = default_plugin;
     const google::protobuf::Any* options = nullptr;
-    if (ref != nullptr) {
-      const auto* reflection = ref->GetReflection();
-      const auto* plugin_field = ref->GetDescriptor()->FindFieldByName("plugin");
-      const auto* options_field = ref->GetDescriptor()->FindFieldByName("options");
-      plugin_name = reflection->GetString(*ref, plugin_field);
-      if (reflection->HasField(*ref, options_field)) {
-        options = google::protobuf::DynamicCastToGenerated<google::protobuf::Any>(
-            &reflection->GetMessage(*ref, options_field));
-      }
-      if (plugin_name.empty()) {
-        Error(path, OwnerSubject(stage) + ": `plugin` is required: name the " + title +
-                        " to use (see `engine plugins`)");
-        return false;
-      }
-    }
+    if (ref != nullptr && !ReadRef(kind, *ref, path, stage, &plugin_name, &options)) return false;
     const PluginRegistry::Entry* entry = registry_.Find(kind, plugin_name);
     if (entry == nullptr) {
       Error(ref != nullptr ? path + ".plugin" : path,
@@ -70,33 +55,65 @@ class StageChecker {
     }
     out->entry = entry;
     out->path = path;
-    out->context = OwnerSubject(stage) + " " + title + " '" + plugin_name + "'";
-    const Message& defaults = entry->plugin->default_options();
-    out->options.reset(defaults.New());
-    if (options != nullptr) {
-      const std::string given = TypeNameFromUrlLocal(options->type_url());
-      const std::string expected = defaults.GetDescriptor()->full_name();
-      if (given != expected) {
-        Error(path + ".options", out->context + ": options of type '" + given +
-                                     "' were given, but this plugin takes '" + expected + "'");
-        return false;
-      }
-      if (!options->UnpackTo(out->options.get())) {
-        Error(path + ".options",
-              out->context + ": the options cannot be decoded as '" + expected + "'");
-        return false;
-      }
-      pipeline_->source_map->MapAnyBody(proto::Pipeline::descriptor(), path + ".options",
-                                        defaults.GetDescriptor());
+    out->context =
+        OwnerSubject(stage) + " " + std::string(PluginKindTitle(kind)) + " '" + plugin_name + "'";
+    if (!UnpackOptions(*entry, options, out)) return false;
+    return CheckOptions(*entry, *out);
+  }
+
+  // The plugin name and packed options a PluginRef or CallbackRef gives; false (reported) when it
+  // names no plugin.
+  bool ReadRef(PluginKind kind, const Message& ref, const std::string& path,
+               const std::string& stage, std::string* plugin_name,
+               const google::protobuf::Any** options) {
+    const auto* reflection = ref.GetReflection();
+    const auto* plugin_field = ref.GetDescriptor()->FindFieldByName("plugin");
+    const auto* options_field = ref.GetDescriptor()->FindFieldByName("options");
+    *plugin_name = reflection->GetString(ref, plugin_field);
+    if (reflection->HasField(ref, options_field)) {
+      *options = google::protobuf::DynamicCastToGenerated<google::protobuf::Any>(
+          &reflection->GetMessage(ref, options_field));
     }
+    if (!plugin_name->empty()) return true;
+    Error(path, OwnerSubject(stage) + ": `plugin` is required: name the " +
+                    std::string(PluginKindTitle(kind)) + " to use (see `engine plugins`)");
+    return false;
+  }
+
+  // The plugin's defaults, overlaid with the given options when their type is the plugin's own.
+  bool UnpackOptions(const PluginRegistry::Entry& entry, const google::protobuf::Any* options,
+                     ResolvedPluginRef* out) {
+    const Message& defaults = entry.plugin->default_options();
+    out->options.reset(defaults.New());
+    if (options == nullptr) return true;
+    const std::string given = TypeNameFromUrlLocal(options->type_url());
+    const std::string expected = defaults.GetDescriptor()->full_name();
+    if (given != expected) {
+      Error(out->path + ".options", out->context + ": options of type '" + given +
+                                        "' were given, but this plugin takes '" + expected + "'");
+      return false;
+    }
+    if (!options->UnpackTo(out->options.get())) {
+      Error(out->path + ".options",
+            out->context + ": the options cannot be decoded as '" + expected + "'");
+      return false;
+    }
+    pipeline_->source_map->MapAnyBody(proto::Pipeline::descriptor(), out->path + ".options",
+                                      defaults.GetDescriptor());
+    return true;
+  }
+
+  // Required fields, then the plugin's own ValidateOptions (guarded): every problem reported.
+  bool CheckOptions(const PluginRegistry::Entry& entry, const ResolvedPluginRef& ref) {
+    const std::string& path = ref.path;
     OptionErrors required;
-    bool ok = CheckRequiredFields(*out->options, &required);
+    bool ok = CheckRequiredFields(*ref.options, &required);
     for (const OptionErrors::Entry& e : required.entries()) {
-      Error(path + ".options", out->context + ": options." + e.field_path + " " + e.message);
+      Error(path + ".options", ref.context + ": options." + e.field_path + " " + e.message);
     }
     OptionErrors option_errors;
-    Status status = GuardedCall(out->context, [&]() -> Status {
-      entry->plugin->ValidateOptions(*out->options, &option_errors);
+    Status status = GuardedCall(ref.context, [&]() -> Status {
+      entry.plugin->ValidateOptions(*ref.options, &option_errors);
       return Status::Ok();
     });
     if (!status.ok()) {
@@ -105,7 +122,7 @@ class StageChecker {
     }
     for (const OptionErrors::Entry& e : option_errors.entries()) {
       Error(e.field_path.empty() ? path + ".options" : path + ".options." + e.field_path,
-            out->context + ": " + (e.field_path.empty() ? "" : "options." + e.field_path + ": ") +
+            ref.context + ": " + (e.field_path.empty() ? "" : "options." + e.field_path + ": ") +
                 e.message);
       ok = false;
     }

@@ -151,6 +151,90 @@ Status CheckCensusAllows(const PolicySpec& spec, const ParameterCensus& census) 
       "precision auto, bf16-mixed or bf16-true, or fp32");
 }
 
+namespace {
+
+// One tensor's storage, compute, gradient, master and optimizer-state dtypes under `spec`.
+TensorPlan PlanTensor(const TensorCensusEntry& t, const PrecisionRequest& request,
+                      const proto::PrecisionOptions& options, const PolicySpec& spec, bool unsafe,
+                      std::vector<int>* keep_hits) {
+  TensorPlan tp;
+  tp.name = t.name;
+  tp.numel = t.numel;
+  tp.trainable = t.trainable;
+  tp.is_buffer = t.is_buffer;
+  if (!at::isFloatingType(t.dtype)) {
+    tp.storage = tp.compute = t.dtype;  // integer buffers and indices keep their dtype
+    return tp;
+  }
+  const ComputeDeclaration* declared = DeclarationFor(request.declared_compute, t.name);
+  for (int i = 0; i < options.keep_fp32_size(); ++i) {
+    if (GlobMatch(options.keep_fp32(i), t.name)) {
+      tp.kept_fp32 = true;
+      ++(*keep_hits)[static_cast<size_t>(i)];
+    }
+  }
+  if (declared != nullptr && declared->dtype == at::kFloat) tp.kept_fp32 = true;
+  tp.storage = tp.kept_fp32 ? at::kFloat : (spec.low_storage ? spec.compute : at::kFloat);
+  tp.compute = declared != nullptr ? declared->dtype : spec.compute;
+  if (t.trainable) {
+    tp.grad = tp.storage;
+    tp.master = (tp.storage != at::kFloat && !unsafe) ? at::kFloat : tp.storage;
+    tp.optimizer_state = tp.master;
+  }
+  return tp;
+}
+
+// Every keep_fp32 pattern must select something: a typo would silently keep nothing in f32.
+void CheckKeepPatternsMatched(const proto::PrecisionOptions& options,
+                              const std::vector<int>& keep_hits, OptionErrors* field_errors) {
+  for (int i = 0; i < options.keep_fp32_size(); ++i) {
+    if (keep_hits[static_cast<size_t>(i)] == 0) {
+      field_errors->Add("keep_fp32[" + std::to_string(i) + "]",
+                        "pattern '" + options.keep_fp32(i) + "' matches no parameter or buffer");
+    }
+  }
+}
+
+// "casts 3 tensor(s) f32 to bf16, ..." or "no tensor changes dtype".
+std::string CastsReason(const std::vector<TensorCensusEntry>& census,
+                        const std::vector<TensorPlan>& tensors) {
+  std::map<std::string, int64_t> casts;  // "f32 to bf16" -> tensors
+  for (size_t i = 0; i < census.size(); ++i) {
+    if (tensors[i].storage != census[i].dtype)
+      ++casts[Dt(census[i].dtype) + " to " + Dt(tensors[i].storage)];
+  }
+  if (casts.empty()) return "no tensor changes dtype";
+  std::string reason = "casts";
+  bool first = true;
+  for (const auto& [what, n] : casts) {
+    reason += (first ? " " : ", ") + std::to_string(n) + " tensor(s) " + what;
+    first = false;
+  }
+  return reason;
+}
+
+void AddPlanWarnings(const PrecisionRequest& request, const PolicySpec& spec, PrecisionPlan* plan) {
+  int64_t unsafe_tensors = 0;
+  for (const TensorPlan& tp : plan->tensors) {
+    if (tp.trainable && at::isFloatingType(tp.storage) && tp.master != at::kFloat) ++unsafe_tensors;
+  }
+  if (unsafe_tensors > 0) {
+    plan->warnings.push_back(
+        "unsafe_low_precision_updates: " + std::to_string(unsafe_tensors) +
+        " trainable tensor(s) are updated in " + Dt(spec.compute) +
+        " without f32 masters or f32 optimizer state; an update smaller than " +
+        (spec.compute == at::kBFloat16 ? std::string("1/256") : std::string("1/2048")) +
+        " of a weight is lost to rounding" +
+        (spec.loss_scaling ? ", and there is no loss scaling (it needs f32 masters)" : ""));
+  }
+  if (spec.compute == at::kBFloat16 && !request.device.bf16_fast) {
+    plan->warnings.push_back(request.device.Describe() +
+                             " has no bf16 hardware; bf16 compute runs, but slower than f32");
+  }
+}
+
+}  // namespace
+
 StatusOr<PrecisionPlan> BuildPolicyPlan(const PrecisionRequest& request,
                                         const proto::PrecisionOptions& options,
                                         const PolicySpec& spec, const std::string& requested,
@@ -170,70 +254,12 @@ StatusOr<PrecisionPlan> BuildPolicyPlan(const PrecisionRequest& request,
     plan.loss_scaling = {true, ls.initial_scale(), ls.growth_factor(), ls.backoff_factor(),
                          static_cast<int64_t>(ls.growth_interval())};
   }
-
-  std::vector<int> keep_hits(options.keep_fp32_size(), 0);
-  std::map<std::string, int64_t> casts;  // "f32 -> bf16" -> tensors
-  int64_t unsafe_tensors = 0;
-  for (const TensorCensusEntry& t : request.census) {
-    TensorPlan tp;
-    tp.name = t.name;
-    tp.numel = t.numel;
-    tp.trainable = t.trainable;
-    tp.is_buffer = t.is_buffer;
-    if (!at::isFloatingType(t.dtype)) {
-      tp.storage = tp.compute = t.dtype;  // integer buffers and indices keep their dtype
-      plan.tensors.push_back(tp);
-      continue;
-    }
-    const ComputeDeclaration* declared = DeclarationFor(request.declared_compute, t.name);
-    for (int i = 0; i < options.keep_fp32_size(); ++i) {
-      if (GlobMatch(options.keep_fp32(i), t.name)) {
-        tp.kept_fp32 = true;
-        ++keep_hits[i];
-      }
-    }
-    if (declared != nullptr && declared->dtype == at::kFloat) tp.kept_fp32 = true;
-    tp.storage = tp.kept_fp32 ? at::kFloat : (spec.low_storage ? spec.compute : at::kFloat);
-    tp.compute = declared != nullptr ? declared->dtype : spec.compute;
-    if (tp.storage != t.dtype) ++casts[Dt(t.dtype) + " to " + Dt(tp.storage)];
-    if (t.trainable) {
-      tp.grad = tp.storage;
-      tp.master = (tp.storage != at::kFloat && !unsafe) ? at::kFloat : tp.storage;
-      tp.optimizer_state = tp.master;
-      if (tp.master != at::kFloat) ++unsafe_tensors;
-    }
-    plan.tensors.push_back(tp);
-  }
-  for (int i = 0; i < options.keep_fp32_size(); ++i) {
-    if (keep_hits[i] == 0) {
-      field_errors->Add("keep_fp32[" + std::to_string(i) + "]",
-                        "pattern '" + options.keep_fp32(i) + "' matches no parameter or buffer");
-    }
-  }
-
-  if (casts.empty()) {
-    plan.reason = "no tensor changes dtype";
-  } else {
-    plan.reason = "casts";
-    bool first = true;
-    for (const auto& [what, n] : casts) {
-      plan.reason += (first ? " " : ", ") + std::to_string(n) + " tensor(s) " + what;
-      first = false;
-    }
-  }
-  if (unsafe_tensors > 0) {
-    plan.warnings.push_back(
-        "unsafe_low_precision_updates: " + std::to_string(unsafe_tensors) +
-        " trainable tensor(s) are updated in " + Dt(spec.compute) +
-        " without f32 masters or f32 optimizer state; an update smaller than " +
-        (spec.compute == at::kBFloat16 ? std::string("1/256") : std::string("1/2048")) +
-        " of a weight is lost to rounding" +
-        (spec.loss_scaling ? ", and there is no loss scaling (it needs f32 masters)" : ""));
-  }
-  if (spec.compute == at::kBFloat16 && !request.device.bf16_fast) {
-    plan.warnings.push_back(request.device.Describe() +
-                            " has no bf16 hardware; bf16 compute runs, but slower than f32");
-  }
+  std::vector<int> keep_hits(static_cast<size_t>(options.keep_fp32_size()), 0);
+  for (const TensorCensusEntry& t : request.census)
+    plan.tensors.push_back(PlanTensor(t, request, options, spec, unsafe, &keep_hits));
+  CheckKeepPatternsMatched(options, keep_hits, field_errors);
+  plan.reason = CastsReason(request.census, plan.tensors);
+  AddPlanWarnings(request, spec, &plan);
   GroupTensorPlans(&plan);
   ENGINE_RETURN_IF_ERROR(CheckPlanInvariants(plan, request.device));
   return plan;

@@ -34,6 +34,69 @@ StatusOr<double> LoraScale(const std::filesystem::path& dir) {
   return config["lora_alpha"].get<double>() / config["r"].get<double>();
 }
 
+// What the parent checkpoint in `dir` holds: its tensors, their shapes, which are integers, and the
+// adapters beside them.
+StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
+                                       const proto::CheckpointManifest& manifest,
+                                       const safetensors::File& file) {
+  HandoffSource source;
+  source.stage = manifest.stage();
+  for (const safetensors::TensorInfo& info : file.tensors()) {
+    source.tensors[info.name] = info.shape;
+    if (!c10::isFloatingType(info.dtype)) source.integer_tensors.insert(info.name);
+  }
+  if (std::filesystem::exists(dir / kAdapterFile)) {
+    ENGINE_ASSIGN_OR_RETURN(auto adapters, safetensors::File::Open(dir / kAdapterFile));
+    for (const safetensors::TensorInfo& info : adapters->tensors()) {
+      if (info.name.rfind(kPeftPrefix, 0) == 0) {
+        source.adapter_tensors.insert(info.name.substr(std::strlen(kPeftPrefix)));
+      }
+    }
+  }
+  return source;
+}
+
+// Copies the tensors the handoff keeps as they are.
+Status CopyTensors(const Handoff& handoff, const safetensors::File& file,
+                   torch::nn::Module& module) {
+  std::map<std::string, at::Tensor> targets;
+  for (ModuleTensor& t : ModuleTensors(module)) targets[t.name] = t.tensor;
+  for (const std::string& name : handoff.copied) {
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file.Get(name));
+    targets.at(name).copy_(source_tensor);
+  }
+  return Status::Ok();
+}
+
+// Loads each dense layer's weight, with the parent's adapter merged in (W + scale * B A) where the
+// handoff merges it, so the layer may quantize it.
+Status LoadDenseLayers(const Handoff& handoff, const std::filesystem::path& dir,
+                       const safetensors::File& file, torch::nn::Module& module) {
+  double merge_scale = 0;
+  std::shared_ptr<const safetensors::File> parent_adapters;
+  if (!handoff.merged_adapters.empty()) {
+    ENGINE_ASSIGN_OR_RETURN(merge_scale, LoraScale(dir));
+    ENGINE_ASSIGN_OR_RETURN(parent_adapters, safetensors::File::Open(dir / kAdapterFile));
+  }
+  const std::string adapter_prefix = kPeftPrefix;
+  std::map<std::string, std::shared_ptr<LinearImpl>> layers;
+  for (auto& [name, layer] : NamedLinears(module)) layers[name] = layer;
+  for (const std::string& name : handoff.dense_layers) {
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor dense, file.Get(name + ".weight"));
+    dense = dense.to(at::kFloat);
+    if (handoff.merged_adapters.count(name) != 0) {
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor a,
+                              parent_adapters->Get(adapter_prefix + name + ".lora_A.weight"));
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor b,
+                              parent_adapters->Get(adapter_prefix + name + ".lora_B.weight"));
+      dense = dense + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * merge_scale;
+    }
+    ENGINE_RETURN_IF_ERROR(
+        layers.at(name)->LoadDenseWeight(dense).WithContext("layer '" + name + "'"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context,
@@ -46,21 +109,8 @@ Status LoadParentWeights(const std::filesystem::path& dir, const std::string& co
     return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
   }
   ENGINE_ASSIGN_OR_RETURN(auto file, safetensors::File::Open(dir / kModelFile).WithContext(where));
-  HandoffSource source;
-  source.stage = manifest.stage();
-  for (const safetensors::TensorInfo& info : file->tensors()) {
-    source.tensors[info.name] = info.shape;
-    if (!c10::isFloatingType(info.dtype)) source.integer_tensors.insert(info.name);
-  }
-  if (std::filesystem::exists(dir / kAdapterFile)) {
-    ENGINE_ASSIGN_OR_RETURN(auto adapters,
-                            safetensors::File::Open(dir / kAdapterFile).WithContext(where));
-    for (const safetensors::TensorInfo& info : adapters->tensors()) {
-      if (info.name.rfind(kPeftPrefix, 0) == 0) {
-        source.adapter_tensors.insert(info.name.substr(std::strlen(kPeftPrefix)));
-      }
-    }
-  }
+  ENGINE_ASSIGN_OR_RETURN(HandoffSource source,
+                          DescribeParent(dir, manifest, *file).WithContext(where));
   const Handoff handoff =
       PlanHandoff(source, module, child_adapter_parameters, merge_adapters, new_tensor_globs);
   const std::string parent_model = "'" + manifest.model().architecture() + "' model";
@@ -69,40 +119,9 @@ Status LoadParentWeights(const std::filesystem::path& dir, const std::string& co
                                    " does not fit this stage's '" + architecture +
                                    "' model: " + HandoffProblems(handoff));
   }
-  const std::string adapter_prefix = kPeftPrefix;
-  double merge_scale = 0;
-  std::shared_ptr<const safetensors::File> parent_adapters;
-  if (!handoff.merged_adapters.empty()) {
-    ENGINE_ASSIGN_OR_RETURN(merge_scale, LoraScale(dir).WithContext(where));
-    ENGINE_ASSIGN_OR_RETURN(parent_adapters,
-                            safetensors::File::Open(dir / kAdapterFile).WithContext(where));
-  }
-
   at::NoGradGuard no_grad;
-  std::map<std::string, at::Tensor> targets;
-  for (ModuleTensor& t : ModuleTensors(module)) targets[t.name] = t.tensor;
-  for (const std::string& name : handoff.copied) {
-    ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file->Get(name).WithContext(where));
-    targets.at(name).copy_(source_tensor);
-  }
-  std::map<std::string, std::shared_ptr<LinearImpl>> layers;
-  for (auto& [name, layer] : NamedLinears(module)) layers[name] = layer;
-  for (const std::string& name : handoff.dense_layers) {
-    ENGINE_ASSIGN_OR_RETURN(at::Tensor dense, file->Get(name + ".weight").WithContext(where));
-    dense = dense.to(at::kFloat);
-    auto merged = handoff.merged_adapters.find(name);
-    if (merged != handoff.merged_adapters.end()) {
-      ENGINE_ASSIGN_OR_RETURN(
-          at::Tensor a,
-          parent_adapters->Get(adapter_prefix + name + ".lora_A.weight").WithContext(where));
-      ENGINE_ASSIGN_OR_RETURN(
-          at::Tensor b,
-          parent_adapters->Get(adapter_prefix + name + ".lora_B.weight").WithContext(where));
-      dense = dense + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * merge_scale;
-    }
-    ENGINE_RETURN_IF_ERROR(
-        layers.at(name)->LoadDenseWeight(dense).WithContext(where + ": layer '" + name + "'"));
-  }
+  ENGINE_RETURN_IF_ERROR(CopyTensors(handoff, *file, module).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(LoadDenseLayers(handoff, dir, *file, module).WithContext(where));
   LOG(INFO) << where << " (a " << parent_model << "): " << HandoffSummary(handoff);
   return Status::Ok();
 }

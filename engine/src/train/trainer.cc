@@ -308,35 +308,25 @@ class StageTrainer : public CallbackActions {
     });
   }
 
+  // What the micro-batches of one step gave: the summed (weighted) loss and its number of terms.
+  struct AccumulatedLoss {
+    at::Tensor sum;
+    int64_t count = 0;
+  };
+
   // One optimizer step over micro-batches [first, last) of the epoch, taken from `prefetcher`.
   Status TrainStep(BatchPrefetcher& prefetcher, size_t first, size_t last) {
     precision_->ZeroGrad();
-    // Each micro-batch's mean loss is weighted by its number of loss terms, and the summed gradient
-    // divided by the step's total, so the step follows the mean over all of its terms. With a
-    // single micro-batch that is the plain mean, and the weighting is skipped.
     const bool single = last - first == 1;
     const double scale = precision_->loss_scale();
-    at::Tensor loss_sum;
-    int64_t count = 0;
-    for (size_t i = first; i < last; ++i) {
-      ENGINE_ASSIGN_OR_RETURN(Batch batch, NextBatch(prefetcher));
-      ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
-      if (output.loss_count <= 0) continue;
-      if (gradient_averager_ != nullptr && i + 1 == last) gradient_averager_->ArmForLastBackward();
-      ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
-        at::Tensor weighted =
-            single ? output.loss : output.loss * static_cast<double>(output.loss_count);
-        (scale != 1.0 ? weighted * scale : weighted).backward();
-        loss_sum = loss_sum.defined() ? loss_sum + weighted.detach() : weighted.detach();
-        return Status::Ok();
-      }));
-      count += output.loss_count;
-    }
-    if (count == 0) {
+    ENGINE_ASSIGN_OR_RETURN(AccumulatedLoss accumulated,
+                            AccumulateGradients(prefetcher, first, last, scale));
+    if (accumulated.count == 0) {
       return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
                                      " had no loss terms (every example was masked)");
     }
-    const double loss = loss_sum.item<double>() / (single ? 1.0 : static_cast<double>(count));
+    const double divisor = single ? 1.0 : static_cast<double>(accumulated.count);
+    const double loss = accumulated.sum.item<double>() / divisor;
     if (!std::isfinite(loss)) {
       return FailedPreconditionError(
           context_ + ": the training loss became " + std::to_string(loss) + " at step " +
@@ -350,7 +340,44 @@ class StageTrainer : public CallbackActions {
       // overflow and skip the same steps.
       ENGINE_RETURN_IF_ERROR(gradient_averager_->Finish().WithContext(context_));
     }
-    const bool finite = precision_->UnscaleAndCheck(single ? 1.0 : static_cast<double>(count));
+    ENGINE_ASSIGN_OR_RETURN(double grad_norm, UpdateWeights(divisor, scale));
+    ++step_;
+    examples_ += accumulated.count;
+    last_loss_ = loss;
+    return EmitStepEnd(loss, grad_norm);
+  }
+
+  // Forward and backward over each micro-batch. Each micro-batch's mean loss is weighted by its
+  // number of loss terms, and the summed gradient later divided by the step's total, so the step
+  // follows the mean over all of its terms. With a single micro-batch that is the plain mean, and
+  // the weighting is skipped.
+  StatusOr<AccumulatedLoss> AccumulateGradients(BatchPrefetcher& prefetcher, size_t first,
+                                                size_t last, double scale) {
+    const bool single = last - first == 1;
+    AccumulatedLoss accumulated;
+    for (size_t i = first; i < last; ++i) {
+      ENGINE_ASSIGN_OR_RETURN(Batch batch, NextBatch(prefetcher));
+      ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
+      if (output.loss_count <= 0) continue;
+      if (gradient_averager_ != nullptr && i + 1 == last) gradient_averager_->ArmForLastBackward();
+      ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
+        at::Tensor weighted =
+            single ? output.loss : output.loss * static_cast<double>(output.loss_count);
+        (scale != 1.0 ? weighted * scale : weighted).backward();
+        accumulated.sum =
+            accumulated.sum.defined() ? accumulated.sum + weighted.detach() : weighted.detach();
+        return Status::Ok();
+      }));
+      accumulated.count += output.loss_count;
+    }
+    return accumulated;
+  }
+
+  // Unscales the gradients by `divisor` (and the loss scale), clips and steps the optimizer when
+  // they are finite; skips the step (fp16 with loss scaling) or fails when they are not. Returns
+  // the gradient norm, or -1 when it was not computed.
+  StatusOr<double> UpdateWeights(double divisor, double scale) {
+    const bool finite = precision_->UnscaleAndCheck(divisor);
     double grad_norm = -1;
     if (finite) {
       if (config_.optimizer().max_grad_norm() > 0) {
@@ -380,9 +407,10 @@ class StageTrainer : public CallbackActions {
           FormatNumber(precision_->loss_scale()) +
           "; the gradients do not fit fp16. Use bf16-mixed (where the device has bf16) or fp32");
     }
-    ++step_;
-    examples_ += count;
-    last_loss_ = loss;
+    return grad_norm;
+  }
+
+  Status EmitStepEnd(double loss, double grad_norm) {
     if (!HasCallbacks()) return Status::Ok();
     Event event = MakeEvent(EventType::kStepEnd);
     event.metrics = {
