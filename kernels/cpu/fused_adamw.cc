@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "engine_kernels/adamw_coefficients.h"
 
@@ -42,22 +44,59 @@ ENGINE_SIMD_CLONES void CopyDown(const float* p, L* low, int64_t n) {
   for (int64_t i = 0; i < n; ++i) low[i] = static_cast<L>(p[i]);
 }
 
+// The exponent bits of each floating type: a value is inf or nan exactly when all are set. Testing
+// them on the raw bits vectorises to a few integer instructions per lane; std::isfinite on the
+// converted value does not, and ran at half of memcpy's bandwidth, a pass over every gradient
+// each step.
 template <typename G>
-ENGINE_SIMD_CLONES bool UnscaleSpan(G* g, int64_t n, float inverse) {
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = static_cast<float>(g[i]);
-    finite &= std::isfinite(x);
-    g[i] = static_cast<G>(x * inverse);
-  }
-  return finite;
-}
+struct ExponentBits;
+template <>
+struct ExponentBits<float> {
+  using Bits = uint32_t;
+  static constexpr Bits kMask = 0x7f800000u;
+};
+template <>
+struct ExponentBits<c10::BFloat16> {
+  using Bits = uint16_t;
+  static constexpr Bits kMask = 0x7f80u;
+};
+template <>
+struct ExponentBits<c10::Half> {
+  using Bits = uint16_t;
+  static constexpr Bits kMask = 0x7c00u;
+};
+template <>
+struct ExponentBits<double> {
+  using Bits = uint64_t;
+  static constexpr Bits kMask = 0x7ff0000000000000ull;
+};
 
 template <typename G>
 ENGINE_SIMD_CLONES bool FiniteSpan(const G* g, int64_t n) {
-  bool finite = true;
-  for (int64_t i = 0; i < n; ++i) finite &= std::isfinite(static_cast<float>(g[i]));
-  return finite;
+  using Bits = typename ExponentBits<G>::Bits;
+  constexpr Bits kMask = ExponentBits<G>::kMask;
+  static_assert(sizeof(Bits) == sizeof(G), "the bits are the value's own");
+  Bits non_finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, g + i, sizeof(Bits));
+    non_finite |= static_cast<Bits>((bits & kMask) == kMask);
+  }
+  return non_finite == 0;
+}
+
+template <typename G>
+ENGINE_SIMD_CLONES bool UnscaleSpan(G* g, int64_t n, float inverse) {
+  using Bits = typename ExponentBits<G>::Bits;
+  constexpr Bits kMask = ExponentBits<G>::kMask;
+  Bits non_finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, g + i, sizeof(Bits));
+    non_finite |= static_cast<Bits>((bits & kMask) == kMask);
+    g[i] = static_cast<G>(static_cast<float>(g[i]) * inverse);
+  }
+  return non_finite == 0;
 }
 
 bool IsLowOrF32(c10::ScalarType t) {

@@ -79,6 +79,27 @@ TEST(AllFiniteTest, FindsOneNonFiniteValueAndWritesNothing) {
   EXPECT_THROW(AllFinite(at::zeros({4}, at::kDouble)), c10::Error);
 }
 
+TEST(AllFiniteTest, TheLargestAndTheSubnormalValuesOfEachDtypeAreFinite) {
+  // The check reads the exponent bits, so the values next to inf and the ones without an exponent
+  // are the edges.
+  const std::vector<std::pair<c10::ScalarType, double>> largest = {
+      {at::kFloat, 3.4028234663852886e38},
+      {at::kBFloat16, 3.3895313892515355e38},
+      {at::kHalf, 65504.0}};
+  for (const auto& [dtype, max] : largest) {
+    at::Tensor g = at::full({70000}, 8.0).to(dtype);
+    g[1] = max;
+    g[2] = -max;
+    g[3] = at::kFloat == dtype ? 1e-45 : dtype == at::kHalf ? 6e-8 : 1e-40;
+    EXPECT_GT(std::abs(g[1].item<double>()), 1e4) << dtype;
+    EXPECT_NE(g[3].item<double>(), 0.0) << dtype << ": the subnormal rounded to zero";
+    EXPECT_TRUE(AllFinite(g)) << dtype;
+    at::Tensor found = at::zeros({1}, at::kInt);
+    FlagNonFinite(g, found);
+    EXPECT_EQ(found.item<int>(), 0) << dtype;
+  }
+}
+
 TEST(FlagNonFiniteTest, OneFlagCollectsEveryTensorsCheck) {
   for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     at::Tensor found = at::zeros({1}, at::kInt);
