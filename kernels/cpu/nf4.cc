@@ -114,16 +114,24 @@ __attribute__((target("avx2"))) int64_t DequantizeAligned8(const uint8_t* bytes,
 
 // 16-bit outputs (bf16, f16): the block's 16 values are rounded once, exactly as the scalar path
 // rounds each product, and every nibble looks its value up with byte shuffles (the low and the
-// high byte from two 16-entry tables): 32 elements per iteration. Returns how many were done.
+// high byte from two 16-entry tables). The tables are built in registers: a block is only 64
+// elements by default, so building them through memory cost as much as the lookups.
+struct ByteTables {
+  __m128i low, high;  // byte 0 and byte 1 of each code's 16-bit value
+};
+
+// Splits 16 values (codes 0-7 in `first`, 8-15 in `second`) into their byte tables.
+__attribute__((target("ssse3"))) inline ByteTables SplitBytes(__m128i first, __m128i second) {
+  const __m128i evens_then_odds =
+      _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m128i a = _mm_shuffle_epi8(first, evens_then_odds);
+  const __m128i b = _mm_shuffle_epi8(second, evens_then_odds);
+  return {_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b)};
+}
+
+// 32 elements (16 packed bytes) at a time. Returns how many were done.
 __attribute__((target("ssse3"))) int64_t DequantizeTable16(const uint8_t* bytes, int64_t count,
-                                                           const uint16_t* values, uint16_t* out) {
-  alignas(16) uint8_t low_bytes[16], high_bytes[16];
-  for (int c = 0; c < 16; ++c) {
-    low_bytes[c] = static_cast<uint8_t>(values[c] & 0xff);
-    high_bytes[c] = static_cast<uint8_t>(values[c] >> 8);
-  }
-  const __m128i low_table = _mm_load_si128(reinterpret_cast<const __m128i*>(low_bytes));
-  const __m128i high_table = _mm_load_si128(reinterpret_cast<const __m128i*>(high_bytes));
+                                                           ByteTables tables, uint16_t* out) {
   const __m128i nibble = _mm_set1_epi8(0x0f);
   int64_t done = 0;
   for (; done + 32 <= count; done += 32) {
@@ -134,8 +142,8 @@ __attribute__((target("ssse3"))) int64_t DequantizeTable16(const uint8_t* bytes,
     const __m128i codes[2] = {_mm_unpacklo_epi8(high_nibbles, low_nibbles),
                               _mm_unpackhi_epi8(high_nibbles, low_nibbles)};
     for (int half = 0; half < 2; ++half) {
-      const __m128i low = _mm_shuffle_epi8(low_table, codes[half]);
-      const __m128i high = _mm_shuffle_epi8(high_table, codes[half]);
+      const __m128i low = _mm_shuffle_epi8(tables.low, codes[half]);
+      const __m128i high = _mm_shuffle_epi8(tables.high, codes[half]);
       __m128i* dst = reinterpret_cast<__m128i*>(out + done + 16 * half);
       _mm_storeu_si128(dst, _mm_unpacklo_epi8(low, high));
       _mm_storeu_si128(dst + 1, _mm_unpackhi_epi8(low, high));
@@ -144,20 +152,61 @@ __attribute__((target("ssse3"))) int64_t DequantizeTable16(const uint8_t* bytes,
   return done;
 }
 
+// The same with AVX2, 64 elements (32 packed bytes) at a time; the rest as above.
+__attribute__((target("avx2"))) int64_t DequantizeTable16Avx2(const uint8_t* bytes, int64_t count,
+                                                              ByteTables tables, uint16_t* out) {
+  const __m256i low_table = _mm256_broadcastsi128_si256(tables.low);
+  const __m256i high_table = _mm256_broadcastsi128_si256(tables.high);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  int64_t done = 0;
+  for (; done + 64 <= count; done += 64) {
+    // Lane 0 holds elements 0-31, lane 1 elements 32-63; AVX2 shuffles and unpacks stay in lanes.
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + done / 2));
+    const __m256i high_nibbles = _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble);
+    const __m256i low_nibbles = _mm256_and_si256(packed, nibble);
+    const __m256i codes[2] = {_mm256_unpacklo_epi8(high_nibbles, low_nibbles),   // +0-15
+                              _mm256_unpackhi_epi8(high_nibbles, low_nibbles)};  // +16-31
+    for (int half = 0; half < 2; ++half) {
+      const __m256i low = _mm256_shuffle_epi8(low_table, codes[half]);
+      const __m256i high = _mm256_shuffle_epi8(high_table, codes[half]);
+      const __m256i first = _mm256_unpacklo_epi8(low, high);   // +0-7 of each lane's 16
+      const __m256i second = _mm256_unpackhi_epi8(low, high);  // +8-15
+      uint16_t* dst = out + done + 16 * half;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                          _mm256_permute2x128_si256(first, second, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32),
+                          _mm256_permute2x128_si256(first, second, 0x31));
+    }
+  }
+  return done + DequantizeTable16(bytes + done / 2, count - done, tables, out + done);
+}
+
 // The block's 16 values as bf16, rounded to nearest even as c10::BFloat16 rounds them; for a finite
 // scale only (the products are then finite, so no NaN needs its own rounding).
-__attribute__((target("avx2"))) void Bf16Values(float scale, uint16_t* values) {
+__attribute__((target("avx2"))) ByteTables Bf16Tables(float scale) {
   const __m256 s = _mm256_set1_ps(scale);
+  __m128i values[2];
   for (int half = 0; half < 2; ++half) {
     const __m256i bits =
         _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(kNf4Codebook.data() + 8 * half), s));
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
     const __m256i top = _mm256_srli_epi32(
         _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
-    _mm_storeu_si128(
-        reinterpret_cast<__m128i*>(values + 8 * half),
-        _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1)));
+    values[half] = _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1));
   }
+  return SplitBytes(values[0], values[1]);
+}
+
+// Any 16-bit type, any scale: the values converted one by one.
+template <typename T>
+__attribute__((target("ssse3"))) ByteTables ConvertedTables(float scale) {
+  alignas(16) uint16_t values[16];
+  for (int c = 0; c < 16; ++c) {
+    const T value = static_cast<T>(kNf4Codebook[c] * scale);
+    std::memcpy(&values[c], &value, sizeof(value));
+  }
+  return SplitBytes(_mm_load_si128(reinterpret_cast<const __m128i*>(values)),
+                    _mm_load_si128(reinterpret_cast<const __m128i*>(values + 8)));
 }
 
 bool HasAvx2() {
@@ -177,25 +226,47 @@ int64_t DequantizeVectorised(const uint8_t* bytes, int64_t count, float scale, T
   } else {
     static_assert(sizeof(T) == 2, "bf16 and f16 outputs");
     if (count >= 32 && HasSsse3()) {
-      uint16_t values[16];
-      if (std::is_same_v<T, c10::BFloat16> && HasAvx2() && std::isfinite(scale)) {
-        Bf16Values(scale, values);
-      } else {
-        for (int c = 0; c < 16; ++c) {
-          const T value = static_cast<T>(kNf4Codebook[c] * scale);
-          std::memcpy(&values[c], &value, sizeof(value));
-        }
-      }
-      return DequantizeTable16(bytes, count, values, reinterpret_cast<uint16_t*>(out));
+      uint16_t* out16 = reinterpret_cast<uint16_t*>(out);
+      if (!HasAvx2()) return DequantizeTable16(bytes, count, ConvertedTables<T>(scale), out16);
+      const ByteTables tables = std::is_same_v<T, c10::BFloat16> && std::isfinite(scale)
+                                    ? Bf16Tables(scale)
+                                    : ConvertedTables<T>(scale);
+      return DequantizeTable16Avx2(bytes, count, tables, out16);
     }
   }
   return 0;
 }
+
+// `count` whole blocks from `bytes` on, in one AVX2 function: with 64-element blocks, a call chain
+// per block (span, dispatch, checks) cost as much as the block's lookups.
+template <typename T>
+__attribute__((target("avx2"))) void DequantizeWholeBlocks(const uint8_t* bytes,
+                                                           const float* scales, int64_t block,
+                                                           int64_t count, T* out) {
+  for (int64_t b = 0; b < count; ++b, bytes += block / 2, out += block) {
+    const float scale = scales[b];
+    if constexpr (std::is_same_v<T, float>) {
+      DequantizeAligned8(bytes, block, scale, out);
+    } else {
+      const ByteTables tables = std::is_same_v<T, c10::BFloat16> && std::isfinite(scale)
+                                    ? Bf16Tables(scale)
+                                    : ConvertedTables<T>(scale);
+      DequantizeTable16Avx2(bytes, block, tables, reinterpret_cast<uint16_t*>(out));
+    }
+  }
+}
+
+bool WholeBlocksVectorised() { return HasAvx2(); }
 #else
 template <typename T>
 int64_t DequantizeVectorised(const uint8_t*, int64_t, float, T*) {
   return 0;
 }
+
+template <typename T>
+void DequantizeWholeBlocks(const uint8_t*, const float*, int64_t, int64_t, T*) {}
+
+bool WholeBlocksVectorised() { return false; }
 #endif
 
 template <typename T>
@@ -224,10 +295,22 @@ template <typename T>
 void DequantizeRangeTyped(const uint8_t* packed, const float* scales, int64_t block, int64_t begin,
                           int64_t end, T* out) {
   const int64_t first = begin / block, last = (end - 1) / block;
+  const bool vectorised = WholeBlocksVectorised();
   at::parallel_for(first, last + 1, 16, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
+    int64_t b = b0;
+    while (b < b1) {
       const int64_t lo = std::max(begin, b * block), hi = std::min(end, (b + 1) * block);
+      if (vectorised && lo == b * block && hi == lo + block) {
+        // The run of whole blocks from b on; only the range's first and last can be partial.
+        int64_t run_end = b + 1;
+        while (run_end < b1 && (run_end + 1) * block <= end) ++run_end;
+        DequantizeWholeBlocks(packed + lo / 2, scales + (b - first), block, run_end - b,
+                              out + (lo - begin));
+        b = run_end;
+        continue;
+      }
       DequantizeSpan(packed, lo, hi, scales[b - first], out + (lo - begin));
+      ++b;
     }
   });
 }
