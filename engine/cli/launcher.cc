@@ -62,90 +62,111 @@ int ExitCode(int status) {
   return kExitFailure;
 }
 
-}  // namespace
-
-int LaunchRanks(int nproc, const std::vector<std::string>& run_args) {
-  if (std::getenv("WORLD_SIZE") != nullptr) {
-    std::cerr << "engine run: --nproc starts the ranks itself, but WORLD_SIZE is already set (by "
-                 "torchrun or Slurm?); use one or the other\n";
-    return kExitUsage;
-  }
-  const char* given = std::getenv("MASTER_PORT");
+// The rendezvous port: MASTER_PORT when given (and free), else any free one. Returns the port, or
+// the exit code after saying why there is none.
+struct PortChoice {
   int port = 0;
-  if (given != nullptr && *given != '\0') {
-    port = std::atoi(given);
-    if (port <= 0 || port > 65535) {
-      std::cerr << "engine run: MASTER_PORT='" << given << "' is not a port\n";
-      return kExitUsage;
-    }
-    if (BindLoopback(port) < 0) {
-      std::cerr << "engine run: MASTER_PORT=" << port << " is in use on 127.0.0.1 ("
-                << std::strerror(errno)
-                << "); free it, choose another, or unset MASTER_PORT and --nproc picks a free "
-                   "one\n";
-      return kExitFailure;
-    }
-  } else {
-    port = BindLoopback(0);
+  int exit_code = kExitOk;  // not kExitOk: no port
+};
+
+PortChoice ChooseMasterPort() {
+  const char* given = std::getenv("MASTER_PORT");
+  if (given == nullptr || *given == '\0') {
+    const int port = BindLoopback(0);
     if (port < 0) {
       std::cerr << "engine run: cannot find a free port on 127.0.0.1: " << std::strerror(errno)
                 << "\n";
-      return kExitFailure;
+      return {0, kExitFailure};
     }
+    return {port, kExitOk};
   }
+  const int port = std::atoi(given);
+  if (port <= 0 || port > 65535) {
+    std::cerr << "engine run: MASTER_PORT='" << given << "' is not a port\n";
+    return {0, kExitUsage};
+  }
+  if (BindLoopback(port) < 0) {
+    std::cerr << "engine run: MASTER_PORT=" << port << " is in use on 127.0.0.1 ("
+              << std::strerror(errno)
+              << "); free it, choose another, or unset MASTER_PORT and --nproc picks a free one\n";
+    return {0, kExitFailure};
+  }
+  return {port, kExitOk};
+}
 
+// SIGINT and SIGTERM are recorded, to be forwarded to the ranks by SuperviseRanks.
+void RecordStopSignals() {
   struct sigaction action {};
   action.sa_handler = RecordSignal;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+}
 
+// The ranks, in one process group so that signals reach all of them.
+struct RankGroup {
+  pid_t group = 0;
+  std::map<pid_t, int> ranks;  // pid -> rank, while running
+};
+
+// In the forked child: the rank's environment, then `engine run` again. Never returns.
+[[noreturn]] void ExecRank(int rank, int nproc, int port, pid_t group, pid_t launcher,
+                           std::vector<char*>& argv) {
+  ::setpgid(0, group);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(kExitFailure);
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  if (rank != 0) {
+    // Every rank prints the same plan and summaries; rank 0's are shown, everyone's errors.
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) ::dup2(null, STDOUT_FILENO);
+  }
+  ::execv("/proc/self/exe", argv.data());
+  std::cerr << "engine run: cannot start rank " << rank << ": " << std::strerror(errno) << "\n";
+  ::_exit(127);
+}
+
+// Forks `nproc` ranks running `engine run run_args`; false (the started ones killed) when a fork
+// fails.
+bool StartRanks(int nproc, int port, const std::vector<std::string>& run_args, RankGroup* out) {
   std::vector<std::string> argv_strings = {"engine", "run"};
   argv_strings.insert(argv_strings.end(), run_args.begin(), run_args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_strings) argv.push_back(a.data());
   argv.push_back(nullptr);
-
   const pid_t launcher = ::getpid();
-  pid_t group = 0;
-  std::map<pid_t, int> ranks;  // pid -> rank, while running
   for (int rank = 0; rank < nproc; ++rank) {
     const pid_t pid = ::fork();
     if (pid < 0) {
       std::cerr << "engine run: cannot start rank " << rank << ": " << std::strerror(errno) << "\n";
-      if (group != 0) ::killpg(group, SIGKILL);
+      if (out->group != 0) ::killpg(out->group, SIGKILL);
       while (::wait(nullptr) > 0) {
       }
-      return kExitFailure;
+      return false;
     }
-    if (pid == 0) {
-      ::setpgid(0, group);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher) ::_exit(kExitFailure);
-      ::signal(SIGINT, SIG_DFL);
-      ::signal(SIGTERM, SIG_DFL);
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      if (rank != 0) {
-        // Every rank prints the same plan and summaries; rank 0's are shown, everyone's errors.
-        const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-        if (null >= 0) ::dup2(null, STDOUT_FILENO);
-      }
-      ::execv("/proc/self/exe", argv.data());
-      std::cerr << "engine run: cannot start rank " << rank << ": " << std::strerror(errno) << "\n";
-      ::_exit(127);
-    }
-    if (group == 0) group = pid;
-    ::setpgid(pid, group);
-    ranks[pid] = rank;
+    if (pid == 0) ExecRank(rank, nproc, port, out->group, launcher, argv);
+    if (out->group == 0) out->group = pid;
+    ::setpgid(pid, out->group);
+    out->ranks[pid] = rank;
   }
   std::cerr << "engine run: started " << nproc << " ranks on 127.0.0.1:" << port << ", pids";
-  for (const auto& [pid, rank] : ranks) std::cerr << " " << pid;
+  for (const auto& [pid, rank] : out->ranks) std::cerr << " " << pid;
   std::cerr << std::endl;
+  return true;
+}
 
+// Waits for every rank, forwarding stop signals; the first failing rank stops the others (SIGTERM,
+// then SIGKILL after 5 s). Returns the launcher's exit code. One loop with its state (who is left,
+// whether stopping, the kill deadline), so one function, longer than most.
+int SuperviseRanks(RankGroup& ranks_group) {
+  std::map<pid_t, int>& ranks = ranks_group.ranks;
+  const pid_t group = ranks_group.group;
   int result = kExitOk;
   bool stopping = false;
   auto deadline = std::chrono::steady_clock::time_point::max();
@@ -192,6 +213,22 @@ int LaunchRanks(int nproc, const std::vector<std::string>& run_args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return result;
+}
+
+}  // namespace
+
+int LaunchRanks(int nproc, const std::vector<std::string>& run_args) {
+  if (std::getenv("WORLD_SIZE") != nullptr) {
+    std::cerr << "engine run: --nproc starts the ranks itself, but WORLD_SIZE is already set (by "
+                 "torchrun or Slurm?); use one or the other\n";
+    return kExitUsage;
+  }
+  const PortChoice port = ChooseMasterPort();
+  if (port.exit_code != kExitOk) return port.exit_code;
+  RecordStopSignals();
+  RankGroup ranks;
+  if (!StartRanks(nproc, port.port, run_args, &ranks)) return kExitFailure;
+  return SuperviseRanks(ranks);
 }
 
 }  // namespace engine::cli
