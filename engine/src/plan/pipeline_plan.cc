@@ -80,11 +80,19 @@ class PlanBuilder {
 
   // Fills `plan`; returns false after reporting when the stage cannot run.
   bool Build(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan* plan) {
-    const proto::Stage& config = *stage.config;
     plan->stage = &stage;
-    const std::string where = stage.subject() + ": ";
+    if (!OpenData(stage, plan) || !CreateModel(stage, plan)) return false;
+    if (!SelectTrainable(stage, plan) || !PlanPrecision(stage, plan)) return false;
+    if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
+    if (!PlanSteps(stage, plan)) return false;
+    plan->optimizer_summary = OptimizerSummary(stage.config->optimizer());
+    plan->fingerprint = Fingerprint(stage, so_far, *plan);
+    return true;
+  }
 
-    // Data.
+ private:
+  // The stage's dataset, opened and described; its training split must hold examples.
+  bool OpenData(const ResolvedStage& stage, StagePlan* plan) {
     const auto* data_plugin = static_cast<const DataLoaderPlugin*>(stage.data.entry->plugin.get());
     DataContext data_context{pipeline_.base_dir, stage.seed};
     StatusOr<std::unique_ptr<Dataset>> dataset = GuardedCall(
@@ -102,8 +110,11 @@ class PlanBuilder {
       Error(stage.data.path, stage.data.context + ": the training split is empty");
       return false;
     }
+    return true;
+  }
 
-    // Model, initialised from the stage seed.
+  // The model, initialised from the stage seed, with the stage's layer plugins applied.
+  bool CreateModel(const ResolvedStage& stage, StagePlan* plan) {
     const auto* model_plugin =
         static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
     ModelContext model_context{&plan->data_spec, pipeline_.base_dir, stage.seed};
@@ -127,13 +138,13 @@ class PlanBuilder {
     const std::vector<LayerPluginError> layer_errors =
         ApplyLayerPlugins(stage, plan->model->module(), &plan->layers);
     for (const LayerPluginError& e : layer_errors) Error(e.path, e.message);
-    if (!layer_errors.empty()) return false;
-    if (!SelectTrainable(stage, plan)) return false;
+    return layer_errors.empty();
+  }
 
-    if (!PlanPrecision(stage, plan)) return false;
-    if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
-
-    // Steps.
+  // Batches, ranks, steps per epoch and the stage's length in steps.
+  bool PlanSteps(const ResolvedStage& stage, StagePlan* plan) {
+    const proto::Stage& config = *stage.config;
+    const std::string where = stage.subject() + ": ";
     const proto::Schedule& s = config.schedule();
     plan->batch_size = s.batch_size();
     plan->gradient_accumulation_steps = s.gradient_accumulation_steps();
@@ -168,12 +179,9 @@ class PlanBuilder {
                 ") is longer than the stage (" + std::to_string(plan->total_steps) + " steps)");
       return false;
     }
-    plan->optimizer_summary = OptimizerSummary(config.optimizer());
-    plan->fingerprint = Fingerprint(stage, so_far, *plan);
     return true;
   }
 
- private:
   // World size and this process's rank and shard (F5: only a stage that asks for DDP runs as
   // several ranks, and the plan says so).
   bool PlanRanks(const ResolvedStage& stage, StagePlan* plan) {
