@@ -11,9 +11,10 @@
 //           in two variants: optimizer.zero_grad() as most loops are written, and gradients reset
 //           to undefined before each step (what the engine does; backward then writes instead of
 //           accumulating into zeros).
-// The ratio engine / best plain variant is the engine's overhead; 1.00 means none. Both sides run
-// under the allocator settings `engine` uses (core/allocator.h); --default-malloc keeps glibc's
-// defaults instead, to measure what those settings are worth.
+// The ratio engine / best plain variant is the engine's overhead; 1.00 means none. Below each row,
+// the engine's step by phase (train/step_phases.h), so that a regression shows where it is. Both
+// sides run under the allocator settings `engine` uses (core/allocator.h); --default-malloc keeps
+// glibc's defaults instead, to measure what those settings are worth.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -43,7 +44,7 @@ std::string HiddenText(const std::vector<int>& hidden) {
 }
 
 double EngineSeconds(const std::string& data, const Case& c, const std::filesystem::path& dir,
-                     int64_t* steps, double* stage_seconds) {
+                     int64_t* steps, double* stage_seconds, engine::StepPhaseSeconds* phases) {
   const engine::StageResult result = engine::bench::RunStage(
       dir, engine::bench::DigitsMlpPipeline(dir / "out", data, HiddenText(c.hidden),
                                             "  precision { plugin: \"fp32\" }\n"
@@ -52,6 +53,7 @@ double EngineSeconds(const std::string& data, const Case& c, const std::filesyst
                                                 std::to_string(c.epochs) + " batch_size: 32 }"));
   *steps = result.steps;
   *stage_seconds = result.seconds;
+  *phases = result.step_phases;
   return result.train_seconds;
 }
 
@@ -102,6 +104,19 @@ double PlainSeconds(const torch::Tensor& features, const torch::Tensor& labels, 
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// The engine's step by phase, in ms per step; "other" is the rest of the engine's time (the stage's
+// set-up, the loop itself).
+void PrintPhases(const engine::StepPhaseSeconds& p, double engine_seconds, int64_t steps) {
+  const double per_step = 1e3 / static_cast<double>(std::max<int64_t>(1, steps));
+  const double other =
+      engine_seconds - p.batch - p.forward - p.backward - p.loss_read - p.update - p.callbacks;
+  std::printf(
+      "  engine ms/step: batch %.3f, forward %.3f, backward %.3f, loss read %.3f, update %.3f, "
+      "callbacks %.3f, other %.3f\n",
+      p.batch * per_step, p.forward * per_step, p.backward * per_step, p.loss_read * per_step,
+      p.update * per_step, p.callbacks * per_step, other * per_step);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,9 +145,13 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     double engine_best = 1e30, stage_best = 1e30, zero_best = 1e30, reset_best = 1e30;
     int64_t steps = 0;
+    engine::StepPhaseSeconds phases;  // of the best engine run
     for (int r = 0; r < repeats; ++r) {
       double stage = 0;
-      engine_best = std::min(engine_best, EngineSeconds(data, c, dir, &steps, &stage));
+      engine::StepPhaseSeconds run_phases;
+      const double engine_seconds = EngineSeconds(data, c, dir, &steps, &stage, &run_phases);
+      if (engine_seconds < engine_best) phases = run_phases;
+      engine_best = std::min(engine_best, engine_seconds);
       stage_best = std::min(stage_best, stage);
       zero_best = std::min(zero_best, PlainSeconds(features, labels, c, steps, false));
       reset_best = std::min(reset_best, PlainSeconds(features, labels, c, steps, true));
@@ -142,6 +161,7 @@ int main(int argc, char** argv) {
     std::printf("%-14s %6lld %10.3f %10.3f %12.3f %10.3f %7.2f\n", name.c_str(),
                 static_cast<long long>(steps), engine_best, stage_best, zero_best, reset_best,
                 engine_best / std::min(zero_best, reset_best));
+    PrintPhases(phases, engine_best, steps);
   }
   std::error_code removed;
   engine::RemoveTree(dir, removed);

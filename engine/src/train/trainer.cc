@@ -209,6 +209,7 @@ class StageTrainer : public CallbackActions {
     result.train_seconds = Seconds();
     result.steps = step_;
     result.resumed_from_step = resumed_from_step;
+    result.step_phases = phases_;
     result.stop_reason = stop_reason_;
     result.final_train_loss = last_loss_;
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
@@ -295,6 +296,7 @@ class StageTrainer : public CallbackActions {
 
   // The next batch from `prefetcher`, on the stage's device.
   StatusOr<Batch> NextBatch(BatchPrefetcher& prefetcher) {
+    PhaseTimer timer(&phases_.batch);
     ENGINE_ASSIGN_OR_RETURN(Batch batch, prefetcher.Next());
     if (device_.is_cpu()) return batch;
     for (auto& [name, tensor] : batch) tensor = tensor.to(device_, /*non_blocking=*/true);
@@ -302,6 +304,7 @@ class StageTrainer : public CallbackActions {
   }
 
   StatusOr<ModelOutput> ForwardInContext(const Batch& batch) {
+    PhaseTimer timer(&phases_.forward);
     return GuardedCall(stage_.model.context, [&]() -> StatusOr<ModelOutput> {
       auto scope = precision_->context().Enter();
       return model_.Forward(batch);
@@ -326,7 +329,11 @@ class StageTrainer : public CallbackActions {
                                      " had no loss terms (every example was masked)");
     }
     const double divisor = single ? 1.0 : static_cast<double>(accumulated.count);
-    const double loss = accumulated.sum.item<double>() / divisor;
+    double loss = 0;
+    {
+      PhaseTimer timer(&phases_.loss_read);
+      loss = accumulated.sum.item<double>() / divisor;
+    }
     if (!std::isfinite(loss)) {
       return FailedPreconditionError(
           context_ + ": the training loss became " + std::to_string(loss) + " at step " +
@@ -360,6 +367,7 @@ class StageTrainer : public CallbackActions {
       ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
       if (output.loss_count <= 0) continue;
       if (gradient_averager_ != nullptr && i + 1 == last) gradient_averager_->ArmForLastBackward();
+      PhaseTimer timer(&phases_.backward);
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
         at::Tensor weighted =
             single ? output.loss : output.loss * static_cast<double>(output.loss_count);
@@ -377,6 +385,7 @@ class StageTrainer : public CallbackActions {
   // they are finite; skips the step (fp16 with loss scaling) or fails when they are not. Returns
   // the gradient norm, or -1 when it was not computed.
   StatusOr<double> UpdateWeights(double divisor, double scale) {
+    PhaseTimer timer(&phases_.update);
     const bool finite = precision_->UnscaleAndCheck(divisor);
     double grad_norm = -1;
     if (finite) {
@@ -412,6 +421,7 @@ class StageTrainer : public CallbackActions {
 
   Status EmitStepEnd(double loss, double grad_norm) {
     if (!HasCallbacks()) return Status::Ok();
+    PhaseTimer timer(&phases_.callbacks);
     Event event = MakeEvent(EventType::kStepEnd);
     event.metrics = {
         {"loss", loss}, {"lr", last_lr_}, {"examples", static_cast<double>(examples_)}};
@@ -591,6 +601,7 @@ class StageTrainer : public CallbackActions {
   double last_loss_ = 0;
   double last_lr_ = 0;
   Clock::time_point start_;
+  StepPhaseSeconds phases_;
 };
 
 }  // namespace

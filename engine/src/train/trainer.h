@@ -20,6 +20,7 @@
 
 #include "plan/pipeline_plan.h"
 #include "train/callback_runner.h"
+#include "train/step_phases.h"
 
 namespace engine {
 
@@ -62,6 +63,8 @@ struct StageResult {
   std::string stop_reason;
   // The step a resumed stage went on from; 0 when it trained from step 0.
   int64_t resumed_from_step = 0;
+  // The training steps' time by phase (this process's steps only, after a resume).
+  StepPhaseSeconds step_phases;
 };
 
 StatusOr<StageResult> TrainStage(const StageRunRequest& request);

@@ -111,6 +111,20 @@ TEST_F(TrainerTest, LearnsTheDigits) {
   EXPECT_DOUBLE_EQ(manifest->metrics().at("eval/accuracy"), r.eval_metrics.at("eval/accuracy"));
 }
 
+TEST_F(TrainerTest, StepPhasesAccountForTheTrainingTime) {
+  Run("phases", Stage("s", "schedule { epochs: 1 }"), "s");
+  ASSERT_EQ(outcomes_.size(), 1u);
+  const StageResult& r = outcomes_[0].result;
+  const StepPhaseSeconds& p = r.step_phases;
+  for (double phase : {p.batch, p.forward, p.backward, p.loss_read, p.update}) {
+    EXPECT_GT(phase, 0.0);
+  }
+  EXPECT_EQ(p.callbacks, 0.0) << "no callbacks, no step_end event to time";
+  EXPECT_LE(p.batch + p.forward + p.backward + p.loss_read + p.update, r.train_seconds);
+  EXPECT_GT(p.forward + p.backward + p.update, 0.5 * (p.batch + p.loss_read))
+      << "the model's own work outweighs taking batches and reading the loss";
+}
+
 TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
   Run("periodic",
       Stage("s",
