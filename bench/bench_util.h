@@ -1,6 +1,8 @@
 // Running one pipeline in-process for benchmarks: plan and train it as `engine run` does, quietly.
 #pragma once
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +64,19 @@ inline std::string DigitsMlpPipeline(const std::filesystem::path& out, const std
          "\" } } }\n"
          "  checkpoint { save_optimizer_state: false }\n" +
          stage_extra + "\n}\n";
+}
+
+// The engine's step by phase (train/step_phases.h), in ms per step, on one indented line; "other"
+// is the rest of `engine_seconds` (the stage's set-up, the loop itself).
+inline void PrintStepPhases(const StepPhaseSeconds& p, double engine_seconds, int64_t steps) {
+  const double per_step = 1e3 / static_cast<double>(std::max<int64_t>(1, steps));
+  const double other =
+      engine_seconds - p.batch - p.forward - p.backward - p.loss_read - p.update - p.callbacks;
+  std::printf(
+      "  engine ms/step: batch %.3f, forward %.3f, backward %.3f, loss read %.3f, update %.3f, "
+      "callbacks %.3f, other %.3f\n",
+      p.batch * per_step, p.forward * per_step, p.backward * per_step, p.loss_read * per_step,
+      p.update * per_step, p.callbacks * per_step, other * per_step);
 }
 
 }  // namespace engine::bench

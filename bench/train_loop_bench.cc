@@ -104,19 +104,6 @@ double PlainSeconds(const torch::Tensor& features, const torch::Tensor& labels, 
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The engine's step by phase, in ms per step; "other" is the rest of the engine's time (the stage's
-// set-up, the loop itself).
-void PrintPhases(const engine::StepPhaseSeconds& p, double engine_seconds, int64_t steps) {
-  const double per_step = 1e3 / static_cast<double>(std::max<int64_t>(1, steps));
-  const double other =
-      engine_seconds - p.batch - p.forward - p.backward - p.loss_read - p.update - p.callbacks;
-  std::printf(
-      "  engine ms/step: batch %.3f, forward %.3f, backward %.3f, loss read %.3f, update %.3f, "
-      "callbacks %.3f, other %.3f\n",
-      p.batch * per_step, p.forward * per_step, p.backward * per_step, p.loss_read * per_step,
-      p.update * per_step, p.callbacks * per_step, other * per_step);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,7 +148,7 @@ int main(int argc, char** argv) {
     std::printf("%-14s %6lld %10.3f %10.3f %12.3f %10.3f %7.2f\n", name.c_str(),
                 static_cast<long long>(steps), engine_best, stage_best, zero_best, reset_best,
                 engine_best / std::min(zero_best, reset_best));
-    PrintPhases(phases, engine_best, steps);
+    engine::bench::PrintStepPhases(phases, engine_best, steps);
   }
   std::error_code removed;
   engine::RemoveTree(dir, removed);
