@@ -82,7 +82,11 @@ const char* RopeTypeName(RopeScaling::Type type) {
   return "default";
 }
 
-nlohmann::json RopeScalingJson(const RopeScaling& r) {
+nlohmann::json RopeScalingJson(const RopeScaling& r, const std::vector<int64_t>& mrope_section) {
+  if (!mrope_section.empty()) {
+    // As transformers 4 writes Qwen2-VL's.
+    return {{"type", "default"}, {"rope_type", "default"}, {"mrope_section", mrope_section}};
+  }
   if (r.type == RopeScaling::Type::kDefault) return nullptr;
   nlohmann::json json = {{"rope_type", RopeTypeName(r.type)}, {"factor", r.factor}};
   if (r.type == RopeScaling::Type::kLlama3) {
@@ -123,10 +127,12 @@ void AddQwenWindow(const LlamaConfig& c, nlohmann::json& json) {
 }  // namespace
 
 nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
-  const std::map<std::string, std::string> architectures = {{"llama", "LlamaForCausalLM"},
-                                                            {"mistral", "MistralForCausalLM"},
-                                                            {"qwen2", "Qwen2ForCausalLM"},
-                                                            {"qwen3", "Qwen3ForCausalLM"}};
+  const std::map<std::string, std::string> architectures = {
+      {"llama", "LlamaForCausalLM"},
+      {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},
+      {"qwen2_vl", "Qwen2VLForConditionalGeneration"}};
   auto architecture = architectures.find(model_type);
   nlohmann::json json = {
       {"architectures",
@@ -141,7 +147,7 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
       {"max_position_embeddings", max_position_embeddings},
       {"rms_norm_eps", rms_norm_eps},
       {"rope_theta", rope_theta},
-      {"rope_scaling", RopeScalingJson(rope_scaling)},
+      {"rope_scaling", RopeScalingJson(rope_scaling, mrope_section)},
       {"tie_word_embeddings", tie_word_embeddings},
       {"initializer_range", initializer_range},
       {"hidden_act", ActivationName(hidden_act)},
@@ -152,7 +158,7 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
     json["mlp_bias"] = mlp_bias;
   } else if (model_type == "mistral") {
     json["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
-  } else if (model_type == "qwen2" || model_type == "qwen3") {
+  } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen2_vl") {
     AddQwenWindow(*this, json);
     if (model_type == "qwen3") json["attention_bias"] = qkv_bias;
   }

@@ -52,6 +52,10 @@ struct LlamaConfig {
   bool mlp_bias = false;  // gate_proj, up_proj, down_proj
   bool qk_norm = false;   // Qwen3: RMSNorm over each head of q and k, before rotary
   RopeScaling rope_scaling;
+  // Qwen2-VL's multimodal rotary embedding: the head's frequency bands taken, in turn, from the
+  // temporal, height and width positions (position_ids [3, batch, positions]); sums to head_dim
+  // / 2. Empty: one position per token.
+  std::vector<int64_t> mrope_section;
   // Keys within this many positions (the query's own included) on the layers that slide; 0: none.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;  // one per layer when sliding_window > 0
@@ -90,6 +94,12 @@ StatusOr<LlamaConfig> ConfigFromOptions(const LlamaOptions& options, int64_t dat
 // From a parsed config.json (transformers 4 or 5 spelling). Errors name `where`, the key and its
 // value: a key this engine does not implement is an error unless it cannot change the math.
 StatusOr<LlamaConfig> ConfigFromJson(const nlohmann::json& json, const std::string& where);
+
+// The language model of a Qwen2-VL config.json (model_type qwen2_vl, transformers 4's flat layout):
+// a Qwen2 decoder with mrope_section. The multimodal keys (vision_config, image_token_id, ...) are
+// left to the vision-language loader; any other key is treated as ConfigFromJson treats it.
+StatusOr<LlamaConfig> Qwen2VlTextConfigFromJson(const nlohmann::json& json,
+                                                const std::string& where);
 
 // "silu", "gelu", ... as config.json spells them.
 const char* ActivationName(Activation activation);

@@ -79,8 +79,14 @@ std::string Join(const std::vector<std::string>& names) {
 // Reads one config.json object, remembering which keys it read; what is left at the end is refused.
 class ConfigReader {
  public:
-  ConfigReader(const nlohmann::json& json, std::string where)
-      : json_(json), where_(std::move(where)) {}
+  // `vision_language`: the text part of a qwen2_vl config; the multimodal keys are read elsewhere.
+  ConfigReader(const nlohmann::json& json, std::string where, bool vision_language = false)
+      : json_(json), where_(std::move(where)), vision_language_(vision_language) {
+    if (vision_language_) {
+      read_ = {"vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
+               "vision_end_token_id"};
+    }
+  }
 
   StatusOr<LlamaConfig> Read() {
     ENGINE_RETURN_IF_ERROR(ReadModelType());
@@ -88,6 +94,9 @@ class ConfigReader {
     ENGINE_RETURN_IF_ERROR(ReadActivation());
     ENGINE_RETURN_IF_ERROR(ReadBiasesAndNorms());
     ENGINE_RETURN_IF_ERROR(ReadRope());
+    if (vision_language_ && c_.mrope_section.empty()) {
+      return Error("rope_scaling", "needs an mrope_section for qwen2_vl");
+    }
     ENGINE_RETURN_IF_ERROR(ReadWindow());
     ENGINE_RETURN_IF_ERROR(ReadTokenIds());
     ENGINE_RETURN_IF_ERROR(ReadNeutralKeys());
@@ -144,6 +153,16 @@ class ConfigReader {
       return Error("model_type", "is missing (this loader reads llama, mistral, qwen2 and qwen3)");
     }
     const std::string type = v.is_string() ? v.get<std::string>() : v.dump();
+    if (vision_language_ || type == "qwen2_vl") {
+      if (vision_language_ && type == "qwen2_vl") {
+        c_.model_type = type;
+        return Status::Ok();
+      }
+      return InvalidArgumentError(where_ + ": model_type is '" + type + "', " +
+                                  (vision_language_ ? "not qwen2_vl"
+                                                    : "a vision-language model; load it with the "
+                                                      "qwen2_vl model loader"));
+    }
     for (const char* known : kDecoderModelTypes) {
       if (type == known) {
         c_.model_type = type;
@@ -215,7 +234,7 @@ class ConfigReader {
     if (type == "llama" || type == "qwen3") {
       ENGINE_ASSIGN_OR_RETURN(c_.qkv_bias, Bool("attention_bias", false));
       c_.o_bias = c_.qkv_bias;
-    } else if (type == "qwen2") {
+    } else if (type == "qwen2" || type == "qwen2_vl") {
       c_.qkv_bias = true;  // Qwen2: q, k and v carry biases, o does not
       ENGINE_RETURN_IF_ERROR(OnlyValue("attention_bias", true));
     } else {
@@ -267,9 +286,16 @@ class ConfigReader {
     std::string type = "default";
     for (const char* spelling : {"rope_type", "type"}) {
       if (r.contains(spelling) && !r[spelling].is_null()) {
-        type = r[spelling].is_string() ? r[spelling].get<std::string>() : r[spelling].dump();
+        const std::string given =
+            r[spelling].is_string() ? r[spelling].get<std::string>() : r[spelling].dump();
+        if (spelling == std::string("type") && r.contains("rope_type") && given != type) {
+          return InvalidArgumentError(where_ + ": " + key + ".type '" + given +
+                                      "' disagrees with " + key + ".rope_type '" + type + "'");
+        }
+        type = given;
       }
     }
+    if (vision_language_) return ReadMropeSection(r, key, type);
     std::set<std::string> fields;
     RopeScaling& s = c_.rope_scaling;
     if (type == "default") {
@@ -316,6 +342,44 @@ class ConfigReader {
         return InvalidArgumentError(where_ + ": " + key +
                                     ".high_freq_factor must be above low_freq_factor");
       }
+    }
+    return Status::Ok();
+  }
+
+  // Qwen2-VL's rope_scaling: type default (or mrope) with mrope_section, three bands summing to
+  // head_dim / 2.
+  Status ReadMropeSection(const nlohmann::json& r, const std::string& key,
+                          const std::string& type) {
+    if (type != "default" && type != "mrope") {
+      return InvalidArgumentError(where_ + ": " + key + ".rope_type '" + type +
+                                  "' is not supported for qwen2_vl (supported: default, mrope)");
+    }
+    for (auto it = r.begin(); it != r.end(); ++it) {
+      if (it.key() != "rope_type" && it.key() != "type" && it.key() != "mrope_section") {
+        return InvalidArgumentError(where_ + ": " + key + "." + it.key() + " (" +
+                                    it.value().dump() +
+                                    ") is not read by this engine for qwen2_vl");
+      }
+    }
+    const nlohmann::json section = r.contains("mrope_section") ? r["mrope_section"] : nullptr;
+    int64_t sum = 0;
+    bool ok = section.is_array() && section.size() == 3;
+    for (size_t i = 0; ok && i < section.size(); ++i) {
+      ok = section[i].is_number_integer() && section[i].get<int64_t>() > 0;
+      if (ok) {
+        c_.mrope_section.push_back(section[i].get<int64_t>());
+        sum += section[i].get<int64_t>();
+      }
+    }
+    if (!ok) {
+      return InvalidArgumentError(where_ + ": " + key +
+                                  ".mrope_section must be three positive integers, not " +
+                                  section.dump());
+    }
+    if (sum * 2 != c_.head_dim()) {
+      return InvalidArgumentError(where_ + ": " + key + ".mrope_section " + section.dump() +
+                                  " sums to " + std::to_string(sum) +
+                                  ", not head_dim / 2 = " + std::to_string(c_.head_dim() / 2));
     }
     return Status::Ok();
   }
@@ -444,6 +508,7 @@ class ConfigReader {
 
   const nlohmann::json& json_;
   std::string where_;
+  bool vision_language_;
   std::set<std::string> read_;
   LlamaConfig c_;
 };
@@ -453,6 +518,12 @@ class ConfigReader {
 StatusOr<LlamaConfig> ConfigFromJson(const nlohmann::json& json, const std::string& where) {
   if (!json.is_object()) return InvalidArgumentError(where + " is not a JSON object");
   return ConfigReader(json, where).Read();
+}
+
+StatusOr<LlamaConfig> Qwen2VlTextConfigFromJson(const nlohmann::json& json,
+                                                const std::string& where) {
+  if (!json.is_object()) return InvalidArgumentError(where + " is not a JSON object");
+  return ConfigReader(json, where, /*vision_language=*/true).Read();
 }
 
 }  // namespace engine::transformer

@@ -50,7 +50,8 @@ struct DecoderInputs {
   int64_t offset = 0;
   // i64 or bool [batch, offset + positions], 1 for real tokens and 0 for padding; undefined: none.
   at::Tensor attention_mask;
-  // i64 [batch, positions]; undefined: from attention_mask (attention_mask.h PositionIds).
+  // i64 [batch, positions], or [3, batch, positions] with mrope_section (Qwen2-VL's temporal,
+  // height and width positions); undefined: from attention_mask (attention_mask.h PositionIds).
   at::Tensor position_ids;
 };
 

@@ -22,6 +22,22 @@ at::Tensor Llama3Frequencies(const at::Tensor& inv_freq, const RopeScaling& s) {
   return at::where(medium, smoothed, scaled);
 }
 
+// Qwen2-VL: emb [3, batch, positions, dim] -> [batch, positions, dim], the dimension cut into the
+// bands of mrope_section (twice, for the two halves) and band i taken from axis i % 3 (temporal,
+// height, width).
+at::Tensor MultimodalBands(const at::Tensor& emb, const std::vector<int64_t>& section) {
+  TORCH_CHECK(section.size() == 3, "3-axis positions need a three-band mrope_section");
+  std::vector<at::Tensor> bands;
+  int64_t start = 0;
+  for (int half = 0; half < 2; ++half) {
+    for (size_t axis = 0; axis < 3; ++axis) {
+      bands.push_back(emb[static_cast<int64_t>(axis)].narrow(-1, start, section[axis]));
+      start += section[axis];
+    }
+  }
+  return at::cat(bands, -1);
+}
+
 }  // namespace
 
 at::Tensor InverseFrequencies(const LlamaConfig& config, int64_t seq_len,
@@ -48,9 +64,11 @@ RotaryTables BuildRotaryTables(const LlamaConfig& config, const at::Tensor& posi
                                at::ScalarType dtype) {
   const int64_t seq_len = position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
   const at::Tensor inv_freq = InverseFrequencies(config, seq_len, position_ids.device());
-  // [batch, positions, dim / 2]: one f32 product per angle, as transformers' outer product.
+  // [(3,) batch, positions, dim / 2]: one f32 product per angle, as transformers' outer product.
   const at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq;
-  const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  if (position_ids.dim() == 3) emb = MultimodalBands(emb, config.mrope_section);
+  emb = emb.unsqueeze(1);
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 

@@ -25,7 +25,8 @@ struct RotaryTables {
 // it).
 at::Tensor InverseFrequencies(const LlamaConfig& config, int64_t seq_len, const at::Device& device);
 
-// The tables for `position_ids` (i64 [batch or 1, positions]).
+// The tables for `position_ids`: i64 [batch or 1, positions], or [3, batch, positions] (temporal,
+// height, width) for a config with mrope_section.
 RotaryTables BuildRotaryTables(const LlamaConfig& config, const at::Tensor& position_ids,
                                at::ScalarType dtype);
 

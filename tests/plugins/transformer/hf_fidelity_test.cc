@@ -158,5 +158,60 @@ TEST(HfFidelityTest, TheWrittenConfigComputesTheSameModel) {
   }
 }
 
+TEST(HfFidelityTest, Qwen2VlLanguageModelWithImageFeaturesAndMropeEqualsTransformers) {
+  // The decoder half of qwen2_vl: transformers' own vision features placed at the image tokens,
+  // its M-RoPE positions (get_rope_index), and the logits it computed.
+  auto json = ReadConfigJson(kFixtures / "qwen2_vl");
+  ASSERT_TRUE(json.ok()) << json.status().message();
+  auto config = Qwen2VlTextConfigFromJson(*json, "qwen2_vl/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->mrope_section, (std::vector<int64_t>{2, 1, 1}));
+  auto weights = safetensors::File::Open(kFixtures / "qwen2_vl" / "model.safetensors");
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  CausalLmModule module(*config);
+  at::NoGradGuard no_grad;
+  for (auto& p : module.named_parameters()) {
+    auto stored = (*weights)->Get(p.key());
+    ASSERT_TRUE(stored.ok()) << p.key();
+    p.value().copy_(*stored);
+  }
+  auto reference = safetensors::File::Open(kFixtures / "qwen2_vl" / "reference.safetensors");
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  const at::Tensor ids = *(*reference)->Get("input_ids");
+  const at::Tensor mask = *(*reference)->Get("attention_mask");
+  const at::Tensor features = *(*reference)->Get("image_features");
+  const at::Tensor image_tokens = ids.eq((*json)["image_token_id"].get<int64_t>());
+  ASSERT_EQ(image_tokens.sum().item<int64_t>(), features.size(0));
+  const at::Tensor embeds = module.lm.model->Embed(ids).masked_scatter(
+      image_tokens.unsqueeze(-1).expand({-1, -1, config->hidden_size}), features);
+  DecoderInputs inputs;
+  inputs.attention_mask = mask;
+  inputs.position_ids = *(*reference)->Get("mrope_position_ids");
+  const at::Tensor logits = module.lm.Logits(module.lm.model->Forward(embeds, inputs, nullptr));
+  EXPECT_LE(MaxDifferenceAtRealTokens(logits, *(*reference)->Get("logits"), mask), 1e-4);
+
+  // Plain 1-D positions are another model (the fixture's own sensitivity: 4.0).
+  inputs.position_ids = at::Tensor();
+  config->mrope_section.clear();
+  EXPECT_GT(
+      MaxDifferenceAtRealTokens(module.lm.Logits(module.lm.model->Forward(embeds, inputs, nullptr)),
+                                *(*reference)->Get("logits"), mask),
+      0.1);
+}
+
+TEST(HfFidelityTest, Qwen2VlNeedsItsOwnLoader) {
+  auto json = ReadConfigJson(kFixtures / "qwen2_vl");
+  ASSERT_TRUE(json.ok());
+  auto refused = ConfigFromJson(*json, "config.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("model_type is 'qwen2_vl', a vision-language model; load it with the "
+                        "qwen2_vl model loader"));
+  nlohmann::json no_section = *json;
+  no_section["rope_scaling"].erase("mrope_section");
+  EXPECT_THAT(Qwen2VlTextConfigFromJson(no_section, "c").status().message(),
+              HasSubstr("mrope_section must be three positive integers"));
+}
+
 }  // namespace
 }  // namespace engine::transformer
