@@ -17,6 +17,7 @@
 #include "dist/gradient_averager.h"
 #include "engine/adapter.h"
 #include "engine/format.h"
+#include "engine/json_text.h"
 #include "engine/linear.h"
 #include "engine/remove_tree.h"
 #include "plan/handoff.h"
@@ -123,7 +124,7 @@ class StageTrainer : public CallbackActions {
 
   Status BeginStage() {
     Event begin = MakeEvent(EventType::kStageBegin);
-    if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
+    if (HasCallbacks()) begin.plan_json = JsonText(StagePlanToJson(*request_.pipeline, plan_));
     ENGINE_RETURN_IF_ERROR(Emit(begin));
     // After stage_begin, which callbacks take as their cue to start afresh.
     RestoreCallbackStates(request_.callbacks, restored_callback_states_);
