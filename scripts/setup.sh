@@ -43,10 +43,12 @@ packages=(
   protobuf-compiler libprotobuf-dev
   libgoogle-glog-dev libgflags-dev
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config libxxhash-dev
+  libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev
   python3-jinja2
 )
-# Node.js runs the chat template tests' reference renderer (@huggingface/jinja from npm).
+# Node.js runs the tests' reference chat-template renderer and tokenizer (@huggingface/jinja and
+# @huggingface/tokenizers from npm).
 if ! command -v node >/dev/null 2>&1; then packages+=(nodejs npm); fi
 # The benchmarks' Python PyTorch peer (bench/lm_vs_pytorch.py), only for them.
 if [ "$mode" = bench ]; then packages+=(python3-torch); fi
@@ -147,6 +149,11 @@ if [ "$mode" = test ] || [ "$mode" = build ]; then
   if [ ! -f "$jinja_reference/node_modules/@huggingface/jinja/package.json" ]; then
     say "installing @huggingface/jinja (tests/reference_js/jinja)"
     (cd "$jinja_reference" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+  tokenizers_reference=$root/tests/reference_js/tokenizers
+  if [ ! -f "$tokenizers_reference/node_modules/@huggingface/tokenizers/package.json" ]; then
+    say "installing @huggingface/tokenizers (tests/reference_js/tokenizers)"
+    (cd "$tokenizers_reference" && npm ci --no-audit --no-fund --loglevel=error)
   fi
 fi
 

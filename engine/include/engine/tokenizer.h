@@ -3,8 +3,8 @@
 //   ENGINE_ASSIGN_OR_RETURN(auto tokenizer, engine::MakeTokenizer(options.tokenizer(), base_dir));
 //   std::vector<int64_t> ids = tokenizer->Encode("seven");
 //
-// Two kinds: byte-level (the default: no files, 259 ids) and SentencePiece models. Errors name the
-// file. Tokenizers are immutable after creation; Encode and Decode may be called from any thread.
+// Three kinds: byte-level (the default: no files, 259 ids), SentencePiece models, and Hugging Face
+// tokenizer.json files (text/hf_json_tokenizer.h). Errors name the file. Tokenizers are immutable after creation; Encode and Decode may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +38,7 @@ class Tokenizer {
 };
 
 // Adds errors for options that cannot make a tokenizer (a SENTENCEPIECE kind without its
-// model_file), under `prefix` ("tokenizer.").
+// model_file, an HF_JSON kind without its path), under `prefix` ("tokenizer.").
 void ValidateTokenizerOptions(const proto::TokenizerOptions& options, const std::string& prefix,
                               OptionErrors* errors);
 

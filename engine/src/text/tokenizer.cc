@@ -4,6 +4,7 @@
 #include "engine/format.h"
 #include "engine/hash.h"
 #include "engine/paths.h"
+#include "text/hf_json_tokenizer.h"
 #include "text/sentencepiece_shim.h"
 
 namespace engine {
@@ -107,12 +108,22 @@ void ValidateTokenizerOptions(const proto::TokenizerOptions& options, const std:
   if (options.kind() == proto::TokenizerOptions::SENTENCEPIECE && options.model_file().empty()) {
     errors->Add(prefix + "model_file", "is required for a SENTENCEPIECE tokenizer");
   }
+  if (options.kind() == proto::TokenizerOptions::HF_JSON && options.path().empty()) {
+    errors->Add(prefix + "path", "is required for an HF_JSON tokenizer (tokenizer.json or its "
+                                 "directory)");
+  }
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const proto::TokenizerOptions& options,
                                                    const std::filesystem::path& base_dir) {
   if (options.kind() == proto::TokenizerOptions::BYTE) {
     return std::unique_ptr<Tokenizer>(new ByteTokenizer());
+  }
+  if (options.kind() == proto::TokenizerOptions::HF_JSON) {
+    if (options.path().empty()) {
+      return InvalidArgumentError("tokenizer.path is required for an HF_JSON tokenizer");
+    }
+    return LoadHfJsonTokenizer(ResolvePath(base_dir, options.path()));
   }
   if (options.model_file().empty()) {
     return InvalidArgumentError("tokenizer.model_file is required for a SENTENCEPIECE tokenizer");

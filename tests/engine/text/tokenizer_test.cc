@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -75,6 +78,50 @@ TEST(SentencePieceTokenizerTest, BadModelFilesNameTheFile) {
   EXPECT_THAT(broken.status().message(), HasSubstr("broken.model"));
   options.set_model_file("missing.model");
   EXPECT_THAT(MakeTokenizer(options, tmp.path()).status().message(), HasSubstr("missing.model"));
+}
+
+TEST(HfJsonTokenizerTest, LoadsADirectoryWithItsConfigsSpecialIds) {
+  testing::TempDir tmp;
+  const std::filesystem::path fixture =
+      std::filesystem::path(testing::kSourceDir) / "tests/fixtures/tokenizers/qwen2_bpe.json";
+  std::filesystem::copy_file(fixture, tmp.path() / "tokenizer.json");
+  tmp.Write(
+      "tokenizer_config.json",
+      R"({"bos_token": null, "eos_token": "<|im_end|>", "pad_token": {"content": "<|endoftext|>"}})");
+  proto::TokenizerOptions options;
+  options.set_kind(proto::TokenizerOptions::HF_JSON);
+  options.set_path(".");  // the directory, relative to the base directory
+  auto tokenizer = MakeTokenizer(options, tmp.path());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  const auto& t = **tokenizer;
+  const std::vector<int64_t> ids = t.Encode("Hello <|im_end|> world");
+  // The added token, not its characters.
+  EXPECT_NE(std::find(ids.begin(), ids.end(), t.eos_id()), ids.end());
+  EXPECT_EQ(t.bos_id(), -1);
+  EXPECT_EQ(t.pad_id(), t.eos_id() - 2);  // <|endoftext|>, <|im_start|>, <|im_end|>
+  EXPECT_EQ(t.vocab_size(), t.eos_id() + 1);
+  EXPECT_EQ(t.Decode(ids), "Hello  world");  // special tokens are not text
+  EXPECT_THAT(t.description(), HasSubstr("tokenizer.json"));
+}
+
+TEST(HfJsonTokenizerTest, ErrorsNameTheFileAndTheToken) {
+  testing::TempDir tmp;
+  proto::TokenizerOptions options;
+  options.set_kind(proto::TokenizerOptions::HF_JSON);
+  OptionErrors errors;
+  ValidateTokenizerOptions(options, "tokenizer.", &errors);
+  EXPECT_FALSE(errors.empty());
+  options.set_path("missing.json");
+  EXPECT_THAT(MakeTokenizer(options, tmp.path()).status().message(), HasSubstr("missing.json"));
+  std::filesystem::copy_file(
+      std::filesystem::path(testing::kSourceDir) / "tests/fixtures/tokenizers/llama3_bpe.json",
+      tmp.path() / "tokenizer.json");
+  tmp.Write("tokenizer_config.json", R"({"eos_token": "<|nope|>"})");
+  options.set_path("tokenizer.json");
+  auto result = MakeTokenizer(options, tmp.path());
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("tokenizer_config.json"));
+  EXPECT_THAT(result.status().message(), HasSubstr("<|nope|>"));
 }
 
 }  // namespace

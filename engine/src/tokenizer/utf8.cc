@@ -1,0 +1,153 @@
+#include "tokenizer/utf8.h"
+
+#include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
+namespace engine::tokenizer {
+namespace {
+
+constexpr char32_t kReplacement = 0xFFFD;
+
+bool IsContinuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
+
+// The length of the valid sequence at `pos`, or 0 with `*invalid_length` set to the length of
+// the maximal invalid subpart (the bytes one U+FFFD replaces).
+size_t ValidSequenceAt(std::string_view s, size_t pos, size_t* invalid_length) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char lead = byte(pos);
+  *invalid_length = 1;
+  if (lead < 0x80) return 1;
+  size_t need;
+  unsigned char low = 0x80, high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    need = 1;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    need = 2;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    need = 3;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  for (size_t k = 1; k <= need; ++k) {
+    if (pos + k >= s.size()) return 0;
+    const unsigned char next = byte(pos + k);
+    if (next < low || next > high) return 0;
+    low = 0x80;
+    high = 0xBF;
+    *invalid_length = k + 1;
+  }
+  return need + 1;
+}
+
+}  // namespace
+
+char32_t NextCodePoint(std::string_view text, size_t* pos) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(*pos);
+  if (lead < 0x80) {
+    ++*pos;
+    return lead;
+  }
+  size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+  char32_t c = lead & (lead >= 0xF0 ? 0x07 : lead >= 0xE0 ? 0x0F : 0x1F);
+  for (size_t k = 1; k < length && *pos + k < text.size(); ++k)
+    c = (c << 6) | (byte(*pos + k) & 0x3F);
+  *pos += length;
+  return c;
+}
+
+char32_t PreviousCodePoint(std::string_view text, size_t end, size_t* start) {
+  size_t begin = end - 1;
+  while (begin > 0 && IsContinuation(static_cast<unsigned char>(text[begin]))) --begin;
+  *start = begin;
+  size_t pos = begin;
+  return NextCodePoint(text, &pos);
+}
+
+void AppendUtf8(char32_t c, std::string* out) {
+  if (c < 0x80) {
+    out->push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+bool IsValidUtf8(std::string_view bytes) {
+  size_t invalid = 0;
+  for (size_t pos = 0; pos < bytes.size();) {
+    const size_t length = ValidSequenceAt(bytes, pos, &invalid);
+    if (length == 0) return false;
+    pos += length;
+  }
+  return true;
+}
+
+std::string ToValidUtf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  size_t invalid = 0;
+  for (size_t pos = 0; pos < bytes.size();) {
+    const size_t length = ValidSequenceAt(bytes, pos, &invalid);
+    if (length == 0) {
+      AppendUtf8(kReplacement, &out);
+      pos += invalid;
+    } else {
+      out.append(bytes.substr(pos, length));
+      pos += length;
+    }
+  }
+  return out;
+}
+
+bool IsWhitespace(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
+
+bool IsAlphanumeric(char32_t c) {
+  const auto code = static_cast<UChar32>(c);
+  if (u_hasBinaryProperty(code, UCHAR_ALPHABETIC)) return true;
+  const int8_t type = u_charType(code);
+  return type == U_DECIMAL_DIGIT_NUMBER || type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+}
+
+std::string NormalizeUnicode(std::string_view text, UnicodeForm form) {
+  UErrorCode error = U_ZERO_ERROR;
+  const icu::Normalizer2* normalizer = nullptr;
+  switch (form) {
+    case UnicodeForm::kNfc:
+      normalizer = icu::Normalizer2::getNFCInstance(error);
+      break;
+    case UnicodeForm::kNfd:
+      normalizer = icu::Normalizer2::getNFDInstance(error);
+      break;
+    case UnicodeForm::kNfkc:
+      normalizer = icu::Normalizer2::getNFKCInstance(error);
+      break;
+    case UnicodeForm::kNfkd:
+      normalizer = icu::Normalizer2::getNFKDInstance(error);
+      break;
+  }
+  if (U_FAILURE(error)) return std::string(text);  // ICU's data is built in; this does not happen.
+  const icu::UnicodeString source = icu::UnicodeString::fromUTF8(
+      icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  icu::UnicodeString result = normalizer->normalize(source, error);
+  if (U_FAILURE(error)) return std::string(text);
+  std::string out;
+  result.toUTF8String(out);
+  return out;
+}
+
+}  // namespace engine::tokenizer
