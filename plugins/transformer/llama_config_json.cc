@@ -280,21 +280,27 @@ class ConfigReader {
     return ReadRopeScaling(scaling, "rope_scaling");
   }
 
+  // rope_type, or transformers 4's "type" (both must agree when both are given); "default" when
+  // neither is.
+  StatusOr<std::string> RopeType(const nlohmann::json& r, const std::string& key) const {
+    std::string type = "default";
+    for (const char* spelling : {"rope_type", "type"}) {
+      if (!r.contains(spelling) || r[spelling].is_null()) continue;
+      const std::string given =
+          r[spelling].is_string() ? r[spelling].get<std::string>() : r[spelling].dump();
+      if (spelling == std::string("type") && r.contains("rope_type") && given != type) {
+        return InvalidArgumentError(where_ + ": " + key + ".type '" + given + "' disagrees with " +
+                                    key + ".rope_type '" + type + "'");
+      }
+      type = given;
+    }
+    return type;
+  }
+
   // rope_type (or transformers 4's "type") and the fields that type reads; any other field is an
   // error naming it.
   Status ReadRopeScaling(const nlohmann::json& r, const std::string& key) {
-    std::string type = "default";
-    for (const char* spelling : {"rope_type", "type"}) {
-      if (r.contains(spelling) && !r[spelling].is_null()) {
-        const std::string given =
-            r[spelling].is_string() ? r[spelling].get<std::string>() : r[spelling].dump();
-        if (spelling == std::string("type") && r.contains("rope_type") && given != type) {
-          return InvalidArgumentError(where_ + ": " + key + ".type '" + given +
-                                      "' disagrees with " + key + ".rope_type '" + type + "'");
-        }
-        type = given;
-      }
-    }
+    ENGINE_ASSIGN_OR_RETURN(const std::string type, RopeType(r, key));
     if (vision_language_) return ReadMropeSection(r, key, type);
     std::set<std::string> fields;
     RopeScaling& s = c_.rope_scaling;

@@ -222,18 +222,9 @@ Status ProbeInChild(const std::filesystem::path& path, const std::string& where)
   return ProbeFailure(where, child);
 }
 
-}  // namespace
-
-StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
-  const std::string where = "plugin library '" + path.string() + "'";
-  std::error_code fs_error;
-  if (!std::filesystem::exists(path, fs_error)) return NotFoundError(where + " does not exist");
-  if (!std::filesystem::is_regular_file(path, fs_error)) {
-    return InvalidArgumentError(where + " is not a regular file");
-  }
-  std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
-  if (fs_error) canonical = std::filesystem::absolute(path);
-
+// The library at `canonical`, opened (and kept open) once the child probe passed.
+StatusOr<boost::dll::shared_library> OpenLibrary(const std::filesystem::path& canonical,
+                                                 const std::string& where) {
   ENGINE_RETURN_IF_ERROR(ProbeInChild(canonical, where));
   boost::dll::shared_library library;
   boost::dll::fs::error_code load_error;
@@ -246,9 +237,15 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
         "cannot load " + where + ": " + (reason ? std::string(reason) : load_error.message()) +
         " (is it a shared library built for this machine and this engine?)");
   }
-  // Even a library that fails the checks below stays loaded: its static initialisers may already
-  // have registered descriptors (protobuf) that would dangle after dlclose.
+  // Even a library that fails the checks that follow stays loaded: its static initialisers may
+  // already have registered descriptors (protobuf) that would dangle after dlclose.
   KeepLoaded(library);
+  return library;
+}
+
+// The library's manifest, checked.
+StatusOr<const EnginePluginManifest*> ReadManifest(boost::dll::shared_library& library,
+                                                   const std::string& where) {
   if (!library.has(ENGINE_PLUGIN_MANIFEST_SYMBOL)) {
     return FailedPreconditionError(where + " is not an engine plugin: it exports no '" +
                                    ENGINE_PLUGIN_MANIFEST_SYMBOL +
@@ -258,10 +255,12 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   const EnginePluginManifest* manifest = manifest_fn();
   if (manifest == nullptr) return FailedPreconditionError(where + ": its manifest is null");
   ENGINE_RETURN_IF_ERROR(CheckManifest(*manifest).WithContext(where));
+  return manifest;
+}
 
-  const std::string name = manifest->name;
-  const PluginKind kind = *PluginKindFromName(manifest->kind);
-  const std::string named = where + " (plugin '" + name + "')";
+// Calls the library's register function; the plugin it registered, of the manifest's kind.
+StatusOr<std::unique_ptr<Plugin>> RegisterPlugin(boost::dll::shared_library& library,
+                                                 PluginKind kind, const std::string& named) {
   if (!library.has(ENGINE_PLUGIN_REGISTER_SYMBOL)) {
     return FailedPreconditionError(named + " exports no '" + ENGINE_PLUGIN_REGISTER_SYMBOL +
                                    "' entry point");
@@ -292,14 +291,31 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   } catch (...) {
     return FailedPreconditionError(named + ": default_options() threw");
   }
+  return std::move(registrar.plugin_);
+}
 
+}  // namespace
+
+StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
+  const std::string where = "plugin library '" + path.string() + "'";
+  std::error_code fs_error;
+  if (!std::filesystem::exists(path, fs_error)) return NotFoundError(where + " does not exist");
+  if (!std::filesystem::is_regular_file(path, fs_error)) {
+    return InvalidArgumentError(where + " is not a regular file");
+  }
+  std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
+  if (fs_error) canonical = std::filesystem::absolute(path);
+
+  ENGINE_ASSIGN_OR_RETURN(boost::dll::shared_library library, OpenLibrary(canonical, where));
+  ENGINE_ASSIGN_OR_RETURN(const EnginePluginManifest* manifest, ReadManifest(library, where));
   LoadedPlugin loaded;
   loaded.library = canonical;
-  loaded.name = name;
-  loaded.kind = kind;
+  loaded.name = manifest->name;
+  loaded.kind = *PluginKindFromName(manifest->kind);
   loaded.version = manifest->version ? manifest->version : "";
   loaded.description = manifest->description ? manifest->description : "";
-  loaded.plugin = std::move(registrar.plugin_);
+  ENGINE_ASSIGN_OR_RETURN(loaded.plugin, RegisterPlugin(library, loaded.kind,
+                                                        where + " (plugin '" + loaded.name + "')"));
   return loaded;
 }
 
