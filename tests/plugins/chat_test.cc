@@ -94,6 +94,34 @@ TEST(ChatLoaderTest, LossCoversExactlyTheAssistantTurnsWithTheirEndOfTurn) {
                   "is a penny earned.<|im_end|>\n", "1, 2, 3.<|im_end|>\n"));
 }
 
+TEST(ChatLoaderTest, SentencePieceStyleTokenizersMarkTheSameTurns) {
+  // Mistral's layout: Metaspace, byte fallback, and a decoder that drops the leading space, so
+  // the decoded text differs from the rendering by spaces.
+  testing::TempDir tmp;
+  tmp.Write(
+      "c.jsonl",
+      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."}, {"role": "user", "content": "Ünïcode?"}, {"role": "assistant", "content": "Ça va 👍"}]})");
+  const fs::path mistral =
+      fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/mistral_bpe.json";
+  auto message = testing::Options(
+      Chat(), "path: \"c.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
+                  mistral.string() + "\" config: \"" +
+                  (kChatData / "mistral_tokenizer_config.json").string() + "\" }");
+  auto data = Chat().Open(*message, DataContext{tmp.path(), 1});
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  auto tokenizer = tokenizer::HfTokenizer::FromFile(mistral);
+  ASSERT_TRUE(tokenizer.ok());
+  const Batch batch = AllOf(**data);
+  std::vector<int64_t> loss_ids;
+  for (int64_t t = 0; t < batch.at("labels").size(1); ++t) {
+    const int64_t label = batch.at("labels")[0][t].item<int64_t>();
+    if (label != -100) loss_ids.push_back(label);
+  }
+  EXPECT_EQ((*tokenizer)->Decode(loss_ids, /*skip_special_tokens=*/false),
+            "Hello there.</s> Ça va 👍</s>");
+  EXPECT_EQ((*data)->spec().eos_id, 2);
+}
+
 TEST(ChatLoaderTest, LongExamplesAreTruncatedOrDroppedAndCounted) {
   // The examples have 45 to 79 tokens.
   auto truncated = Open(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 60");
