@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/session.h"
 #include "engine/tokenizer.h"
+#include "text/stage_tokenizer.h"
 
 namespace engine::cli {
 namespace {
@@ -21,19 +22,12 @@ struct PreviewExample {
   std::vector<int> loss;  // 1 where the token carries loss
 };
 
-// The data options' `tokenizer` (a TokenizerOptions field), if the loader has one.
+// The data loader's tokenizer, if it has one.
 std::unique_ptr<Tokenizer> DataTokenizer(const ResolvedStage& stage,
                                          const std::filesystem::path& base_dir) {
-  const google::protobuf::Message& options = *stage.data.options;
-  const auto* field = options.GetDescriptor()->FindFieldByName("tokenizer");
-  if (field == nullptr || field->message_type() == nullptr ||
-      field->message_type()->full_name() != "engine.proto.TokenizerOptions") {
-    return nullptr;
-  }
-  proto::TokenizerOptions tokenizer_options;
-  tokenizer_options.ParseFromString(
-      options.GetReflection()->GetMessage(options, field).SerializeAsString());
-  auto tokenizer = MakeTokenizer(tokenizer_options, base_dir);
+  const auto options = StageTokenizerOptions(stage);
+  if (!options) return nullptr;
+  auto tokenizer = MakeTokenizer(*options, base_dir);
   return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
 }
 

@@ -11,6 +11,7 @@
 #include "engine/adapter.h"
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
+#include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
 #include "train/checkpoint.h"
 #include "train/stage_manifest.h"
@@ -150,6 +151,8 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
   }
   if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
   ENGINE_RETURN_IF_ERROR(AddAdapters(parts, &contents));
+  ENGINE_ASSIGN_OR_RETURN(contents.extra_files,
+                          StageTokenizerFiles(*parts.plan->stage, request.pipeline->base_dir));
   return WriteCheckpoint(write.dir, std::move(contents));
 }
 
