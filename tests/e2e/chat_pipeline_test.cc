@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "testing/subprocess.h"
@@ -50,6 +51,12 @@ stage {
   EXPECT_EQ(Read(final_dir / "tokenizer.json"), Read(fixtures / "tokenizers/qwen2_bpe.json"));
   EXPECT_EQ(Read(final_dir / "tokenizer_config.json"),
             Read(fixtures / "chat_data/tokenizer_config.json"));
+  // config.json's special ids are the tokenizer's: no bos, <|im_end|> and <|endoftext|>.
+  const auto config = nlohmann::json::parse(Read(final_dir / "config.json"));
+  EXPECT_TRUE(config["bos_token_id"].is_null());
+  EXPECT_EQ(config["eos_token_id"], 958);
+  EXPECT_EQ(config["pad_token_id"], 956);
+  EXPECT_EQ(config["vocab_size"], 959);
 }
 
 }  // namespace

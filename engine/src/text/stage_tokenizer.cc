@@ -3,8 +3,11 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/atomic_file.h"
 #include "engine/paths.h"
+#include "engine/tokenizer.h"
 
 namespace engine {
 
@@ -40,6 +43,24 @@ StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
     ENGINE_ASSIGN_OR_RETURN(files["tokenizer_config.json"], ReadFile(config));
   }
   return files;
+}
+
+Status SetTokenIds(const ResolvedStage& stage, const std::filesystem::path& base_dir,
+                   std::string* config_json) {
+  const auto options = StageTokenizerOptions(stage);
+  if (!options || options->kind() != proto::TokenizerOptions::HF_JSON) return Status::Ok();
+  nlohmann::ordered_json config =
+      nlohmann::ordered_json::parse(*config_json, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return Status::Ok();
+  ENGINE_ASSIGN_OR_RETURN(auto tokenizer, MakeTokenizer(*options, base_dir));
+  const auto id = [](int64_t value) {
+    return value >= 0 ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+  };
+  config["bos_token_id"] = id(tokenizer->bos_id());
+  config["eos_token_id"] = id(tokenizer->eos_id());
+  config["pad_token_id"] = id(tokenizer->pad_id());
+  *config_json = config.dump(2);
+  return Status::Ok();
 }
 
 }  // namespace engine

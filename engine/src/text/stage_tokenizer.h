@@ -26,4 +26,11 @@ std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage
 StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
     const ResolvedStage& stage, const std::filesystem::path& base_dir);
 
+// For an HF_JSON tokenizer: `config_json` (a model's config.json) with bos_token_id, eos_token_id
+// and pad_token_id set to the tokenizer's (null where it has none), so that generation in
+// transformers stops where the data taught the model to. Other kinds, or a config that is not a
+// JSON object, are left as they are.
+Status SetTokenIds(const ResolvedStage& stage, const std::filesystem::path& base_dir,
+                   std::string* config_json);
+
 }  // namespace engine

@@ -143,6 +143,8 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
                           GuardedCall(model_ref.context, [&]() -> StatusOr<std::string> {
                             return parts.model->config_json();
                           }));
+  ENGINE_RETURN_IF_ERROR(
+      SetTokenIds(*parts.plan->stage, request.pipeline->base_dir, &contents.config_json));
   contents.manifest = StageManifest(*request.pipeline, *parts.plan,
                                     {request.parent_checkpoint.string(), request.parent_run_id},
                                     parts.optimizer->algorithm(), contents.config_json, progress);
