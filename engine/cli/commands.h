@@ -21,6 +21,7 @@ int RunCommand(const std::vector<std::string>& args);
 int PluginsCommand(const std::vector<std::string>& args);
 int ConformanceCommand(const std::vector<std::string>& args);
 int EvalCommand(const std::vector<std::string>& args);
+int PreviewCommand(const std::vector<std::string>& args);
 
 // Help texts, shared by `engine help COMMAND` and `engine COMMAND --help`.
 std::string CheckHelp();
@@ -28,6 +29,7 @@ std::string RunHelp();
 std::string PluginsHelp();
 std::string ConformanceHelp();
 std::string EvalHelp();
+std::string PreviewHelp();
 
 struct Command {
   struct Usage {

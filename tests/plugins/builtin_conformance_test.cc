@@ -16,7 +16,7 @@ std::vector<Target> BuiltinTargets() {
     // Data loaders whose options name a file get them from tests/testing/<name>_options.pbtxt.
     std::string name = item.path().stem().string().substr(std::strlen("engine_"));
     std::string options;
-    if (name == "digits" || name == "digits_captions" || name == "text") {
+    if (name == "digits" || name == "digits_captions" || name == "text" || name == "chat") {
       options =
           std::string(engine::testing::kBinaryDir) + "/tests/testing/" + name + "_options.pbtxt";
     }

@@ -137,6 +137,27 @@ TEST(HfTokenizerTest, NfcNormalizerComposesBeforeSplitting) {
   EXPECT_EQ(tokenizer->Encode("e\xCC\x81", false), tokenizer->Encode("\xC3\xA9", false));
 }
 
+TEST(HfTokenizerTest, LongWhitespaceRunsSplitAsShortOnes) {
+  // Llama 3's whitespace alternatives on a 200,000-space run: the lookahead keeps the last space
+  // for the word after it, as on short runs.
+  Json json = ByteLevelTokenizer(
+      {{"pre_tokenizer",
+        {{"type", "Sequence"},
+         {"pretokenizers",
+          Json::array(
+              {{{"type", "Split"},
+                {"pattern", {{"Regex", R"(\s+(?!\S)|\s+|[^\s]+)"}}},
+                {"behavior", "Isolated"},
+                {"invert", false}},
+               {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}}});
+  auto tokenizer = Load(json);
+  const std::string spaces(200000, ' ');
+  const std::vector<int64_t> ids = tokenizer->Encode(spaces + "a", false);
+  ASSERT_EQ(ids.size(), spaces.size() + 1);
+  EXPECT_EQ(ids[spaces.size() - 1], 5);  // every space is "Ġ": this vocabulary merges none
+  EXPECT_EQ(ids.back(), 0);
+}
+
 TEST(HfTokenizerTest, UnsupportedComponentsAreErrorsNamingTheFileFieldAndType) {
   Json json = ByteLevelTokenizer(
       {{"normalizer",

@@ -27,6 +27,10 @@ class Tokenizer {
   virtual std::vector<int64_t> Encode(std::string_view text) const = 0;
   // Ids that are not text (pad, bos, eos, out of range) are skipped.
   virtual std::string Decode(const std::vector<int64_t>& ids) const = 0;
+  // The text of every id, special tokens included (how chat data finds which tokens carry loss).
+  virtual std::string DecodeWithSpecialTokens(const std::vector<int64_t>& ids) const {
+    return Decode(ids);
+  }
   virtual int64_t vocab_size() const = 0;
   virtual int64_t pad_id() const = 0;
   virtual int64_t bos_id() const = 0;

@@ -23,6 +23,9 @@ class HfJsonTokenizer : public Tokenizer {
   std::string Decode(const std::vector<int64_t>& ids) const override {
     return impl_->Decode(ids, /*skip_special_tokens=*/true);
   }
+  std::string DecodeWithSpecialTokens(const std::vector<int64_t>& ids) const override {
+    return impl_->Decode(ids, /*skip_special_tokens=*/false);
+  }
   int64_t vocab_size() const override { return vocab_; }
   int64_t pad_id() const override { return pad_; }
   int64_t bos_id() const override { return bos_; }
@@ -76,13 +79,15 @@ class HfJsonTokenizer : public Tokenizer {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Tokenizer>> LoadHfJsonTokenizer(const fs::path& path) {
+StatusOr<std::unique_ptr<Tokenizer>> LoadHfJsonTokenizer(const fs::path& path,
+                                                         const fs::path& config_path) {
   const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
   ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(file));
   ENGINE_ASSIGN_OR_RETURN(auto impl, tokenizer::HfTokenizer::FromJson(bytes, file.string()));
   nlohmann::json config = nlohmann::json::object();
-  const fs::path config_file = file.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config_file)) {
+  const fs::path config_file =
+      config_path.empty() ? file.parent_path() / "tokenizer_config.json" : config_path;
+  if (!config_path.empty() || fs::exists(config_file)) {
     ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(config_file));
     config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!config.is_object()) {

@@ -109,8 +109,9 @@ void ValidateTokenizerOptions(const proto::TokenizerOptions& options, const std:
     errors->Add(prefix + "model_file", "is required for a SENTENCEPIECE tokenizer");
   }
   if (options.kind() == proto::TokenizerOptions::HF_JSON && options.path().empty()) {
-    errors->Add(prefix + "path", "is required for an HF_JSON tokenizer (tokenizer.json or its "
-                                 "directory)");
+    errors->Add(prefix + "path",
+                "is required for an HF_JSON tokenizer (tokenizer.json or its "
+                "directory)");
   }
 }
 
@@ -123,7 +124,9 @@ StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const proto::TokenizerOptions
     if (options.path().empty()) {
       return InvalidArgumentError("tokenizer.path is required for an HF_JSON tokenizer");
     }
-    return LoadHfJsonTokenizer(ResolvePath(base_dir, options.path()));
+    return LoadHfJsonTokenizer(
+        ResolvePath(base_dir, options.path()),
+        options.config().empty() ? "" : ResolvePath(base_dir, options.config()));
   }
   if (options.model_file().empty()) {
     return InvalidArgumentError("tokenizer.model_file is required for a SENTENCEPIECE tokenizer");

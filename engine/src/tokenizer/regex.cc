@@ -84,8 +84,14 @@ std::vector<Span> Regex::Spans(std::string_view subject) const {
   size_t previous = 0;
   size_t start = 0;
   while (start <= subject.size()) {
-    const int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()),
-                               subject.size(), start, PCRE2_NO_UTF_CHECK, data, nullptr);
+    int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(),
+                         start, PCRE2_NO_UTF_CHECK, data, nullptr);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      // The JIT's small stack can run out on long runs (of spaces, say); the interpreter keeps
+      // its backtracking on the heap.
+      rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(),
+                       start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data, nullptr);
+    }
     if (rc < 0) break;
     const PCRE2_SIZE* vector = pcre2_get_ovector_pointer(data);
     const size_t begin = vector[0], end = vector[1];

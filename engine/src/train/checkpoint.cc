@@ -132,6 +132,9 @@ Status WriteAndPublish(const std::filesystem::path& dir, CheckpointContents cont
   if (!contents.config_json.empty()) {
     ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kConfigFile, contents.config_json));
   }
+  for (const auto& [name, bytes] : contents.extra_files) {
+    ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / name, bytes));
+  }
   ENGINE_RETURN_IF_ERROR(RecordFileDigests(temp, &manifest));
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,8 @@ struct CheckpointContents {
   std::string config_json;             // empty: no config.json
   safetensors::NamedTensors adapters;  // empty: no adapter files
   std::string adapter_config_json;
+  // More files by name (the data's tokenizer.json and tokenizer_config.json).
+  std::map<std::string, std::string> extra_files;
 };
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);

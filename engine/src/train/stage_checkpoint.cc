@@ -11,6 +11,7 @@
 #include "engine/adapter.h"
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
+#include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
 #include "train/checkpoint.h"
 #include "train/stage_manifest.h"
@@ -142,6 +143,8 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
                           GuardedCall(model_ref.context, [&]() -> StatusOr<std::string> {
                             return parts.model->config_json();
                           }));
+  ENGINE_RETURN_IF_ERROR(
+      SetTokenIds(*parts.plan->stage, request.pipeline->base_dir, &contents.config_json));
   contents.manifest = StageManifest(*request.pipeline, *parts.plan,
                                     {request.parent_checkpoint.string(), request.parent_run_id},
                                     parts.optimizer->algorithm(), contents.config_json, progress);
@@ -150,6 +153,8 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
   }
   if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
   ENGINE_RETURN_IF_ERROR(AddAdapters(parts, &contents));
+  ENGINE_ASSIGN_OR_RETURN(contents.extra_files,
+                          StageTokenizerFiles(*parts.plan->stage, request.pipeline->base_dir));
   return WriteCheckpoint(write.dir, std::move(contents));
 }
 

@@ -1,0 +1,66 @@
+#include "text/stage_tokenizer.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/atomic_file.h"
+#include "engine/paths.h"
+#include "engine/tokenizer.h"
+
+namespace engine {
+
+std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage& stage) {
+  if (stage.data.options == nullptr) return std::nullopt;
+  const google::protobuf::Message& options = *stage.data.options;
+  const auto* field = options.GetDescriptor()->FindFieldByName("tokenizer");
+  if (field == nullptr || field->message_type() == nullptr ||
+      field->message_type()->full_name() != proto::TokenizerOptions::descriptor()->full_name()) {
+    return std::nullopt;
+  }
+  // The loader's library may hold its own copy of the generated class: go through bytes.
+  proto::TokenizerOptions tokenizer;
+  if (!tokenizer.ParseFromString(
+          options.GetReflection()->GetMessage(options, field).SerializeAsString())) {
+    return std::nullopt;
+  }
+  return tokenizer;
+}
+
+StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
+    const ResolvedStage& stage, const std::filesystem::path& base_dir) {
+  std::map<std::string, std::string> files;
+  const auto options = StageTokenizerOptions(stage);
+  if (!options || options->kind() != proto::TokenizerOptions::HF_JSON) return files;
+  std::filesystem::path json = ResolvePath(base_dir, options->path());
+  if (std::filesystem::is_directory(json)) json /= "tokenizer.json";
+  ENGINE_ASSIGN_OR_RETURN(files["tokenizer.json"], ReadFile(json));
+  const std::filesystem::path config = options->config().empty()
+                                           ? json.parent_path() / "tokenizer_config.json"
+                                           : ResolvePath(base_dir, options->config());
+  if (std::filesystem::exists(config)) {
+    ENGINE_ASSIGN_OR_RETURN(files["tokenizer_config.json"], ReadFile(config));
+  }
+  return files;
+}
+
+Status SetTokenIds(const ResolvedStage& stage, const std::filesystem::path& base_dir,
+                   std::string* config_json) {
+  const auto options = StageTokenizerOptions(stage);
+  if (!options || options->kind() != proto::TokenizerOptions::HF_JSON) return Status::Ok();
+  nlohmann::ordered_json config =
+      nlohmann::ordered_json::parse(*config_json, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return Status::Ok();
+  ENGINE_ASSIGN_OR_RETURN(auto tokenizer, MakeTokenizer(*options, base_dir));
+  const auto id = [](int64_t value) {
+    return value >= 0 ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+  };
+  config["bos_token_id"] = id(tokenizer->bos_id());
+  config["eos_token_id"] = id(tokenizer->eos_id());
+  config["pad_token_id"] = id(tokenizer->pad_id());
+  *config_json = config.dump(2);
+  return Status::Ok();
+}
+
+}  // namespace engine

@@ -1,0 +1,36 @@
+// The tokenizer a stage's data loader uses, read from its options: the `tokenizer` field of type
+// engine.proto.TokenizerOptions that the text-reading loaders (text, digits_captions, chat) have.
+// `engine preview` decodes with it; checkpoints carry its files so that the next stage,
+// `engine generate` and transformers find them beside the weights.
+//
+// Pure functions of the resolved stage; any thread.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "engine/status.h"
+#include "engine/tokenizer.pb.h"
+#include "pipeline/resolved_pipeline.h"
+
+namespace engine {
+
+// Nothing when the loader has no such field.
+std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage& stage);
+
+// For an HF_JSON tokenizer: "tokenizer.json" and, when there is one, "tokenizer_config.json",
+// by file name, with their contents. Empty for other kinds. A file that cannot be read is an error
+// naming it.
+StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
+    const ResolvedStage& stage, const std::filesystem::path& base_dir);
+
+// For an HF_JSON tokenizer: `config_json` (a model's config.json) with bos_token_id, eos_token_id
+// and pad_token_id set to the tokenizer's (null where it has none), so that generation in
+// transformers stops where the data taught the model to. Other kinds, or a config that is not a
+// JSON object, are left as they are.
+Status SetTokenIds(const ResolvedStage& stage, const std::filesystem::path& base_dir,
+                   std::string* config_json);
+
+}  // namespace engine

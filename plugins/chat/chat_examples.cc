@@ -1,0 +1,127 @@
+#include "chat_examples.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "conversation_formats.h"
+#include "engine/format.h"
+#include "loss_mask.h"
+
+namespace engine::plugins {
+namespace {
+
+std::string_view TrimRight(std::string_view s) {
+  while (!s.empty() && (s.back() == '\r' || s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+// Applies max_length: true when the example stays (possibly truncated).
+bool FitLength(const ChatOptions& options, TokenizedConversation* example, ChatStats* stats) {
+  const size_t max_length = options.max_length();
+  if (example->ids.size() <= max_length) return true;
+  if (options.truncation() == ChatOptions::DROP) {
+    ++stats->dropped_too_long;
+    return false;
+  }
+  example->ids.resize(max_length);
+  example->loss.resize(max_length);
+  if (std::find(example->loss.begin(), example->loss.end(), 1) == example->loss.end()) {
+    ++stats->dropped_no_loss_left;
+    return false;
+  }
+  ++stats->truncated;
+  return true;
+}
+
+// One line's example into `out`, or a reason it is left out (counted in the stats).
+Status AddLine(std::string_view line, const std::string& where,
+               const chat::ChatTemplate& chat_template, const Tokenizer& tokenizer,
+               const ChatOptions& options, ChatExamples* out) {
+  ENGINE_ASSIGN_OR_RETURN(ParsedConversation parsed, ParseConversationLine(line, where));
+  if (!HasAssistantTurn(parsed.messages)) {
+    if (!options.skip_without_assistant()) {
+      return DataLossError(where +
+                           ": the conversation has no assistant turn to learn from "
+                           "(skip_without_assistant: true skips such lines)");
+    }
+    ++out->stats.skipped_no_assistant;
+    return Status::Ok();
+  }
+  StatusOr<chat::RenderedConversation> rendered = chat_template.RenderForTraining(parsed.messages);
+  if (!rendered.ok()) return rendered.status().WithContext(where);
+  StatusOr<TokenizedConversation> example = TokenizeForTraining(*rendered, tokenizer);
+  if (!example.ok()) return example.status().WithContext(where);
+  if (!FitLength(options, &*example, &out->stats)) return Status::Ok();
+  ++out->stats.by_format[std::string(ConversationFormatName(parsed.format))];
+  out->stats.lengths.push_back(static_cast<int64_t>(example->ids.size()));
+  out->stats.tokens += static_cast<int64_t>(example->ids.size());
+  out->stats.loss_tokens += std::count(example->loss.begin(), example->loss.end(), 1);
+  out->ids.push_back(std::move(example->ids));
+  out->loss.push_back(std::move(example->loss));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ChatStats::Summary(const ChatOptions& options) const {
+  std::string out = WithThousands(static_cast<int64_t>(lengths.size())) + " conversations (";
+  bool first = true;
+  for (const auto& [format, count] : by_format) {
+    out += (first ? "" : ", ") + format + " " + WithThousands(count);
+    first = false;
+  }
+  out += ")";
+  if (!lengths.empty()) {
+    std::vector<int64_t> sorted = lengths;
+    std::sort(sorted.begin(), sorted.end());
+    out += "; tokens min/median/max " + std::to_string(sorted.front()) + "/" +
+           std::to_string(sorted[sorted.size() / 2]) + "/" + std::to_string(sorted.back());
+  }
+  const std::string max_length = std::to_string(options.max_length());
+  if (truncated > 0)
+    out += "; " + WithThousands(truncated) + " truncated to max_length " + max_length;
+  std::vector<std::string> dropped;
+  if (dropped_too_long > 0) {
+    dropped.push_back(WithThousands(dropped_too_long) + " longer than max_length " + max_length);
+  }
+  if (dropped_no_loss_left > 0) {
+    dropped.push_back(WithThousands(dropped_no_loss_left) +
+                      " with no assistant token within max_length " + max_length);
+  }
+  if (skipped_no_assistant > 0) {
+    dropped.push_back(WithThousands(skipped_no_assistant) + " without an assistant turn");
+  }
+  for (size_t i = 0; i < dropped.size(); ++i) out += (i == 0 ? "; dropped: " : ", ") + dropped[i];
+  char share[64];
+  std::snprintf(
+      share, sizeof(share), "; %.1f%% of tokens carry loss",
+      tokens > 0 ? 100.0 * static_cast<double>(loss_tokens) / static_cast<double>(tokens) : 0.0);
+  return out + share;
+}
+
+StatusOr<ChatExamples> ReadChatExamples(const std::string& text, const std::string& origin,
+                                        const chat::ChatTemplate& chat_template,
+                                        const Tokenizer& tokenizer, const ChatOptions& options) {
+  ChatExamples examples;
+  int line_number = 0;
+  int64_t lines = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line = TrimRight(std::string_view(text).substr(start, end - start));
+    start = end + 1;
+    ++line_number;
+    if (line.empty()) continue;
+    if (options.max_examples() > 0 && lines == options.max_examples()) break;
+    ++lines;
+    ENGINE_RETURN_IF_ERROR(AddLine(line, origin + ":" + std::to_string(line_number), chat_template,
+                                   tokenizer, options, &examples));
+  }
+  if (examples.ids.empty()) {
+    return DataLossError("'" + origin + "' gives no examples: " + examples.stats.Summary(options));
+  }
+  return examples;
+}
+
+}  // namespace engine::plugins

@@ -1,0 +1,207 @@
+// The `chat` data loader: conversations from JSON Lines (OpenAI/TRL messages, ShareGPT, alpaca:
+// conversation_formats.h), rendered by the model's own chat template (tokenizer_config.json) and
+// tokenized whole, with loss only on the assistant's turns, end-of-turn tokens included
+// (loss_mask.h).
+//
+// Each conversation is one example of at most max_length tokens: longer ones are cut at the end
+// (TRUNCATE_END; one left without loss tokens is dropped) or left out (DROP), and counted.
+// Conversations without an assistant turn are skipped and counted (or an error). Batches are
+// padded at the right to their longest example: "input_ids" (pad_id), "labels" (input_ids where
+// the token carries loss, -100 elsewhere and on padding) and "attention_mask" (1 on tokens, 0 on
+// padding), all i64 [B, L]. Right padding keeps examples apart in a causal model without any
+// mask: no real token attends to a later position, and positions start at 0 in every row. So a
+// padded batch's loss is the token-weighted mean of its examples' losses.
+//
+// The plan line counts the conversations by layout, their tokens (min/median/max), the truncated
+// and dropped ones and why, and the share of tokens that carry loss. The baseline is the eval
+// perplexity, on loss tokens, of a unigram model counted on the train split's loss tokens.
+#include <ATen/ops/full.h>
+#include <ATen/ops/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "batch_indices.h"
+#include "chat/tokenizer_config.h"
+#include "chat_examples.h"
+#include "chat_options.pb.h"
+#include "data_split.h"
+#include "engine/data.h"
+#include "engine/format.h"
+#include "engine/hash.h"
+#include "engine/paths.h"
+#include "engine/tokenizer.h"
+#include "read_file.h"
+
+namespace engine::plugins {
+namespace {
+
+constexpr int64_t kIgnoreIndex = -100;
+
+class ChatDataset : public Dataset {
+ public:
+  ChatDataset(ChatExamples examples, SplitRows split, DataSpec spec, std::string description,
+              std::string identity, std::map<std::string, double> baselines)
+      : examples_(std::move(examples)),
+        spec_(std::move(spec)),
+        description_(std::move(description)),
+        identity_(std::move(identity)),
+        baselines_(std::move(baselines)) {
+    rows_[0] = std::move(split.train);
+    rows_[1] = std::move(split.eval);
+  }
+
+  const DataSpec& spec() const override { return spec_; }
+  int64_t size(Split split) const override { return static_cast<int64_t>(Rows(split).size()); }
+
+  StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const override {
+    const std::vector<int64_t>& rows = Rows(split);
+    ENGINE_RETURN_IF_ERROR(CheckBatchIndices(split, indices, size(split), "conversations"));
+    int64_t length = 1;
+    for (int64_t index : indices) {
+      length = std::max<int64_t>(length, examples_.ids[rows[index]].size());
+    }
+    const auto n = static_cast<int64_t>(indices.size());
+    at::Tensor ids = at::full({n, length}, spec_.pad_id, at::kLong);
+    at::Tensor labels = at::full({n, length}, kIgnoreIndex, at::kLong);
+    at::Tensor mask = at::full({n, length}, 0, at::kLong);
+    int64_t* ids_data = ids.data_ptr<int64_t>();
+    int64_t* labels_data = labels.data_ptr<int64_t>();
+    int64_t* mask_data = mask.data_ptr<int64_t>();
+    for (int64_t b = 0; b < n; ++b) {
+      const size_t row = static_cast<size_t>(rows[indices[b]]);
+      const std::vector<int64_t>& example = examples_.ids[row];
+      for (size_t t = 0; t < example.size(); ++t) {
+        ids_data[b * length + t] = example[t];
+        mask_data[b * length + t] = 1;
+        if (examples_.loss[row][t]) labels_data[b * length + t] = example[t];
+      }
+    }
+    return Batch{{"input_ids", ids}, {"labels", labels}, {"attention_mask", mask}};
+  }
+
+  std::string description() const override { return description_; }
+  std::string identity() const override { return identity_; }
+  std::map<std::string, double> baselines() const override { return baselines_; }
+  bool cheap_batches() const override { return true; }
+
+ private:
+  const std::vector<int64_t>& Rows(Split split) const {
+    return rows_[split == Split::kTrain ? 0 : 1];
+  }
+
+  ChatExamples examples_;
+  std::vector<int64_t> rows_[2];
+  DataSpec spec_;
+  std::string description_;
+  std::string identity_;
+  std::map<std::string, double> baselines_;
+};
+
+// Perplexity on the eval examples' loss tokens of add-one-smoothed unigram frequencies of the
+// train examples' loss tokens.
+double UnigramPerplexity(const ChatExamples& examples, const SplitRows& split, int64_t vocab) {
+  std::vector<double> counts(static_cast<size_t>(vocab), 1.0);
+  double total = static_cast<double>(vocab);
+  for (int64_t row : split.train) {
+    for (size_t t = 0; t < examples.ids[row].size(); ++t) {
+      if (!examples.loss[row][t]) continue;
+      counts[static_cast<size_t>(examples.ids[row][t])] += 1;
+      total += 1;
+    }
+  }
+  double nll = 0;
+  int64_t n = 0;
+  for (int64_t row : split.eval) {
+    for (size_t t = 0; t < examples.ids[row].size(); ++t) {
+      if (!examples.loss[row][t]) continue;
+      nll -= std::log(counts[static_cast<size_t>(examples.ids[row][t])] / total);
+      ++n;
+    }
+  }
+  return n > 0 ? std::exp(nll / static_cast<double>(n)) : 0;
+}
+
+// The tokenizer_config.json with the chat template: the option, or the one beside the tokenizer.
+std::filesystem::path ChatConfigPath(const ChatOptions& options, const DataContext& context) {
+  if (!options.tokenizer().config().empty()) {
+    return ResolvePath(context.base_dir, options.tokenizer().config());
+  }
+  const std::filesystem::path tokenizer = ResolvePath(context.base_dir, options.tokenizer().path());
+  return std::filesystem::is_directory(tokenizer) ? tokenizer : tokenizer.parent_path();
+}
+
+class ChatLoader : public DataLoaderPlugin {
+ public:
+  const google::protobuf::Message& default_options() const override {
+    return ChatOptions::default_instance();
+  }
+
+  void ValidateOptions(const google::protobuf::Message& message,
+                       OptionErrors* errors) const override {
+    const auto& options = OptionsAs<ChatOptions>(message);
+    if (options.has_path() && options.path().empty()) errors->Add("path", "is empty");
+    if (options.tokenizer().kind() != proto::TokenizerOptions::HF_JSON) {
+      errors->Add("tokenizer.kind",
+                  "must be HF_JSON: conversations need the chat template of a "
+                  "Hugging Face tokenizer");
+    }
+    ValidateTokenizerOptions(options.tokenizer(), "tokenizer.", errors);
+    if (options.max_length() < 2) errors->Add("max_length", "must be at least 2");
+    CheckEvalFraction(options.eval_fraction(), errors);
+  }
+
+  StatusOr<std::unique_ptr<Dataset>> Open(const google::protobuf::Message& message,
+                                          const DataContext& context) const override {
+    const auto& options = OptionsAs<ChatOptions>(message);
+    const std::filesystem::path path = ResolvePath(context.base_dir, options.path());
+    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadMaybeCompressed(path));
+    ENGINE_ASSIGN_OR_RETURN(auto tokenizer, MakeTokenizer(options.tokenizer(), context.base_dir));
+    ENGINE_ASSIGN_OR_RETURN(chat::TokenizerChatConfig config,
+                            chat::ReadTokenizerChatConfig(ChatConfigPath(options, context)));
+    ENGINE_ASSIGN_OR_RETURN(chat::NamedChatTemplate named, config.Select(options.chat_template(),
+                                                                         /*with_tools=*/false));
+    ENGINE_ASSIGN_OR_RETURN(chat::ChatTemplate chat_template, config.Load(options.chat_template()));
+    ENGINE_ASSIGN_OR_RETURN(
+        ChatExamples examples,
+        ReadChatExamples(text, path.string(), chat_template, *tokenizer, options));
+    SplitRows split = ShuffleAndSplit(static_cast<int64_t>(examples.ids.size()), context.seed,
+                                      options.eval_fraction());
+    if (options.eval_fraction() > 0 && split.eval.empty() && split.train.size() >= 2) {
+      split.eval.push_back(split.train.back());
+      split.train.pop_back();
+    }
+    DataSpec spec;
+    const int64_t vocab = tokenizer->vocab_size();
+    spec.fields = {{"input_ids", at::kLong, {-1}, vocab},
+                   {"labels", at::kLong, {-1}, 0},  // -100 where no loss: not class ids
+                   {"attention_mask", at::kLong, {-1}, 0}};
+    spec.pad_id = tokenizer->pad_id();
+    spec.eos_id = tokenizer->eos_id();
+    std::map<std::string, double> baselines;
+    if (!split.eval.empty()) baselines["perplexity"] = UnigramPerplexity(examples, split, vocab);
+    const std::string description = examples.stats.Summary(options) + " (" +
+                                    tokenizer->description() + ", template " +
+                                    chat_template.name() + ") from " + path.string();
+    const std::string identity = "chat:" + Fnv1a64Hex(text) + ":" + tokenizer->identity() +
+                                 ":template=" + Fnv1a64Hex(named.text) +
+                                 ":max_length=" + std::to_string(options.max_length()) +
+                                 ":truncation=" + std::to_string(options.truncation()) +
+                                 ":skip=" + std::to_string(options.skip_without_assistant()) +
+                                 ":eval_fraction=" + std::to_string(options.eval_fraction()) +
+                                 ":max_examples=" + std::to_string(options.max_examples()) +
+                                 ":seed=" + std::to_string(context.seed);
+    return std::unique_ptr<Dataset>(new ChatDataset(std::move(examples), std::move(split),
+                                                    std::move(spec), description, identity,
+                                                    std::move(baselines)));
+  }
+};
+
+}  // namespace
+}  // namespace engine::plugins
+
+ENGINE_PLUGIN("chat", ENGINE_KIND_DATA_LOADER, "0.1.0",
+              "conversations from JSON Lines (messages, ShareGPT, alpaca) rendered by the model's "
+              "chat template, with loss on the assistant's turns only",
+              engine::plugins::ChatLoader)

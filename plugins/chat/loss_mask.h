@@ -1,0 +1,32 @@
+// A rendered conversation as token ids with the tokens that carry loss marked: those of the
+// assistant spans (ChatTemplate::RenderForTraining), end-of-turn tokens included.
+//
+// The whole text is encoded at once, so the ids are those inference sees (encoding turn by turn
+// would tokenize the seams differently). Which token covers which text is found by decoding
+// prefixes of the ids (binary search per span edge): a token carries loss when its text overlaps
+// an assistant span. Decoders that add or drop spaces (SentencePiece's leading space) are aligned
+// to the rendered text by skipping the spaces one side has and the other lacks.
+//
+// Failure: decoded text that differs from the rendering beyond spaces (a normalizer that rewrote
+// it) is an error, never a guessed mask. Pure; any thread (the tokenizer is immutable).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "engine/status.h"
+#include "engine/tokenizer.h"
+
+namespace engine::plugins {
+
+struct TokenizedConversation {
+  std::vector<int64_t> ids;
+  std::vector<uint8_t> loss;  // 1: the token carries loss
+};
+
+StatusOr<TokenizedConversation> TokenizeForTraining(const chat::RenderedConversation& rendered,
+                                                    const Tokenizer& tokenizer);
+
+}  // namespace engine::plugins

@@ -1,0 +1,77 @@
+// `engine preview`: a chat stage's first examples as the model sees them, in JSON and as text with
+// the loss-carrying tokens marked, and its command-line errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+#include "testing/test_paths.h"
+
+namespace engine {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunEngine;
+
+std::string ChatPipeline() {
+  const std::string fixtures = std::string(testing::kSourceDir) + "/tests/fixtures/";
+  return R"(name: "preview"
+output_dir: "out"
+stage {
+  name: "sft"
+  model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
+    hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2 } } }
+  data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
+    path: ")" +
+         fixtures + R"(chat_data/conversations.jsonl"
+    eval_fraction: 0
+    tokenizer { kind: HF_JSON path: ")" +
+         fixtures + R"(tokenizers/qwen2_bpe.json"
+                config: ")" +
+         fixtures + R"(chat_data/tokenizer_config.json" } } } }
+  optimizer { learning_rate: 0.001 }
+  schedule { max_steps: 1 batch_size: 2 }
+}
+)";
+}
+
+TEST(PreviewTest, PrintsExamplesWithTheirLossMask) {
+  testing::TempDir tmp;
+  const auto pipeline = tmp.Write("p.pbtxt", ChatPipeline());
+  auto json = RunEngine({"preview", pipeline.string(), "-n", "2", "--format=json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto parsed = nlohmann::json::parse(json.out);
+  EXPECT_EQ(parsed["stage"], "sft");
+  ASSERT_EQ(parsed["examples"].size(), 2u);
+  for (const auto& example : parsed["examples"]) {
+    ASSERT_EQ(example["input_ids"].size(), example["loss_mask"].size());
+    EXPECT_THAT(example["text"].get<std::string>(), HasSubstr("<|im_start|>assistant\n"));
+    int loss = 0;
+    for (int l : example["loss_mask"]) loss += l;
+    EXPECT_GT(loss, 0);
+    EXPECT_LT(loss, static_cast<int>(example["loss_mask"].size()));
+  }
+  auto text = RunEngine({"preview", pipeline.string(), "-n", "1"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("carry loss (between [[ and ]])"));
+  EXPECT_THAT(text.out, HasSubstr("<|im_start|>assistant\n[["));
+  EXPECT_THAT(text.out, HasSubstr("<|im_end|>\n]]"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out"));  // nothing written
+}
+
+TEST(PreviewTest, BadCommandLinesAndStagesAreErrors) {
+  testing::TempDir tmp;
+  const auto pipeline = tmp.Write("p.pbtxt", ChatPipeline());
+  auto no_stage = RunEngine({"preview", pipeline.string(), "--stage=nope"});
+  EXPECT_EQ(no_stage.exit_code, 1);
+  EXPECT_THAT(no_stage.err, HasSubstr("no stage 'nope'"));
+  auto bad_n = RunEngine({"preview", pipeline.string(), "-n", "zero"});
+  EXPECT_EQ(bad_n.exit_code, 2);
+  EXPECT_THAT(bad_n.err, HasSubstr("-n must be a positive number"));
+  EXPECT_EQ(RunEngine({"preview"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace engine

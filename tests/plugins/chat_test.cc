@@ -1,0 +1,178 @@
+// The `chat` data loader: the three JSONL layouts, loss only on assistant tokens (end of turn
+// included), truncation and skipping counted in the plan line, errors naming FILE:LINE, and
+// right-padded batches whose loss is the token-weighted mean of their examples' losses.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "engine/data.h"
+#include "engine/model.h"
+#include "plugins/plugin_test_util.h"
+#include "testing/temp_dir.h"
+#include "tokenizer/hf_tokenizer.h"
+
+namespace engine {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const fs::path kChatData = fs::path(testing::kSourceDir) / "tests/fixtures/chat_data";
+const fs::path kQwen2 = fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/qwen2_bpe.json";
+
+const DataLoaderPlugin& Chat() {
+  return testing::BuiltinPlugin<DataLoaderPlugin>(PluginKind::kDataLoader, "chat");
+}
+
+// The loader on `jsonl` (a file name in `dir`) with the Qwen2-style fixture tokenizer and
+// template, plus `extra` options.
+StatusOr<std::unique_ptr<Dataset>> Open(const fs::path& dir, const std::string& jsonl,
+                                        const std::string& extra = "eval_fraction: 0") {
+  auto message = testing::Options(
+      Chat(), "path: \"" + jsonl + "\" tokenizer { kind: HF_JSON path: \"" + kQwen2.string() +
+                  "\" config: \"" + (kChatData / "tokenizer_config.json").string() + "\" } " +
+                  extra);
+  OptionErrors errors;
+  Chat().ValidateOptions(*message, &errors);
+  EXPECT_TRUE(errors.empty());
+  return Chat().Open(*message, DataContext{dir, 1});
+}
+
+Batch AllOf(const Dataset& data) {
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < data.size(Split::kTrain); ++i) indices.push_back(i);
+  auto batch = data.GetBatch(Split::kTrain, indices);
+  EXPECT_TRUE(batch.ok()) << batch.status().message();
+  return *batch;
+}
+
+TEST(ChatLoaderTest, ReadsEveryLayoutAndCountsWhatItSkips) {
+  auto data = Open(kChatData, "conversations.jsonl");
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  EXPECT_EQ((*data)->size(Split::kTrain), 5);
+  const std::string plan = (*data)->description();
+  EXPECT_THAT(plan, HasSubstr("5 conversations (alpaca 2, messages 2, sharegpt 1)"));
+  EXPECT_THAT(plan, HasSubstr("dropped: 1 without an assistant turn"));
+  EXPECT_THAT(plan, HasSubstr("tokens min/median/max"));
+  EXPECT_THAT(plan, HasSubstr("of tokens carry loss"));
+  EXPECT_THAT(plan, HasSubstr("959 ids"));  // pad and eos from the tokenizer_config.json
+  EXPECT_EQ((*data)->spec().eos_id, 958);
+}
+
+TEST(ChatLoaderTest, LossCoversExactlyTheAssistantTurnsWithTheirEndOfTurn) {
+  auto data = Open(kChatData, "conversations.jsonl");
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  auto tokenizer = tokenizer::HfTokenizer::FromFile(kQwen2);
+  ASSERT_TRUE(tokenizer.ok());
+  const Batch batch = AllOf(**data);
+  const at::Tensor labels = batch.at("labels"), ids = batch.at("input_ids");
+  const at::Tensor mask = batch.at("attention_mask");
+  std::vector<std::string> learned;
+  for (int64_t b = 0; b < labels.size(0); ++b) {
+    std::vector<int64_t> loss_ids;
+    for (int64_t t = 0; t < labels.size(1); ++t) {
+      const int64_t label = labels[b][t].item<int64_t>();
+      if (label != -100) {
+        EXPECT_EQ(label, ids[b][t].item<int64_t>());
+        loss_ids.push_back(label);
+      }
+      if (mask[b][t].item<int64_t>() == 0) {
+        EXPECT_EQ(label, -100);
+      }
+    }
+    learned.push_back((*tokenizer)->Decode(loss_ids, /*skip_special_tokens=*/false));
+  }
+  // The template ends a turn with "<|im_end|>\n"; the span takes both.
+  EXPECT_THAT(learned,
+              ::testing::UnorderedElementsAre(
+                  "A short saying about the future.<|im_end|>\n",
+                  "Hi!<|im_end|>\nこんにちは!<|im_end|>\n", "You will learn C++ today.<|im_end|>\n",
+                  "is a penny earned.<|im_end|>\n", "1, 2, 3.<|im_end|>\n"));
+}
+
+TEST(ChatLoaderTest, SentencePieceStyleTokenizersMarkTheSameTurns) {
+  // Mistral's layout: Metaspace, byte fallback, and a decoder that drops the leading space, so
+  // the decoded text differs from the rendering by spaces.
+  testing::TempDir tmp;
+  tmp.Write(
+      "c.jsonl",
+      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."}, {"role": "user", "content": "Ünïcode?"}, {"role": "assistant", "content": "Ça va 👍"}]})");
+  const fs::path mistral =
+      fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/mistral_bpe.json";
+  auto message = testing::Options(
+      Chat(), "path: \"c.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
+                  mistral.string() + "\" config: \"" +
+                  (kChatData / "mistral_tokenizer_config.json").string() + "\" }");
+  auto data = Chat().Open(*message, DataContext{tmp.path(), 1});
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  auto tokenizer = tokenizer::HfTokenizer::FromFile(mistral);
+  ASSERT_TRUE(tokenizer.ok());
+  const Batch batch = AllOf(**data);
+  std::vector<int64_t> loss_ids;
+  for (int64_t t = 0; t < batch.at("labels").size(1); ++t) {
+    const int64_t label = batch.at("labels")[0][t].item<int64_t>();
+    if (label != -100) loss_ids.push_back(label);
+  }
+  EXPECT_EQ((*tokenizer)->Decode(loss_ids, /*skip_special_tokens=*/false),
+            "Hello there.</s> Ça va 👍</s>");
+  EXPECT_EQ((*data)->spec().eos_id, 2);
+}
+
+TEST(ChatLoaderTest, LongExamplesAreTruncatedOrDroppedAndCounted) {
+  // The examples have 45 to 79 tokens.
+  auto truncated = Open(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 60");
+  ASSERT_TRUE(truncated.ok()) << truncated.status().message();
+  EXPECT_THAT((*truncated)->description(), HasSubstr("1 truncated to max_length 60"));
+  EXPECT_EQ(AllOf(**truncated).at("input_ids").size(1), 60);
+  auto dropped =
+      Open(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 60 truncation: DROP");
+  ASSERT_TRUE(dropped.ok()) << dropped.status().message();
+  EXPECT_THAT((*dropped)->description(), HasSubstr("dropped: 1 longer than max_length 60"));
+  EXPECT_EQ((*dropped)->size(Split::kTrain), 4);
+}
+
+TEST(ChatLoaderTest, BadLinesAreErrorsNamingFileAndLine) {
+  testing::TempDir tmp;
+  tmp.Write("broken.jsonl", "{\"messages\": []}\n\n{not json\n");
+  EXPECT_THAT(Open(tmp.path(), "broken.jsonl").status().message(),
+              HasSubstr("broken.jsonl:3: not valid JSON"));
+  tmp.Write("speaker.jsonl", R"({"conversations": [{"from": "robot", "value": "x"}]})");
+  EXPECT_THAT(Open(tmp.path(), "speaker.jsonl").status().message(),
+              HasSubstr("speaker.jsonl:1: conversations[0]: unknown speaker 'robot'"));
+  tmp.Write("other.jsonl", R"({"text": "plain"})");
+  EXPECT_THAT(Open(tmp.path(), "other.jsonl").status().message(),
+              HasSubstr("other.jsonl:1: holds no conversation"));
+  tmp.Write("lonely.jsonl", R"({"messages": [{"role": "user", "content": "hello"}]})");
+  EXPECT_THAT(Open(tmp.path(), "lonely.jsonl", "skip_without_assistant: false").status().message(),
+              HasSubstr("lonely.jsonl:1: the conversation has no assistant turn"));
+  EXPECT_THAT(Open(tmp.path(), "lonely.jsonl").status().message(), HasSubstr("gives no examples"));
+}
+
+TEST(ChatLoaderTest, PaddedBatchLossIsTheTokenWeightedMeanOfItsExamples) {
+  auto data = Open(kChatData, "conversations.jsonl");
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  const auto& loader = testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "llama");
+  auto options =
+      testing::Options(loader, "hidden_size: 16 num_hidden_layers: 2 num_attention_heads: 2");
+  auto model = loader.Create(*options, ModelContext{&(*data)->spec(), "/", 1});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  auto whole = (*model)->Forward(AllOf(**data));
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  double weighted = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < (*data)->size(Split::kTrain); ++i) {
+    auto one = (*model)->Forward(*(*data)->GetBatch(Split::kTrain, {i}));
+    ASSERT_TRUE(one.ok());
+    weighted += one->loss.item<double>() * static_cast<double>(one->loss_count);
+    count += one->loss_count;
+  }
+  EXPECT_EQ(whole->loss_count, count);
+  EXPECT_NEAR(whole->loss.item<double>(), weighted / static_cast<double>(count), 1e-5);
+}
+
+}  // namespace
+}  // namespace engine
