@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model.h"
+#include "engine/text_generator.h"
+#include "generation.h"
 #include "hf_checkpoint.h"
 #include "llama_modules.h"
 #include "llama_setup.h"
@@ -37,7 +39,7 @@ class LlamaForCausalLm : public torch::nn::Module {
   CausalLm lm;
 };
 
-class LlamaModel : public Model {
+class LlamaModel : public Model, public TextGenerator {
  public:
   LlamaModel(const LlamaConfig& config, bool checkpointing, bool token_labels, int64_t eos_id)
       : config_(config),
@@ -72,6 +74,11 @@ class LlamaModel : public Model {
       ENGINE_RETURN_IF_ERROR(ScoreGeneratedAnswers(lm, at::Tensor(), batch, eos_id_, &out));
     }
     return out;
+  }
+
+  StatusOr<at::Tensor> Generate(const at::Tensor& ids, const at::Tensor& attention_mask,
+                                const GenerationOptions& options) override {
+    return GenerateText(module_->lm, ids, attention_mask, options);
   }
 
   std::string architecture() const override { return "llama"; }
