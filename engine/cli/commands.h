@@ -20,12 +20,14 @@ int CheckCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
 int PluginsCommand(const std::vector<std::string>& args);
 int ConformanceCommand(const std::vector<std::string>& args);
+int VerifyCommand(const std::vector<std::string>& args);
 
 // Help texts, shared by `engine help COMMAND` and `engine COMMAND --help`.
 std::string CheckHelp();
 std::string RunHelp();
 std::string PluginsHelp();
 std::string ConformanceHelp();
+std::string VerifyHelp();
 
 struct Command {
   struct Usage {
