@@ -222,19 +222,11 @@ Status ProbeInChild(const std::filesystem::path& path, const std::string& where)
   return ProbeFailure(where, child);
 }
 
-}  // namespace
-
-StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
-  const std::string where = "plugin library '" + path.string() + "'";
-  std::error_code fs_error;
-  if (!std::filesystem::exists(path, fs_error)) return NotFoundError(where + " does not exist");
-  if (!std::filesystem::is_regular_file(path, fs_error)) {
-    return InvalidArgumentError(where + " is not a regular file");
-  }
-  std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
-  if (fs_error) canonical = std::filesystem::absolute(path);
-
-  ENGINE_RETURN_IF_ERROR(ProbeInChild(canonical, where));
+// dlopen in this process, once the probe has shown it safe. The library stays loaded even if a
+// later check fails: its static initialisers may already have registered descriptors (protobuf)
+// that would dangle after dlclose.
+StatusOr<boost::dll::shared_library> OpenLibrary(const std::filesystem::path& canonical,
+                                                 const std::string& where) {
   boost::dll::shared_library library;
   boost::dll::fs::error_code load_error;
   ::dlerror();  // clear any earlier message
@@ -246,9 +238,13 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
         "cannot load " + where + ": " + (reason ? std::string(reason) : load_error.message()) +
         " (is it a shared library built for this machine and this engine?)");
   }
-  // Even a library that fails the checks below stays loaded: its static initialisers may already
-  // have registered descriptors (protobuf) that would dangle after dlclose.
   KeepLoaded(library);
+  return library;
+}
+
+// The library's manifest, checked against this engine before any C++ symbol of it is used.
+StatusOr<const EnginePluginManifest*> ReadLibraryManifest(const boost::dll::shared_library& library,
+                                                          const std::string& where) {
   if (!library.has(ENGINE_PLUGIN_MANIFEST_SYMBOL)) {
     return FailedPreconditionError(where + " is not an engine plugin: it exports no '" +
                                    ENGINE_PLUGIN_MANIFEST_SYMBOL +
@@ -258,10 +254,13 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   const EnginePluginManifest* manifest = manifest_fn();
   if (manifest == nullptr) return FailedPreconditionError(where + ": its manifest is null");
   ENGINE_RETURN_IF_ERROR(CheckManifest(*manifest).WithContext(where));
+  return manifest;
+}
 
-  const std::string name = manifest->name;
-  const PluginKind kind = *PluginKindFromName(manifest->kind);
-  const std::string named = where + " (plugin '" + name + "')";
+// Calls the registration entry point: exactly one plugin of the manifest's kind, whose options
+// can be described.
+StatusOr<std::unique_ptr<Plugin>> RegisterLibraryPlugin(const boost::dll::shared_library& library,
+                                                        PluginKind kind, const std::string& named) {
   if (!library.has(ENGINE_PLUGIN_REGISTER_SYMBOL)) {
     return FailedPreconditionError(named + " exports no '" + ENGINE_PLUGIN_REGISTER_SYMBOL +
                                    "' entry point");
@@ -292,14 +291,36 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   } catch (...) {
     return FailedPreconditionError(named + ": default_options() threw");
   }
+  return std::move(registrar.plugin_);
+}
 
+}  // namespace
+
+StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
+  const std::string where = "plugin library '" + path.string() + "'";
+  std::error_code fs_error;
+  if (!std::filesystem::exists(path, fs_error)) return NotFoundError(where + " does not exist");
+  if (!std::filesystem::is_regular_file(path, fs_error)) {
+    return InvalidArgumentError(where + " is not a regular file");
+  }
+  std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
+  if (fs_error) canonical = std::filesystem::absolute(path);
+
+  ENGINE_RETURN_IF_ERROR(ProbeInChild(canonical, where));
+  ENGINE_ASSIGN_OR_RETURN(boost::dll::shared_library library, OpenLibrary(canonical, where));
+  ENGINE_ASSIGN_OR_RETURN(const EnginePluginManifest* manifest,
+                          ReadLibraryManifest(library, where));
+  const PluginKind kind = *PluginKindFromName(manifest->kind);
+  const std::string named = where + " (plugin '" + manifest->name + "')";
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
+                          RegisterLibraryPlugin(library, kind, named));
   LoadedPlugin loaded;
   loaded.library = canonical;
-  loaded.name = name;
+  loaded.name = manifest->name;
   loaded.kind = kind;
   loaded.version = manifest->version ? manifest->version : "";
   loaded.description = manifest->description ? manifest->description : "";
-  loaded.plugin = std::move(registrar.plugin_);
+  loaded.plugin = std::move(plugin);
   return loaded;
 }
 
