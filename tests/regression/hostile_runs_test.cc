@@ -171,6 +171,17 @@ TEST(HostileRunsTest, NprocOnAnInvalidPipelineChecksOnceAndStartsNoRank) {
   EXPECT_EQ(Count(r.err, "schedule.batch_size must be > 0"), 1u) << r.err;
   EXPECT_THAT(r.err, HasSubstr("nothing was run"));
   EXPECT_THAT(r.err, Not(HasSubstr("rank")));
+
+  // An error found only when the data is opened, too.
+  auto missing = dir.Write(
+      "missing.pbtxt",
+      "output_dir: \"out\"\nstage {\n  name: \"s\"\n  model { plugin: \"mlp\" }\n"
+      "  data { plugin: \"digits\" options { [type.googleapis.com/engine.plugins.DigitsOptions] "
+      "{ path: \"no-such.csv\" } } }\n  parallel { strategy: DDP }\n}\n");
+  r = RunEngine({"run", missing.string(), "--nproc=1000"}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(Count(r.err, "no-such.csv"), 1u) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("rank")));
 }
 
 }  // namespace
