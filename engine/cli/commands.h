@@ -22,6 +22,7 @@ int PluginsCommand(const std::vector<std::string>& args);
 int ConformanceCommand(const std::vector<std::string>& args);
 int EvalCommand(const std::vector<std::string>& args);
 int PreviewCommand(const std::vector<std::string>& args);
+int VerifyCommand(const std::vector<std::string>& args);
 
 // Help texts, shared by `engine help COMMAND` and `engine COMMAND --help`.
 std::string CheckHelp();
@@ -30,6 +31,7 @@ std::string PluginsHelp();
 std::string ConformanceHelp();
 std::string EvalHelp();
 std::string PreviewHelp();
+std::string VerifyHelp();
 
 struct Command {
   struct Usage {

@@ -37,6 +37,10 @@ const std::vector<Command>& Commands() {
        {{"conformance PLUGIN.so", "check that a plugin library behaves as the engine relies on"}},
        ConformanceCommand,
        ConformanceHelp},
+      {"verify",
+       {{"verify DIR", "check every checkpoint under DIR against its manifest's hashes"}},
+       VerifyCommand,
+       VerifyHelp},
   };
   return commands;
 }

@@ -47,7 +47,8 @@ says which and why), 2 for a wrong command line, 130 when stopped by Ctrl-C or S
   --from=STAGE         train STAGE and every stage after it again from step 0; the stages before it
                        are not trained, their finished checkpoints are used as they are
   --nproc=N            start N local ranks of this command for stages with
-                       parallel { strategy: DDP } (Gloo over loopback): a free MASTER_PORT is picked
+                       parallel { strategy: DDP } (Gloo over loopback), after checking the
+                       pipeline once (an invalid one starts no rank): a free MASTER_PORT is picked
                        unless MASTER_PORT is set, rank 0's output is shown and every rank's errors;
                        when a rank fails the others are stopped and the exit status is its own.
                        torchrun or Slurm can start the ranks instead (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -115,14 +116,17 @@ int ReportInvalid(const Session& session, const std::string& file) {
   return kExitFailure;
 }
 
-// Reads and validates the pipeline once, then starts `nproc` ranks of this command: an invalid
-// pipeline is reported once, without starting any.
+// Checks the pipeline once as `engine check` does (data and models included), then starts `nproc`
+// ranks of this command: an invalid pipeline is reported once, without starting any. The check's
+// models are freed before the ranks start; each rank plans again for itself.
 int CheckThenLaunch(const std::vector<std::string>& args, const Arguments& a, int nproc) {
-  Session session;
-  LoadOptions options;
-  if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
-  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session)) {
-    return ReportInvalid(session, a.positional[0]);
+  {
+    Session session;
+    LoadOptions options;
+    if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
+    if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session)) {
+      return ReportInvalid(session, a.positional[0]);
+    }
   }
   return LaunchRanks(nproc, WithoutNproc(args));
 }

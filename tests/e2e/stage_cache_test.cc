@@ -200,12 +200,20 @@ TEST_F(StageCacheTest, ATruncatedParentIsAClearErrorWithFromAndIsTrainedAgainWit
 TEST_F(StageCacheTest, BytesChangedInPlaceAreFoundByTheContentHash) {
   const auto weights = Out() / "a/final/model.safetensors";
   const auto size = std::filesystem::file_size(weights);
+  auto verify = testing::RunEngine({"verify", Out().string()});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  EXPECT_THAT(verify.out, HasSubstr("ok      " + (Out() / "a/final").string() + " (step 23, "));
   {
     std::fstream stream(weights, std::ios::in | std::ios::out | std::ios::binary);
     stream.seekp(static_cast<std::streamoff>(size - 16));
     stream.write("\xff\xff\xff\x7f\xff\xff\xff\x7f", 8);  // NaNs, same length
   }
   ASSERT_EQ(std::filesystem::file_size(weights), size);
+  verify = testing::RunEngine({"verify", Out().string()});
+  EXPECT_EQ(verify.exit_code, 1);
+  EXPECT_THAT(verify.out, HasSubstr("DAMAGED " + (Out() / "a/final").string() + ": " +
+                                    weights.string() + " changed since it was written"));
+  EXPECT_THAT(verify.out, HasSubstr(" checkpoints, 1 damaged\n"));
   auto r = Run({"--from=b"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(weights.string() + " changed since it was written"));

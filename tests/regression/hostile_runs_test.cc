@@ -128,6 +128,22 @@ TEST(HostileRunsTest, ProblemsThatUsedToShowAfterTrainingAreFoundByCheck) {
   r = RunEngine({"check", stopping.string()}, dir.path().string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("'accuracy' is never reported by an evaluation"));
+
+  auto unreported = dir.Write(
+      "bleu.pbtxt",
+      "output_dir: \"out3\"\n" +
+          testing::DigitsStage("s",
+                               "  schedule { max_steps: 20 eval_every_steps: 10 }\n"
+                               "  callback { plugin: \"early_stopping\" options { "
+                               "[type.googleapis.com/engine.plugins.EarlyStoppingOptions] { "
+                               "metric: \"eval/bleu\" } } }"));
+  r = RunEngine({"check", unreported.string()}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("callback 'early_stopping': watches 'eval/bleu', which stage 's''s "
+                               "evaluation does not report (it reports eval/accuracy, eval/loss)"));
+  r = RunEngine({"run", unreported.string()}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "out3")) << "refused before step 0";
 }
 
 TEST(HostileRunsTest, BinaryBytesInADataErrorArePrintedEscaped) {
@@ -154,6 +170,17 @@ TEST(HostileRunsTest, NprocOnAnInvalidPipelineChecksOnceAndStartsNoRank) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(Count(r.err, "schedule.batch_size must be > 0"), 1u) << r.err;
   EXPECT_THAT(r.err, HasSubstr("nothing was run"));
+  EXPECT_THAT(r.err, Not(HasSubstr("rank")));
+
+  // An error found only when the data is opened, too.
+  auto missing = dir.Write(
+      "missing.pbtxt",
+      "output_dir: \"out\"\nstage {\n  name: \"s\"\n  model { plugin: \"mlp\" }\n"
+      "  data { plugin: \"digits\" options { [type.googleapis.com/engine.plugins.DigitsOptions] "
+      "{ path: \"no-such.csv\" } } }\n  parallel { strategy: DDP }\n}\n");
+  r = RunEngine({"run", missing.string(), "--nproc=1000"}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(Count(r.err, "no-such.csv"), 1u) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("rank")));
 }
 

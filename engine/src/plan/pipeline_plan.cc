@@ -17,6 +17,7 @@
 #include "engine/module_tensors.h"
 #include "engine/precision_kit.h"
 #include "plan/handoff.h"
+#include "plan/watched_metrics.h"
 #include "precision/census.h"
 #include "precision/device_capability.h"
 
@@ -85,7 +86,7 @@ class PlanBuilder {
     if (!OpenData(stage, plan) || !CreateModel(stage, plan)) return false;
     if (!SelectTrainable(stage, plan) || !PlanPrecision(stage, plan)) return false;
     if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
-    if (!PlanSteps(stage, plan)) return false;
+    if (!PlanSteps(stage, plan) || !CheckCallbackMetrics(stage, *plan)) return false;
     plan->optimizer_summary = OptimizerSummary(stage.config->optimizer());
     plan->fingerprint = Fingerprint(stage, so_far, *plan);
     return true;
@@ -140,6 +141,13 @@ class PlanBuilder {
         ApplyLayerPlugins(stage, plan->model->module(), &plan->layers);
     for (const LayerPluginError& e : layer_errors) Error(e.path, e.message);
     return layer_errors.empty();
+  }
+
+  // A callback watching an evaluation metric must watch one the stage reports.
+  bool CheckCallbackMetrics(const ResolvedStage& stage, const StagePlan& plan) {
+    const std::vector<WatchedMetricError> errors = CheckWatchedMetrics(pipeline_, stage, plan);
+    for (const WatchedMetricError& e : errors) Error(e.path, e.message);
+    return errors.empty();
   }
 
   // Batches, ranks, steps per epoch and the stage's length in steps.

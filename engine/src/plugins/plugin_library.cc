@@ -222,10 +222,11 @@ Status ProbeInChild(const std::filesystem::path& path, const std::string& where)
   return ProbeFailure(where, child);
 }
 
-// The library at `canonical`, opened (and kept open) once the child probe passed.
+// dlopen in this process, once the probe has shown it safe. The library stays loaded even if a
+// later check fails: its static initialisers may already have registered descriptors (protobuf)
+// that would dangle after dlclose.
 StatusOr<boost::dll::shared_library> OpenLibrary(const std::filesystem::path& canonical,
                                                  const std::string& where) {
-  ENGINE_RETURN_IF_ERROR(ProbeInChild(canonical, where));
   boost::dll::shared_library library;
   boost::dll::fs::error_code load_error;
   ::dlerror();  // clear any earlier message
@@ -237,15 +238,13 @@ StatusOr<boost::dll::shared_library> OpenLibrary(const std::filesystem::path& ca
         "cannot load " + where + ": " + (reason ? std::string(reason) : load_error.message()) +
         " (is it a shared library built for this machine and this engine?)");
   }
-  // Even a library that fails the checks that follow stays loaded: its static initialisers may
-  // already have registered descriptors (protobuf) that would dangle after dlclose.
   KeepLoaded(library);
   return library;
 }
 
-// The library's manifest, checked.
-StatusOr<const EnginePluginManifest*> ReadManifest(boost::dll::shared_library& library,
-                                                   const std::string& where) {
+// The library's manifest, checked against this engine before any C++ symbol of it is used.
+StatusOr<const EnginePluginManifest*> ReadLibraryManifest(const boost::dll::shared_library& library,
+                                                          const std::string& where) {
   if (!library.has(ENGINE_PLUGIN_MANIFEST_SYMBOL)) {
     return FailedPreconditionError(where + " is not an engine plugin: it exports no '" +
                                    ENGINE_PLUGIN_MANIFEST_SYMBOL +
@@ -258,9 +257,10 @@ StatusOr<const EnginePluginManifest*> ReadManifest(boost::dll::shared_library& l
   return manifest;
 }
 
-// Calls the library's register function; the plugin it registered, of the manifest's kind.
-StatusOr<std::unique_ptr<Plugin>> RegisterPlugin(boost::dll::shared_library& library,
-                                                 PluginKind kind, const std::string& named) {
+// Calls the registration entry point: exactly one plugin of the manifest's kind, whose options
+// can be described.
+StatusOr<std::unique_ptr<Plugin>> RegisterLibraryPlugin(const boost::dll::shared_library& library,
+                                                        PluginKind kind, const std::string& named) {
   if (!library.has(ENGINE_PLUGIN_REGISTER_SYMBOL)) {
     return FailedPreconditionError(named + " exports no '" + ENGINE_PLUGIN_REGISTER_SYMBOL +
                                    "' entry point");
@@ -306,16 +306,21 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
   if (fs_error) canonical = std::filesystem::absolute(path);
 
+  ENGINE_RETURN_IF_ERROR(ProbeInChild(canonical, where));
   ENGINE_ASSIGN_OR_RETURN(boost::dll::shared_library library, OpenLibrary(canonical, where));
-  ENGINE_ASSIGN_OR_RETURN(const EnginePluginManifest* manifest, ReadManifest(library, where));
+  ENGINE_ASSIGN_OR_RETURN(const EnginePluginManifest* manifest,
+                          ReadLibraryManifest(library, where));
+  const PluginKind kind = *PluginKindFromName(manifest->kind);
+  const std::string named = where + " (plugin '" + manifest->name + "')";
+  ENGINE_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
+                          RegisterLibraryPlugin(library, kind, named));
   LoadedPlugin loaded;
   loaded.library = canonical;
   loaded.name = manifest->name;
-  loaded.kind = *PluginKindFromName(manifest->kind);
+  loaded.kind = kind;
   loaded.version = manifest->version ? manifest->version : "";
   loaded.description = manifest->description ? manifest->description : "";
-  ENGINE_ASSIGN_OR_RETURN(loaded.plugin, RegisterPlugin(library, loaded.kind,
-                                                        where + " (plugin '" + loaded.name + "')"));
+  loaded.plugin = std::move(plugin);
   return loaded;
 }
 
