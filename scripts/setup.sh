@@ -42,7 +42,7 @@ packages=(
   libtorch-dev libopenblas0-pthread libgloo-dev
   protobuf-compiler libprotobuf-dev
   libgoogle-glog-dev libgflags-dev
-  libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config
+  libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config libxxhash-dev
   libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev
   python3-jinja2

@@ -4,6 +4,7 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/session.h"
+#include "engine/json_text.h"
 #include "plan/plan_printer.h"
 
 namespace engine::cli {
@@ -54,13 +55,12 @@ int CheckCommand(const std::vector<std::string>& args) {
                           {"column", d.location.column},
                           {"message", d.message}});
       }
-      std::cout << nlohmann::json{{"valid", false}, {"errors", errors}}.dump(2) << "\n";
+      std::cout << JsonText({{"valid", false}, {"errors", errors}}, 2) << "\n";
     }
     return kExitFailure;
   }
   if (format == "json") {
-    std::cout << nlohmann::json{{"valid", true}, {"plan", PlanToJson(*session.plan)}}.dump(2)
-              << "\n";
+    std::cout << JsonText({{"valid", true}, {"plan", PlanToJson(*session.plan)}}, 2) << "\n";
   } else {
     std::cout << PlanToText(*session.plan);
   }

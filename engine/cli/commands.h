@@ -20,6 +20,7 @@ int CheckCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
 int PluginsCommand(const std::vector<std::string>& args);
 int ConformanceCommand(const std::vector<std::string>& args);
+int EvalCommand(const std::vector<std::string>& args);
 int PreviewCommand(const std::vector<std::string>& args);
 
 // Help texts, shared by `engine help COMMAND` and `engine COMMAND --help`.
@@ -27,6 +28,7 @@ std::string CheckHelp();
 std::string RunHelp();
 std::string PluginsHelp();
 std::string ConformanceHelp();
+std::string EvalHelp();
 std::string PreviewHelp();
 
 struct Command {

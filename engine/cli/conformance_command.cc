@@ -4,6 +4,7 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "engine/conformance.h"
+#include "engine/json_text.h"
 
 namespace engine::cli {
 
@@ -64,10 +65,13 @@ int ConformanceCommand(const std::vector<std::string>& args) {
                         {"outcome", conformance::OutcomeName(r.outcome)},
                         {"detail", r.detail}});
     }
-    std::cout << nlohmann::json{{"library", target.library}, {"kind", results.front().plugin_kind},
-                                {"checks", checks},          {"passed", passed},
-                                {"failed", failed},          {"skipped", skipped}}
-                     .dump(2)
+    std::cout << JsonText({{"library", target.library},
+                           {"kind", results.front().plugin_kind},
+                           {"checks", checks},
+                           {"passed", passed},
+                           {"failed", failed},
+                           {"skipped", skipped}},
+                          2)
               << "\n";
   } else {
     std::cout << "conformance of " << target.library << "\n";

@@ -1,6 +1,8 @@
 
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
@@ -8,6 +10,9 @@
 #include "cli/session.h"
 #include "core/interrupt.h"
 #include "core/logging.h"
+#include "core/output_dir_lock.h"
+#include "dist/dist_env.h"
+#include "engine/utf8.h"
 #include "plan/plan_printer.h"
 #include "run/pipeline_runner.h"
 
@@ -29,6 +34,9 @@ Running the same pipeline again does only what is left to do:
   - a stage that was stopped (Ctrl-C, a crash, a kill) goes on from its newest periodic checkpoint
     with optimizer state, and ends with the same weights as a run that was never stopped;
   - anything else trains from step 0, and so do the stages that start from a stage trained now.
+One run at a time writes an output directory: a second `engine run` on the same directory is
+refused at once, naming the first one's pid and command (the lock, <output_dir>/.engine.lock, is
+released by the kernel when that run ends, however it ends).
 Ctrl-C (or SIGTERM) stops after the current step and writes a checkpoint to resume from; a second
 Ctrl-C stops at once.
 
@@ -50,84 +58,139 @@ says which and why), 2 for a wrong command line, 130 when stopped by Ctrl-C or S
 )";
 }
 
+namespace {
+
+// What the command line asks of `engine run` beyond the pipeline file.
+struct RunFlags {
+  RunOptions options;
+  int nproc = 1;
+};
+
+// Fills `flags` from `a`; returns what is wrong with the command line, or "".
+std::string ParseRunFlags(const Arguments& a, RunFlags* flags) {
+  if (!a.error.empty()) return a.error;
+  if (a.positional.size() != 1) return "expected one pipeline file";
+  if (a.Has("force")) {
+    const std::string force = a.Get("force") + ",";
+    for (size_t begin = 0, end; (end = force.find(',', begin)) != std::string::npos;
+         begin = end + 1) {
+      if (end == begin) return "--force needs stage names, comma-separated";
+      flags->options.force.insert(force.substr(begin, end - begin));
+    }
+  }
+  flags->options.from = a.Get("from");
+  if (a.Has("from") && flags->options.from.empty()) return "--from needs a stage name";
+  if (a.Has("output_dir") && a.Get("output_dir").empty()) return "--output_dir needs a directory";
+  if (a.Has("nproc")) {
+    const std::string text = a.Get("nproc");
+    char* end = nullptr;
+    errno = 0;
+    const long nproc = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0 || nproc < 1 || nproc > 1024) {
+      return "--nproc needs a number of ranks from 1 to 1024, not '" + text + "'";
+    }
+    flags->nproc = static_cast<int>(nproc);
+  }
+  return "";
+}
+
+// The command line of each rank: this one without --nproc.
+std::vector<std::string> WithoutNproc(const std::vector<std::string>& args) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+    } else if (args[i].rfind("--nproc=", 0) != 0) {
+      rest.push_back(args[i]);
+    }
+  }
+  return rest;
+}
+
+int ReportInvalid(const Session& session, const std::string& file) {
+  std::cerr << session.diagnostics.ToString();
+  std::cerr << "engine run: " << session.diagnostics.size() << " error"
+            << (session.diagnostics.size() == 1 ? "" : "s") << " in " << file
+            << "; nothing was run\n";
+  return kExitFailure;
+}
+
+// Reads and validates the pipeline once, then starts `nproc` ranks of this command: an invalid
+// pipeline is reported once, without starting any.
+int CheckThenLaunch(const std::vector<std::string>& args, const Arguments& a, int nproc) {
+  Session session;
+  LoadOptions options;
+  if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
+  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session)) {
+    return ReportInvalid(session, a.positional[0]);
+  }
+  return LaunchRanks(nproc, WithoutNproc(args));
+}
+
+// The output directory's lock, taken by rank 0 (the ranks share the directory; rank 0 writes the
+// checkpoints) before planning, so a second run on the same directory is refused at once.
+StatusOr<std::unique_ptr<OutputDirLock>> LockOutputDir(const ResolvedPipeline& pipeline,
+                                                       const std::vector<std::string>& args) {
+  StatusOr<DistEnv> env = ReadDistEnv();
+  if (env.ok() && env->rank != 0) return std::unique_ptr<OutputDirLock>();
+  std::string holder = "engine run";
+  for (const std::string& arg : args) holder += " " + arg;
+  return OutputDirLock::Acquire(pipeline.output_dir, holder);
+}
+
+// Prints the plan and trains it; the exit status.
+int TrainPlan(Session* session, const RunOptions& options) {
+  std::cout << PlanToText(*session->plan) << std::endl;
+  std::vector<StageOutcome> outcomes;
+  Status status = RunPipeline(session->plan.get(), options, std::cout, &outcomes);
+  if (!status.ok()) {
+    std::cerr << "engine run: " << Printable(status.message()) << "\n";
+    return status.code() == StatusCode::kAborted && InterruptRequested() ? kExitInterrupted
+                                                                         : kExitFailure;
+  }
+  std::cout << "pipeline '" << session->pipeline->name << "' finished: " << outcomes.size()
+            << " stage" << (outcomes.size() == 1 ? "" : "s") << " in "
+            << session->pipeline->output_dir.string() << std::endl;
+  return kExitOk;
+}
+
+}  // namespace
+
 int RunCommand(const std::vector<std::string>& args) {
-  Arguments a = ParseArguments(args, {"output_dir", "plugin_path", "force", "from", "nproc"}, {});
+  const Arguments a =
+      ParseArguments(args, {"output_dir", "plugin_path", "force", "from", "nproc"}, {});
   if (a.help) {
     std::cout << RunHelp();
     return kExitOk;
   }
-  if (a.error.empty() && a.positional.size() != 1) a.error = "expected one pipeline file";
-  RunOptions run_options;
-  if (a.error.empty() && a.Has("force")) {
-    const std::string force = a.Get("force") + ",";
-    for (size_t begin = 0, end; (end = force.find(',', begin)) != std::string::npos;
-         begin = end + 1) {
-      if (end == begin) {
-        a.error = "--force needs stage names, comma-separated";
-        break;
-      }
-      run_options.force.insert(force.substr(begin, end - begin));
-    }
-  }
-  run_options.from = a.Get("from");
-  if (a.error.empty() && a.Has("from") && run_options.from.empty()) {
-    a.error = "--from needs a stage name";
-  }
-  if (!a.error.empty()) {
-    std::cerr << "engine run: " << a.error << "\n\n" << RunHelp();
+  RunFlags flags;
+  if (const std::string error = ParseRunFlags(a, &flags); !error.empty()) {
+    std::cerr << "engine run: " << error << "\n\n" << RunHelp();
     return kExitUsage;
   }
-  if (a.Has("nproc")) {
-    const std::string text = a.Get("nproc");
-    char* end = nullptr;
-    const long nproc = std::strtol(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || nproc < 1 || nproc > 1024) {
-      std::cerr << "engine run: --nproc needs a number of ranks from 1 to 1024, not '" << text
-                << "'\n";
-      return kExitUsage;
-    }
-    if (nproc > 1) {
-      std::vector<std::string> rest;
-      for (size_t i = 0; i < args.size(); ++i) {
-        if (args[i] == "--nproc") {
-          ++i;
-        } else if (args[i].rfind("--nproc=", 0) != 0) {
-          rest.push_back(args[i]);
-        }
-      }
-      return LaunchRanks(static_cast<int>(nproc), rest);
-    }
-  }
+  if (flags.nproc > 1) return CheckThenLaunch(args, a, flags.nproc);
   InstallInterruptHandlers();
   LoadOptions options;
   if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
   Session session;
-  auto failed = [&] {
-    std::cerr << session.diagnostics.ToString();
-    std::cerr << "engine run: " << session.diagnostics.size() << " error"
-              << (session.diagnostics.size() == 1 ? "" : "s") << " in " << a.positional[0]
-              << "; nothing was run\n";
-    return kExitFailure;
-  };
-  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session)) return failed();
+  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session)) {
+    return ReportInvalid(session, a.positional[0]);
+  }
   // --force/--from name stages: a typo is refused before planning loads any model.
-  if (Status known = CheckRunOptions(*session.pipeline, run_options); !known.ok()) {
+  if (Status known = CheckRunOptions(*session.pipeline, flags.options); !known.ok()) {
     std::cerr << "engine run: " << known.message() << "\n";
     return kExitUsage;
   }
-  if (!Plan(&session)) return failed();
-  std::cout << PlanToText(*session.plan) << std::endl;
-  std::vector<StageOutcome> outcomes;
-  Status status = RunPipeline(session.plan.get(), run_options, std::cout, &outcomes);
-  if (!status.ok()) {
-    std::cerr << "engine run: " << status.message() << "\n";
-    return status.code() == StatusCode::kAborted && InterruptRequested() ? kExitInterrupted
-                                                                         : kExitFailure;
+  StatusOr<std::unique_ptr<OutputDirLock>> lock = LockOutputDir(*session.pipeline, args);
+  if (!lock.ok()) {
+    std::cerr << "engine run: " << lock.status().message() << "; nothing was run\n";
+    return kExitFailure;
   }
-  std::cout << "pipeline '" << session.pipeline->name << "' finished: " << outcomes.size()
-            << " stage" << (outcomes.size() == 1 ? "" : "s") << " in "
-            << session.pipeline->output_dir.string() << std::endl;
-  return kExitOk;
+  if (!Plan(&session)) {
+    if (*lock) (*lock)->ReleaseUnused();
+    return ReportInvalid(session, a.positional[0]);
+  }
+  return TrainPlan(&session, flags.options);
 }
 
 }  // namespace engine::cli

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/hash.h"
+#include "engine/utf8.h"
 #include "read_file.h"
 
 namespace engine::plugins {
@@ -32,8 +33,10 @@ Status ParseLine(std::string_view line, const std::string& where, std::vector<fl
       value = value * 10 + (c - '0');
     }
     if (!ok) {
-      return DataLossError(where + ": value " + std::to_string(column) + " is '" +
-                           std::string(field) + "', not a small non-negative integer");
+      // The field may be any bytes (a binary file read as CSV): escaped, and cut short.
+      const std::string shown = Printable(field.substr(0, 40)) + (field.size() > 40 ? "..." : "");
+      return DataLossError(where + ": value " + std::to_string(column) + " is '" + shown +
+                           "', not a small non-negative integer");
     }
     if (column <= kDigitPixels) {
       if (value > 16) {

@@ -95,7 +95,16 @@ class EarlyStoppingPlugin : public CallbackPlugin {
     const auto& options = OptionsAs<EarlyStoppingOptions>(message);
     if (options.patience() == 0) errors->Add("patience", "must be > 0");
     if (!(options.min_delta() >= 0)) errors->Add("min_delta", "must be >= 0");
-    if (options.metric().empty()) errors->Add("metric", "must name a metric, e.g. eval/loss");
+    if (options.metric().empty()) {
+      errors->Add("metric", "must name a metric, e.g. eval/loss");
+    } else if (options.metric().rfind("eval/", 0) != 0) {
+      // Evaluations report only eval/<name> metrics: any other name would never be seen, and the
+      // stage would fail at its first evaluation, after training up to it.
+      errors->Add("metric", "'" + options.metric() +
+                                "' is never reported by an evaluation; evaluation metrics are "
+                                "named eval/<name>: eval/loss, or one the model reports such as "
+                                "eval/accuracy");
+    }
   }
 
   StatusOr<std::unique_ptr<Callback>> Create(const google::protobuf::Message& message,

@@ -2,8 +2,12 @@
 // from options (random init) or read from a model directory (config.json + safetensors).
 //
 // Batches need "input_ids" (i64 [B, L]) and may carry "labels" (-100 where nothing is predicted;
-// input_ids when absent). Evaluation reports perplexity and token accuracy, and exact match of
-// generated answers when the batch carries "prompt_length" and "answer_ids".
+// input_ids when absent), "attention_mask" (i64 or bool [B, L], 0 at padding: rows of unequal
+// length, padded left or right; padding is never attended to nor predicted) and "position_ids"
+// (i64 [B, L]; by default each row counts its own real tokens). Evaluation reports perplexity and
+// token accuracy, and exact match of generated answers when the batch carries "prompt_length" and
+// "answer_ids".
+#include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +21,15 @@
 
 namespace engine::transformer {
 namespace {
+
+// Targets that must not be predicted in a padded batch: padding, and a row's first real token (the
+// position before it is padding, so nothing real precedes it; unpadded, it is never a target).
+at::Tensor WithoutContext(const at::Tensor& attention_mask) {
+  const at::Tensor real = attention_mask.ne(0);
+  const at::Tensor before = at::cat(
+      {at::ones({real.size(0), 1}, real.options()), real.narrow(1, 0, real.size(1) - 1)}, 1);
+  return real.logical_not().logical_or(before.logical_not());
+}
 
 class LlamaForCausalLm : public torch::nn::Module {
  public:
@@ -40,11 +53,19 @@ class LlamaModel : public Model {
     auto ids = batch.find("input_ids");
     if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
     auto labels = token_labels_ ? batch.find("labels") : batch.end();
-    const at::Tensor& targets = labels != batch.end() ? labels->second : ids->second;
+    at::Tensor targets = labels != batch.end() ? labels->second : ids->second;
+    DecoderInputs inputs;
+    if (auto mask = batch.find("attention_mask"); mask != batch.end()) {
+      inputs.attention_mask = mask->second;
+      targets = targets.masked_fill(WithoutContext(mask->second), kIgnoreIndex);
+    }
+    if (auto positions = batch.find("position_ids"); positions != batch.end()) {
+      inputs.position_ids = positions->second;
+    }
     CausalLm& lm = module_->lm;
     const bool training = module_->is_training();
-    const at::Tensor hidden =
-        lm.model->forward(lm.model->Embed(ids->second), 0, nullptr, checkpointing_ && training);
+    const at::Tensor hidden = lm.model->Forward(lm.model->Embed(ids->second), inputs, nullptr,
+                                                checkpointing_ && training);
     ModelOutput out;
     CausalLmLoss(lm.Logits(hidden), targets, !training, &out);
     if (!training) {

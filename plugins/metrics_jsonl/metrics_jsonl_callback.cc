@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/callback.h"
+#include "engine/json_text.h"
 #include "metrics_jsonl_options.pb.h"
 
 namespace engine::plugins {
@@ -59,7 +60,7 @@ class MetricsJsonl : public Callback {
     if (!e.path.empty()) line["path"] = e.path;
     if (!e.plan_json.empty()) line["plan"] = nlohmann::json::parse(e.plan_json, nullptr, false);
     if (!e.message.empty()) line["message"] = e.message;
-    out_ << line.dump() << "\n";
+    out_ << JsonText(line) << "\n";
     out_.flush();
     if (!out_) return IoError("metrics_jsonl cannot write '" + path_.string() + "'");
     return Status::Ok();

@@ -10,6 +10,7 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/tensor.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "engine/hash.h"
 #include "engine/paths.h"
 #include "engine/tokenizer.h"
+#include "engine/utf8.h"
 #include "read_file.h"
 #include "text_options.pb.h"
 
@@ -170,6 +172,22 @@ double UnigramPerplexity(const at::Tensor& train, const at::Tensor& eval, int64_
   return n > 0 ? std::exp(nll / static_cast<double>(n)) : 0;
 }
 
+// A file is refused as not text when more than 1 byte in 100 is not UTF-8 or is NUL (a binary file,
+// random bytes, another encoding); fewer such bytes are counted in the data's description.
+Status CheckLooksLikeText(const std::string& text, const std::filesystem::path& path,
+                          size_t* invalid) {
+  *invalid = CountInvalidUtf8Bytes(text);
+  const size_t nul = static_cast<size_t>(std::count(text.begin(), text.end(), '\0'));
+  if ((*invalid + nul) * 100 > text.size()) {
+    return DataLossError("'" + path.string() + "' does not look like text: " +
+                         WithThousands(static_cast<int64_t>(*invalid)) + " of " +
+                         WithThousands(static_cast<int64_t>(text.size())) +
+                         " bytes are not UTF-8 and " + WithThousands(static_cast<int64_t>(nul)) +
+                         " are NUL; the text loader reads UTF-8 text or JSON Lines");
+  }
+  return Status::Ok();
+}
+
 // Whether `path` is read as JSON Lines: said so, or AUTO and named *.jsonl[.gz].
 bool IsJsonl(const TextOptions& options, const std::filesystem::path& path) {
   return options.format() == TextOptions::JSONL ||
@@ -254,6 +272,8 @@ class TextLoader : public DataLoaderPlugin {
     const auto& options = OptionsAs<TextOptions>(message);
     const std::filesystem::path path = ResolvePath(context.base_dir, options.path());
     ENGINE_ASSIGN_OR_RETURN(std::string text, ReadMaybeCompressed(path));
+    size_t invalid_bytes = 0;
+    ENGINE_RETURN_IF_ERROR(CheckLooksLikeText(text, path, &invalid_bytes));
     const bool jsonl = IsJsonl(options, path);
     ENGINE_ASSIGN_OR_RETURN(std::vector<std::string> documents,
                             SplitDocuments(options, jsonl, text, path));
@@ -278,10 +298,13 @@ class TextLoader : public DataLoaderPlugin {
     spec.eos_id = tokenizer->eos_id();
     std::map<std::string, double> baselines;
     if (eval.size(0) > 0) baselines["perplexity"] = UnigramPerplexity(train, eval, vocab);
-    const std::string description = WithThousands(n) + " documents, " +
-                                    WithThousands((train.numel() + eval.numel())) +
-                                    " tokens in windows of " + std::to_string(length) + " (" +
-                                    tokenizer->description() + ") from " + path.string();
+    const std::string description =
+        WithThousands(n) + " documents, " + WithThousands((train.numel() + eval.numel())) +
+        " tokens in windows of " + std::to_string(length) + " (" + tokenizer->description() +
+        ") from " + path.string() +
+        (invalid_bytes == 0
+             ? std::string()
+             : " (" + WithThousands(static_cast<int64_t>(invalid_bytes)) + " bytes not UTF-8)");
     const std::string identity =
         "text:" + Fnv1a64Hex(text) + ":" + tokenizer->identity() +
         ":jsonl=" + std::to_string(jsonl) + ":field=" + options.text_field() +

@@ -1,37 +1,10 @@
 #include "llama_config.h"
 
+#include <map>
+
 #include "engine/format.h"
 
 namespace engine::transformer {
-namespace {
-
-StatusOr<int64_t> PositiveInt(const nlohmann::json& json, const std::string& key,
-                              const std::string& where, std::optional<int64_t> fallback = {}) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) {
-    if (fallback) return *fallback;
-    return InvalidArgumentError(where + ": '" + key + "' is missing");
-  }
-  if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
-    return InvalidArgumentError(where + ": '" + key + "' must be a positive integer, not " +
-                                it->dump());
-  }
-  return it->get<int64_t>();
-}
-
-StatusOr<double> PositiveNumber(const nlohmann::json& json, const std::string& key,
-                                const std::string& where, double fallback) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return fallback;
-  if (!it->is_number() || !(it->get<double>() > 0)) {
-    return InvalidArgumentError(where + ": '" + key + "' must be a positive number, not " +
-                                it->dump());
-  }
-  return it->get<double>();
-}
-
-}  // namespace
-
 std::vector<SizeLimit> LlamaSizeLimits(const LlamaConfig& c) {
   return {{"vocab_size", c.vocab_size, int64_t{1} << 22},
           {"hidden_size", c.hidden_size, int64_t{1} << 16},
@@ -55,10 +28,11 @@ Status LlamaConfig::Check() const {
     return InvalidArgumentError(
         "hidden_size, num_attention_heads and num_hidden_layers must be > 0");
   }
-  if (hidden_size % num_attention_heads != 0) {
+  if (explicit_head_dim == 0 && hidden_size % num_attention_heads != 0) {
     return InvalidArgumentError("hidden_size " + std::to_string(hidden_size) +
                                 " is not a multiple of num_attention_heads " +
-                                std::to_string(num_attention_heads));
+                                std::to_string(num_attention_heads) +
+                                " (and no head_dim is given)");
   }
   if (head_dim() % 2 != 0) {
     return InvalidArgumentError("the head size " + std::to_string(head_dim()) +
@@ -70,26 +44,131 @@ Status LlamaConfig::Check() const {
                                 std::to_string(num_key_value_heads));
   }
   if (intermediate_size <= 0) return InvalidArgumentError("intermediate_size must be > 0");
+  if (sliding_window > 0 && static_cast<int64_t>(sliding_layers.size()) != num_hidden_layers) {
+    return InvalidArgumentError("the sliding window names " +
+                                std::to_string(sliding_layers.size()) + " layers, not " +
+                                std::to_string(num_hidden_layers));
+  }
   return Status::Ok();
 }
 
+const char* ActivationName(Activation activation) {
+  switch (activation) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_pytorch_tanh";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kSilu:
+      break;
+  }
+  return "silu";
+}
+
+namespace {
+
+const char* RopeTypeName(RopeScaling::Type type) {
+  switch (type) {
+    case RopeScaling::Type::kLinear:
+      return "linear";
+    case RopeScaling::Type::kDynamic:
+      return "dynamic";
+    case RopeScaling::Type::kLlama3:
+      return "llama3";
+    case RopeScaling::Type::kDefault:
+      break;
+  }
+  return "default";
+}
+
+nlohmann::json RopeScalingJson(const RopeScaling& r, const std::vector<int64_t>& mrope_section) {
+  if (!mrope_section.empty()) {
+    // As transformers 4 writes Qwen2-VL's.
+    return {{"type", "default"}, {"rope_type", "default"}, {"mrope_section", mrope_section}};
+  }
+  if (r.type == RopeScaling::Type::kDefault) return nullptr;
+  nlohmann::json json = {{"rope_type", RopeTypeName(r.type)}, {"factor", r.factor}};
+  if (r.type == RopeScaling::Type::kLlama3) {
+    json["low_freq_factor"] = r.low_freq_factor;
+    json["high_freq_factor"] = r.high_freq_factor;
+    json["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  return json;
+}
+
+// The first layer that slides when every later one does too (transformers 4's max_window_layers);
+// -1 when the layers slide in another pattern.
+int64_t FirstSlidingLayer(const LlamaConfig& c) {
+  int64_t first = c.num_hidden_layers;
+  while (first > 0 && c.LayerSlides(first - 1)) --first;
+  for (int64_t i = 0; i < first; ++i) {
+    if (c.LayerSlides(i)) return -1;
+  }
+  return first;
+}
+
+// Qwen2 and Qwen3 spell the window as use_sliding_window, sliding_window and max_window_layers
+// (transformers 5 also writes layer_types, which is needed when the pattern is not "from layer m").
+void AddQwenWindow(const LlamaConfig& c, nlohmann::json& json) {
+  json["use_sliding_window"] = c.sliding_window > 0;
+  json["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+  const int64_t first = c.sliding_window > 0 ? FirstSlidingLayer(c) : c.num_hidden_layers;
+  json["max_window_layers"] = first >= 0 ? first : c.num_hidden_layers;
+  if (first < 0) {
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      types.push_back(c.LayerSlides(i) ? "sliding_attention" : "full_attention");
+    }
+    json["layer_types"] = types;
+  }
+}
+
+}  // namespace
+
 nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"vocab_size", vocab_size},
-          {"hidden_size", hidden_size},
-          {"intermediate_size", intermediate_size},
-          {"num_hidden_layers", num_hidden_layers},
-          {"num_attention_heads", num_attention_heads},
-          {"num_key_value_heads", num_key_value_heads},
-          {"max_position_embeddings", max_position_embeddings},
-          {"rms_norm_eps", rms_norm_eps},
-          {"rope_theta", rope_theta},
-          {"tie_word_embeddings", tie_word_embeddings},
-          {"initializer_range", initializer_range},
-          {"hidden_act", "silu"},
-          {"attention_bias", false},
-          {"torch_dtype", dtype}};
+  const std::map<std::string, std::string> architectures = {
+      {"llama", "LlamaForCausalLM"},
+      {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},
+      {"qwen2_vl", "Qwen2VLForConditionalGeneration"}};
+  auto architecture = architectures.find(model_type);
+  nlohmann::json json = {
+      {"architectures",
+       {architecture != architectures.end() ? architecture->second : "LlamaForCausalLM"}},
+      {"model_type", model_type},
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"max_position_embeddings", max_position_embeddings},
+      {"rms_norm_eps", rms_norm_eps},
+      {"rope_theta", rope_theta},
+      {"rope_scaling", RopeScalingJson(rope_scaling, mrope_section)},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"initializer_range", initializer_range},
+      {"hidden_act", ActivationName(hidden_act)},
+      {"torch_dtype", dtype}};
+  if (explicit_head_dim > 0) json["head_dim"] = explicit_head_dim;
+  if (model_type == "llama") {
+    json["attention_bias"] = qkv_bias;
+    json["mlp_bias"] = mlp_bias;
+  } else if (model_type == "mistral") {
+    json["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
+  } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen2_vl") {
+    AddQwenWindow(*this, json);
+    if (model_type == "qwen3") json["attention_bias"] = qkv_bias;
+  }
+  for (const auto& [key, value] :
+       {std::pair<const char*, const nlohmann::json*>{"bos_token_id", &bos_token_id},
+        {"eos_token_id", &eos_token_id},
+        {"pad_token_id", &pad_token_id}}) {
+    if (!value->is_null()) json[key] = *value;
+  }
+  return json;
 }
 
 StatusOr<LlamaConfig> ConfigFromOptions(const LlamaOptions& o, int64_t data_vocab) {
@@ -113,40 +192,6 @@ StatusOr<LlamaConfig> ConfigFromOptions(const LlamaOptions& o, int64_t data_voca
         "number of classes); set vocab_size");
   }
   ENGINE_RETURN_IF_ERROR(c.Check());
-  return c;
-}
-
-StatusOr<LlamaConfig> ConfigFromJson(const nlohmann::json& json, const std::string& where) {
-  if (!json.is_object()) return InvalidArgumentError(where + " is not a JSON object");
-  auto model_type = json.find("model_type");
-  if (model_type != json.end() && model_type->is_string() && *model_type != "llama" &&
-      *model_type != "mistral") {
-    return InvalidArgumentError(where + ": model_type is '" + model_type->get<std::string>() +
-                                "', not a Llama-family decoder");
-  }
-  LlamaConfig c;
-  ENGINE_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(json, "vocab_size", where));
-  ENGINE_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(json, "hidden_size", where));
-  ENGINE_ASSIGN_OR_RETURN(c.intermediate_size, PositiveInt(json, "intermediate_size", where));
-  ENGINE_ASSIGN_OR_RETURN(c.num_hidden_layers, PositiveInt(json, "num_hidden_layers", where));
-  ENGINE_ASSIGN_OR_RETURN(c.num_attention_heads, PositiveInt(json, "num_attention_heads", where));
-  ENGINE_ASSIGN_OR_RETURN(c.num_key_value_heads,
-                          PositiveInt(json, "num_key_value_heads", where, c.num_attention_heads));
-  ENGINE_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                          PositiveInt(json, "max_position_embeddings", where, 2048));
-  ENGINE_ASSIGN_OR_RETURN(c.rms_norm_eps, PositiveNumber(json, "rms_norm_eps", where, 1e-6));
-  ENGINE_ASSIGN_OR_RETURN(c.rope_theta, PositiveNumber(json, "rope_theta", where, 10000));
-  ENGINE_ASSIGN_OR_RETURN(c.initializer_range,
-                          PositiveNumber(json, "initializer_range", where, 0.02));
-  auto tie = json.find("tie_word_embeddings");
-  if (tie != json.end() && !tie->is_null()) {
-    if (!tie->is_boolean()) {
-      return InvalidArgumentError(where + ": 'tie_word_embeddings' must be true or false");
-    }
-    c.tie_word_embeddings = tie->get<bool>();
-  }
-  Status checked = c.Check();
-  if (!checked.ok()) return InvalidArgumentError(where + ": " + checked.message());
   return c;
 }
 

@@ -1,16 +1,48 @@
 #include "llama_modules.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <cmath>
+#include <limits>
 
+#include "attention_mask.h"
 #include "engine/activation_checkpoint.h"
 
 namespace engine::transformer {
 namespace {
 
-engine::Linear Projection(int64_t in, int64_t out) {
-  return engine::Linear(in, out, /*bias=*/false);
+engine::Linear Projection(int64_t in, int64_t out, bool bias = false) {
+  return engine::Linear(in, out, bias);
+}
+
+// The lowest finite value of a floating dtype, as transformers' finfo(dtype).min.
+at::Scalar Lowest(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16:
+      return at::Scalar(static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest()));
+    case at::kHalf:
+      return at::Scalar(static_cast<double>(std::numeric_limits<c10::Half>::lowest()));
+    case at::kDouble:
+      return at::Scalar(std::numeric_limits<double>::lowest());
+    default:
+      return at::Scalar(std::numeric_limits<float>::lowest());
+  }
+}
+
+at::Tensor Activate(const at::Tensor& x, Activation activation) {
+  switch (activation) {
+    case Activation::kGelu:
+      return at::gelu(x);
+    case Activation::kGeluTanh:
+      return at::gelu(x, "tanh");
+    case Activation::kRelu:
+      return at::relu(x);
+    case Activation::kSilu:
+      break;
+  }
+  return at::silu(x);
 }
 
 // [batch, kv_heads, positions, dim] -> [batch, kv_heads * groups, positions, dim].
@@ -34,39 +66,58 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
   return weight * normed.to(x.scalar_type());
 }
 
-at::Tensor ApplyRotary(const at::Tensor& x, int64_t offset, double theta) {
-  const int64_t positions = x.size(2);
-  const int64_t dim = x.size(3);
-  auto f32 = at::TensorOptions().dtype(at::kFloat).device(x.device());
-  const at::Tensor inv_freq =
-      1.0 / at::pow(theta, at::arange(0, dim, 2, f32) / static_cast<double>(dim));
-  const at::Tensor t = at::arange(offset, offset + positions, f32);
-  const at::Tensor freqs = at::outer(t, inv_freq);
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);  // [positions, dim]
-  const at::Tensor cos = emb.cos().to(x.scalar_type());
-  const at::Tensor sin = emb.sin().to(x.scalar_type());
-  const at::Tensor first = x.narrow(-1, 0, dim / 2);
-  const at::Tensor second = x.narrow(-1, dim / 2, dim / 2);
-  const at::Tensor rotated = at::cat({-second, first}, -1);
-  return x * cos + rotated * sin;
+AttentionContext BuildAttentionContext(const LlamaConfig& config, const DecoderInputs& inputs,
+                                       int64_t positions, at::ScalarType dtype,
+                                       const at::Device& device) {
+  AttentionContext context;
+  const at::Tensor position_ids =
+      inputs.position_ids.defined()
+          ? inputs.position_ids.to(device)
+          : PositionIds(inputs.attention_mask, positions, inputs.offset, device);
+  context.rotary = BuildRotaryTables(config, position_ids, dtype);
+  context.full_mask =
+      BuildAttentionMask(inputs.attention_mask, positions, inputs.offset, /*window=*/0, device);
+  if (config.sliding_window > 0) {
+    context.sliding_mask = BuildAttentionMask(inputs.attention_mask, positions, inputs.offset,
+                                              config.sliding_window, device);
+  }
+  return context;
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config) : config_(config) {
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config, bool slides)
+    : config_(config), slides_(slides) {
   const int64_t h = config.hidden_size, d = config.head_dim();
-  q_proj = register_module("q_proj", Projection(h, config.num_attention_heads * d));
-  k_proj = register_module("k_proj", Projection(h, config.num_key_value_heads * d));
-  v_proj = register_module("v_proj", Projection(h, config.num_key_value_heads * d));
-  o_proj = register_module("o_proj", Projection(config.num_attention_heads * d, h));
+  const int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads;
+  q_proj = register_module("q_proj", Projection(h, heads * d, config.qkv_bias));
+  k_proj = register_module("k_proj", Projection(h, kv_heads * d, config.qkv_bias));
+  v_proj = register_module("v_proj", Projection(h, kv_heads * d, config.qkv_bias));
+  o_proj = register_module("o_proj", Projection(heads * d, h, config.o_bias));
+  if (config.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<RmsNormImpl>(d, config.rms_norm_eps));
+    k_norm = register_module("k_norm", std::make_shared<RmsNormImpl>(d, config.rms_norm_eps));
+  }
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, int64_t offset, LayerCache* cache) {
+  DecoderInputs inputs;
+  inputs.offset = offset;
+  return forward(x, BuildAttentionContext(config_, inputs, x.size(1), x.scalar_type(), x.device()),
+                 cache);
+}
+
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionContext& context,
+                                       LayerCache* cache) {
   const int64_t batch = x.size(0), positions = x.size(1), d = config_.head_dim();
   const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
-  at::Tensor q = q_proj->forward(x).view({batch, positions, heads, d}).transpose(1, 2);
-  at::Tensor k = k_proj->forward(x).view({batch, positions, kv_heads, d}).transpose(1, 2);
+  at::Tensor q = q_proj->forward(x).view({batch, positions, heads, d});
+  at::Tensor k = k_proj->forward(x).view({batch, positions, kv_heads, d});
   at::Tensor v = v_proj->forward(x).view({batch, positions, kv_heads, d}).transpose(1, 2);
-  q = ApplyRotary(q, offset, config_.rope_theta);
-  k = ApplyRotary(k, offset, config_.rope_theta);
+  if (q_norm) {  // per head, before rotary
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = ApplyRotary(q.transpose(1, 2), context.rotary);
+  k = ApplyRotary(k.transpose(1, 2), context.rotary);
   if (cache != nullptr) {
     if (cache->key.defined()) {
       k = at::cat({cache->key, k.to(cache->key.scalar_type())}, 2);
@@ -77,14 +128,13 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, int64_t offset, Laye
   }
   k = RepeatKv(k, heads / kv_heads);
   v = RepeatKv(v, heads / kv_heads);
-  const int64_t total = k.size(2);
-  at::Tensor scores = at::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(d));
-  if (positions > 1) {
-    // Query i (at position offset + i) sees keys up to offset + i.
-    const auto options = at::TensorOptions().dtype(at::kLong).device(x.device());
-    const at::Tensor rows = at::arange(offset, offset + positions, options).unsqueeze(1);
-    const at::Tensor cols = at::arange(total, options).unsqueeze(0);
-    scores = scores.masked_fill(cols > rows, -std::numeric_limits<float>::infinity());
+  // Scaled by a multiply, as transformers scales.
+  at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  const at::Tensor& mask = slides_ ? context.sliding_mask : context.full_mask;
+  if (mask.defined()) {
+    // The lowest finite value, not -inf: a query that sees nothing (a padding row) gets a uniform
+    // softmax instead of NaN, which the zero weights of masked keys would otherwise spread.
+    scores = scores.masked_fill(mask, Lowest(scores.scalar_type()));
   }
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
   const at::Tensor out =
@@ -92,29 +142,29 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, int64_t offset, Laye
   return o_proj->forward(out);
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& config) {
-  gate_proj =
-      register_module("gate_proj", Projection(config.hidden_size, config.intermediate_size));
-  up_proj = register_module("up_proj", Projection(config.hidden_size, config.intermediate_size));
-  down_proj =
-      register_module("down_proj", Projection(config.intermediate_size, config.hidden_size));
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& config) : activation_(config.hidden_act) {
+  const int64_t h = config.hidden_size, i = config.intermediate_size;
+  gate_proj = register_module("gate_proj", Projection(h, i, config.mlp_bias));
+  up_proj = register_module("up_proj", Projection(h, i, config.mlp_bias));
+  down_proj = register_module("down_proj", Projection(i, h, config.mlp_bias));
 }
 
 at::Tensor LlamaMlpImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(Activate(gate_proj->forward(x), activation_) * up_proj->forward(x));
 }
 
-LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& config) {
+LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& config, int64_t layer) {
   input_layernorm =
       register_module("input_layernorm", RmsNorm(config.hidden_size, config.rms_norm_eps));
-  self_attn = register_module("self_attn", LlamaAttention(config));
+  self_attn = register_module("self_attn", LlamaAttention(config, config.LayerSlides(layer)));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RmsNorm(config.hidden_size, config.rms_norm_eps));
   mlp = register_module("mlp", LlamaMlp(config));
 }
 
-at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, int64_t offset, LayerCache* cache) {
-  const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), offset, cache);
+at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const AttentionContext& context,
+                                   LayerCache* cache) {
+  const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), context, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -122,7 +172,7 @@ LlamaDecoderImpl::LlamaDecoderImpl(const LlamaConfig& config) : config_(config) 
   embed_tokens =
       register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(LlamaBlock(config));
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(LlamaBlock(config, i));
   norm = register_module("norm", RmsNorm(config.hidden_size, config.rms_norm_eps));
 }
 
@@ -130,16 +180,25 @@ at::Tensor LlamaDecoderImpl::Embed(const at::Tensor& ids) { return embed_tokens-
 
 at::Tensor LlamaDecoderImpl::forward(const at::Tensor& embeds, int64_t offset, KvCache* cache,
                                      bool checkpointing) {
+  DecoderInputs inputs;
+  inputs.offset = offset;
+  return Forward(embeds, inputs, cache, checkpointing);
+}
+
+at::Tensor LlamaDecoderImpl::Forward(const at::Tensor& embeds, const DecoderInputs& inputs,
+                                     KvCache* cache, bool checkpointing) {
   if (cache != nullptr && cache->size() != layers->size()) cache->resize(layers->size());
+  const AttentionContext context =
+      BuildAttentionContext(config_, inputs, embeds.size(1), embeds.scalar_type(), embeds.device());
   at::Tensor h = embeds;
   for (size_t i = 0; i < layers->size(); ++i) {
     auto block = layers[i]->as<LlamaBlockImpl>();
     LayerCache* layer_cache = cache != nullptr ? &(*cache)[i] : nullptr;
     if (checkpointing && layer_cache == nullptr) {
       h = CheckpointedForward(
-          [block, offset](const at::Tensor& x) { return block->forward(x, offset, nullptr); }, h);
+          [block, context](const at::Tensor& x) { return block->forward(x, context, nullptr); }, h);
     } else {
-      h = block->forward(h, offset, layer_cache);
+      h = block->forward(h, context, layer_cache);
     }
   }
   return norm->forward(h);

@@ -1,11 +1,15 @@
-// The modules of a Llama-family decoder, named as Hugging Face names them, and greedy generation
-// with a key/value cache.
+// The modules of a Llama-family decoder (Llama, Mistral, Qwen2, Qwen3 as LlamaConfig describes
+// them), named as Hugging Face names them, and greedy generation with a key/value cache.
 //
 //   LlamaDecoder model(config);            // embed_tokens, layers.N.{...}, norm
 //   at::Tensor hidden = model->forward(model->Embed(ids), /*offset=*/0, /*cache=*/nullptr);
+//   DecoderInputs padded{0, attention_mask};  // a batch of unequal lengths
+//   hidden = model->Forward(model->Embed(ids), padded, nullptr);
 //
-// Attention is causal, with rotary embeddings and grouped-query heads; softmax runs in f32 whatever
-// the compute dtype. Gradient checkpointing (per block) goes through engine::CheckpointedForward.
+// Attention is causal (within a sliding window on the layers that slide), never attends to padding,
+// and uses rotary embeddings and grouped-query heads; softmax runs in f32 whatever the compute
+// dtype. The rotary tables and masks are built once per forward for all layers. Gradient
+// checkpointing (per block) goes through engine::CheckpointedForward.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -18,6 +22,7 @@
 
 #include "engine/linear.h"
 #include "llama_config.h"
+#include "rotary.h"
 
 namespace engine::transformer {
 
@@ -39,21 +44,44 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// Rotates the last dimension of `x` ([batch, heads, positions, head_dim]) for positions starting at
-// `offset`.
-at::Tensor ApplyRotary(const at::Tensor& x, int64_t offset, double theta);
+// What one forward attends to, beyond the embeddings.
+struct DecoderInputs {
+  // Index of the first new position (the cache's length).
+  int64_t offset = 0;
+  // i64 or bool [batch, offset + positions], 1 for real tokens and 0 for padding; undefined: none.
+  at::Tensor attention_mask;
+  // i64 [batch, positions], or [3, batch, positions] with mrope_section (Qwen2-VL's temporal,
+  // height and width positions); undefined: from attention_mask (attention_mask.h PositionIds).
+  at::Tensor position_ids;
+};
+
+// What every layer's attention reads in one forward, built once by the decoder.
+struct AttentionContext {
+  RotaryTables rotary;
+  at::Tensor full_mask;     // true = not attended; undefined = nothing masked
+  at::Tensor sliding_mask;  // the same within the window, for the layers that slide
+};
+
+// The context of `inputs` for `positions` new positions, in the queries' `dtype`.
+AttentionContext BuildAttentionContext(const LlamaConfig& config, const DecoderInputs& inputs,
+                                       int64_t positions, at::ScalarType dtype,
+                                       const at::Device& device);
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
-  explicit LlamaAttentionImpl(const LlamaConfig& config);
+  explicit LlamaAttentionImpl(const LlamaConfig& config, bool slides = false);
   // x: [batch, positions, hidden]. With a cache, the new keys and values are appended to it and
   // attention covers all cached positions.
+  at::Tensor forward(const at::Tensor& x, const AttentionContext& context, LayerCache* cache);
+  // The same for unpadded positions from `offset` on.
   at::Tensor forward(const at::Tensor& x, int64_t offset, LayerCache* cache);
 
   engine::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  std::shared_ptr<RmsNormImpl> q_norm, k_norm;  // Qwen3 only (null otherwise)
 
  private:
   LlamaConfig config_;
+  bool slides_;
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -63,13 +91,16 @@ class LlamaMlpImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
   engine::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  Activation activation_;
 };
 TORCH_MODULE(LlamaMlp);
 
 class LlamaBlockImpl : public torch::nn::Module {
  public:
-  explicit LlamaBlockImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& x, int64_t offset, LayerCache* cache);
+  LlamaBlockImpl(const LlamaConfig& config, int64_t layer);
+  at::Tensor forward(const at::Tensor& x, const AttentionContext& context, LayerCache* cache);
 
   RmsNorm input_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
@@ -86,6 +117,9 @@ class LlamaDecoderImpl : public torch::nn::Module {
   // embeds: [batch, positions, hidden] -> the final hidden states (after `norm`). A cache must
   // hold num_hidden_layers entries (empty to start). Checkpointing applies only without a cache.
   at::Tensor forward(const at::Tensor& embeds, int64_t offset, KvCache* cache,
+                     bool checkpointing = false);
+  // The same for a padded batch (or given positions).
+  at::Tensor Forward(const at::Tensor& embeds, const DecoderInputs& inputs, KvCache* cache,
                      bool checkpointing = false);
 
   const LlamaConfig& config() const { return config_; }

@@ -186,7 +186,8 @@ TEST_F(StageCacheTest, ATruncatedParentIsAClearErrorWithFromAndIsTrainedAgainWit
   std::filesystem::resize_file(weights, std::filesystem::file_size(weights) / 2);
   auto r = Run({"--from=b"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("stage 'b': starting from '" + (Out() / "a/final").string() + "'"));
+  EXPECT_THAT(r.err, HasSubstr("stage 'a' comes before --from=b but cannot be used as it is: its "
+                               "checkpoint is damaged ("));
   EXPECT_THAT(r.err, HasSubstr(weights.string()));
   EXPECT_EQ(RunId(Out() / "b/final"), b_run_) << "b's earlier checkpoint is intact";
 
@@ -194,6 +195,26 @@ TEST_F(StageCacheTest, ATruncatedParentIsAClearErrorWithFromAndIsTrainedAgainWit
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("stage 'a': training again: its checkpoint is damaged ("));
   EXPECT_THAT(r.out, HasSubstr("stage 'b': training again: the stage it starts from"));
+}
+
+TEST_F(StageCacheTest, BytesChangedInPlaceAreFoundByTheContentHash) {
+  const auto weights = Out() / "a/final/model.safetensors";
+  const auto size = std::filesystem::file_size(weights);
+  {
+    std::fstream stream(weights, std::ios::in | std::ios::out | std::ios::binary);
+    stream.seekp(static_cast<std::streamoff>(size - 16));
+    stream.write("\xff\xff\xff\x7f\xff\xff\xff\x7f", 8);  // NaNs, same length
+  }
+  ASSERT_EQ(std::filesystem::file_size(weights), size);
+  auto r = Run({"--from=b"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(weights.string() + " changed since it was written"));
+  EXPECT_EQ(RunId(Out() / "b/final"), b_run_) << "b's earlier checkpoint is intact";
+  r = Run({});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 'a': training again: its checkpoint is damaged (" +
+                               weights.string() + " changed since it was written"));
+  EXPECT_NE(RunId(Out() / "a/final"), a_run_);
 }
 
 TEST_F(StageCacheTest, ACorruptParentManifestIsAClearError) {

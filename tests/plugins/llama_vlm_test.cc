@@ -58,6 +58,48 @@ void SaveDirectory(Model& model, const std::filesystem::path& dir) {
   std::ofstream(dir / "config.json") << model.config_json();
 }
 
+// The summed loss of `batch` (loss x loss_count) and the gradient of that sum, flattened.
+std::pair<double, at::Tensor> SummedLossAndGradient(Model& model, const Batch& batch) {
+  model.module().zero_grad();
+  auto out = model.Forward(batch);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  const at::Tensor summed = out->loss * static_cast<double>(out->loss_count);
+  summed.backward();
+  std::vector<at::Tensor> grads;
+  for (const auto& p : model.module().parameters()) grads.push_back(p.grad().flatten().clone());
+  return {summed.item<double>(), at::cat(grads)};
+}
+
+TEST(LlamaLoaderTest, APaddedBatchTrainsAsItsRowsOneByOne) {
+  // Row 0 unpadded, row 1 padded on the right, row 2 on the left: the batch's summed loss and its
+  // gradient equal those of the rows run alone, unpadded.
+  const DataSpec spec = TextSpec(40, 7);
+  auto model = Create("llama", "hidden_size: 16 num_hidden_layers: 2 num_attention_heads: 2", spec);
+  ASSERT_NE(model, nullptr);
+  const std::vector<std::vector<int64_t>> rows = {
+      {5, 9, 2, 7, 7, 3, 1}, {4, 8, 15, 16}, {23, 4, 2}};
+  at::Tensor ids = at::full({3, 7}, 0, at::kLong), mask = at::zeros({3, 7}, at::kLong);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t n = static_cast<int64_t>(rows[r].size());
+    const int64_t start = r == 2 ? 7 - n : 0;  // left padding for row 2
+    ids[r].narrow(0, start, n).copy_(at::tensor(rows[r], at::kLong));
+    mask[r].narrow(0, start, n).fill_(1);
+  }
+  const auto [batch_loss, batch_grad] =
+      SummedLossAndGradient(*model, {{"input_ids", ids}, {"attention_mask", mask}});
+  double loss = 0;
+  at::Tensor grad;
+  for (const auto& row : rows) {
+    const auto [l, g] =
+        SummedLossAndGradient(*model, {{"input_ids", at::tensor(row, at::kLong).view({1, -1})}});
+    loss += l;
+    grad = grad.defined() ? grad + g : g;
+  }
+  EXPECT_NEAR(batch_loss, loss, 1e-4 * loss);
+  EXPECT_TRUE(at::allclose(batch_grad, grad, 1e-4, 1e-6))
+      << (batch_grad - grad).abs().max().item<double>();
+}
+
 TEST(LlamaLoaderTest, SizesFromDataAndRoundTripThroughItsOwnDirectory) {
   const DataSpec spec = TextSpec();
   auto model = Create("llama", "hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2", spec);

@@ -180,5 +180,32 @@ TEST(TextLoaderTest, ReadsTheFortunes) {
   EXPECT_LT(baseline, 60);
 }
 
+TEST(TextLoaderTest, AFileOfRandomBytesIsRefusedWithACount) {
+  testing::TempDir tmp;
+  std::string bytes(4096, '\0');
+  uint32_t state = 12345;
+  for (char& c : bytes) {
+    state = state * 1664525u + 1013904223u;
+    c = static_cast<char>(state >> 24);
+  }
+  tmp.Write("random.txt", bytes);
+  auto data = Open("path: \"random.txt\" sequence_length: 4", tmp.path());
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(data.status().message(), HasSubstr("random.txt' does not look like text: "));
+  EXPECT_THAT(data.status().message(), HasSubstr(" of 4,096 bytes are not UTF-8"));
+}
+
+TEST(TextLoaderTest, AFewBytesThatAreNotUtf8AreCountedInTheDescription) {
+  testing::TempDir tmp;
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "a line of plain text number " + std::to_string(i) + "\n%\n";
+  text += "caf\xe9\n";  // Latin-1, one byte
+  tmp.Write("f.txt", text);
+  auto data = Open("path: \"f.txt\" document_separator: \"%\" sequence_length: 4", tmp.path());
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  EXPECT_THAT((*data)->description(), HasSubstr("(1 bytes not UTF-8)"));
+}
+
 }  // namespace
 }  // namespace engine

@@ -31,23 +31,82 @@ bool Decode(const std::string& bytes, CheckResult* r) {
   return true;
 }
 
+// A temporary file for what the child prints, removed with this object.
+class CapturedOutput {
+ public:
+  CapturedOutput() : fd_(::mkstemp(path_)) {}
+  ~CapturedOutput() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(path_);
+    }
+  }
+  CapturedOutput(const CapturedOutput&) = delete;
+  CapturedOutput& operator=(const CapturedOutput&) = delete;
+
+  int fd() const { return fd_; }
+
+  // "; it printed: <the last 400 bytes>", or "" when it printed nothing.
+  std::string Said() const {
+    if (fd_ < 0) return "";
+    std::string text;
+    char buffer[4096];
+    ::lseek(fd_, 0, SEEK_SET);
+    ssize_t n;
+    while ((n = ::read(fd_, buffer, sizeof(buffer))) > 0) text.append(buffer, n);
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    if (text.size() > 400) text = "..." + text.substr(text.size() - 400);
+    return text.empty() ? "" : "; it printed: " + text;
+  }
+
+ private:
+  char path_[38] = "/tmp/engine-conformance-output-XXXXXX";
+  int fd_;
+};
+
+// In the forked child: runs the check, prints into `output`, answers through `answer_fd`, exits.
+[[noreturn]] void RunCheckInChild(const std::string& check, const Target& target, int output_fd,
+                                  int answer_fd) {
+  // What the plugin prints is kept for a failure's report, not shown.
+  if (output_fd >= 0) {
+    ::dup2(output_fd, 1);
+    ::dup2(output_fd, 2);
+  }
+  const std::string answer = Encode(RunCheck(check, target));
+  size_t written = 0;
+  while (written < answer.size()) {
+    const ssize_t n = ::write(answer_fd, answer.data() + written, answer.size() - written);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  ::close(answer_fd);
+  ::_exit(0);
+}
+
+// The result from how the child ended and what it answered.
+void ReadChildResult(const ChildOutcome& child, const CapturedOutput& output, int timeout_seconds,
+                     CheckResult* result) {
+  const int status = child.wait_status;
+  if (child.timed_out) {
+    result->detail =
+        "did not finish within " + std::to_string(timeout_seconds) + " s" + output.Said();
+  } else if (WIFSIGNALED(status)) {
+    result->detail = std::string("crashed (") + ::strsignal(WTERMSIG(status)) +
+                     ") while the check ran the plugin's code" + output.Said();
+  } else if (!Decode(child.output, result)) {
+    result->outcome = Outcome::kFail;
+    result->detail = "the check ended (exit status " +
+                     std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                     ") without a result: the plugin's code exited the process" + output.Said();
+  }
+}
+
 }  // namespace
 
 CheckResult RunIsolated(const std::string& check, const Target& target, int timeout_seconds) {
   CheckResult result;
   result.check = check;
-  char output_path[] = "/tmp/engine-conformance-output-XXXXXX";
-  const int output_fd = ::mkstemp(output_path);
-  struct OutputFile {
-    int fd;
-    const char* path;
-    ~OutputFile() {
-      if (fd >= 0) {
-        ::close(fd);
-        ::unlink(path);
-      }
-    }
-  } output{output_fd, output_path};
+  CapturedOutput output;
   int fds[2];
   if (::pipe(fds) != 0) {
     result.detail = std::string("cannot make a pipe: ") + std::strerror(errno);
@@ -63,52 +122,10 @@ CheckResult RunIsolated(const std::string& check, const Target& target, int time
   }
   if (pid == 0) {
     ::close(fds[0]);
-    // What the plugin prints is kept for a failure's report, not shown.
-    if (output_fd >= 0) {
-      ::dup2(output_fd, 1);
-      ::dup2(output_fd, 2);
-    }
-    const std::string answer = Encode(RunCheck(check, target));
-    size_t written = 0;
-    while (written < answer.size()) {
-      const ssize_t n = ::write(fds[1], answer.data() + written, answer.size() - written);
-      if (n <= 0) break;
-      written += static_cast<size_t>(n);
-    }
-    ::close(fds[1]);
-    ::_exit(0);
+    RunCheckInChild(check, target, output.fd(), fds[1]);
   }
   ::close(fds[1]);
-  const ChildOutcome child = CollectChild(pid, fds[0], timeout_seconds);
-  const std::string& answer = child.output;
-  const bool timed_out = child.timed_out;
-  const int status = child.wait_status;
-  auto said = [&]() -> std::string {
-    if (output_fd < 0) return "";
-    std::string text;
-    char buffer[4096];
-    ::lseek(output_fd, 0, SEEK_SET);
-    ssize_t n;
-    while ((n = ::read(output_fd, buffer, sizeof(buffer))) > 0) text.append(buffer, n);
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (text.size() > 400) text = "..." + text.substr(text.size() - 400);
-    return text.empty() ? "" : "; it printed: " + text;
-  };
-  if (timed_out) {
-    result.detail = "did not finish within " + std::to_string(timeout_seconds) + " s" + said();
-    return result;
-  }
-  if (WIFSIGNALED(status)) {
-    result.detail = std::string("crashed (") + ::strsignal(WTERMSIG(status)) +
-                    ") while the check ran the plugin's code" + said();
-    return result;
-  }
-  if (!Decode(answer, &result)) {
-    result.outcome = Outcome::kFail;
-    result.detail = "the check ended (exit status " +
-                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
-                    ") without a result: the plugin's code exited the process" + said();
-  }
+  ReadChildResult(CollectChild(pid, fds[0], timeout_seconds), output, timeout_seconds, &result);
   return result;
 }
 

@@ -16,13 +16,14 @@
 
 #include "engine/atomic_file.h"
 #include "engine/dtype.h"
+#include "engine/json_text.h"
 
 namespace engine::safetensors {
 namespace {
 
 constexpr const char* kMetadataKey = "__metadata__";
 
-std::string Quote(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string Quote(const std::string& s) { return JsonText(s); }
 
 // Bytes of a tensor of `shape` and `itemsize`, or nullopt on overflow or a negative dimension.
 std::optional<uint64_t> ByteSize(const std::vector<int64_t>& shape, size_t itemsize) {

@@ -1,5 +1,7 @@
 #include "pipeline/diagnostics.h"
 
+#include "engine/utf8.h"
+
 namespace engine {
 
 std::string Diagnostic::ToString() const {
@@ -10,7 +12,8 @@ std::string Diagnostic::ToString() const {
   }
   if (!out.empty()) out += ": ";
   out += "error: " + message;
-  return out;
+  // Paths and quoted file bytes may be anything: never raw control bytes on a terminal.
+  return Printable(out);
 }
 
 void Diagnostics::Add(SourceLocation location, std::string message) {

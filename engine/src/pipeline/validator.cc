@@ -24,6 +24,10 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 
+// A trillion steps: far beyond any run, and far from where step counts (int64) and the products
+// made of them overflow.
+constexpr uint64_t kMaxScheduleSteps = 1000000000000ULL;
+
 // What a plugin reference belongs to: "stage 'x'", or "pipeline" for the pipeline's own callbacks
 // (`stage` empty).
 std::string OwnerSubject(const std::string& stage) {
@@ -235,6 +239,11 @@ class StageChecker {
     }
     if (s.length_case() == proto::Schedule::kMaxSteps && s.max_steps() == 0) {
       Error(p + ".max_steps", where + "schedule.max_steps must be > 0 (got 0)");
+    }
+    if (s.length_case() == proto::Schedule::kMaxSteps && s.max_steps() > kMaxScheduleSteps) {
+      Error(p + ".max_steps", where + "schedule.max_steps must be at most " +
+                                  std::to_string(kMaxScheduleSteps) + " (got " +
+                                  std::to_string(s.max_steps()) + ")");
     }
   }
 
@@ -529,6 +538,20 @@ void ResolveStageGraph(StageChecker& checker, const std::map<std::string, int>& 
   }
 }
 
+// Each stage writes <output_dir>/<stage>/: one that exists must be a writable directory, or the
+// stage would train in full and then fail at its first checkpoint.
+void CheckStageDirs(StageChecker& checker, const ResolvedPipeline& pipeline) {
+  for (const ResolvedStage& stage : pipeline.stages) {
+    const std::filesystem::path dir = pipeline.output_dir / stage.name;
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec)) continue;
+    const std::string problem = OutputDirProblem(dir);
+    if (!problem.empty()) {
+      checker.Error(stage.path() + ".name", stage.subject() + ": its output directory " + problem);
+    }
+  }
+}
+
 void OrderStages(StageChecker& checker, ResolvedPipeline* pipeline) {
   std::vector<int> cycle;
   pipeline->run_order = RunOrder(pipeline->stages, &cycle);
@@ -560,6 +583,7 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
   }
   ResolveStageGraph(checker, index_by_name, pipeline);
   if (!diagnostics->empty()) return;
+  CheckStageDirs(checker, *pipeline);
   OrderStages(checker, pipeline);
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -143,20 +144,17 @@ class PlanBuilder {
 
   // Batches, ranks, steps per epoch and the stage's length in steps.
   bool PlanSteps(const ResolvedStage& stage, StagePlan* plan) {
-    const proto::Stage& config = *stage.config;
-    const std::string where = stage.subject() + ": ";
-    const proto::Schedule& s = config.schedule();
+    const proto::Schedule& s = stage.config->schedule();
     plan->batch_size = s.batch_size();
     plan->gradient_accumulation_steps = s.gradient_accumulation_steps();
     if (!PlanRanks(stage, plan)) return false;
-    plan->global_batch = plan->batch_size * plan->gradient_accumulation_steps * plan->world_size;
     plan->eval_batch_size = s.eval_batch_size() > 0 ? s.eval_batch_size() : s.batch_size();
     plan->micro_batches_per_epoch =
         s.drop_last() ? plan->shard_examples / plan->batch_size
                       : (plan->shard_examples + plan->batch_size - 1) / plan->batch_size;
     if (plan->micro_batches_per_epoch == 0) {
       Error(stage.path() + ".schedule.batch_size",
-            where + "schedule.batch_size " + std::to_string(plan->batch_size) +
+            stage.subject() + ": schedule.batch_size " + std::to_string(plan->batch_size) +
                 " is larger than the " + std::to_string(plan->train_examples) +
                 " training examples and drop_last is set, so an epoch has no batch");
       return false;
@@ -164,19 +162,52 @@ class PlanBuilder {
     plan->steps_per_epoch =
         (plan->micro_batches_per_epoch + plan->gradient_accumulation_steps - 1) /
         plan->gradient_accumulation_steps;
+    PlanBatchLimits(plan);
+    return PlanLength(stage, plan);
+  }
+
+  // Examples per step as the data can give them: a batch or an accumulation larger than the split
+  // is accepted (one batch of all the examples, one step of all the batches), with a warning, and
+  // the plan says what a step really holds.
+  void PlanBatchLimits(StagePlan* plan) {
+    const int64_t batch = std::min(plan->batch_size, plan->shard_examples);
+    const int64_t accumulation =
+        std::min(plan->gradient_accumulation_steps, plan->micro_batches_per_epoch);
+    const std::string per_rank = plan->world_size > 1 ? " per rank" : "";
+    if (batch < plan->batch_size) {
+      plan->schedule_warnings.push_back(
+          "schedule.batch_size " + std::to_string(plan->batch_size) + " is larger than the " +
+          WithThousands(plan->shard_examples) + " training examples" + per_rank +
+          ": a batch holds at most " + WithThousands(batch));
+    }
+    if (accumulation < plan->gradient_accumulation_steps) {
+      plan->schedule_warnings.push_back(
+          "schedule.gradient_accumulation_steps " +
+          std::to_string(plan->gradient_accumulation_steps) + " is more than the " +
+          WithThousands(plan->micro_batches_per_epoch) + " batches of an epoch" + per_rank +
+          ": a step accumulates at most " + WithThousands(accumulation));
+    }
+    plan->global_batch = batch * accumulation * plan->world_size;
+  }
+
+  // The stage's length in steps and epochs, and a warm-up that fits in it.
+  bool PlanLength(const ResolvedStage& stage, StagePlan* plan) {
+    const proto::Schedule& s = stage.config->schedule();
     if (s.length_case() == proto::Schedule::kMaxSteps) {
-      plan->total_steps = static_cast<int64_t>(s.max_steps());
+      plan->total_steps = static_cast<int64_t>(s.max_steps());  // bounded by the validator
       plan->epochs = static_cast<double>(plan->total_steps) / plan->steps_per_epoch;
     } else {
       const int64_t epochs = s.length_case() == proto::Schedule::kEpochs ? s.epochs() : 1;
       plan->total_steps = epochs * plan->steps_per_epoch;
       plan->epochs = static_cast<double>(epochs);
     }
-    const auto& lr = config.optimizer().lr_schedule();
-    if (static_cast<int64_t>(lr.warmup_steps()) > plan->total_steps) {
+    const auto& lr = stage.config->optimizer().lr_schedule();
+    // Unsigned: a warm-up of 2^63 steps or more must not wrap to a negative length.
+    if (lr.warmup_steps() > static_cast<uint64_t>(plan->total_steps)) {
       Error(stage.path() + ".optimizer.lr_schedule.warmup_steps",
-            where + "optimizer.lr_schedule.warmup_steps (" + std::to_string(lr.warmup_steps()) +
-                ") is longer than the stage (" + std::to_string(plan->total_steps) + " steps)");
+            stage.subject() + ": optimizer.lr_schedule.warmup_steps (" +
+                std::to_string(lr.warmup_steps()) + ") is longer than the stage (" +
+                std::to_string(plan->total_steps) + " steps)");
       return false;
     }
     return true;

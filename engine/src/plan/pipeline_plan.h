@@ -65,7 +65,11 @@ struct StagePlan {
   DdpBackend backend = DdpBackend::kGloo;
   int64_t batch_size = 0;
   int64_t gradient_accumulation_steps = 1;
-  int64_t global_batch = 0;  // examples per step across all devices
+  // Examples per step across all devices, as the data can give them (at most every example of the
+  // split in a batch, every batch of an epoch in a step).
+  int64_t global_batch = 0;
+  // A batch or an accumulation larger than the split: said in the plan.
+  std::vector<std::string> schedule_warnings;
   int64_t eval_batch_size = 0;
   int64_t micro_batches_per_epoch = 0;
   int64_t steps_per_epoch = 0;

@@ -137,7 +137,8 @@ void AddTrainingJson(const StagePlan& s, nlohmann::json& js) {
                     {"global_batch", s.global_batch},
                     {"eval_batch_size", s.eval_batch_size},
                     {"eval_every_steps", st.config->schedule().eval_every_steps()},
-                    {"checkpoint_every_steps", st.config->schedule().checkpoint_every_steps()}};
+                    {"checkpoint_every_steps", st.config->schedule().checkpoint_every_steps()},
+                    {"warnings", s.schedule_warnings}};
   js["optimizer"] = {{"algorithm", st.config->optimizer().has_sgd() ? "sgd" : "adamw"},
                      {"learning_rate", st.config->optimizer().learning_rate()},
                      {"summary", s.optimizer_summary}};
@@ -341,6 +342,9 @@ void TrainingLines(const StagePlan& s, std::ostringstream& out) {
       << s.gradient_accumulation_steps << " accumulation x " << s.world_size
       << (s.world_size == 1 ? " device" : " ranks") << " = " << s.global_batch
       << " examples per step\n";
+  for (const std::string& warning : s.schedule_warnings) {
+    out << "    warning: " << warning << "\n";
+  }
   if (s.process_group) {
     out << "  ranks       DDP over " << BackendName(s.backend) << ": this is rank " << s.rank
         << " of " << s.world_size << "; " << WithThousands(s.shard_examples)

@@ -110,9 +110,86 @@ constexpr int kProbeLoaded = 0;
 constexpr int kProbeRefused = 3;
 constexpr int kProbeThrew = 4;
 
-// Opens the library once in a forked child first. Static initialisers run at dlopen, before any
-// manifest can be read, and some failures there abort the whole process: protobuf does so when two
-// libraries define the same .proto file or message name. In a child that costs only the child.
+// The probe child announces each step on its error pipe before taking it, so that a crash can be
+// blamed on the step that was running. A line starting with this byte is such an announcement.
+constexpr char kPhaseMark = '\x1e';
+
+void AnnouncePhase(const char* phase) {
+  std::fprintf(stderr, "%c%s\n", kPhaseMark, phase);
+  std::fflush(stderr);
+}
+
+// The probe child's work: dlopen (static initialisers), then the manifest and registration entry
+// points, exactly as the real load calls them. Never returns. Refusals (no symbol, a manifest this
+// engine does not accept, a throwing factory) are left for the real load to report in words; only a
+// crash or a hang here is the probe's news.
+[[noreturn]] void ProbeChild(const std::filesystem::path& path) {
+  try {
+    AnnouncePhase("while its static initialisers ran");
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) ::_exit(kProbeRefused);
+    using ManifestFn = const EnginePluginManifest* (*)();
+    auto manifest_fn = reinterpret_cast<ManifestFn>(::dlsym(handle, ENGINE_PLUGIN_MANIFEST_SYMBOL));
+    if (manifest_fn == nullptr) ::_exit(kProbeRefused);
+    AnnouncePhase("in its " ENGINE_PLUGIN_MANIFEST_SYMBOL "()");
+    const EnginePluginManifest* manifest = manifest_fn();
+    if (manifest == nullptr || !CheckManifest(*manifest).ok()) ::_exit(kProbeRefused);
+    using RegisterFn = int (*)(void*);
+    auto register_fn = reinterpret_cast<RegisterFn>(::dlsym(handle, ENGINE_PLUGIN_REGISTER_SYMBOL));
+    if (register_fn == nullptr) ::_exit(kProbeRefused);
+    AnnouncePhase("in its " ENGINE_PLUGIN_REGISTER_SYMBOL "()");
+    try {
+      Registrar registrar;
+      register_fn(static_cast<PluginRegistrar*>(&registrar));
+    } catch (...) {
+      // The real load catches what registration throws and says so in words.
+    }
+    ::_exit(kProbeLoaded);
+  } catch (const std::exception& e) {
+    // Thrown by a static initialiser out of dlopen: it must not unwind into the caller's code here.
+    std::fprintf(stderr, "%s\n", e.what());
+  } catch (...) {
+  }
+  ::_exit(kProbeThrew);
+}
+
+// Splits what the probe child wrote into the step it was in (its last announcement) and what
+// the library itself printed.
+void SplitProbeOutput(const std::string& output, std::string* phase, std::string* said) {
+  size_t begin = 0;
+  while (begin < output.size()) {
+    size_t end = output.find('\n', begin);
+    if (end == std::string::npos) end = output.size();
+    if (output[begin] == kPhaseMark) {
+      *phase = output.substr(begin + 1, end - begin - 1);
+    } else {
+      said->append(output, begin, end - begin + 1);
+    }
+    begin = end + 1;
+  }
+  while (!said->empty() && (said->back() == '\n' || said->back() == ' ')) said->pop_back();
+  if (said->size() > 600) *said = "..." + said->substr(said->size() - 600);
+}
+
+Status ProbeFailure(const std::string& where, const ChildOutcome& child) {
+  std::string phase = "while its static initialisers ran";
+  std::string said;
+  SplitProbeOutput(child.output, &phase, &said);
+  const bool at_load = phase.rfind("while", 0) == 0;
+  return FailedPreconditionError(
+      "loading " + where + " crashed (" +
+      (WIFSIGNALED(child.wait_status) ? std::string(::strsignal(WTERMSIG(child.wait_status)))
+                                      : std::string("an exception escaped")) +
+      ") " + phase + ", so it was not loaded" +
+      (said.empty() ? std::string() : "; it said: " + said) +
+      (at_load ? ". Two plugins whose .proto files share a file name or a message name cause this"
+               : ". The library is broken: rebuild it or remove it from the plugin path"));
+}
+
+// Opens the library and calls its entry points once in a forked child first. Static initialisers
+// run at dlopen, before any manifest can be read, and some failures there abort the whole process:
+// protobuf does so when two libraries define the same .proto file or message name; and an entry
+// point may crash outright. In a child that costs only the child.
 Status ProbeInChild(const std::filesystem::path& path, const std::string& where) {
   const char* skip = std::getenv("ENGINE_PLUGIN_PROBE");
   if (skip != nullptr && std::string(skip) == "0") return Status::Ok();
@@ -129,53 +206,25 @@ Status ProbeInChild(const std::filesystem::path& path, const std::string& where)
     ::dup2(pipe_fds[1], 2);
     const int null_fd = ::open("/dev/null", O_WRONLY);
     if (null_fd >= 0) ::dup2(null_fd, 1);
-    // An exception thrown by a static initialiser comes out of dlopen; it must not unwind into the
-    // caller's code in the child.
-    try {
-      void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      ::_exit(handle != nullptr ? kProbeLoaded : kProbeRefused);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-    } catch (...) {
-    }
-    ::_exit(kProbeThrew);
+    ProbeChild(path);
   }
   ::close(pipe_fds[1]);
-  ChildOutcome child = CollectChild(pid, pipe_fds[0], 60);
-  std::string& said = child.output;
-  const bool timed_out = child.timed_out;
-  const int status = child.wait_status;
-  if (timed_out) {
+  const ChildOutcome child = CollectChild(pid, pipe_fds[0], 60);
+  if (child.timed_out) {
     return FailedPreconditionError("loading " + where +
-                                   " did not finish within 60 s (its static initialisers hang)");
+                                   " did not finish within 60 s (its static initialisers or entry "
+                                   "points hang)");
   }
-  if (WIFEXITED(status) &&
-      (WEXITSTATUS(status) == kProbeLoaded || WEXITSTATUS(status) == kProbeRefused)) {
-    return Status::Ok();  // a refusal is reported, with dlerror's reason, by the real load
+  if (WIFEXITED(child.wait_status) && (WEXITSTATUS(child.wait_status) == kProbeLoaded ||
+                                       WEXITSTATUS(child.wait_status) == kProbeRefused)) {
+    return Status::Ok();  // a refusal is reported, with its reason, by the real load
   }
-  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-  if (said.size() > 600) said = "..." + said.substr(said.size() - 600);
-  return FailedPreconditionError(
-      "loading " + where + " crashed (" +
-      (WIFSIGNALED(status) ? std::string(::strsignal(WTERMSIG(status)))
-                           : std::string("an exception escaped")) +
-      ") while its static initialisers ran, so it was not loaded" +
-      (said.empty() ? std::string() : "; it said: " + said) +
-      ". Two plugins whose .proto files share a file name or a message name cause this");
+  return ProbeFailure(where, child);
 }
 
-}  // namespace
-
-StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
-  const std::string where = "plugin library '" + path.string() + "'";
-  std::error_code fs_error;
-  if (!std::filesystem::exists(path, fs_error)) return NotFoundError(where + " does not exist");
-  if (!std::filesystem::is_regular_file(path, fs_error)) {
-    return InvalidArgumentError(where + " is not a regular file");
-  }
-  std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
-  if (fs_error) canonical = std::filesystem::absolute(path);
-
+// The library at `canonical`, opened (and kept open) once the child probe passed.
+StatusOr<boost::dll::shared_library> OpenLibrary(const std::filesystem::path& canonical,
+                                                 const std::string& where) {
   ENGINE_RETURN_IF_ERROR(ProbeInChild(canonical, where));
   boost::dll::shared_library library;
   boost::dll::fs::error_code load_error;
@@ -188,9 +237,15 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
         "cannot load " + where + ": " + (reason ? std::string(reason) : load_error.message()) +
         " (is it a shared library built for this machine and this engine?)");
   }
-  // Even a library that fails the checks below stays loaded: its static initialisers may already
-  // have registered descriptors (protobuf) that would dangle after dlclose.
+  // Even a library that fails the checks that follow stays loaded: its static initialisers may
+  // already have registered descriptors (protobuf) that would dangle after dlclose.
   KeepLoaded(library);
+  return library;
+}
+
+// The library's manifest, checked.
+StatusOr<const EnginePluginManifest*> ReadManifest(boost::dll::shared_library& library,
+                                                   const std::string& where) {
   if (!library.has(ENGINE_PLUGIN_MANIFEST_SYMBOL)) {
     return FailedPreconditionError(where + " is not an engine plugin: it exports no '" +
                                    ENGINE_PLUGIN_MANIFEST_SYMBOL +
@@ -200,10 +255,12 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   const EnginePluginManifest* manifest = manifest_fn();
   if (manifest == nullptr) return FailedPreconditionError(where + ": its manifest is null");
   ENGINE_RETURN_IF_ERROR(CheckManifest(*manifest).WithContext(where));
+  return manifest;
+}
 
-  const std::string name = manifest->name;
-  const PluginKind kind = *PluginKindFromName(manifest->kind);
-  const std::string named = where + " (plugin '" + name + "')";
+// Calls the library's register function; the plugin it registered, of the manifest's kind.
+StatusOr<std::unique_ptr<Plugin>> RegisterPlugin(boost::dll::shared_library& library,
+                                                 PluginKind kind, const std::string& named) {
   if (!library.has(ENGINE_PLUGIN_REGISTER_SYMBOL)) {
     return FailedPreconditionError(named + " exports no '" + ENGINE_PLUGIN_REGISTER_SYMBOL +
                                    "' entry point");
@@ -234,14 +291,31 @@ StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
   } catch (...) {
     return FailedPreconditionError(named + ": default_options() threw");
   }
+  return std::move(registrar.plugin_);
+}
 
+}  // namespace
+
+StatusOr<LoadedPlugin> LoadPluginLibrary(const std::filesystem::path& path) {
+  const std::string where = "plugin library '" + path.string() + "'";
+  std::error_code fs_error;
+  if (!std::filesystem::exists(path, fs_error)) return NotFoundError(where + " does not exist");
+  if (!std::filesystem::is_regular_file(path, fs_error)) {
+    return InvalidArgumentError(where + " is not a regular file");
+  }
+  std::filesystem::path canonical = std::filesystem::canonical(path, fs_error);
+  if (fs_error) canonical = std::filesystem::absolute(path);
+
+  ENGINE_ASSIGN_OR_RETURN(boost::dll::shared_library library, OpenLibrary(canonical, where));
+  ENGINE_ASSIGN_OR_RETURN(const EnginePluginManifest* manifest, ReadManifest(library, where));
   LoadedPlugin loaded;
   loaded.library = canonical;
-  loaded.name = name;
-  loaded.kind = kind;
+  loaded.name = manifest->name;
+  loaded.kind = *PluginKindFromName(manifest->kind);
   loaded.version = manifest->version ? manifest->version : "";
   loaded.description = manifest->description ? manifest->description : "";
-  loaded.plugin = std::move(registrar.plugin_);
+  ENGINE_ASSIGN_OR_RETURN(loaded.plugin, RegisterPlugin(library, loaded.kind,
+                                                        where + " (plugin '" + loaded.name + "')"));
   return loaded;
 }
 

@@ -67,6 +67,16 @@ std::string StageNames(const ResolvedPipeline& pipeline) {
 
 }  // namespace
 
+std::string EvalSummary(const std::string& stage, const StageResult& result) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.1f", result.seconds);
+  std::string metrics = MetricsText(result.eval_metrics, result.eval_baselines);
+  if (!metrics.empty()) metrics = ":" + metrics;
+  return StageSubject(stage) + ": eval of " + WithThousands(result.eval_examples) +
+         " examples in " + seconds + " s" + metrics + "; checkpoint " +
+         result.final_checkpoint.string();
+}
+
 std::string StageSummary(const std::string& stage, const StageResult& result) {
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.1f", result.seconds);

@@ -47,6 +47,10 @@ Status RunPipeline(PipelinePlan* plan, const RunOptions& options, std::ostream& 
 // "stage 'train': 900 steps in 3.1 s; eval loss 0.0912, accuracy 0.9694; checkpoint <dir>".
 std::string StageSummary(const std::string& stage, const StageResult& result);
 
+// "stage 'train': eval of 359 examples in 0.2 s: loss 0.0912, accuracy 0.9694 (baseline 0.1000);
+// checkpoint <dir>", for `engine eval`.
+std::string EvalSummary(const std::string& stage, const StageResult& result);
+
 // "stage 'train': <why>; 900 steps, finished 2026-...; eval: ...; checkpoint <dir>", for a stage
 // whose finished checkpoint was used without training.
 std::string ReusedStageSummary(const std::string& stage, const std::string& why,

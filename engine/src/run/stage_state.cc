@@ -12,6 +12,7 @@ namespace engine {
 
 Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                              const proto::CheckpointManifest& manifest) {
+  ENGINE_RETURN_IF_ERROR(VerifyFileDigests(dir, manifest));
   ENGINE_ASSIGN_OR_RETURN(auto weights, safetensors::File::Open(dir / kModelFile));
   if (weights->tensors().size() != static_cast<size_t>(manifest.tensor_size())) {
     return DataLossError((dir / kModelFile).string() + " holds " +
@@ -60,6 +61,7 @@ FinalCheckpointState InspectFinalCheckpoint(const std::filesystem::path& final_d
         "its configuration, data, plugins or a stage it comes after changed (fingerprint " +
         manifest->fingerprint() + ", now " + fingerprint + ")";
   } else if (Status files = VerifyCheckpointFiles(final_dir, *manifest); !files.ok()) {
+    state.damaged = true;
     state.reason = "its checkpoint is damaged (" + files.message() + ")";
   } else {
     state.up_to_date = true;
@@ -105,7 +107,15 @@ StageDecision DecideStage(const StageSituation& s) {
   const std::filesystem::path final_dir = FinalCheckpointDir(s.stage_dir);
   FinalCheckpointState final_state =
       InspectFinalCheckpoint(final_dir, s.fingerprint, s.parent_run_id);
-  const bool reuse_as_is = s.before_from && final_state.manifest && final_state.manifest->final();
+  bool reuse_as_is = s.before_from && final_state.manifest && final_state.manifest->final();
+  if (reuse_as_is && !final_state.up_to_date && !final_state.damaged) {
+    // Used although out of date, but never with damaged files.
+    if (Status files = VerifyCheckpointFiles(final_dir, *final_state.manifest); !files.ok()) {
+      final_state.damaged = true;
+      final_state.reason = "its checkpoint is damaged (" + files.message() + ")";
+    }
+  }
+  reuse_as_is = reuse_as_is && !final_state.damaged;
   if (final_state.up_to_date || reuse_as_is) {
     decision.action = StageDecision::Action::kReuse;
     decision.why = final_state.up_to_date

@@ -23,6 +23,8 @@ struct FinalCheckpointState {
   // A manifest is there (readable or not).
   bool found = false;
   bool up_to_date = false;
+  // Its files failed VerifyCheckpointFiles (checked only when everything else is up to date).
+  bool damaged = false;
   // Why it is not, for the log: "no finished checkpoint", "its configuration changed", ...
   std::string reason;
   // When the manifest could be read.
@@ -83,8 +85,9 @@ struct StageSituation {
 
 StageDecision DecideStage(const StageSituation& situation);
 
-// Checks that the tensor files of the checkpoint in `dir` are whole and hold what `manifest` lists
-// (names, dtypes, shapes); the optimizer file, when the manifest names one, must open too.
+// Checks that every file of the checkpoint in `dir` has the size and content hash its manifest
+// records, and that the tensor files are whole and hold what `manifest` lists (names, dtypes,
+// shapes); the optimizer file, when the manifest names one, must open too.
 Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                              const proto::CheckpointManifest& manifest);
 

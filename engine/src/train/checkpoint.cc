@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/file_hash.h"
 #include "core/logging.h"
 #include "engine/atomic_file.h"
 #include "engine/dtype.h"
@@ -56,6 +57,28 @@ Status Publish(const std::filesystem::path& from, const std::filesystem::path& t
   }
   if (::rename(from.c_str(), to.c_str()) != 0) {
     return IoError("cannot publish checkpoint '" + to.string() + "': " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+// Records every file written so far into `temp` (all but the manifest) with its size and hash.
+Status RecordFileDigests(const std::filesystem::path& temp, proto::CheckpointManifest* manifest) {
+  manifest->clear_file();
+  std::error_code ec;
+  std::vector<std::filesystem::path> files;
+  for (const auto& item : std::filesystem::directory_iterator(temp, ec)) {
+    if (item.is_regular_file(ec) && item.path().filename() != kManifestFile) {
+      files.push_back(item.path());
+    }
+  }
+  if (ec) return IoError("cannot list '" + temp.string() + "': " + ec.message());
+  std::sort(files.begin(), files.end());
+  for (const std::filesystem::path& file : files) {
+    ENGINE_ASSIGN_OR_RETURN(std::string hash, FileContentHash(file));
+    proto::FileDigest* digest = manifest->add_file();
+    digest->set_name(file.filename().string());
+    digest->set_size(std::filesystem::file_size(file, ec));
+    digest->set_xxh3(hash);
   }
   return Status::Ok();
 }
@@ -112,6 +135,7 @@ Status WriteAndPublish(const std::filesystem::path& dir, CheckpointContents cont
   for (const auto& [name, bytes] : contents.extra_files) {
     ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / name, bytes));
   }
+  ENGINE_RETURN_IF_ERROR(RecordFileDigests(temp, &manifest));
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
   ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kManifestFile, text));
@@ -150,6 +174,26 @@ StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& di
         std::to_string(kCheckpointFormatVersion));
   }
   return manifest;
+}
+
+Status VerifyFileDigests(const std::filesystem::path& dir,
+                         const proto::CheckpointManifest& manifest) {
+  for (const proto::FileDigest& digest : manifest.file()) {
+    const std::filesystem::path file = dir / digest.name();
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(file, ec);
+    if (ec) return DataLossError(file.string() + " is missing (" + ec.message() + ")");
+    if (size != digest.size()) {
+      return DataLossError(file.string() + " is " + std::to_string(size) +
+                           " bytes; when written it was " + std::to_string(digest.size()));
+    }
+    ENGINE_ASSIGN_OR_RETURN(std::string hash, FileContentHash(file));
+    if (hash != digest.xxh3()) {
+      return DataLossError(file.string() + " changed since it was written (content hash " + hash +
+                           ", its manifest records " + digest.xxh3() + ")");
+    }
+  }
+  return Status::Ok();
 }
 
 void RemoveStaleTemporaries(const std::filesystem::path& parent) {

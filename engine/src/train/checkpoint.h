@@ -5,7 +5,8 @@
 //   <dir>/config.json            the model's configuration (Hugging Face's name for it), when given
 //   <dir>/adapter_model.safetensors, adapter_config.json
 //                                the adapter parameters alone, as PEFT names and describes them
-//   <dir>/manifest.pbtxt         engine.proto.CheckpointManifest, protobuf text
+//   <dir>/manifest.pbtxt         engine.proto.CheckpointManifest, protobuf text, with the size and
+//                                content hash of every other file
 //
 // WriteCheckpoint builds the directory under a hidden temporary name beside `dir`, syncs every
 // file, then swaps it into place in one rename (replacing an older checkpoint of the same name,
@@ -60,6 +61,13 @@ std::vector<std::filesystem::path> PeriodicCheckpointDirs(const std::filesystem:
 
 // Reads and checks `<dir>/manifest.pbtxt`.
 StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& dir);
+
+// Checks every file the manifest lists (all of the directory's but the manifest) against the size
+// and content hash recorded when it was written: a DATA_LOSS error naming the first file that is
+// missing, of another size or changed in place. A manifest without digests (an older engine's)
+// passes.
+Status VerifyFileDigests(const std::filesystem::path& dir,
+                         const proto::CheckpointManifest& manifest);
 
 // Removes hidden temporary directories left in `parent` by interrupted writes.
 void RemoveStaleTemporaries(const std::filesystem::path& parent);

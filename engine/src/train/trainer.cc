@@ -17,6 +17,7 @@
 #include "dist/gradient_averager.h"
 #include "engine/adapter.h"
 #include "engine/format.h"
+#include "engine/json_text.h"
 #include "engine/linear.h"
 #include "engine/remove_tree.h"
 #include "plan/handoff.h"
@@ -60,6 +61,26 @@ class StageTrainer : public CallbackActions {
   }
   void RequestCheckpoint() override { checkpoint_requested_ = true; }
 
+  // The stage's evaluation with the weights of `checkpoint` (one of this stage's), without
+  // training: the weights are read by name as a parent's are, then placed and cast as for training.
+  StatusOr<StageResult> EvaluateOnly(const std::filesystem::path& checkpoint) {
+    start_ = Clock::now();
+    ENGINE_RETURN_IF_ERROR(LoadParentWeights(checkpoint, context_, module_, plan_.architecture,
+                                             plan_.layers.adapter_parameters,
+                                             /*merge_adapters=*/false, /*new_tensor_globs=*/{}));
+    ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
+    ApplyThreadCount();
+    StageResult result;
+    ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, Evaluate());
+    for (const auto& [metric, value] : plan_.data_baselines) {
+      result.eval_baselines["eval/" + metric] = value;
+    }
+    result.eval_examples = plan_.eval_examples;
+    result.final_checkpoint = checkpoint;
+    result.seconds = Seconds();
+    return result;
+  }
+
   // The stage as named steps: set up, go back to a periodic checkpoint if resuming, announce the
   // stage, train to its last step (or an early stop), then evaluate, save and announce the end.
   StatusOr<StageResult> Run() {
@@ -85,6 +106,16 @@ class StageTrainer : public CallbackActions {
           plan_.layers.adapter_parameters, config_.parent_adapters() == proto::Stage::MERGE,
           {config_.new_tensors().begin(), config_.new_tensors().end()}));
     }
+    ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
+    ENGINE_RETURN_IF_ERROR(ConnectRanks());
+    optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
+    ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
+    ApplyThreadCount();
+    return Status::Ok();
+  }
+
+  // The model on the stage's device under its precision plan (printing the census).
+  Status PlaceAndApplyPrecision() {
     ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
       module_.to(device_);
       return Status::Ok();
@@ -104,6 +135,11 @@ class StageTrainer : public CallbackActions {
                     << "); census now:\n"
                     << CensusText(TakeCensus(module_), "    ", &plan_.precision) << std::flush;
     }
+    return Status::Ok();
+  }
+
+  // Under DDP: the process group and the gradient averager.
+  Status ConnectRanks() {
     if (plan_.process_group) {
       ENGINE_ASSIGN_OR_RETURN(data_parallel_,
                               DataParallel::Connect(plan_.dist_env, plan_.backend, device_,
@@ -113,17 +149,18 @@ class StageTrainer : public CallbackActions {
           data_parallel_, precision_->parameters(),
           static_cast<int64_t>(config_.parallel().bucket_mib()) << 20);
     }
-    optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
-    ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
+    return Status::Ok();
+  }
+
+  void ApplyThreadCount() {
     if (config_.parallel().num_threads() > 0) {
       at::set_num_threads(static_cast<int>(config_.parallel().num_threads()));
     }
-    return Status::Ok();
   }
 
   Status BeginStage() {
     Event begin = MakeEvent(EventType::kStageBegin);
-    if (HasCallbacks()) begin.plan_json = StagePlanToJson(*request_.pipeline, plan_).dump();
+    if (HasCallbacks()) begin.plan_json = JsonText(StagePlanToJson(*request_.pipeline, plan_));
     ENGINE_RETURN_IF_ERROR(Emit(begin));
     // After stage_begin, which callbacks take as their cue to start afresh.
     RestoreCallbackStates(request_.callbacks, restored_callback_states_);
@@ -627,6 +664,12 @@ std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
     std::swap(order[i], order[j]);
   }
   return order;
+}
+
+StatusOr<StageResult> EvaluateStage(const StageRunRequest& request,
+                                    const std::filesystem::path& checkpoint) {
+  StageTrainer trainer(request);
+  return trainer.EvaluateOnly(checkpoint);
 }
 
 StatusOr<StageResult> TrainStage(const StageRunRequest& request) {

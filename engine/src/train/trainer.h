@@ -69,6 +69,13 @@ struct StageResult {
 
 StatusOr<StageResult> TrainStage(const StageRunRequest& request);
 
+// The stage's evaluation on its eval split, with the weights of `checkpoint` (a checkpoint of this
+// stage, whose tensors the plan's model has by name and shape), without training: eval_metrics,
+// eval_baselines, eval_examples and seconds are set. request.parent_checkpoint, resume_from and
+// callbacks are not used.
+StatusOr<StageResult> EvaluateStage(const StageRunRequest& request,
+                                    const std::filesystem::path& checkpoint);
+
 // A new run_id: time and randomness, hex.
 std::string NewRunId();
 

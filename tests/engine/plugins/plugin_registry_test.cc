@@ -106,6 +106,28 @@ TEST(PluginLibraryTest, ProtoClashAbortsOnlyTheProbeNotTheEngine) {
   EXPECT_EQ(registry.Find(PluginKind::kDataLoader, "proto_clash"), nullptr);
 }
 
+TEST(PluginLibraryTest, ManifestEntryPointThatSegfaultsIsNamedAndSkipped) {
+  PluginRegistry registry;
+  ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
+  ASSERT_TRUE(registry.LoadDirectory(Fixture("crashing_manifest").parent_path()).ok());
+  ASSERT_EQ(registry.skipped().size(), 1u);
+  const std::string& error = registry.skipped()[0];
+  EXPECT_NE(error.find("engine_crashing_manifest.so"), std::string::npos) << error;
+  EXPECT_NE(error.find("crashed (Segmentation fault) in its engine_plugin_manifest()"),
+            std::string::npos)
+      << error;
+  // This process is intact and its other plugins are usable.
+  EXPECT_NE(registry.Find(PluginKind::kDataLoader, "digits"), nullptr);
+}
+
+TEST(PluginLibraryTest, RegisterEntryPointThatSegfaultsIsNamed) {
+  const std::string error = LoadError("crashing_register");
+  EXPECT_NE(error.find("engine_crashing_register.so"), std::string::npos) << error;
+  EXPECT_NE(error.find("crashed (Segmentation fault) in its engine_plugin_register()"),
+            std::string::npos)
+      << error;
+}
+
 TEST(PluginLibraryTest, MissingFile) {
   auto loaded = LoadPluginLibrary("/nonexistent/engine_x.so");
   ASSERT_FALSE(loaded.ok());

@@ -5,6 +5,7 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -75,7 +76,72 @@ TEST(StageStateTest, AModelFileThatDisagreesWithItsManifestIsDamaged) {
   std::filesystem::copy_file(tmp.path() / "other" / kModelFile, tmp.path() / "final" / kModelFile,
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_THAT(InspectFinalCheckpoint(tmp.path() / "final", "f1", "").reason,
+              HasSubstr(kModelFile + std::string(" is ")));
+  // A manifest without file digests (an older engine's) is checked by its tensors.
+  auto manifest = ReadManifest(tmp.path() / "final");
+  ASSERT_TRUE(manifest.ok());
+  manifest->clear_file();
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(*manifest, &text);
+  std::ofstream(tmp.path() / "final" / kManifestFile, std::ios::trunc) << text;
+  EXPECT_THAT(InspectFinalCheckpoint(tmp.path() / "final", "f1", "").reason,
               HasSubstr("tensor 'w' is missing or differs from its manifest"));
+}
+
+// Overwrites `count` bytes in the middle of `file` without changing its size.
+void FlipBytesInPlace(const std::filesystem::path& file, size_t count) {
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  const auto size = std::filesystem::file_size(file);
+  stream.seekg(static_cast<std::streamoff>(size - 24));
+  std::string bytes(count, '\0');
+  stream.read(bytes.data(), static_cast<std::streamsize>(count));
+  for (char& c : bytes) c = static_cast<char>(~c);
+  stream.seekp(static_cast<std::streamoff>(size - 24));
+  stream.write(bytes.data(), static_cast<std::streamsize>(count));
+}
+
+TEST(StageStateTest, BytesChangedInPlaceMakeAFinishedCheckpointDamaged) {
+  testing::TempDir tmp;
+  const auto dir = tmp.path() / "final";
+  Write(dir, "f1", 10, true, "p1");
+  const auto size = std::filesystem::file_size(dir / kModelFile);
+  FlipBytesInPlace(dir / kModelFile, 4);
+  ASSERT_EQ(std::filesystem::file_size(dir / kModelFile), size);
+  FinalCheckpointState state = InspectFinalCheckpoint(dir, "f1", "p1");
+  EXPECT_FALSE(state.up_to_date);
+  EXPECT_TRUE(state.damaged);
+  EXPECT_THAT(state.reason, HasSubstr("its checkpoint is damaged (" + (dir / kModelFile).string() +
+                                      " changed since it was written (content hash "));
+}
+
+TEST(StageStateTest, ManifestRecordsSizeAndHashOfEveryFile) {
+  testing::TempDir tmp;
+  Write(tmp.path() / "final", "f1", 10, true);
+  auto manifest = ReadManifest(tmp.path() / "final");
+  ASSERT_TRUE(manifest.ok());
+  ASSERT_EQ(manifest->file_size(), 2);
+  EXPECT_EQ(manifest->file(0).name(), kModelFile);
+  EXPECT_EQ(manifest->file(0).size(),
+            std::filesystem::file_size(tmp.path() / "final" / kModelFile));
+  EXPECT_EQ(manifest->file(0).xxh3().size(), 16u);
+  EXPECT_EQ(manifest->file(1).name(), kOptimizerFile);
+}
+
+TEST(StageStateTest, WithFromADamagedEarlierStageIsRefusedNamingTheFile) {
+  testing::TempDir tmp;
+  Write(FinalCheckpointDir(tmp.path()), "old", 10, true);
+  FlipBytesInPlace(FinalCheckpointDir(tmp.path()) / kOptimizerFile, 2);
+  StageSituation situation;
+  situation.stage = "s";
+  situation.stage_dir = tmp.path();
+  situation.fingerprint = "new";  // out of date, which --from would accept
+  situation.before_from = true;
+  situation.from = "t";
+  StageDecision decision = DecideStage(situation);
+  ASSERT_EQ(decision.action, StageDecision::Action::kRefuse);
+  EXPECT_THAT(decision.refusal.message(), HasSubstr(kOptimizerFile));
+  EXPECT_THAT(decision.refusal.message(), HasSubstr("changed since it was written"));
+  EXPECT_THAT(decision.refusal.message(), HasSubstr("Run without --from to train it"));
 }
 
 TEST(StageStateTest, ResumesFromTheNewestUsablePeriodicCheckpoint) {
@@ -87,6 +153,8 @@ TEST(StageStateTest, ResumesFromTheNewestUsablePeriodicCheckpoint) {
   Write(checkpoints / "step-00000040", "f0", 40, false, "p1");  // another configuration
   Write(checkpoints / "step-00000050", "f1", 50, false, "p0");  // from another parent training
   Write(checkpoints / "step-00000060", "f1", 60, false, "p1", /*optimizer=*/false);
+  Write(checkpoints / "step-00000035", "f1", 35, false, "p1");
+  FlipBytesInPlace(checkpoints / "step-00000035" / kModelFile, 4);
   // A write that never finished: hidden, never a candidate even though complete inside.
   Write(checkpoints / ".step-00000070.tmp-1-0", "f1", 70, false, "p1");
   const auto newest = checkpoints / "step-00000030" / kOptimizerFile;
@@ -97,9 +165,11 @@ TEST(StageStateTest, ResumesFromTheNewestUsablePeriodicCheckpoint) {
   ASSERT_TRUE(point.has_value());
   EXPECT_EQ(point->dir, checkpoints / "step-00000020");
   EXPECT_EQ(point->manifest.step(), 20u);
-  ASSERT_EQ(notes.size(), 2u);
+  ASSERT_EQ(notes.size(), 3u);
   EXPECT_THAT(notes[0], HasSubstr("step-00000060 has no optimizer state"));
-  EXPECT_THAT(notes[1], HasSubstr("step-00000030 is damaged ("));
+  EXPECT_THAT(notes[1], HasSubstr("step-00000035 is damaged ("));
+  EXPECT_THAT(notes[1], HasSubstr("changed since it was written"));
+  EXPECT_THAT(notes[2], HasSubstr("step-00000030 is damaged ("));
 }
 
 TEST(StageStateTest, NoCheckpointsMeansNoResume) {

@@ -121,8 +121,6 @@ TEST_F(TrainerTest, StepPhasesAccountForTheTrainingTime) {
   }
   EXPECT_EQ(p.callbacks, 0.0) << "no callbacks, no step_end event to time";
   EXPECT_LE(p.batch + p.forward + p.backward + p.loss_read + p.update, r.train_seconds);
-  EXPECT_GT(p.forward + p.backward + p.update, 0.5 * (p.batch + p.loss_read))
-      << "the model's own work outweighs taking batches and reading the loss";
 }
 
 TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {

@@ -1,0 +1,130 @@
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/arguments.h"
+#include "cli/commands.h"
+#include "cli/session.h"
+#include "engine/json_text.h"
+#include "pipeline/resolved_pipeline.h"
+#include "run/pipeline_runner.h"
+#include "run/stage_state.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace engine::cli {
+
+std::string EvalHelp() {
+  return R"(usage: engine eval PIPELINE.pbtxt [--stage=STAGE] [--checkpoint=DIR] [--format=text|json]
+                   [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
+
+Evaluates a trained stage without training it: the pipeline is checked and planned as `engine check`
+does, the stage's model is built as its training built it (layers, adapters, precision), its
+weights are read from the checkpoint, and the stage's evaluation runs on its eval split. The metrics
+are the ones the run reported for the same checkpoint, with the data's baselines beside them.
+Nothing is written.
+
+Exit status 0 when the evaluation ran, 1 when the pipeline is invalid or the checkpoint missing,
+unfinished or damaged (its files are checked against the sizes and content hashes of its manifest),
+2 for a wrong command line.
+
+  --stage=STAGE        the stage to evaluate (default: the last stage in run order)
+  --checkpoint=DIR     a checkpoint of that stage (default: <output_dir>/<stage>/final)
+  --format=text|json   json: {"stage", "checkpoint", "eval_examples", "metrics", "baselines"}
+  --output_dir=DIR     the pipeline's outputs are here instead of its output_dir
+  --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
+                       $ENGINE_PLUGIN_PATH
+)";
+}
+
+namespace {
+
+// The plan of `name` (the last stage when empty); null after printing why.
+const StagePlan* FindStage(const PipelinePlan& plan, const std::string& name) {
+  if (name.empty()) return plan.stages.empty() ? nullptr : &plan.stages.back();
+  std::string names;
+  for (const StagePlan& stage : plan.stages) {
+    if (stage.stage->name == name) return &stage;
+    names += (names.empty() ? "'" : ", '") + stage.stage->name + "'";
+  }
+  std::cerr << "engine eval: the pipeline has no stage '" << name << "' (its stages: " << names
+            << ")\n";
+  return nullptr;
+}
+
+// The checkpoint's manifest, with its files checked; an error saying what to do otherwise.
+Status CheckCheckpoint(const ResolvedStage& stage, const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return NotFoundError(stage.subject() + ": no checkpoint at '" + dir.string() +
+                         "' (train the stage with `engine run`, or name one with --checkpoint)");
+  }
+  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir));
+  if (manifest.stage() != stage.name) {
+    return FailedPreconditionError("'" + dir.string() + "' is a checkpoint of stage '" +
+                                   manifest.stage() + "', not of '" + stage.name + "'");
+  }
+  return VerifyCheckpointFiles(dir, manifest);
+}
+
+nlohmann::json EvalJson(const std::string& stage, const StageResult& result) {
+  return {{"stage", stage},
+          {"checkpoint", result.final_checkpoint.string()},
+          {"eval_examples", result.eval_examples},
+          {"metrics", result.eval_metrics},
+          {"baselines", result.eval_baselines}};
+}
+
+}  // namespace
+
+int EvalCommand(const std::vector<std::string>& args) {
+  Arguments a =
+      ParseArguments(args, {"stage", "checkpoint", "format", "output_dir", "plugin_path"}, {});
+  if (a.help) {
+    std::cout << EvalHelp();
+    return kExitOk;
+  }
+  const std::string format = a.Get("format", "text");
+  if (a.error.empty() && format != "text" && format != "json") {
+    a.error = "--format must be text or json, not '" + format + "'";
+  }
+  if (a.error.empty() && a.positional.size() != 1) a.error = "expected one pipeline file";
+  if (a.error.empty() && a.values.count("output_dir") && a.Get("output_dir").empty()) {
+    a.error = "--output_dir is empty";
+  }
+  if (!a.error.empty()) {
+    std::cerr << "engine eval: " << a.error << "\n\n" << EvalHelp();
+    return kExitUsage;
+  }
+  LoadOptions options;
+  if (a.values.count("output_dir")) options.output_dir = a.Get("output_dir");
+  Session session;
+  if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session)) {
+    std::cerr << session.diagnostics.ToString();
+    return kExitFailure;
+  }
+  const StagePlan* stage_plan = FindStage(*session.plan, a.Get("stage"));
+  if (stage_plan == nullptr) return kExitFailure;
+  const ResolvedStage& stage = *stage_plan->stage;
+  const std::filesystem::path checkpoint =
+      a.values.count("checkpoint") ? std::filesystem::absolute(a.Get("checkpoint"))
+                                   : FinalCheckpointDir(session.pipeline->output_dir / stage.name);
+  StageRunRequest request;
+  request.pipeline = session.pipeline.get();
+  request.plan = const_cast<StagePlan*>(stage_plan);
+  request.stage_dir = session.pipeline->output_dir / stage.name;
+  Status checked = CheckCheckpoint(stage, checkpoint);
+  StatusOr<StageResult> result =
+      checked.ok() ? EvaluateStage(request, checkpoint) : StatusOr<StageResult>(checked);
+  if (!result.ok()) {
+    std::cerr << "engine eval: " << result.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (format == "json") {
+    std::cout << JsonText(EvalJson(stage.name, *result), 2) << "\n";
+  } else {
+    std::cout << EvalSummary(stage.name, *result) << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace engine::cli
