@@ -152,6 +152,26 @@ TEST(ChatLoaderTest, BadLinesAreErrorsNamingFileAndLine) {
   EXPECT_THAT(Open(tmp.path(), "lonely.jsonl").status().message(), HasSubstr("gives no examples"));
 }
 
+TEST(ChatLoaderTest, ARoleTheTemplateRefusesIsAnErrorNamingTheLine) {
+  testing::TempDir tmp;
+  tmp.Write("tool.jsonl",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
+            "\"assistant\", \"content\": \"b\"}]}\n"
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"tool\", "
+            "\"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n");
+  const fs::path mistral =
+      fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/mistral_bpe.json";
+  auto message = testing::Options(
+      Chat(), "path: \"tool.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
+                  mistral.string() + "\" config: \"" +
+                  (kChatData / "mistral_tokenizer_config.json").string() + "\" }");
+  auto data = Chat().Open(*message, DataContext{tmp.path(), 1});
+  ASSERT_FALSE(data.ok());
+  EXPECT_THAT(data.status().message(), HasSubstr("tool.jsonl:2:"));
+  EXPECT_THAT(data.status().message(), HasSubstr("Only user and assistant roles are supported"));
+  EXPECT_THAT(data.status().message(), HasSubstr("(at messages[1], role 'tool')"));
+}
+
 TEST(ChatLoaderTest, PaddedBatchLossIsTheTokenWeightedMeanOfItsExamples) {
   auto data = Open(kChatData, "conversations.jsonl");
   ASSERT_TRUE(data.ok()) << data.status().message();
