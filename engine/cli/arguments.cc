@@ -1,5 +1,10 @@
 #include "cli/arguments.h"
 
+#include <charconv>
+#include <type_traits>
+
+#include "engine/format.h"
+
 namespace engine::cli {
 
 Arguments ParseArguments(const std::vector<std::string>& args,
@@ -44,12 +49,51 @@ Arguments ParseArguments(const std::vector<std::string>& args,
         value = args[++i];
       }
       out.values[name] = value;
+      out.all[name].push_back(value);
     } else {
       out.error = "unknown flag '" + arg + "'";
       return out;
     }
   }
   return out;
+}
+
+namespace {
+
+template <typename Number>
+bool ReadNumberFlag(const std::string& name, Number min, Number max, const char* what,
+                    Arguments* args, Number* out) {
+  if (!args->error.empty()) return false;
+  auto it = args->values.find(name);
+  if (it == args->values.end()) return true;
+  const std::string& text = it->second;
+  Number value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
+      !(value >= min && value <= max)) {
+    const auto format = [](Number bound) {
+      if constexpr (std::is_integral_v<Number>) {
+        return std::to_string(bound);
+      } else {
+        return FormatNumber(bound);
+      }
+    };
+    args->error = "--" + name + " must be " + what + " from " + format(min) + " to " + format(max) +
+                  ", not '" + text + "'";
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+}  // namespace
+
+bool ReadIntFlag(const std::string& name, int64_t min, int64_t max, Arguments* args, int64_t* out) {
+  return ReadNumberFlag(name, min, max, "a whole number", args, out);
+}
+
+bool ReadDoubleFlag(const std::string& name, double min, double max, Arguments* args, double* out) {
+  return ReadNumberFlag(name, min, max, "a number", args, out);
 }
 
 }  // namespace engine::cli

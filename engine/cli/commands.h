@@ -21,6 +21,7 @@ int RunCommand(const std::vector<std::string>& args);
 int PluginsCommand(const std::vector<std::string>& args);
 int ConformanceCommand(const std::vector<std::string>& args);
 int EvalCommand(const std::vector<std::string>& args);
+int GenerateCommand(const std::vector<std::string>& args);
 int PreviewCommand(const std::vector<std::string>& args);
 int VerifyCommand(const std::vector<std::string>& args);
 
@@ -30,6 +31,7 @@ std::string RunHelp();
 std::string PluginsHelp();
 std::string ConformanceHelp();
 std::string EvalHelp();
+std::string GenerateHelp();
 std::string PreviewHelp();
 std::string VerifyHelp();
 

@@ -7,7 +7,6 @@
 #include "engine/json_text.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/pipeline_runner.h"
-#include "run/stage_state.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -37,34 +36,6 @@ unfinished or damaged (its files are checked against the sizes and content hashe
 }
 
 namespace {
-
-// The plan of `name` (the last stage when empty); null after printing why.
-const StagePlan* FindStage(const PipelinePlan& plan, const std::string& name) {
-  if (name.empty()) return plan.stages.empty() ? nullptr : &plan.stages.back();
-  std::string names;
-  for (const StagePlan& stage : plan.stages) {
-    if (stage.stage->name == name) return &stage;
-    names += (names.empty() ? "'" : ", '") + stage.stage->name + "'";
-  }
-  std::cerr << "engine eval: the pipeline has no stage '" << name << "' (its stages: " << names
-            << ")\n";
-  return nullptr;
-}
-
-// The checkpoint's manifest, with its files checked; an error saying what to do otherwise.
-Status CheckCheckpoint(const ResolvedStage& stage, const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    return NotFoundError(stage.subject() + ": no checkpoint at '" + dir.string() +
-                         "' (train the stage with `engine run`, or name one with --checkpoint)");
-  }
-  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir));
-  if (manifest.stage() != stage.name) {
-    return FailedPreconditionError("'" + dir.string() + "' is a checkpoint of stage '" +
-                                   manifest.stage() + "', not of '" + stage.name + "'");
-  }
-  return VerifyCheckpointFiles(dir, manifest);
-}
 
 nlohmann::json EvalJson(const std::string& stage, const StageResult& result) {
   return {{"stage", stage},
@@ -102,8 +73,12 @@ int EvalCommand(const std::vector<std::string>& args) {
     std::cerr << session.diagnostics.ToString();
     return kExitFailure;
   }
-  const StagePlan* stage_plan = FindStage(*session.plan, a.Get("stage"));
-  if (stage_plan == nullptr) return kExitFailure;
+  StatusOr<const StagePlan*> found = FindStagePlan(*session.plan, a.Get("stage"));
+  if (!found.ok()) {
+    std::cerr << "engine eval: " << found.status().message() << "\n";
+    return kExitFailure;
+  }
+  const StagePlan* stage_plan = *found;
   const ResolvedStage& stage = *stage_plan->stage;
   const std::filesystem::path checkpoint =
       a.values.count("checkpoint") ? std::filesystem::absolute(a.Get("checkpoint"))
@@ -112,7 +87,7 @@ int EvalCommand(const std::vector<std::string>& args) {
   request.pipeline = session.pipeline.get();
   request.plan = const_cast<StagePlan*>(stage_plan);
   request.stage_dir = session.pipeline->output_dir / stage.name;
-  Status checked = CheckCheckpoint(stage, checkpoint);
+  Status checked = CheckStageCheckpoint(stage, checkpoint);
   StatusOr<StageResult> result =
       checked.ok() ? EvaluateStage(request, checkpoint) : StatusOr<StageResult>(checked);
   if (!result.ok()) {

@@ -1,6 +1,8 @@
 #include "cli/session.h"
 
 #include "plugins/search_path.h"
+#include "run/stage_state.h"
+#include "train/checkpoint.h"
 
 namespace engine::cli {
 
@@ -27,6 +29,30 @@ bool Plan(Session* session) {
 bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
                  const LoadOptions& options, Session* session) {
   return Load(file, plugin_path_flag, options, session) && Plan(session);
+}
+
+StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::string& name) {
+  if (name.empty() && !plan.stages.empty()) return &plan.stages.back();
+  std::string names;
+  for (const StagePlan& stage : plan.stages) {
+    if (stage.stage->name == name) return &stage;
+    names += (names.empty() ? "'" : ", '") + stage.stage->name + "'";
+  }
+  return NotFoundError("the pipeline has no stage '" + name + "' (its stages: " + names + ")");
+}
+
+Status CheckStageCheckpoint(const ResolvedStage& stage, const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return NotFoundError(stage.subject() + ": no checkpoint at '" + dir.string() +
+                         "' (train the stage with `engine run`, or name one with --checkpoint)");
+  }
+  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir));
+  if (manifest.stage() != stage.name) {
+    return FailedPreconditionError("'" + dir.string() + "' is a checkpoint of stage '" +
+                                   manifest.stage() + "', not of '" + stage.name + "'");
+  }
+  return VerifyCheckpointFiles(dir, manifest);
 }
 
 }  // namespace engine::cli

@@ -36,4 +36,12 @@ bool Plan(Session* session);
 bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
                  const LoadOptions& options, Session* session);
 
+// The plan of stage `name` (the last in run order when empty); an error naming the stages there
+// are when the pipeline has no such stage.
+StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::string& name);
+
+// An error saying what to do unless `dir` is a whole checkpoint of `stage`: its manifest names the
+// stage, and its files have the sizes and content hashes the manifest records.
+Status CheckStageCheckpoint(const ResolvedStage& stage, const std::filesystem::path& dir);
+
 }  // namespace engine::cli

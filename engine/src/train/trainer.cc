@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "core/guarded_call.h"
@@ -79,6 +80,22 @@ class StageTrainer : public CallbackActions {
     result.final_checkpoint = checkpoint;
     result.seconds = Seconds();
     return result;
+  }
+
+  // The stage's model with the weights of `checkpoint`, placed and cast as for training, in eval
+  // mode, handed to `use` inside the stage's precision context.
+  Status WithPreparedModel(const std::filesystem::path& checkpoint,
+                           const std::function<Status(Model&)>& use) {
+    ENGINE_RETURN_IF_ERROR(LoadParentWeights(checkpoint, context_, module_, plan_.architecture,
+                                             plan_.layers.adapter_parameters,
+                                             /*merge_adapters=*/false, /*new_tensor_globs=*/{}));
+    ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
+    ApplyThreadCount();
+    module_.eval();
+    return GuardedCall(stage_.model.context, [&] {
+      auto scope = precision_->context().Enter();
+      return use(model_);
+    });
   }
 
   // The stage as named steps: set up, go back to a periodic checkpoint if resuming, announce the
@@ -670,6 +687,12 @@ StatusOr<StageResult> EvaluateStage(const StageRunRequest& request,
                                     const std::filesystem::path& checkpoint) {
   StageTrainer trainer(request);
   return trainer.EvaluateOnly(checkpoint);
+}
+
+Status WithStageModel(const StageRunRequest& request, const std::filesystem::path& checkpoint,
+                      const std::function<Status(Model&)>& use) {
+  StageTrainer trainer(request);
+  return trainer.WithPreparedModel(checkpoint, use);
 }
 
 StatusOr<StageResult> TrainStage(const StageRunRequest& request) {

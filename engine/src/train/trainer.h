@@ -13,6 +13,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -68,6 +69,11 @@ struct StageResult {
 };
 
 StatusOr<StageResult> TrainStage(const StageRunRequest& request);
+
+// Calls `use` with the stage's model holding the weights of `checkpoint` (as EvaluateStage reads
+// them), on the stage's device, in eval mode, inside its precision context; for `engine generate`.
+Status WithStageModel(const StageRunRequest& request, const std::filesystem::path& checkpoint,
+                      const std::function<Status(Model&)>& use);
 
 // The stage's evaluation on its eval split, with the weights of `checkpoint` (a checkpoint of this
 // stage, whose tensors the plan's model has by name and shape), without training: eval_metrics,

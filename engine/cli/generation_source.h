@@ -1,0 +1,75 @@
+// Where `engine generate` gets its model and text side from: a Hugging Face model directory (a
+// `pretrained` directory, or a stage's `final` checkpoint of a full fine-tune), or a trained stage
+// of a pipeline (PIPELINE.pbtxt[:STAGE]), whose model is built as its training built it (layers,
+// adapters, 4-bit weights, precision, device) and given the stage's final checkpoint.
+//
+// The text side is the tokenizer, the chat template when there is one (tokenizer_config.json or
+// chat_template.jinja), and the ids that end a reply: the tokenizer's eos and the eos_token_id of
+// config.json and generation_config.json.
+//
+// Failure: every error names the file, stage or flag (a directory without config.json or a
+// tokenizer, a model_type the llama loader refuses, a checkpoint that does not match its
+// manifest, a model that cannot generate). Use from one thread.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/tokenizer_config.h"
+#include "engine/model.h"
+#include "engine/status.h"
+#include "engine/tokenizer.h"
+
+namespace engine::cli {
+
+struct GenerationSourceOptions {
+  std::string plugin_path;  // as --plugin_path
+  // Pipeline form only.
+  std::string checkpoint;  // default: the stage's final checkpoint
+  std::string output_dir;  // replaces the pipeline's output_dir when set
+  // Directory form only: "auto" keeps the stored dtype; float32, bfloat16 or float16 cast to it.
+  std::string dtype = "auto";
+  std::string device = "cpu";
+};
+
+class GenerationSource {
+ public:
+  virtual ~GenerationSource() = default;
+
+  // SOURCE is a directory (a model directory), or PIPELINE.pbtxt with an optional :STAGE (default:
+  // the last stage in run order).
+  static StatusOr<std::unique_ptr<GenerationSource>> Open(const std::string& source,
+                                                          const GenerationSourceOptions& options);
+
+  // Calls `use` with the model ready to generate: its weights read, on its device, in eval mode,
+  // inside its precision context.
+  virtual Status WithModel(const std::function<Status(Model&)>& use) = 0;
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Null when there is no chat template; chat_absence() then says where none was found.
+  const chat::TokenizerChatConfig* chat() const { return chat_ ? &*chat_ : nullptr; }
+  const std::string& chat_absence() const { return chat_absence_; }
+  // The tokenizer's eos and the model's eos_token_id(s), without repeats.
+  const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
+  // "model directory 'DIR'" or "stage 'sft' of 'p.pbtxt' (checkpoint DIR)".
+  const std::string& description() const { return description_; }
+
+ protected:
+  // Reads the chat template of the tokenizer directory `dir`, when it has one (none is not an
+  // error; a template file that cannot be read or parsed is).
+  Status ReadChat(const std::filesystem::path& dir);
+  // Adds eos ids from a config.json-style object (eos_token_id: a number, a list or null).
+  void AddStopIds(const std::string& json_text);
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<chat::TokenizerChatConfig> chat_;
+  std::string chat_absence_;
+  std::vector<int64_t> stop_ids_;
+  std::string description_;
+};
+
+}  // namespace engine::cli
