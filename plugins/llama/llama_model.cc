@@ -11,7 +11,9 @@
 #include <torch/nn/module.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "engine/linear.h"
 #include "engine/model.h"
 #include "engine/text_generator.h"
 #include "generation.h"
@@ -115,14 +117,22 @@ class LlamaLoader : public ModelLoaderPlugin {
     const int64_t eos_id = context.data != nullptr ? context.data->eos_id : -1;
     const bool token_labels = UsesTokenLabels(context.data);
     return GuardModelBuild([&]() -> StatusOr<std::unique_ptr<Model>> {
-      auto model = std::make_unique<LlamaModel>(resolved.config, options.gradient_checkpointing(),
-                                                token_labels, eos_id);
-      if (resolved.pretrained_dir.empty()) {
+      const bool pretrained = !resolved.pretrained_dir.empty();
+      std::unique_ptr<LlamaModel> model;
+      {
+        // Random values for weights the checkpoint replaces would cost time and memory.
+        std::optional<UninitializedParametersScope> uninitialized;
+        if (pretrained) uninitialized.emplace();
+        model = std::make_unique<LlamaModel>(resolved.config, options.gradient_checkpointing(),
+                                             token_labels, eos_id);
+      }
+      if (!pretrained) {
         InitializeWeights(model->module(), resolved.config.initializer_range);
       } else {
         std::set<std::string> optional;
         if (resolved.config.tie_word_embeddings) optional.insert("lm_head.weight");
-        ENGINE_RETURN_IF_ERROR(LoadWeights(resolved.pretrained_dir, model->module(), optional));
+        ENGINE_RETURN_IF_ERROR(
+            LoadWeights(resolved.pretrained_dir, model->module(), optional, context.linear_loaded));
       }
       return std::unique_ptr<Model>(std::move(model));
     });

@@ -32,23 +32,21 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir) {
   }
 }
 
-Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
-                   const std::set<std::string>& optional) {
-  // tensor name -> the file holding it
-  std::map<std::string, std::filesystem::path> where;
-  std::map<std::filesystem::path, std::shared_ptr<const safetensors::File>> files;
+namespace {
+
+using TensorFiles = std::map<std::string, std::filesystem::path>;  // tensor name -> its file
+
+// Where each tensor of the directory is: the index's weight_map, or the single file's tensors.
+StatusOr<TensorFiles> LocateTensors(const std::filesystem::path& dir) {
+  TensorFiles where;
   const auto single = dir / "model.safetensors";
   const auto index = dir / "model.safetensors.index.json";
   std::error_code ec;
   if (std::filesystem::exists(index, ec)) {
     ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(index));
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      return DataLossError("'" + index.string() + "' is not valid JSON: " + e.what());
-    }
-    auto map = json.find("weight_map");
+    const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded()) return DataLossError("'" + index.string() + "' is not valid JSON");
+    auto map = json.is_object() ? json.find("weight_map") : json.end();
     if (map == json.end() || !map->is_object()) {
       return DataLossError("'" + index.string() + "' has no weight_map");
     }
@@ -59,18 +57,20 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
       }
       where[it.key()] = dir / it.value().get<std::string>();
     }
-  } else if (std::filesystem::exists(single, ec)) {
-    ENGINE_ASSIGN_OR_RETURN(auto file, safetensors::File::Open(single));
-    files[single] = file;
-    for (const auto& t : file->tensors()) where[t.name] = single;
-  } else {
-    return NotFoundError("'" + dir.string() +
-                         "' holds neither model.safetensors nor model.safetensors.index.json");
+    return where;
   }
+  if (std::filesystem::exists(single, ec)) {
+    ENGINE_ASSIGN_OR_RETURN(auto file, safetensors::File::Open(single));
+    for (const auto& t : file->tensors()) where[t.name] = single;
+    return where;
+  }
+  return NotFoundError("'" + dir.string() +
+                       "' holds neither model.safetensors nor model.safetensors.index.json");
+}
 
-  std::map<std::string, at::Tensor> targets;
-  for (auto& p : module.named_parameters(/*recurse=*/true)) targets[p.key()] = p.value();
-  for (auto& b : module.named_buffers(/*recurse=*/true)) targets[b.key()] = b.value();
+// Every tensor of the directory must be one of the module's (or derived from its config).
+Status CheckNoUnknownTensors(const std::filesystem::path& dir, const TensorFiles& where,
+                             const std::map<std::string, at::Tensor>& targets) {
   for (const auto& [name, file] : where) {
     if (!targets.count(name) && !Derived(name)) {
       return InvalidArgumentError("'" + dir.string() + "' holds tensor '" + name +
@@ -78,7 +78,51 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
                                   "size?)");
     }
   }
+  return Status::Ok();
+}
+
+// Reads one tensor into `target`, keeping the stored dtype, and gives the file's pages for it back
+// so that reading a checkpoint holds one copy of it, not two.
+Status ReadInto(const std::filesystem::path& dir, const std::string& name,
+                const safetensors::File& file, at::Tensor& target) {
+  ENGINE_ASSIGN_OR_RETURN(at::Tensor stored, file.Get(name));
+  if (!stored.sizes().equals(target.sizes())) {
+    return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' has shape " +
+                                Shape(stored.sizes()) + " but the model expects " +
+                                Shape(target.sizes()));
+  }
+  if (!at::isFloatingType(stored.scalar_type())) {
+    return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' is stored as " +
+                                std::string(c10::toString(stored.scalar_type())) +
+                                ", but the model's is a floating-point tensor");
+  }
   at::NoGradGuard no_grad;
+  // The stored dtype is kept: the precision plan starts from what the checkpoint holds.
+  if (target.scalar_type() == stored.scalar_type() && target.is_contiguous()) {
+    target.copy_(stored);
+  } else {
+    target.set_data(stored.to(target.device()).clone());
+  }
+  file.ReleasePages(name);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
+                   const std::set<std::string>& optional, const LinearLoaded& linear_loaded) {
+  ENGINE_ASSIGN_OR_RETURN(const TensorFiles where, LocateTensors(dir));
+  std::map<std::string, at::Tensor> targets;
+  for (auto& p : module.named_parameters(/*recurse=*/true)) targets[p.key()] = p.value();
+  for (auto& b : module.named_buffers(/*recurse=*/true)) targets[b.key()] = b.value();
+  ENGINE_RETURN_IF_ERROR(CheckNoUnknownTensors(dir, where, targets));
+  // weight tensor name -> its layer, for the hook
+  std::map<std::string, std::pair<std::string, std::shared_ptr<LinearImpl>>> linears;
+  if (linear_loaded) {
+    for (auto& [name, layer] : NamedLinears(module)) linears[name + ".weight"] = {name, layer};
+  }
+  // Shards are opened when first needed.
+  std::map<std::filesystem::path, std::shared_ptr<const safetensors::File>> files;
   for (auto& [name, target] : targets) {
     auto it = where.find(name);
     if (it == where.end()) {
@@ -89,14 +133,12 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
     if (file == nullptr) {
       ENGINE_ASSIGN_OR_RETURN(file, safetensors::File::Open(it->second));
     }
-    ENGINE_ASSIGN_OR_RETURN(at::Tensor stored, file->Get(name));
-    if (!stored.sizes().equals(target.sizes())) {
-      return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' has shape " +
-                                  Shape(stored.sizes()) + " but the model expects " +
-                                  Shape(target.sizes()));
+    ENGINE_RETURN_IF_ERROR(ReadInto(dir, name, *file, target));
+    // Let go of our handle, so that a layer quantized by the hook frees its dense weight now.
+    target = at::Tensor();
+    if (auto layer = linears.find(name); layer != linears.end()) {
+      ENGINE_RETURN_IF_ERROR(linear_loaded(layer->second.first, *layer->second.second));
     }
-    // The stored dtype is kept: the precision plan starts from what the checkpoint holds.
-    target.set_data(stored.to(target.device()).clone());
   }
   return Status::Ok();
 }

@@ -8,19 +8,26 @@
 #include <torch/nn/module.h>
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
+#include "engine/linear.h"
 #include "engine/status.h"
 
 namespace engine::transformer {
 
 StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir);
 
-// Loads the directory's weights into `module` by name. `optional` names may be absent (a tied
-// lm_head).
+// Called with each engine::Linear of the module right after its weight is read (the
+// ModelContext::linear_loaded hook of engine/model.h).
+using LinearLoaded = std::function<Status(const std::string& name, LinearImpl& layer)>;
+
+// Loads the directory's weights into `module` by name, one tensor at a time, each straight into
+// place. `optional` names may be absent (a tied lm_head).
 Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
-                   const std::set<std::string>& optional = {});
+                   const std::set<std::string>& optional = {},
+                   const LinearLoaded& linear_loaded = {});
 
 }  // namespace engine::transformer

@@ -104,7 +104,9 @@ TEST(MutationFuzzTest, SafetensorsFilesAreReadOrRefusedWithAMessage) {
     }
     ++opened;
     auto all = (*file)->GetAll();
-    if (!all.ok()) EXPECT_FALSE(all.status().message().empty());
+    if (!all.ok()) {
+      EXPECT_FALSE(all.status().message().empty());
+    }
   }
   EXPECT_GT(opened, 0);
   EXPECT_LT(opened, 800);

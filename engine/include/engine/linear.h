@@ -67,6 +67,21 @@ class LinearAdapter {
   virtual at::Tensor WeightDelta() = 0;
 };
 
+// While one is alive on its thread, new Linear layers get uninitialized parameters: no random
+// values are drawn and no memory is touched. For building a model whose weights are read from a
+// checkpoint next (the kernel gives the untouched memory back when they are replaced). Scopes nest.
+class UninitializedParametersScope {
+ public:
+  UninitializedParametersScope();
+  ~UninitializedParametersScope();
+  UninitializedParametersScope(const UninitializedParametersScope&) = delete;
+  UninitializedParametersScope& operator=(const UninitializedParametersScope&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool with_bias = false);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,6 +24,8 @@ class Module;
 }  // namespace torch::nn
 
 namespace engine {
+
+class LinearImpl;
 
 // A metric summed over examples: its value is sum / count, or exp(sum / count) for metrics such as
 // perplexity (the exponential of a mean negative log-likelihood).
@@ -70,6 +73,13 @@ struct ModelContext {
   const DataSpec* data = nullptr;
   std::filesystem::path base_dir;
   uint64_t seed = 0;
+  // For loaders that read weights into the model they build: call it once for each engine::Linear
+  // (engine/linear.h) right after its weight is read, with the layer's full name. When the stage
+  // quantizes that layer, the engine does it here, so a 4-bit stage never holds the whole dense
+  // model; otherwise it does nothing. Empty when there is nothing to do. An error is the loader's
+  // to return. Loaders that do not call it are still correct: the engine applies the stage's
+  // quantizer after Create to every layer not quantized yet.
+  std::function<Status(const std::string& name, LinearImpl& layer)> linear_loaded = {};
 };
 
 class ModelLoaderPlugin : public Plugin {

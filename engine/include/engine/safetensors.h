@@ -67,6 +67,11 @@ class File {
   StatusOr<at::Tensor> Get(const std::string& name) const;
   // Every tensor, in file order.
   StatusOr<NamedTensors> GetAll() const;
+  // Gives the memory of `name`'s bytes back (the whole pages inside them), once they have been
+  // copied: the process's resident memory drops, the page cache keeps the file. A view from Get()
+  // still reads the file's bytes afterwards, but changes made through it are lost. For loaders
+  // that read a large checkpoint tensor by tensor.
+  void ReleasePages(const std::string& name) const;
 
   ~File();
   File(const File&) = delete;

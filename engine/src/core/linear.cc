@@ -110,14 +110,29 @@ at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedW
   return y;
 }
 
+namespace {
+thread_local bool uninitialized_parameters = false;
+}  // namespace
+
+UninitializedParametersScope::UninitializedParametersScope() : previous_(uninitialized_parameters) {
+  uninitialized_parameters = true;
+}
+UninitializedParametersScope::~UninitializedParametersScope() {
+  uninitialized_parameters = previous_;
+}
+bool UninitializedParametersScope::active() { return uninitialized_parameters; }
+
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias)
     : in_features_(in_features), out_features_(out_features), has_bias_(with_bias) {
   weight = register_parameter("weight", at::empty({out_features, in_features}));
+  if (has_bias_) bias = register_parameter("bias", at::empty({out_features}));
+  if (UninitializedParametersScope::active()) return;
   // torch::nn::Linear's initialisation, so swapping it for this changes nothing.
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
   if (has_bias_) {
     const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0;
-    bias = register_parameter("bias", at::empty({out_features}).uniform_(-bound, bound));
+    at::NoGradGuard no_grad;
+    bias.uniform_(-bound, bound);
   }
 }
 

@@ -364,6 +364,17 @@ StatusOr<at::Tensor> File::Get(const std::string& name) const {
       ptr, info->shape, [keep_alive](void*) mutable { keep_alive.reset(); }, options);
 }
 
+void File::ReleasePages(const std::string& name) const {
+  const TensorInfo* info = Find(name);
+  if (info == nullptr || mapping_ == nullptr) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data_ + info->begin);
+  const auto end = reinterpret_cast<uintptr_t>(data_ + info->end);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = end / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 StatusOr<NamedTensors> File::GetAll() const {
   NamedTensors out;
   out.reserve(tensors_.size());

@@ -1,5 +1,9 @@
 #include "plan/layer_plugins.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -75,7 +79,52 @@ Linears SelectTargets(const ResolvedPluginRef& ref, const LayerPlugin& plugin,
   return Select(ref, patterns->first, patterns->second, linears, errors);
 }
 
+// Replaces `layer`'s dense weight by what the quantizer makes of it, adding it to `report`.
+Status QuantizeLayer(const ResolvedPluginRef& ref, const QuantizerPlugin& plugin, LinearImpl& layer,
+                     LayerPluginReport* report) {
+  at::NoGradGuard no_grad;
+  const at::Tensor dense = layer.weight.detach().cpu();
+  ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<QuantizedWeight> quantized,
+                          plugin.Quantize(*ref.options, dense));
+  ENGINE_RETURN_IF_ERROR(layer.Quantize(quantized));
+  if (report != nullptr) report->Add(*quantized, layer);
+  return Status::Ok();
+}
+
 }  // namespace
+
+void LayerPluginReport::Add(const QuantizedWeight& quantized, const LinearImpl& layer) {
+  quantized_format = quantized.format();
+  ++quantized_layers;
+  quantized_parameters += layer.in_features() * layer.out_features();
+  quantized_bytes += quantized.storage_bytes();
+}
+
+std::function<Status(const std::string&, LinearImpl&)> QuantizeOnLoad(const ResolvedStage& stage) {
+  const ResolvedPluginRef& ref = stage.quantizer;
+  if (ref.entry == nullptr) return {};
+  const auto* plugin = static_cast<const QuantizerPlugin*>(ref.entry->plugin.get());
+  StatusOr<std::vector<std::string>> patterns = GuardedCall(
+      ref.context,
+      [&]() -> StatusOr<std::vector<std::string>> { return plugin->targets(*ref.options); });
+  if (!patterns.ok()) return {};  // ApplyLayerPlugins reports it
+  return [&ref, plugin, patterns = *std::move(patterns)](const std::string& name,
+                                                         LinearImpl& layer) -> Status {
+    if (layer.quantized() != nullptr) return Status::Ok();
+    bool chosen = patterns.empty();
+    for (const std::string& pattern : patterns) chosen = chosen || TargetMatches(pattern, name);
+    if (!chosen) return Status::Ok();
+    // A failure leaves the layer dense for ApplyLayerPlugins to report with its position.
+    (void)GuardedCall(ref.context, [&] { return QuantizeLayer(ref, *plugin, layer, nullptr); });
+#ifdef __GLIBC__
+    // glibc keeps the freed dense weight in its heap (a checkpoint's layers are read in sizes
+    // that rarely fit the holes left), so without this the process grows as if nothing had been
+    // quantized.
+    malloc_trim(0);
+#endif
+    return Status::Ok();
+  };
+}
 
 bool TargetMatches(const std::string& pattern, const std::string& name) {
   if (GlobMatch(pattern, name)) return true;
@@ -97,18 +146,14 @@ std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
     if (!errors.empty()) return errors;
     report->quantized_format.clear();
     for (const auto& [name, layer] : selected) {
+      // Layers quantized while the checkpoint was read (QuantizeOnLoad) are only counted.
+      if (layer->quantized() != nullptr) {
+        report->Add(*layer->quantized(), *layer);
+        continue;
+      }
       // Everything the plugin's objects do, behind the guard.
-      Status status = GuardedCall(ref.context + ": layer '" + name + "'", [&]() -> Status {
-        const at::Tensor dense = layer->weight.detach().cpu();
-        ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<QuantizedWeight> quantized,
-                                plugin->Quantize(*ref.options, dense));
-        ENGINE_RETURN_IF_ERROR(layer->Quantize(quantized));
-        report->quantized_format = quantized->format();
-        ++report->quantized_layers;
-        report->quantized_parameters += dense.numel();
-        report->quantized_bytes += quantized->storage_bytes();
-        return Status::Ok();
-      });
+      Status status = GuardedCall(ref.context + ": layer '" + name + "'",
+                                  [&] { return QuantizeLayer(ref, *plugin, *layer, report); });
       if (!status.ok()) {
         errors.push_back({ref.path, status.message()});
         return errors;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,12 +22,16 @@ class Module;
 
 namespace engine {
 
+class LinearImpl;
+class QuantizedWeight;
+
 struct LayerPluginReport {
   // Quantization.
   std::string quantized_format;  // "nf4"; empty without a quantizer
   int64_t quantized_layers = 0;
   int64_t quantized_parameters = 0;  // dense elements replaced
   int64_t quantized_bytes = 0;       // their storage, scales included
+  void Add(const QuantizedWeight& quantized, const LinearImpl& layer);
   double bits_per_parameter() const {
     return quantized_parameters > 0 ? 8.0 * quantized_bytes / quantized_parameters : 0.0;
   }
@@ -51,6 +56,13 @@ struct LayerPluginError {
 std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
                                                 torch::nn::Module& module,
                                                 LayerPluginReport* report);
+
+// The ModelContext::linear_loaded hook for `stage` (engine/model.h): quantizes each layer the
+// stage's quantizer selects as soon as the loader has read its weight. A layer it cannot quantize
+// stays dense, and ApplyLayerPlugins then reports the failure where the quantizer is configured.
+// Empty for a stage without a quantizer.
+std::function<Status(const std::string& name, LinearImpl& layer)> QuantizeOnLoad(
+    const ResolvedStage& stage);
 
 // Whether target `pattern` selects the layer `name`: the whole name, or its last component.
 bool TargetMatches(const std::string& pattern, const std::string& name);

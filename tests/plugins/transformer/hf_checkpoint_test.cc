@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <vector>
 
 #include "engine/safetensors.h"
 #include "llama_modules.h"
@@ -169,6 +171,54 @@ TEST(HfCheckpointTest, ShapeMismatchNamesTheTensorAndBothShapes) {
   EXPECT_THAT(status.message(),
               HasSubstr("tensor 'model.layers.0.mlp.up_proj.weight' has shape [13,8] but the "
                         "model expects [12,8]"));
+}
+
+TEST(HfCheckpointTest, AnIntegerTensorWhereTheModelHasWeightsIsRefusedByName) {
+  testing::TempDir tmp;
+  Lm original(Tiny());
+  auto state = State(original);
+  for (auto& [name, t] : state) {
+    if (name == "model.norm.weight") t = at::ones({8}, at::kInt);
+  }
+  const auto dir = tmp.path() / "m";
+  std::filesystem::create_directories(dir);
+  WriteFile(dir / "config.json", Tiny().ToJson("float32").dump());
+  ASSERT_TRUE(safetensors::Write(dir / "model.safetensors", state).ok());
+  Status status;
+  Load(dir, &status);
+  EXPECT_THAT(status.message(), HasSubstr("tensor 'model.norm.weight' is stored as Int, but the "
+                                          "model's is a floating-point tensor"));
+}
+
+TEST(HfCheckpointTest, TheLinearHookSeesEachLayerOnceWithItsWeightInPlace) {
+  testing::TempDir tmp;
+  Lm original(Tiny());
+  const auto dir = tmp.path() / "m";
+  Save(original, Tiny(), dir, "bfloat16");
+  std::map<std::string, at::Tensor> stored;
+  for (const auto& [name, t] : State(original)) stored[name] = t.detach().clone();
+  Lm loaded(Tiny());
+  std::vector<std::string> seen;
+  const Status status =
+      LoadWeights(dir, loaded, {}, [&](const std::string& name, LinearImpl& layer) -> Status {
+        seen.push_back(name);
+        EXPECT_TRUE(layer.weight.equal(stored.at(name + ".weight"))) << name;
+        return Status::Ok();
+      });
+  ASSERT_TRUE(status.ok()) << status.message();
+  std::vector<std::string> linears;
+  for (const auto& [name, layer] : NamedLinears(loaded)) linears.push_back(name);
+  std::sort(seen.begin(), seen.end());
+  std::sort(linears.begin(), linears.end());
+  EXPECT_EQ(seen, linears);
+  EXPECT_EQ(seen.size(), 8u);  // q, k, v, o, gate, up, down and lm_head
+
+  // An error from the hook is the load's.
+  Lm again(Tiny());
+  const Status refused = LoadWeights(dir, again, {}, [](const std::string& name, LinearImpl&) {
+    return InvalidArgumentError("no room for " + name);
+  });
+  EXPECT_THAT(refused.message(), HasSubstr("no room for "));
 }
 
 TEST(HfCheckpointTest, UnknownTensorAndBadFilesAreErrors) {

@@ -1,0 +1,156 @@
+// Loading a pretrained checkpoint: peak resident memory and time of `engine check` (which builds
+// the stage's model exactly as `engine run` does: reads the weights, quantizes, adds adapters) on a
+// synthetic bf16 Llama checkpoint the bench writes itself, against the checkpoint's own size.
+//
+//   load_bench [LAYERS]   (default 22: TinyLlama-1.1B's shape, a 2.2 GB checkpoint)
+//
+// Two stages: a bf16 full fine-tune (goal: peak <= 1.2x the checkpoint) and a QLoRA stage, nf4 on
+// every model.layers.* linear with LoRA adapters (goal: <= 0.6x). The engine process's own floor
+// (`engine check` of a tiny pipeline: LibTorch and the plugins) is printed beside them.
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Shape {
+  int64_t hidden = 2048, intermediate = 5632, layers = 22, heads = 32, kv_heads = 4, vocab = 32000;
+};
+
+std::string ConfigJson(const Shape& s) {
+  return "{\"model_type\": \"llama\", \"architectures\": [\"LlamaForCausalLM\"], "
+         "\"hidden_size\": " +
+         std::to_string(s.hidden) + ", \"intermediate_size\": " + std::to_string(s.intermediate) +
+         ", \"num_hidden_layers\": " + std::to_string(s.layers) +
+         ", \"num_attention_heads\": " + std::to_string(s.heads) +
+         ", \"num_key_value_heads\": " + std::to_string(s.kv_heads) +
+         ", \"vocab_size\": " + std::to_string(s.vocab) +
+         ", \"max_position_embeddings\": 2048, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
+         "\"hidden_act\": \"silu\", \"tie_word_embeddings\": false, \"torch_dtype\": "
+         "\"bfloat16\", \"bos_token_id\": 1, \"eos_token_id\": 2}";
+}
+
+// Random bf16 weights with Hugging Face's names; returns the file's size.
+uintmax_t WriteCheckpoint(const fs::path& dir, const Shape& s) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << ConfigJson(s);
+  engine::safetensors::NamedTensors tensors;
+  auto add = [&](const std::string& name, std::vector<int64_t> sizes, bool ones = false) {
+    at::Tensor t = ones ? at::ones(sizes) : at::randn(sizes).mul_(0.02);
+    tensors.emplace_back(name, t.to(at::kBFloat16));
+  };
+  const int64_t head_dim = s.hidden / s.heads;
+  add("model.embed_tokens.weight", {s.vocab, s.hidden});
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {s.hidden}, true);
+    add(p + "post_attention_layernorm.weight", {s.hidden}, true);
+    add(p + "self_attn.q_proj.weight", {s.heads * head_dim, s.hidden});
+    add(p + "self_attn.k_proj.weight", {s.kv_heads * head_dim, s.hidden});
+    add(p + "self_attn.v_proj.weight", {s.kv_heads * head_dim, s.hidden});
+    add(p + "self_attn.o_proj.weight", {s.hidden, s.heads * head_dim});
+    add(p + "mlp.gate_proj.weight", {s.intermediate, s.hidden});
+    add(p + "mlp.up_proj.weight", {s.intermediate, s.hidden});
+    add(p + "mlp.down_proj.weight", {s.hidden, s.intermediate});
+  }
+  add("model.norm.weight", {s.hidden}, true);
+  add("lm_head.weight", {s.vocab, s.hidden});
+  const engine::Status written = engine::safetensors::Write(dir / "model.safetensors", tensors, {});
+  if (!written.ok()) {
+    std::fprintf(stderr, "%s\n", written.message().c_str());
+    std::exit(1);
+  }
+  return fs::file_size(dir / "model.safetensors");
+}
+
+std::string Pipeline(const std::string& model, const std::string& layers) {
+  return "name: \"load\"\nstage {\n  name: \"s\"\n  model { plugin: \"llama\" options { "
+         "[type.googleapis.com/engine.transformer.LlamaOptions] { " +
+         model + " } } }\n" + layers +
+         "  data { plugin: \"text\" options { [type.googleapis.com/engine.plugins.TextOptions] { "
+         "path: \"docs.txt\" sequence_length: 8 eval_fraction: 0.34 } } }\n"
+         "  optimizer { learning_rate: 0.001 }\n  schedule { max_steps: 1 batch_size: 1 }\n}\n";
+}
+
+struct Measured {
+  double peak_bytes = 0;
+  double seconds = 0;
+};
+
+// `engine check PIPELINE` in a child: its peak resident memory and wall time.
+Measured Check(const fs::path& engine, const fs::path& pipeline) {
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, STDOUT_FILENO);
+    ::execl(engine.c_str(), engine.c_str(), "check", pipeline.c_str(), nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage usage {};
+  ::wait4(pid, &status, 0, &usage);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "engine check %s failed (status %d)\n", pipeline.c_str(), status);
+    std::exit(1);
+  }
+  return {static_cast<double>(usage.ru_maxrss) * 1024,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Shape shape;
+  if (argc > 1) shape.layers = std::strtol(argv[1], nullptr, 10);
+  const fs::path engine = fs::canonical("/proc/self/exe").parent_path() / "engine";
+  const fs::path dir = fs::temp_directory_path() / ("load_bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "docs.txt") << "one document here\n\nanother document here\n\n"
+                                     "a third one here\n";
+  const double bytes = static_cast<double>(WriteCheckpoint(dir / "model", shape));
+  std::ofstream(dir / "tiny.pbtxt") << Pipeline(
+      "hidden_size: 16 num_hidden_layers: 1 "
+      "num_attention_heads: 2",
+      "");
+  std::ofstream(dir / "full.pbtxt") << Pipeline("pretrained: \"model\"", "");
+  std::ofstream(dir / "qlora.pbtxt") << Pipeline(
+      "pretrained: \"model\"",
+      "  quantizer { plugin: \"nf4\" options { [type.googleapis.com/engine.plugins.Nf4Options] { "
+      "target_modules: \"model.layers.*\" } } }\n"
+      "  adapter { plugin: \"lora\" options { [type.googleapis.com/engine.plugins.LoraOptions] { "
+      "r: 16 lora_alpha: 32 target_modules: \"model.layers.*\" } } }\n");
+  Check(engine, dir / "full.pbtxt");  // the checkpoint into the page cache
+  const Measured floor = Check(engine, dir / "tiny.pbtxt");
+  const Measured full = Check(engine, dir / "full.pbtxt");
+  const Measured qlora = Check(engine, dir / "qlora.pbtxt");
+  fs::remove_all(dir);
+  const double gb = 1e9;
+  std::printf("checkpoint: %lld layers, %.2f GB bf16 (from the page cache)\n",
+              static_cast<long long>(shape.layers), bytes / gb);
+  std::printf("  engine floor (tiny model)   peak %5.2f GB  %5.1f s\n", floor.peak_bytes / gb,
+              floor.seconds);
+  std::printf(
+      "  bf16 full fine-tune          peak %5.2f GB  %5.1f s  %.2fx the checkpoint "
+      "(goal <= 1.2)\n",
+      full.peak_bytes / gb, full.seconds, full.peak_bytes / bytes);
+  std::printf(
+      "  QLoRA (nf4 + lora)           peak %5.2f GB  %5.1f s  %.2fx the checkpoint "
+      "(goal <= 0.6)\n",
+      qlora.peak_bytes / gb, qlora.seconds, qlora.peak_bytes / bytes);
+  return 0;
+}
