@@ -22,6 +22,7 @@ int PluginsCommand(const std::vector<std::string>& args);
 int ConformanceCommand(const std::vector<std::string>& args);
 int EvalCommand(const std::vector<std::string>& args);
 int GenerateCommand(const std::vector<std::string>& args);
+int ExportCommand(const std::vector<std::string>& args);
 int PreviewCommand(const std::vector<std::string>& args);
 int VerifyCommand(const std::vector<std::string>& args);
 
@@ -32,6 +33,7 @@ std::string PluginsHelp();
 std::string ConformanceHelp();
 std::string EvalHelp();
 std::string GenerateHelp();
+std::string ExportHelp();
 std::string PreviewHelp();
 std::string VerifyHelp();
 

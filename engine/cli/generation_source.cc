@@ -13,7 +13,9 @@
 
 #include "cli/session.h"
 #include "core/guarded_call.h"
+#include "engine/atomic_file.h"
 #include "engine/paths.h"
+#include "export/peft_adapters.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/stage_state.h"
 #include "text/hf_json_tokenizer.h"
@@ -30,15 +32,6 @@ namespace fs = std::filesystem;
 // (llama, mistral, qwen2, qwen3); its config reader refuses the others by model_type.
 constexpr const char* kDirectoryLoader = "llama";
 
-StatusOr<std::string> ReadFileText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open '" + path.string() + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return IoError("cannot read '" + path.string() + "'");
-  return text.str();
-}
-
 // tokenizer.json, else a SentencePiece tokenizer.model, as transformers' AutoTokenizer prefers.
 StatusOr<std::unique_ptr<Tokenizer>> DirectoryTokenizer(const fs::path& dir) {
   std::error_code error;
@@ -54,18 +47,6 @@ StatusOr<std::unique_ptr<Tokenizer>> DirectoryTokenizer(const fs::path& dir) {
 }
 
 // --dtype: config.json's names (float32, bfloat16, float16) or the engine's (f32, bf16, f16).
-StatusOr<at::ScalarType> ParseDtype(const std::string& text) {
-  static const std::map<std::string, at::ScalarType> kNames = {
-      {"float32", at::kFloat}, {"bfloat16", at::kBFloat16}, {"float16", at::kHalf},
-      {"f32", at::kFloat},     {"bf16", at::kBFloat16},     {"f16", at::kHalf}};
-  auto it = kNames.find(text);
-  if (it == kNames.end()) {
-    return InvalidArgumentError("--dtype must be auto, float32, bfloat16 or float16, not '" + text +
-                                "'");
-  }
-  return it->second;
-}
-
 StatusOr<at::Device> ParseDevice(const std::string& text) {
   try {
     const at::Device device(text);
@@ -85,17 +66,20 @@ class DirectorySource : public GenerationSource {
     auto source = std::unique_ptr<DirectorySource>(new DirectorySource());
     source->dir_ = fs::absolute(dir).lexically_normal();
     source->description_ = "model directory '" + source->dir_.string() + "'";
-    ENGINE_RETURN_IF_ERROR(source->CheckEngineCheckpoint());
+    source->files_dir_ = source->dir_;
+    source->base_model_dir_ = source->dir_;
+    ENGINE_RETURN_IF_ERROR(source->CheckEngineCheckpoint(options.command));
     ENGINE_ASSIGN_OR_RETURN(source->device_, ParseDevice(options.device));
     if (options.dtype != "auto") {
       ENGINE_ASSIGN_OR_RETURN(source->dtype_, ParseDtype(options.dtype));
     }
     ENGINE_RETURN_IF_ERROR(LoadPluginSearchPath(options.plugin_path, &source->registry_));
+    if (!options.need_text) return std::unique_ptr<GenerationSource>(std::move(source));
     ENGINE_ASSIGN_OR_RETURN(source->tokenizer_, DirectoryTokenizer(source->dir_));
     ENGINE_RETURN_IF_ERROR(source->ReadChat(source->dir_));
     for (const char* file : {"config.json", "generation_config.json"}) {
       if (!fs::exists(source->dir_ / file)) continue;
-      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFileText(source->dir_ / file));
+      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(source->dir_ / file));
       source->AddStopIds(text);
     }
     return std::unique_ptr<GenerationSource>(std::move(source));
@@ -131,8 +115,8 @@ class DirectorySource : public GenerationSource {
   DirectorySource() = default;
 
   // An engine checkpoint is checked against its manifest first; one holding adapters is not a
-  // plain model directory, and the error says how to generate from it.
-  Status CheckEngineCheckpoint() const {
+  // plain model directory, and the error says how to use it.
+  Status CheckEngineCheckpoint(const std::string& command) const {
     if (!fs::exists(dir_ / kManifestFile)) return Status::Ok();
     ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir_));
     ENGINE_RETURN_IF_ERROR(VerifyCheckpointFiles(dir_, manifest));
@@ -144,9 +128,8 @@ class DirectorySource : public GenerationSource {
       return FailedPreconditionError(
           "'" + dir_.string() + "' is a checkpoint of stage '" + manifest.stage() + "' with the " +
           plugin.kind() + " '" + plugin.name() +
-          "', not a model directory: generate from the stage with `engine generate "
-          "PIPELINE.pbtxt:" +
-          manifest.stage() + " --checkpoint " + dir_.string() + "`");
+          "', not a model directory: use the stage, as in `engine " + command +
+          " PIPELINE.pbtxt:" + manifest.stage() + " --checkpoint " + dir_.string() + "`");
     }
     return Status::Ok();
   }
@@ -169,7 +152,7 @@ class PipelineSource : public GenerationSource {
     }
     auto source = std::unique_ptr<PipelineSource>(new PipelineSource());
     ENGINE_RETURN_IF_ERROR(source->Plan(pipeline, stage_name, options));
-    ENGINE_RETURN_IF_ERROR(source->ReadTextSide());
+    if (options.need_text) ENGINE_RETURN_IF_ERROR(source->ReadTextSide());
     return std::unique_ptr<GenerationSource>(std::move(source));
   }
 
@@ -177,14 +160,14 @@ class PipelineSource : public GenerationSource {
     StageRunRequest request;
     request.pipeline = session_.pipeline.get();
     request.plan = const_cast<StagePlan*>(stage_plan_);
-    request.stage_dir = session_.pipeline->output_dir / stage().name;
+    request.stage_dir = session_.pipeline->output_dir / stage()->name;
     return WithStageModel(request, checkpoint_, use);
   }
 
  private:
   PipelineSource() = default;
 
-  const ResolvedStage& stage() const { return *stage_plan_->stage; }
+  const ResolvedStage* stage() const override { return stage_plan_->stage; }
 
   Status Plan(const fs::path& pipeline, const std::string& stage_name,
               const GenerationSourceOptions& options) {
@@ -195,10 +178,12 @@ class PipelineSource : public GenerationSource {
     }
     ENGINE_ASSIGN_OR_RETURN(stage_plan_, FindStagePlan(*session_.plan, stage_name));
     checkpoint_ = options.checkpoint.empty()
-                      ? FinalCheckpointDir(session_.pipeline->output_dir / stage().name)
+                      ? FinalCheckpointDir(session_.pipeline->output_dir / stage()->name)
                       : fs::absolute(options.checkpoint);
-    ENGINE_RETURN_IF_ERROR(CheckStageCheckpoint(stage(), checkpoint_));
-    description_ = stage().subject() + " of '" + pipeline.string() + "' (checkpoint " +
+    ENGINE_RETURN_IF_ERROR(CheckStageCheckpoint(*stage(), checkpoint_));
+    files_dir_ = checkpoint_;
+    base_model_dir_ = StagePretrainedDir(*stage(), session_.pipeline->base_dir);
+    description_ = stage()->subject() + " of '" + pipeline.string() + "' (checkpoint " +
                    checkpoint_.string() + ")";
     return Status::Ok();
   }
@@ -206,9 +191,9 @@ class PipelineSource : public GenerationSource {
   // The stage's tokenizer; the chat template beside the checkpoint (a stage that trained with a
   // tokenizer.json keeps its tokenizer files there); the tokenizer's and the model's eos ids.
   Status ReadTextSide() {
-    const auto options = StageTokenizerOptions(stage());
+    const auto options = StageTokenizerOptions(*stage());
     if (!options) {
-      return FailedPreconditionError(stage().subject() +
+      return FailedPreconditionError(stage()->subject() +
                                      ": its data loader has no tokenizer, so there is no text to "
                                      "generate from");
     }
@@ -219,7 +204,7 @@ class PipelineSource : public GenerationSource {
                             }));
     AddStopIds(config);
     if (fs::exists(checkpoint_ / "config.json")) {
-      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFileText(checkpoint_ / "config.json"));
+      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(checkpoint_ / "config.json"));
       AddStopIds(text);
     }
     return Status::Ok();
@@ -253,6 +238,18 @@ StatusOr<std::unique_ptr<GenerationSource>> GenerationSource::Open(
                          "PIPELINE.pbtxt:STAGE)");
   }
   return PipelineSource::Open(pipeline, stage, options);
+}
+
+StatusOr<at::ScalarType> ParseDtype(const std::string& text) {
+  static const std::map<std::string, at::ScalarType> kNames = {
+      {"float32", at::kFloat}, {"bfloat16", at::kBFloat16}, {"float16", at::kHalf},
+      {"f32", at::kFloat},     {"bf16", at::kBFloat16},     {"f16", at::kHalf}};
+  auto it = kNames.find(text);
+  if (it == kNames.end()) {
+    return InvalidArgumentError("--dtype must be auto, float32, bfloat16 or float16, not '" + text +
+                                "'");
+  }
+  return it->second;
 }
 
 Status GenerationSource::ReadChat(const fs::path& dir) {

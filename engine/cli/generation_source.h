@@ -23,6 +23,7 @@
 #include "engine/model.h"
 #include "engine/status.h"
 #include "engine/tokenizer.h"
+#include "pipeline/resolved_pipeline.h"
 
 namespace engine::cli {
 
@@ -34,7 +35,15 @@ struct GenerationSourceOptions {
   // Directory form only: "auto" keeps the stored dtype; float32, bfloat16 or float16 cast to it.
   std::string dtype = "auto";
   std::string device = "cpu";
+  // False for commands that need the model alone (export): a source without a tokenizer or
+  // chat template is then not an error.
+  bool need_text = true;
+  // The command the errors suggest ("generate", "export").
+  std::string command = "generate";
 };
+
+// "float32", "bfloat16", "float16" (or f32, bf16, f16) as a dtype; an error naming --dtype.
+StatusOr<at::ScalarType> ParseDtype(const std::string& text);
 
 class GenerationSource {
  public:
@@ -57,6 +66,13 @@ class GenerationSource {
   const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
   // "model directory 'DIR'" or "stage 'sft' of 'p.pbtxt' (checkpoint DIR)".
   const std::string& description() const { return description_; }
+  // The directory the weights are read from: the model directory, or the stage's checkpoint.
+  const std::filesystem::path& files_dir() const { return files_dir_; }
+  // The model directory the weights build on: the model directory itself, or the stage's
+  // `pretrained` directory (empty when the stage's model is not read from one).
+  const std::filesystem::path& base_model_dir() const { return base_model_dir_; }
+  // The stage, for a pipeline source; null for a model directory.
+  virtual const ResolvedStage* stage() const { return nullptr; }
 
  protected:
   // Reads the chat template of the tokenizer directory `dir`, when it has one (none is not an
@@ -70,6 +86,8 @@ class GenerationSource {
   std::string chat_absence_;
   std::vector<int64_t> stop_ids_;
   std::string description_;
+  std::filesystem::path files_dir_;
+  std::filesystem::path base_model_dir_;
 };
 
 }  // namespace engine::cli

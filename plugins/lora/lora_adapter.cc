@@ -90,8 +90,8 @@ class LoraPlugin : public AdapterPlugin {
   std::string AdapterConfigJson(const google::protobuf::Message& options,
                                 const std::vector<std::string>& layers) const override {
     const auto& o = OptionsAs<LoraOptions>(options);
-    std::set<std::string> modules;
-    for (const std::string& name : layers) modules.insert(name.substr(name.rfind('.') + 1));
+    // Full names: a bare "q_proj" would have PEFT wrap layers that were never trained.
+    const std::set<std::string> modules(layers.begin(), layers.end());
     nlohmann::json config = {{"peft_type", "LORA"},
                              {"task_type", "CAUSAL_LM"},
                              {"r", o.r()},

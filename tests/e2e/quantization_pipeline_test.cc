@@ -95,7 +95,42 @@ TEST(QuantizationPipelineTest, RunTrainsOnlyTheAdaptersAndSavesThemInPeftLayout)
   const auto config = nlohmann::json::parse(testing::ReadText(dir / "adapter_config.json"));
   EXPECT_EQ(config["peft_type"], "LORA");
   EXPECT_EQ(config["r"], 4);
-  EXPECT_EQ(config["target_modules"], nlohmann::json({"o_proj", "q_proj"}));
+  // Full names, so PEFT wraps exactly the layers that trained; nothing else trained; no base.
+  EXPECT_EQ(config["target_modules"],
+            nlohmann::json({"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj",
+                            "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.o_proj"}));
+  EXPECT_TRUE(config["modules_to_save"].is_null());
+  EXPECT_TRUE(config["base_model_name_or_path"].is_null());
+}
+
+TEST(QuantizationPipelineTest, TrainedTensorsBesideTheAdaptersAreSavedAsPeftModulesToSave) {
+  testing::TempDir tmp;
+  std::string pipeline = QloraPipeline("", "r: 4 target_modules: \"q_proj\"");
+  pipeline.insert(pipeline.find("  optimizer"),
+                  "  trainable { include: \"*lora_*\" include: \"model.norm.*\" }\n");
+  const auto file = tmp.Write("p.pbtxt", pipeline);
+  auto r = testing::RunEngine({"run", file.string(), "--output_dir=" + tmp.path().string()}, "/");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto dir = tmp.path() / "lm" / "final";
+  const auto config = nlohmann::json::parse(testing::ReadText(dir / "adapter_config.json"));
+  EXPECT_EQ(config["modules_to_save"], nlohmann::json({"model.norm"}));
+  auto adapters = safetensors::File::Open(dir / "adapter_model.safetensors");
+  auto model = safetensors::File::Open(dir / "model.safetensors");
+  ASSERT_TRUE(adapters.ok() && model.ok());
+  auto saved = (*adapters)->Get("base_model.model.model.norm.weight");
+  auto trained = (*model)->Get("model.norm.weight");
+  ASSERT_TRUE(saved.ok() && trained.ok());
+  EXPECT_TRUE(saved->equal(*trained));
+  EXPECT_FALSE(trained->equal(at::ones_like(*trained))) << "model.norm.weight never trained";
+  EXPECT_EQ((*adapters)->tensors().size(), 4u + 1u);  // 2 layers x (A, B), and the norm
+
+  // A next stage starts from it: the saved module is not taken for an adapter.
+  std::string stage = pipeline.substr(pipeline.find("stage {"));
+  stage.replace(stage.find("name: \"lm\""), 10, "name: \"next\" from_stage: \"lm\"");
+  const auto two = tmp.Write("two.pbtxt", pipeline + stage);
+  r = testing::RunEngine({"run", two.string(), "--output_dir=" + tmp.path().string()}, "/");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() / "next" / "final" / "adapter_config.json"));
 }
 
 TEST(QuantizationPipelineTest, TargetsThatMatchNothingAndBadOptionsAreRefusedAtTheirLine) {

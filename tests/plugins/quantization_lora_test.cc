@@ -215,7 +215,10 @@ TEST(LoraTest, AdapterConfigIsPeftShaped) {
                               "model.layers.0.self_attn.v_proj"});
   EXPECT_THAT(json, HasSubstr("\"peft_type\": \"LORA\""));
   EXPECT_THAT(json, HasSubstr("\"r\": 4"));
-  EXPECT_THAT(json, HasSubstr("\"target_modules\": [\n    \"q_proj\",\n    \"v_proj\"\n  ]"));
+  // The full names: bare ones would have PEFT wrap model.layers.1.self_attn.v_proj too.
+  EXPECT_THAT(json, HasSubstr("\"target_modules\": [\n    \"model.layers.0.self_attn.q_proj\",\n"
+                              "    \"model.layers.0.self_attn.v_proj\",\n"
+                              "    \"model.layers.1.self_attn.q_proj\"\n  ]"));
 }
 
 }  // namespace

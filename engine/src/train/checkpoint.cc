@@ -87,22 +87,7 @@ Status RecordFileDigests(const std::filesystem::path& temp, proto::CheckpointMan
 
 namespace {
 
-Status WriteAndPublish(const std::filesystem::path& dir, CheckpointContents contents) {
-  const std::filesystem::path parent = dir.parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
-  if (ec) return IoError("cannot create '" + parent.string() + "': " + ec.message());
-  const std::filesystem::path temp = parent / HiddenTemporaryName(dir);
-  std::filesystem::create_directory(temp, ec);
-  if (ec) return IoError("cannot create '" + temp.string() + "': " + ec.message());
-  struct Cleanup {
-    std::filesystem::path path;
-    ~Cleanup() {
-      std::error_code ignored;
-      if (!path.empty()) RemoveTree(path, ignored);
-    }
-  } cleanup{temp};
-
+Status WriteContents(const std::filesystem::path& temp, CheckpointContents contents) {
   proto::CheckpointManifest& manifest = contents.manifest;
   manifest.set_format_version(kCheckpointFormatVersion);
   manifest.clear_tensor();
@@ -138,21 +123,41 @@ Status WriteAndPublish(const std::filesystem::path& dir, CheckpointContents cont
   ENGINE_RETURN_IF_ERROR(RecordFileDigests(temp, &manifest));
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
-  ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kManifestFile, text));
-  ENGINE_RETURN_IF_ERROR(SyncDirectory(temp));
+  return WriteFileAtomically(temp / kManifestFile, text);
+}
 
+}  // namespace
+
+Status PublishDirectory(const std::filesystem::path& dir,
+                        const std::function<Status(const std::filesystem::path&)>& fill) {
+  const std::filesystem::path parent = dir.parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return IoError("cannot create '" + parent.string() + "': " + ec.message());
+  const std::filesystem::path temp = parent / HiddenTemporaryName(dir);
+  std::filesystem::create_directory(temp, ec);
+  if (ec) return IoError("cannot create '" + temp.string() + "': " + ec.message());
+  struct Cleanup {
+    std::filesystem::path path;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (!path.empty()) RemoveTree(path, ignored);
+    }
+  } cleanup{temp};
+  ENGINE_RETURN_IF_ERROR(fill(temp));
+  ENGINE_RETURN_IF_ERROR(SyncDirectory(temp));
   bool swapped = false;
   ENGINE_RETURN_IF_ERROR(Publish(temp, dir, &swapped));
-  // After a swap `temp` holds the previous checkpoint, which the cleanup removes; after a plain
+  // After a swap `temp` holds what was at `dir` before, which the cleanup removes; after a plain
   // rename it no longer exists.
   if (!swapped) cleanup.path.clear();
   return SyncDirectory(parent);
 }
 
-}  // namespace
-
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents) {
-  Status status = WriteAndPublish(dir, std::move(contents));
+  Status status = PublishDirectory(dir, [&](const std::filesystem::path& temp) {
+    return WriteContents(temp, std::move(contents));
+  });
   if (status.ok()) return status;
   // A full disk, a quota or a size limit lands here: say plainly that nothing was lost.
   return Status(status.code(),

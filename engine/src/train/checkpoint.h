@@ -16,6 +16,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -49,6 +50,12 @@ struct CheckpointContents {
 };
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);
+
+// The same publication for any directory: `fill` writes the files into a hidden temporary
+// directory beside `dir`, which is synced and then swapped into place (what was at `dir` is
+// removed). On error nothing appears at `dir` and the temporary is removed.
+Status PublishDirectory(const std::filesystem::path& dir,
+                        const std::function<Status(const std::filesystem::path&)>& fill);
 
 // A stage's directory (<output_dir>/<stage>) holds its final checkpoint and its periodic ones:
 //   <stage_dir>/final/

@@ -4,6 +4,7 @@
 #include <ATen/ops/matmul.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -34,6 +35,26 @@ StatusOr<double> LoraScale(const std::filesystem::path& dir) {
   return config["lora_alpha"].get<double>() / config["r"].get<double>();
 }
 
+// adapter_config.json's modules_to_save (PEFT's key): modules saved whole beside the adapters.
+StatusOr<std::vector<std::string>> ModulesToSave(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / kAdapterConfigFile;
+  std::ifstream in(path);
+  if (!in) return std::vector<std::string>();
+  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return DataLossError(path.string() + " is not a JSON object");
+  std::vector<std::string> modules;
+  auto it = config.find("modules_to_save");
+  if (it == config.end() || it->is_null()) return modules;
+  if (!it->is_array()) return DataLossError(path.string() + ": modules_to_save is not a list");
+  for (const auto& module : *it) {
+    if (!module.is_string()) {
+      return DataLossError(path.string() + ": modules_to_save holds a non-string");
+    }
+    modules.push_back(module.get<std::string>());
+  }
+  return modules;
+}
+
 // What the parent checkpoint in `dir` holds: its tensors, their shapes, which are integers, and the
 // adapters beside them.
 StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
@@ -47,10 +68,15 @@ StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
   }
   if (std::filesystem::exists(dir / kAdapterFile)) {
     ENGINE_ASSIGN_OR_RETURN(auto adapters, safetensors::File::Open(dir / kAdapterFile));
+    ENGINE_ASSIGN_OR_RETURN(const std::vector<std::string> saved_modules, ModulesToSave(dir));
     for (const safetensors::TensorInfo& info : adapters->tensors()) {
-      if (info.name.rfind(kPeftPrefix, 0) == 0) {
-        source.adapter_tensors.insert(info.name.substr(std::strlen(kPeftPrefix)));
-      }
+      if (info.name.rfind(kPeftPrefix, 0) != 0) continue;
+      const std::string name = info.name.substr(std::strlen(kPeftPrefix));
+      // The trained modules PEFT saves beside the adapters are not adapters.
+      const bool saved_module =
+          std::any_of(saved_modules.begin(), saved_modules.end(),
+                      [&](const std::string& module) { return name.rfind(module + ".", 0) == 0; });
+      if (!saved_module) source.adapter_tensors.insert(name);
     }
   }
   return source;

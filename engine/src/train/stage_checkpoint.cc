@@ -8,9 +8,9 @@
 
 #include "core/guarded_call.h"
 #include "core/logging.h"
-#include "engine/adapter.h"
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
+#include "export/peft_adapters.h"
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
 #include "train/checkpoint.h"
@@ -40,22 +40,15 @@ void AddOptimizerState(const StageParts& parts, const TrainingPosition& position
   contents->optimizer_metadata = AppendTrainingState(training, contents->optimizer);
 }
 
-// adapter_model.safetensors and adapter_config.json: the adapter parameters alone, as PEFT lays
-// them out (under the wrapped model's name).
+// adapter_model.safetensors and adapter_config.json, as PEFT reads them (export/peft_adapters.h).
 Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
   const ResolvedStage& stage = *parts.plan->stage;
   if (stage.adapters.empty()) return Status::Ok();
-  for (const auto& item : parts.model->module().named_parameters(/*recurse=*/true)) {
-    if (parts.plan->layers.adapter_parameters.count(item.key()) > 0) {
-      contents->adapters.emplace_back(kPeftPrefix + item.key(), item.value());
-    }
-  }
-  const ResolvedPluginRef& ref = stage.adapters.front();
-  const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
-  ENGINE_ASSIGN_OR_RETURN(
-      contents->adapter_config_json, GuardedCall(ref.context, [&]() -> StatusOr<std::string> {
-        return plugin->AdapterConfigJson(*ref.options, parts.plan->layers.adapters.front().layers);
-      }));
+  const std::filesystem::path base = StagePretrainedDir(stage, parts.request->pipeline->base_dir);
+  ENGINE_ASSIGN_OR_RETURN(PeftAdapterFiles files,
+                          MakePeftAdapterFiles(stage, parts.model->module(), base.string()));
+  contents->adapters = std::move(files.tensors);
+  contents->adapter_config_json = std::move(files.config_json);
   return Status::Ok();
 }
 

@@ -1,0 +1,21 @@
+// A trained model's weights as a plain dense model holds them, for `engine export --format hf`:
+// each engine::Linear's weight with its adapters merged in (W + the adapters' WeightDelta, a 4-bit
+// base dequantized first), no adapter parameters, no quantized codes or scales, floating-point
+// tensors in `dtype`. The merge is computed in f32 and cast once. The model is not changed.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include "engine/safetensors.h"
+#include "engine/status.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace engine {
+
+// In the order of the module's tensors (engine/module_tensors.h).
+StatusOr<safetensors::NamedTensors> DenseWeights(torch::nn::Module& module, at::ScalarType dtype);
+
+}  // namespace engine

@@ -1,0 +1,104 @@
+#include "export/peft_adapters.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+#include <torch/nn/module.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/guarded_call.h"
+#include "engine/adapter.h"
+#include "engine/linear.h"
+#include "engine/module_tensors.h"
+#include "engine/paths.h"
+#include "train/checkpoint.h"
+
+namespace engine {
+namespace {
+
+struct AdapterLayout {
+  std::vector<std::string> layers;   // full names of the layers with adapters
+  std::set<std::string> parameters;  // full names of the adapter parameters
+};
+
+AdapterLayout FindAdapters(torch::nn::Module& module) {
+  AdapterLayout layout;
+  for (const auto& [name, layer] : NamedLinears(module)) {
+    if (layer->adapters().empty()) continue;
+    layout.layers.push_back(name);
+    for (const auto& adapter : layer->adapters()) {
+      for (const auto& [child, sub] : adapter->modules()) {
+        for (const auto& p : sub->named_parameters(/*recurse=*/true)) {
+          layout.parameters.insert(name + "." + child + "." + p.key());
+        }
+      }
+    }
+  }
+  return layout;
+}
+
+// The module that owns tensor `name` ("model.norm" for "model.norm.weight").
+std::string OwningModule(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? "" : name.substr(0, dot);
+}
+
+}  // namespace
+
+StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
+                                                torch::nn::Module& module,
+                                                const std::string& base_model) {
+  if (stage.adapters.empty()) {
+    return FailedPreconditionError(stage.subject() +
+                                   " trains no adapters, so it has no PEFT adapter files");
+  }
+  const AdapterLayout layout = FindAdapters(module);
+  const std::vector<ModuleTensor> tensors = ModuleTensors(module);
+  std::set<std::string> modules_to_save;
+  for (const ModuleTensor& t : tensors) {
+    if (!t.buffer && t.tensor.requires_grad() && layout.parameters.count(t.name) == 0) {
+      modules_to_save.insert(OwningModule(t.name));
+    }
+  }
+  PeftAdapterFiles files;
+  for (const ModuleTensor& t : tensors) {
+    if (layout.parameters.count(t.name) > 0 || modules_to_save.count(OwningModule(t.name)) > 0) {
+      files.tensors.emplace_back(kPeftPrefix + t.name, t.tensor.detach());
+    }
+  }
+  const ResolvedPluginRef& ref = stage.adapters.front();
+  const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
+  ENGINE_ASSIGN_OR_RETURN(std::string plugin_json,
+                          GuardedCall(ref.context, [&]() -> StatusOr<std::string> {
+                            return plugin->AdapterConfigJson(*ref.options, layout.layers);
+                          }));
+  auto config = nlohmann::ordered_json::parse(plugin_json, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) {
+    return InternalError(ref.context + ": its adapter_config.json is not a JSON object");
+  }
+  config["target_modules"] = layout.layers;
+  config["modules_to_save"] = modules_to_save.empty() ? nlohmann::ordered_json(nullptr)
+                                                      : nlohmann::ordered_json(modules_to_save);
+  config["base_model_name_or_path"] =
+      base_model.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(base_model);
+  files.config_json = config.dump(2) + "\n";
+  return files;
+}
+
+std::filesystem::path StagePretrainedDir(const ResolvedStage& stage,
+                                         const std::filesystem::path& base_dir) {
+  const google::protobuf::Message* options = stage.model.options.get();
+  if (options == nullptr) return {};
+  const auto* field = options->GetDescriptor()->FindFieldByName("pretrained");
+  if (field == nullptr || field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_STRING ||
+      field->is_repeated()) {
+    return {};
+  }
+  const std::string value = options->GetReflection()->GetString(*options, field);
+  if (value.empty()) return {};
+  return ResolvePath(base_dir, value);
+}
+
+}  // namespace engine

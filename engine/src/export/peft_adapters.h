@@ -1,0 +1,45 @@
+// A stage's adapters as PEFT reads them: adapter_model.safetensors and adapter_config.json, for
+// its checkpoints and for `engine export --format peft`.
+//
+//   - every adapter parameter, as "base_model.model." + its name in the model;
+//   - modules_to_save: every module holding a trained parameter that is not an adapter's (a
+//     projector, a norm), with all of that module's tensors, so that PEFT on the base computes
+//     what the stage computes;
+//   - target_modules: the full names of the layers the adapters sit on (never bare names that
+//     would make PEFT wrap layers that were not trained);
+//   - base_model_name_or_path: the base the adapters go on (the stage's `pretrained` directory
+//     unless given), null when there is none.
+//
+// The adapter plugin writes the rest of adapter_config.json (r, lora_alpha, ...). Errors name the
+// stage and plugin. Reads the module only.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "engine/safetensors.h"
+#include "engine/status.h"
+#include "pipeline/resolved_pipeline.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace engine {
+
+struct PeftAdapterFiles {
+  safetensors::NamedTensors tensors;  // adapter_model.safetensors
+  std::string config_json;            // adapter_config.json
+};
+
+// Fails when the stage has no adapters.
+StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
+                                                torch::nn::Module& module,
+                                                const std::string& base_model);
+
+// The stage's model `pretrained` directory (its model options' `pretrained` field), absolute;
+// empty when the model is not read from one.
+std::filesystem::path StagePretrainedDir(const ResolvedStage& stage,
+                                         const std::filesystem::path& base_dir);
+
+}  // namespace engine

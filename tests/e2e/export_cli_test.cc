@@ -1,0 +1,213 @@
+// `engine export` as a user runs it: a QLoRA stage exported as a dense Hugging Face directory holds
+// each layer's 4-bit base dequantized plus alpha/r * B A and loads again as a model directory; as
+// PEFT adapters it holds the trained adapters with the full names of their layers and the base
+// named; a full fine-tune's final checkpoint re-exports in another dtype; and every refusal
+// (peft without adapters, a directory in the way, a bad flag) leaves nothing behind.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/safetensors.h"
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+#include "testing/test_paths.h"
+
+namespace engine {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ExportCliTest : public ::testing::Test {
+ protected:
+  // A dense stage, then a QLoRA stage on it (nf4 on every decoder layer, LoRA r 4, alpha 8).
+  static void SetUpTestSuite() {
+    tmp_ = new testing::TempDir();
+    const fs::path fixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
+    const std::string data = R"(
+  data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
+    path: ")" + (fixtures / "chat_data/conversations.jsonl").string() +
+                             R"(" eval_fraction: 0.4
+    tokenizer { kind: HF_JSON path: ")" +
+                             (fixtures / "tokenizers/qwen2_bpe.json").string() + R"("
+                config: ")" + (fixtures / "chat_data/tokenizer_config.json").string() +
+                             R"(" } } } }
+  optimizer { learning_rate: 0.01 }
+  schedule { max_steps: 2 batch_size: 2 }
+)";
+    const std::string model = R"(
+  model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
+    hidden_size: 64 num_hidden_layers: 1 num_attention_heads: 4 } } })";
+    pipeline_ = new fs::path(tmp_->Write("p.pbtxt", R"(name: "export"
+output_dir: "out"
+stage { name: "full")" + model + data + R"(}
+stage { name: "qlora" from_stage: "full")" + model + R"(
+  quantizer { plugin: "nf4" options { [type.googleapis.com/engine.plugins.Nf4Options] {
+    target_modules: "model.layers.*" } } }
+  adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
+    r: 4 lora_alpha: 8 target_modules: "model.layers.*" } } })" +
+                                                        data + "}\n"));
+    run_ = new testing::CommandResult(testing::RunEngine({"run", pipeline_->string()}));
+  }
+  static void TearDownTestSuite() {
+    delete run_;
+    delete pipeline_;
+    delete tmp_;
+  }
+  void SetUp() override { ASSERT_EQ(run_->exit_code, 0) << run_->err; }
+
+  static testing::CommandResult Export(const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {"export"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return testing::RunEngine(args);
+  }
+  static at::Tensor Read(const fs::path& file, const std::string& name) {
+    auto opened = safetensors::File::Open(file);
+    EXPECT_TRUE(opened.ok()) << file;
+    if (!opened.ok()) return {};
+    auto tensor = (*opened)->Get(name);
+    EXPECT_TRUE(tensor.ok()) << name << " in " << file;
+    return tensor.ok() ? tensor->clone() : at::Tensor();
+  }
+
+  static testing::TempDir* tmp_;
+  static fs::path* pipeline_;
+  static testing::CommandResult* run_;
+};
+
+testing::TempDir* ExportCliTest::tmp_ = nullptr;
+fs::path* ExportCliTest::pipeline_ = nullptr;
+testing::CommandResult* ExportCliTest::run_ = nullptr;
+
+TEST_F(ExportCliTest, AQloraStageExportsAsADenseModelWithItsAdaptersMerged) {
+  const fs::path to = tmp_->path() / "hf";
+  const auto exported =
+      Export({pipeline_->string() + ":qlora", "--to=" + to.string(), "--format=hf"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  auto file = safetensors::File::Open(to / "model.safetensors");
+  ASSERT_TRUE(file.ok());
+  for (const auto& info : (*file)->tensors()) {
+    EXPECT_THAT(info.name, ::testing::Not(HasSubstr("lora_"))) << info.name;
+    EXPECT_THAT(info.name, ::testing::Not(HasSubstr("absmax"))) << info.name;
+    EXPECT_EQ(info.dtype, at::kFloat) << info.name;
+  }
+  // W = dequantize(nf4(W_full)) + alpha/r * B A: taking the adapters' product away leaves the
+  // 4-bit rounding of the dense stage's weight, close to it and not equal.
+  const fs::path qlora = tmp_->path() / "out/qlora/final";
+  for (const std::string layer :
+       {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"}) {
+    const at::Tensor merged = Read(to / "model.safetensors", layer + ".weight");
+    const at::Tensor a =
+        Read(qlora / "adapter_model.safetensors", "base_model.model." + layer + ".lora_A.weight");
+    const at::Tensor b =
+        Read(qlora / "adapter_model.safetensors", "base_model.model." + layer + ".lora_B.weight");
+    const at::Tensor dense =
+        Read(tmp_->path() / "out/full/final/model.safetensors", layer + ".weight");
+    ASSERT_TRUE(merged.defined() && a.defined() && b.defined() && dense.defined());
+    const at::Tensor delta = at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * (8.0 / 4.0);
+    EXPECT_GT(delta.abs().max().item<float>(), 0.0f) << layer << ": the adapters never trained";
+    const at::Tensor base = merged - delta;
+    const float rounding = (base - dense).abs().max().item<float>();
+    EXPECT_GT(rounding, 0.0f) << layer;
+    EXPECT_LT(rounding, 0.2f * dense.abs().max().item<float>()) << layer;
+  }
+  const auto config = nlohmann::json::parse(testing::ReadText(to / "config.json"));
+  EXPECT_EQ(config["model_type"], "llama");
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_TRUE(fs::exists(to / "generation_config.json"));
+  EXPECT_TRUE(fs::exists(to / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(to / "adapter_model.safetensors"));
+  // It is a model directory: generate from it.
+  const auto generated =
+      testing::RunEngine({"generate", to.string(), "--prompt=Hello", "--max_new_tokens=3"});
+  EXPECT_EQ(generated.exit_code, 0) << generated.err;
+}
+
+TEST_F(ExportCliTest, PeftExportHoldsTheTrainedAdaptersTheirFullLayerNamesAndTheBase) {
+  const fs::path to = tmp_->path() / "peft";
+  const fs::path base = tmp_->path() / "out/full/final";
+  const auto exported = Export({pipeline_->string() + ":qlora", "--to=" + to.string(),
+                                "--format=peft", "--base=" + base.string()});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const auto config = nlohmann::json::parse(testing::ReadText(to / "adapter_config.json"));
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["base_model_name_or_path"], base.string());
+  EXPECT_EQ(config["target_modules"].size(), 7u);
+  EXPECT_EQ(config["target_modules"][0], "model.layers.0.self_attn.q_proj");
+  EXPECT_TRUE(config["modules_to_save"].is_null());
+  auto exported_file = safetensors::File::Open(to / "adapter_model.safetensors");
+  ASSERT_TRUE(exported_file.ok());
+  EXPECT_EQ((*exported_file)->tensors().size(), 14u);  // 7 layers x (A, B)
+  const std::string b = "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight";
+  EXPECT_TRUE(Read(to / "adapter_model.safetensors", b)
+                  .equal(Read(tmp_->path() / "out/qlora/final/adapter_model.safetensors", b)));
+  EXPECT_FALSE(fs::exists(to / "model.safetensors"));
+}
+
+TEST_F(ExportCliTest, AFullFineTunesCheckpointReexportsInBf16) {
+  const fs::path to = tmp_->path() / "bf16";
+  const fs::path final_dir = tmp_->path() / "out/full/final";
+  const auto exported =
+      Export({final_dir.string(), "--to=" + to.string(), "--format=hf", "--dtype=bfloat16"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const std::string name = "model.layers.0.mlp.gate_proj.weight";
+  const at::Tensor bf16 = Read(to / "model.safetensors", name);
+  ASSERT_TRUE(bf16.defined());
+  EXPECT_EQ(bf16.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(bf16.equal(Read(final_dir / "model.safetensors", name).to(at::kBFloat16)));
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadText(to / "config.json"))["torch_dtype"],
+            "bfloat16");
+  EXPECT_FALSE(fs::exists(to / "manifest.pbtxt"));
+  EXPECT_FALSE(fs::exists(to / "optimizer.safetensors"));
+}
+
+TEST_F(ExportCliTest, WhatCannotBeExportedIsRefusedAndNothingIsWritten) {
+  const fs::path to = tmp_->path() / "refused";
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string message;
+  };
+  const std::string full = pipeline_->string() + ":full";
+  const std::vector<Case> cases = {
+      {{full, "--to=" + to.string(), "--format=peft"},
+       1,
+       "stage 'full' trains no adapters, so it has no PEFT adapter files"},
+      {{(tmp_->path() / "out/full/final").string(), "--to=" + to.string(), "--format=peft"},
+       1,
+       "holds no adapters: export --format=peft from a stage"},
+      {{(tmp_->path() / "out/qlora/final").string(), "--to=" + to.string(), "--format=hf"},
+       1,
+       "`engine export PIPELINE.pbtxt:qlora --checkpoint "},
+      {{full, "--to=" + to.string(), "--format=gguf"},
+       2,
+       "--format must be hf or peft, not 'gguf'"},
+      {{full, "--format=hf"}, 2, "--to=DIR is required"},
+      {{full, "--to=" + to.string(), "--format=hf", "--dtype=int8"}, 2, "--dtype must be"},
+      {{full, "--to=" + to.string(), "--format=peft", "--dtype=bf16"}, 2, "--dtype is for"},
+  };
+  for (const Case& c : cases) {
+    const auto result = Export(c.args);
+    EXPECT_EQ(result.exit_code, c.exit_code) << c.args[0] << " " << result.err;
+    EXPECT_THAT(result.err, HasSubstr(c.message));
+    EXPECT_FALSE(fs::exists(to)) << c.message;
+  }
+  // A directory in the way is never mixed with.
+  fs::create_directories(to);
+  tmp_->Write("refused/keep.txt", "mine");
+  const auto busy = Export({full, "--to=" + to.string(), "--format=hf"});
+  EXPECT_EQ(busy.exit_code, 1);
+  EXPECT_THAT(busy.err, HasSubstr("exists and is not an empty directory"));
+  EXPECT_EQ(testing::ReadText(to / "keep.txt"), "mine");
+  EXPECT_FALSE(fs::exists(to / "model.safetensors"));
+  // No hidden temporaries are left beside it.
+  for (const auto& item : fs::directory_iterator(tmp_->path())) {
+    EXPECT_THAT(item.path().filename().string(), ::testing::Not(HasSubstr(".tmp-")));
+  }
+}
+
+}  // namespace
+}  // namespace engine
