@@ -132,7 +132,7 @@ class LlamaLoader : public ModelLoaderPlugin {
         std::set<std::string> optional;
         if (resolved.config.tie_word_embeddings) optional.insert("lm_head.weight");
         ENGINE_RETURN_IF_ERROR(
-            LoadWeights(resolved.pretrained_dir, model->module(), optional, context.linear_loaded));
+            LoadWeights(resolved.pretrained_dir, model->module(), optional, &context));
       }
       return std::unique_ptr<Model>(std::move(model));
     });

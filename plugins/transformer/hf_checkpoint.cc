@@ -5,6 +5,8 @@
 #include <map>
 
 #include "engine/atomic_file.h"
+#include "engine/host_memory.h"
+#include "engine/linear.h"
 #include "engine/safetensors.h"
 
 namespace engine::transformer {
@@ -34,6 +36,7 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir) {
 
 namespace {
 
+using LinearLoaded = std::function<Status(const std::string&, LinearImpl&)>;
 using TensorFiles = std::map<std::string, std::filesystem::path>;  // tensor name -> its file
 
 // Where each tensor of the directory is: the index's weight_map, or the single file's tensors.
@@ -107,22 +110,68 @@ Status ReadInto(const std::filesystem::path& dir, const std::string& name,
   return Status::Ok();
 }
 
+using Shards = std::map<std::filesystem::path, std::shared_ptr<const safetensors::File>>;
+
+// Bytes the loaded model will hold: each tensor as stored, a quantized layer's weight at about
+// 4.2 bits per element (NF4 with its scales; int8 layers take more, but by then the estimate only
+// has to be right about what cannot fit).
+StatusOr<int64_t> LoadedBytes(const TensorFiles& where, const std::set<std::string>& quantized,
+                              Shards& shards) {
+  int64_t bytes = 0;
+  for (const auto& [name, path] : where) {
+    auto& file = shards[path];
+    if (file == nullptr) {
+      ENGINE_ASSIGN_OR_RETURN(file, safetensors::File::Open(path));
+    }
+    const safetensors::TensorInfo* info = file->Find(name);
+    if (info == nullptr) continue;
+    const int64_t stored = static_cast<int64_t>(info->end - info->begin);
+    if (!quantized.count(name)) {
+      bytes += stored;
+    } else {
+      int64_t elements = 1;
+      for (int64_t d : info->shape) elements *= d;
+      bytes += elements * 21 / 40;
+    }
+  }
+  return bytes;
+}
+
+// Refuses a load the host cannot hold, before it starts.
+Status CheckMemory(const std::filesystem::path& dir, int64_t needed) {
+  const std::optional<int64_t> available = AvailableHostMemory();
+  if (!available || needed <= *available) return Status::Ok();
+  return FailedPreconditionError(
+      "'" + dir.string() + "': loading it needs about " + MemoryText(needed) +
+      " (its tensors as stored, quantized layers at 4 bits) and this machine has " +
+      MemoryText(*available) +
+      " available (MemAvailable + SwapFree, within the cgroup's limit; ENGINE_AVAILABLE_MEMORY "
+      "overrides); quantize more of it, or use a machine with more memory");
+}
+
 }  // namespace
 
 Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
-                   const std::set<std::string>& optional, const LinearLoaded& linear_loaded) {
+                   const std::set<std::string>& optional, const ModelContext* context) {
   ENGINE_ASSIGN_OR_RETURN(const TensorFiles where, LocateTensors(dir));
   std::map<std::string, at::Tensor> targets;
   for (auto& p : module.named_parameters(/*recurse=*/true)) targets[p.key()] = p.value();
   for (auto& b : module.named_buffers(/*recurse=*/true)) targets[b.key()] = b.value();
   ENGINE_RETURN_IF_ERROR(CheckNoUnknownTensors(dir, where, targets));
-  // weight tensor name -> its layer, for the hook
+  // weight tensor name -> its layer
   std::map<std::string, std::pair<std::string, std::shared_ptr<LinearImpl>>> linears;
-  if (linear_loaded) {
-    for (auto& [name, layer] : NamedLinears(module)) linears[name + ".weight"] = {name, layer};
+  for (auto& [name, layer] : NamedLinears(module)) linears[name + ".weight"] = {name, layer};
+  std::set<std::string> quantized;
+  if (context != nullptr && context->quantizes) {
+    for (const auto& [weight, layer] : linears) {
+      if (context->quantizes(layer.first)) quantized.insert(weight);
+    }
   }
-  // Shards are opened when first needed.
-  std::map<std::filesystem::path, std::shared_ptr<const safetensors::File>> files;
+  Shards files;
+  ENGINE_ASSIGN_OR_RETURN(const int64_t needed, LoadedBytes(where, quantized, files));
+  ENGINE_RETURN_IF_ERROR(CheckMemory(dir, needed));
+  const LinearLoaded no_hook;
+  const LinearLoaded& linear_loaded = context != nullptr ? context->linear_loaded : no_hook;
   for (auto& [name, target] : targets) {
     auto it = where.find(name);
     if (it == where.end()) {
@@ -136,7 +185,7 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
     ENGINE_RETURN_IF_ERROR(ReadInto(dir, name, *file, target));
     // Let go of our handle, so that a layer quantized by the hook frees its dense weight now.
     target = at::Tensor();
-    if (auto layer = linears.find(name); layer != linears.end()) {
+    if (auto layer = linears.find(name); linear_loaded && layer != linears.end()) {
       ENGINE_RETURN_IF_ERROR(linear_loaded(layer->second.first, *layer->second.second));
     }
   }

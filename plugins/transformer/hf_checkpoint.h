@@ -8,26 +8,25 @@
 #include <torch/nn/module.h>
 
 #include <filesystem>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
-#include "engine/linear.h"
+#include "engine/model.h"
 #include "engine/status.h"
 
 namespace engine::transformer {
 
 StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir);
 
-// Called with each engine::Linear of the module right after its weight is read (the
-// ModelContext::linear_loaded hook of engine/model.h).
-using LinearLoaded = std::function<Status(const std::string& name, LinearImpl& layer)>;
-
 // Loads the directory's weights into `module` by name, one tensor at a time, each straight into
-// place. `optional` names may be absent (a tied lm_head).
+// place. `optional` names may be absent (a tied lm_head). With a `context`, its linear_loaded hook
+// is called for each engine::Linear right after its weight is read, and before anything is read
+// the memory the load needs (the tensors, the layers context->quantizes at about 4 bits) is
+// compared with what the host has left (engine/host_memory.h): a load that cannot fit is a
+// FAILED_PRECONDITION error saying both.
 Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
                    const std::set<std::string>& optional = {},
-                   const LinearLoaded& linear_loaded = {});
+                   const ModelContext* context = nullptr);
 
 }  // namespace engine::transformer

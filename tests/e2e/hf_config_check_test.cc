@@ -1,12 +1,16 @@
 // `engine check` on a `pretrained` directory whose config.json asks for math the engine does not
 // compute: refused before anything runs, at the model's line, naming the file, the key and its
-// value (never loaded as something else).
+// value (never loaded as something else); and a checkpoint the machine cannot hold, with what it
+// needs and what there is.
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/safetensors.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -85,6 +89,34 @@ TEST(HfConfigCheckTest, ConfigKeysWithOtherMathAreRefusedByKeyAndValue) {
     // Nothing was written.
     EXPECT_FALSE(fs::exists(tmp.path() / "runs")) << refusal.what;
   }
+}
+
+TEST(HfConfigCheckTest, ACheckpointTooBigForTheMachineIsRefusedByCheckWithWhatItNeeds) {
+  testing::TempDir tmp;
+  // The fixture with the byte tokenizer's 259 ids, so that the pipeline is valid otherwise.
+  const fs::path pipeline =
+      PipelineWithConfig(tmp, [](nlohmann::json& config) { config["vocab_size"] = 259; });
+  auto fixture = safetensors::File::Open(tmp.path() / "model/model.safetensors");
+  ASSERT_TRUE(fixture.ok());
+  auto tensors = (*fixture)->GetAll();
+  ASSERT_TRUE(tensors.ok());
+  safetensors::NamedTensors widened;
+  for (const auto& [name, tensor] : *tensors) {
+    const bool vocab = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+    widened.emplace_back(name, vocab ? at::zeros({259, tensor.size(1)}) : tensor.clone());
+  }
+  fixture->reset();
+  ASSERT_TRUE(safetensors::Write(tmp.path() / "model/model.safetensors", widened).ok());
+  setenv("ENGINE_AVAILABLE_MEMORY", "50000", 1);
+  const auto result = testing::RunEngine({"check", pipeline.string()});
+  unsetenv("ENGINE_AVAILABLE_MEMORY");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.err, HasSubstr("p.pbtxt:4:"));
+  EXPECT_THAT(result.err,
+              HasSubstr("'" + (tmp.path() / "model").string() + "': loading it needs about 1 MB"));
+  EXPECT_THAT(result.err, HasSubstr("this machine has 1 MB available"));
+  // With room, the same pipeline is fine.
+  EXPECT_EQ(testing::RunEngine({"check", pipeline.string()}).exit_code, 0);
 }
 
 }  // namespace

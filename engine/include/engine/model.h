@@ -80,6 +80,9 @@ struct ModelContext {
   // to return. Loaders that do not call it are still correct: the engine applies the stage's
   // quantizer after Create to every layer not quantized yet.
   std::function<Status(const std::string& name, LinearImpl& layer)> linear_loaded = {};
+  // Whether the stage quantizes the engine::Linear of that full name: for a loader's estimate of
+  // the memory a load needs before it starts. Empty when the stage quantizes nothing.
+  std::function<bool(const std::string& name)> quantizes = {};
 };
 
 class ModelLoaderPlugin : public Plugin {

@@ -100,7 +100,7 @@ void LayerPluginReport::Add(const QuantizedWeight& quantized, const LinearImpl& 
   quantized_bytes += quantized.storage_bytes();
 }
 
-std::function<Status(const std::string&, LinearImpl&)> QuantizeOnLoad(const ResolvedStage& stage) {
+std::function<bool(const std::string&)> QuantizedLayers(const ResolvedStage& stage) {
   const ResolvedPluginRef& ref = stage.quantizer;
   if (ref.entry == nullptr) return {};
   const auto* plugin = static_cast<const QuantizerPlugin*>(ref.entry->plugin.get());
@@ -108,12 +108,22 @@ std::function<Status(const std::string&, LinearImpl&)> QuantizeOnLoad(const Reso
       ref.context,
       [&]() -> StatusOr<std::vector<std::string>> { return plugin->targets(*ref.options); });
   if (!patterns.ok()) return {};  // ApplyLayerPlugins reports it
-  return [&ref, plugin, patterns = *std::move(patterns)](const std::string& name,
-                                                         LinearImpl& layer) -> Status {
-    if (layer.quantized() != nullptr) return Status::Ok();
-    bool chosen = patterns.empty();
-    for (const std::string& pattern : patterns) chosen = chosen || TargetMatches(pattern, name);
-    if (!chosen) return Status::Ok();
+  return [patterns = *std::move(patterns)](const std::string& name) {
+    if (patterns.empty()) return true;
+    for (const std::string& pattern : patterns) {
+      if (TargetMatches(pattern, name)) return true;
+    }
+    return false;
+  };
+}
+
+std::function<Status(const std::string&, LinearImpl&)> QuantizeOnLoad(const ResolvedStage& stage) {
+  std::function<bool(const std::string&)> chosen = QuantizedLayers(stage);
+  if (!chosen) return {};
+  const ResolvedPluginRef& ref = stage.quantizer;
+  const auto* plugin = static_cast<const QuantizerPlugin*>(ref.entry->plugin.get());
+  return [&ref, plugin, chosen](const std::string& name, LinearImpl& layer) -> Status {
+    if (layer.quantized() != nullptr || !chosen(name)) return Status::Ok();
     // A failure leaves the layer dense for ApplyLayerPlugins to report with its position.
     (void)GuardedCall(ref.context, [&] { return QuantizeLayer(ref, *plugin, layer, nullptr); });
 #ifdef __GLIBC__

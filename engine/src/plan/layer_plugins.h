@@ -64,6 +64,10 @@ std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
 std::function<Status(const std::string& name, LinearImpl& layer)> QuantizeOnLoad(
     const ResolvedStage& stage);
 
+// The ModelContext::quantizes predicate for `stage`: whether its quantizer selects the layer of
+// that full name. Empty for a stage without a quantizer.
+std::function<bool(const std::string& name)> QuantizedLayers(const ResolvedStage& stage);
+
 // Whether target `pattern` selects the layer `name`: the whole name, or its last component.
 bool TargetMatches(const std::string& pattern, const std::string& name);
 

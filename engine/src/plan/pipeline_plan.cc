@@ -120,7 +120,7 @@ class PlanBuilder {
     const auto* model_plugin =
         static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
     ModelContext model_context{&plan->data_spec, pipeline_.base_dir, stage.seed,
-                               QuantizeOnLoad(stage)};
+                               QuantizeOnLoad(stage), QuantizedLayers(stage)};
     at::manual_seed(stage.seed);
     StatusOr<std::unique_ptr<Model>> model = GuardedCall(stage.model.context, [&] {
       return model_plugin->Create(*stage.model.options, model_context);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <vector>
@@ -199,12 +200,13 @@ TEST(HfCheckpointTest, TheLinearHookSeesEachLayerOnceWithItsWeightInPlace) {
   for (const auto& [name, t] : State(original)) stored[name] = t.detach().clone();
   Lm loaded(Tiny());
   std::vector<std::string> seen;
-  const Status status =
-      LoadWeights(dir, loaded, {}, [&](const std::string& name, LinearImpl& layer) -> Status {
-        seen.push_back(name);
-        EXPECT_TRUE(layer.weight.equal(stored.at(name + ".weight"))) << name;
-        return Status::Ok();
-      });
+  ModelContext context;
+  context.linear_loaded = [&](const std::string& name, LinearImpl& layer) -> Status {
+    seen.push_back(name);
+    EXPECT_TRUE(layer.weight.equal(stored.at(name + ".weight"))) << name;
+    return Status::Ok();
+  };
+  const Status status = LoadWeights(dir, loaded, {}, &context);
   ASSERT_TRUE(status.ok()) << status.message();
   std::vector<std::string> linears;
   for (const auto& [name, layer] : NamedLinears(loaded)) linears.push_back(name);
@@ -215,10 +217,50 @@ TEST(HfCheckpointTest, TheLinearHookSeesEachLayerOnceWithItsWeightInPlace) {
 
   // An error from the hook is the load's.
   Lm again(Tiny());
-  const Status refused = LoadWeights(dir, again, {}, [](const std::string& name, LinearImpl&) {
+  ModelContext failing;
+  failing.linear_loaded = [](const std::string& name, LinearImpl&) {
     return InvalidArgumentError("no room for " + name);
-  });
+  };
+  const Status refused = LoadWeights(dir, again, {}, &failing);
   EXPECT_THAT(refused.message(), HasSubstr("no room for "));
+}
+
+TEST(HfCheckpointTest, ALoadTheHostCannotHoldIsRefusedBeforeItStartsCountingQuantizedLayers) {
+  testing::TempDir tmp;
+  Lm original(Tiny());
+  const auto dir = tmp.path() / "m";
+  Save(original, Tiny(), dir);
+  int64_t dense = 0, linear = 0;
+  for (const auto& [name, t] : State(original)) {
+    dense += t.numel() * 4;
+    if (name.find("_proj.") != std::string::npos) linear += t.numel();
+  }
+  struct Available {
+    explicit Available(int64_t bytes) {
+      setenv("ENGINE_AVAILABLE_MEMORY", std::to_string(bytes).c_str(), 1);
+    }
+    ~Available() { unsetenv("ENGINE_AVAILABLE_MEMORY"); }
+  };
+  {
+    // Less than the f32 tensors need: refused, naming the directory and both figures.
+    Available available(dense - 1);
+    Lm model(Tiny());
+    const Status status = LoadWeights(dir, model, {}, nullptr);
+    EXPECT_THAT(status.message(), HasSubstr("'" + dir.string() + "': loading it needs about 1 MB"));
+    EXPECT_THAT(status.message(), HasSubstr("and this machine has 1 MB available"));
+  }
+  {
+    // Enough once the projections are counted at 4 bits.
+    Available available(dense - linear * 4 + linear);
+    Lm model(Tiny());
+    ModelContext context;
+    context.quantizes = [](const std::string& name) {
+      return name.find("_proj") != std::string::npos;
+    };
+    EXPECT_TRUE(LoadWeights(dir, model, {}, &context).ok());
+    Lm dense_model(Tiny());
+    EXPECT_FALSE(LoadWeights(dir, dense_model, {}, nullptr).ok());
+  }
 }
 
 TEST(HfCheckpointTest, UnknownTensorAndBadFilesAreErrors) {
