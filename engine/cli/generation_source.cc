@@ -15,7 +15,7 @@
 #include "core/guarded_call.h"
 #include "engine/atomic_file.h"
 #include "engine/paths.h"
-#include "export/peft_adapters.h"
+#include "pipeline/pretrained_dir.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/stage_state.h"
 #include "text/hf_json_tokenizer.h"

@@ -83,6 +83,10 @@ TEST(QloraExampleTest, TheTwoStageExampleTrainsFourBitLayersWithAdaptersAndGener
   // 2 layers x 7 projections, in both stages; the embedding and norms stay dense.
   EXPECT_THAT(check.out, HasSubstr("quantizer   nf4 0.1.0: 14 linear layers"));
   EXPECT_THAT(check.out, HasSubstr("adapter     lora 0.1.0: 14 linear layers"));
+  // No tokenizer in the data options: the model directory's own, with its chat template.
+  EXPECT_THAT(check.out, HasSubstr("(tokenizer.json " + (model / "tokenizer.json").string()));
+  EXPECT_THAT(check.out, HasSubstr("template " + (model / "tokenizer_config.json").string() +
+                                   "#chat_template"));
 
   const auto run = testing::RunEngine({"run", pipeline.string()});
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -1,7 +1,5 @@
 #include "export/peft_adapters.h"
 
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
 #include <torch/nn/module.h>
 
 #include <map>
@@ -12,7 +10,6 @@
 #include "engine/adapter.h"
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
-#include "engine/paths.h"
 #include "train/checkpoint.h"
 
 namespace engine {
@@ -85,20 +82,6 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
       base_model.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(base_model);
   files.config_json = config.dump(2) + "\n";
   return files;
-}
-
-std::filesystem::path StagePretrainedDir(const ResolvedStage& stage,
-                                         const std::filesystem::path& base_dir) {
-  const google::protobuf::Message* options = stage.model.options.get();
-  if (options == nullptr) return {};
-  const auto* field = options->GetDescriptor()->FindFieldByName("pretrained");
-  if (field == nullptr || field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_STRING ||
-      field->is_repeated()) {
-    return {};
-  }
-  const std::string value = options->GetReflection()->GetString(*options, field);
-  if (value.empty()) return {};
-  return ResolvePath(base_dir, value);
 }
 
 }  // namespace engine

@@ -37,9 +37,4 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
                                                 torch::nn::Module& module,
                                                 const std::string& base_model);
 
-// The stage's model `pretrained` directory (its model options' `pretrained` field), absolute;
-// empty when the model is not read from one.
-std::filesystem::path StagePretrainedDir(const ResolvedStage& stage,
-                                         const std::filesystem::path& base_dir);
-
 }  // namespace engine

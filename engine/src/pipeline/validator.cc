@@ -16,6 +16,7 @@
 #include "engine/options.pb.h"
 #include "engine/paths.h"
 #include "pipeline/device_choice.h"
+#include "pipeline/pretrained_dir.h"
 
 namespace engine {
 namespace {
@@ -47,7 +48,8 @@ class StageChecker {
   // options. `ref` may be null when the stage leaves it out and `default_plugin` names the plugin
   // to use.
   bool Bind(PluginKind kind, const Message* ref, const std::string& path, const std::string& stage,
-            const std::string& default_plugin, ResolvedPluginRef* out) {
+            const std::string& default_plugin, ResolvedPluginRef* out,
+            const std::function<void(Message&)>& fill_defaults = {}) {
     std::string plugin_name = default_plugin;
     const google::protobuf::Any* options = nullptr;
     if (ref != nullptr && !ReadRef(kind, *ref, path, stage, &plugin_name, &options)) return false;
@@ -62,6 +64,7 @@ class StageChecker {
     out->context =
         OwnerSubject(stage) + " " + std::string(PluginKindTitle(kind)) + " '" + plugin_name + "'";
     if (!UnpackOptions(*entry, options, out)) return false;
+    if (fill_defaults) fill_defaults(*out->options);
     return CheckOptions(*entry, *out);
   }
 
@@ -428,7 +431,8 @@ void NameStage(StageChecker& checker, const ResolvedPipeline& pipeline, Resolved
   }
 }
 
-void BindStagePlugins(StageChecker& checker, ResolvedStage& s) {
+void BindStagePlugins(StageChecker& checker, const std::filesystem::path& base_dir,
+                      ResolvedStage& s) {
   const proto::Stage& stage = *s.config;
   const std::string path = s.path();
   if (!stage.has_model()) {
@@ -443,7 +447,8 @@ void BindStagePlugins(StageChecker& checker, ResolvedStage& s) {
                             ": `data` is required: name a data loader, e.g. "
                             "data { plugin: \"digits\" }");
   } else {
-    checker.Bind(PluginKind::kDataLoader, &stage.data(), path + ".data", s.name, "", &s.data);
+    checker.Bind(PluginKind::kDataLoader, &stage.data(), path + ".data", s.name, "", &s.data,
+                 [&](Message& options) { UseThePretrainedTokenizer(s, base_dir, options); });
   }
   checker.Bind(PluginKind::kPrecisionPolicy, stage.has_precision() ? &stage.precision() : nullptr,
                path + ".precision", s.name, "auto", &s.precision);
@@ -494,7 +499,7 @@ void ResolveStage(StageChecker& checker, ResolvedPipeline* pipeline, int i,
   s.name = stage.name();
   s.seed = stage.has_seed() ? stage.seed() : pipeline->config.seed();
   NameStage(checker, *pipeline, s, index_by_name);
-  BindStagePlugins(checker, s);
+  BindStagePlugins(checker, pipeline->base_dir, s);
   checker.CheckTrainable(stage, s.path(), s.name);
   checker.CheckNewTensors(stage, s.path(), s.name);
   checker.CheckOptimizer(stage, s.path(), s.name);

@@ -11,6 +11,7 @@
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
 #include "export/peft_adapters.h"
+#include "pipeline/pretrained_dir.h"
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
 #include "train/checkpoint.h"
