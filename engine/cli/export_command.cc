@@ -1,6 +1,7 @@
 // `engine export`: a trained model as the tools people deploy with read it. `hf` writes a dense
 // Hugging Face model directory (adapters merged, a 4-bit base dequantized first); `peft` writes
-// the stage's adapters as PEFT loads them on its base. The directory appears whole or not at all.
+// the stage's adapters as PEFT loads them on its base; `bnb4` writes a 4-bit base as
+// bitsandbytes serializes it. The directory appears whole or not at all.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -12,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/generation_source.h"
 #include "engine/atomic_file.h"
+#include "export/bnb4_weights.h"
 #include "export/dense_weights.h"
 #include "export/peft_adapters.h"
 #include "train/checkpoint.h"
@@ -19,7 +21,7 @@
 namespace engine::cli {
 
 std::string ExportHelp() {
-  return R"(usage: engine export SOURCE --to=DIR --format=hf|peft [flags]
+  return R"(usage: engine export SOURCE --to=DIR --format=hf|peft|bnb4 [flags]
 
 Writes a trained model for other tools into DIR, a new directory (or an empty one). SOURCE is, as
 for `engine generate`, a model directory (the final checkpoint of a stage that trained the whole
@@ -36,8 +38,14 @@ built it and given its final checkpoint (or --checkpoint).
                    names of the adapted layers; modules_to_save: the modules with other trained
                    tensors, saved with them; base_model_name_or_path: --base, or the stage's
                    `pretrained` directory); the tokenizer files
+  --format=bnb4    a 4-bit stage's base as transformers + bitsandbytes load it
+                   (quantization_config with load_in_4bit in config.json): each NF4 layer in
+                   bitsandbytes' serialization (weight, weight.absmax, weight.quant_map,
+                   weight.quant_state.bitsandbytes__nf4), giving the stage's 4-bit weights
+                   exactly; the other tensors in --dtype; the tokenizer files. Adapters are not
+                   merged into 4 bits: export them with --format=peft and load them on it
   --to=DIR         where to write (required)
-  --dtype=D        hf: float32 (default), bfloat16 or float16
+  --dtype=D        hf, bnb4: float32 (default), bfloat16 or float16
   --base=DIR       peft: the base model to name in adapter_config.json
   --checkpoint=DIR with a pipeline: a checkpoint of the stage instead of its final one
   --output_dir=DIR with a pipeline: its outputs are here instead of its output_dir
@@ -123,6 +131,25 @@ Status AddHfConfigs(const Model& model, const GenerationSource& source, const Ex
   return Status::Ok();
 }
 
+// transformers' BitsAndBytesConfig for the bnb4 tensors, in config.json as transformers writes it.
+void AddQuantizationConfig(const Bnb4Export& bnb, ExportFiles* files) {
+  auto config = nlohmann::ordered_json::parse(files->text_files["config.json"]);
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"},
+                                   {"_load_in_4bit", true},
+                                   {"_load_in_8bit", false},
+                                   {"load_in_4bit", true},
+                                   {"load_in_8bit", false},
+                                   {"bnb_4bit_quant_type", "nf4"},
+                                   {"bnb_4bit_use_double_quant", false},
+                                   {"bnb_4bit_compute_dtype", bnb.compute_dtype},
+                                   {"bnb_4bit_quant_storage", "uint8"},
+                                   {"llm_int8_skip_modules", bnb.dense_linears},
+                                   {"llm_int8_threshold", 6.0},
+                                   {"llm_int8_has_fp16_weight", false},
+                                   {"llm_int8_enable_fp32_cpu_offload", false}};
+  files->text_files["config.json"] = config.dump(2) + "\n";
+}
+
 StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
                                    const ExportFlags& flags) {
   ExportFiles files;
@@ -130,6 +157,12 @@ StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
     ENGINE_ASSIGN_OR_RETURN(files.tensors, DenseWeights(model.module(), flags.dtype));
     files.tensor_file = kModelFile;
     ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, &files));
+  } else if (flags.format == "bnb4") {
+    ENGINE_ASSIGN_OR_RETURN(Bnb4Export bnb, Bnb4Weights(model.module(), flags.dtype));
+    files.tensors = std::move(bnb.tensors);
+    files.tensor_file = kModelFile;
+    ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, &files));
+    AddQuantizationConfig(bnb, &files);
   } else {
     const std::string base =
         flags.base.empty() ? source.base_model_dir().string() : fs::absolute(flags.base).string();
@@ -161,7 +194,7 @@ void PrintSummary(const GenerationSource& source, const ExportFlags& flags,
   int64_t bytes = 0;
   for (const auto& [name, tensor] : files.tensors) bytes += tensor.numel() * tensor.element_size();
   std::cout << "exported " << source.description() << " to " << flags.to.string() << " ("
-            << flags.format << (flags.format == "hf" ? ", " + flags.dtype_name : "") << ")\n"
+            << flags.format << (flags.format != "peft" ? ", " + flags.dtype_name : "") << ")\n"
             << "  " << files.tensor_file << "  " << files.tensors.size() << " tensors, " << bytes
             << " bytes\n";
   for (const auto& [name, text] : files.text_files) std::cout << "  " << name << "\n";
@@ -179,19 +212,17 @@ ExportFlags ReadFlags(Arguments& a) {
   flags.base = a.Get("base");
   if (a.positional.size() != 1) a.error = "expected one SOURCE";
   if (a.error.empty() && flags.to.empty()) a.error = "--to=DIR is required";
-  if (a.error.empty() && flags.format != "hf" && flags.format != "peft") {
-    a.error = "--format must be hf or peft, not '" + flags.format + "'";
+  if (a.error.empty() && flags.format != "hf" && flags.format != "peft" && flags.format != "bnb4") {
+    a.error = "--format must be hf, peft or bnb4, not '" + flags.format + "'";
   }
   if (a.error.empty() && a.Has("dtype")) {
-    if (flags.format != "hf") {
-      a.error = "--dtype is for --format=hf (adapters keep their trained dtype)";
+    if (flags.format == "peft") {
+      a.error = "--dtype is for --format=hf and bnb4 (adapters keep their trained dtype)";
     } else if (StatusOr<at::ScalarType> dtype = ParseDtype(a.Get("dtype")); !dtype.ok()) {
       a.error = dtype.status().message();
     } else {
       flags.dtype = *dtype;
-      flags.dtype_name = *dtype == at::kBFloat16 ? "bfloat16"
-                         : *dtype == at::kHalf   ? "float16"
-                                                 : "float32";
+      flags.dtype_name = TorchDtypeName(*dtype);
     }
   }
   if (a.error.empty() && !flags.base.empty() && flags.format != "peft") {

@@ -147,6 +147,77 @@ TEST_F(ExportCliTest, PeftExportHoldsTheTrainedAdaptersTheirFullLayerNamesAndThe
   EXPECT_FALSE(fs::exists(to / "model.safetensors"));
 }
 
+// bitsandbytes' dequantization of one layer as its default backend computes it: the high nibble
+// first, each code's NF4 value times its block's absmax.
+at::Tensor DequantizeLikeBitsandbytes(const at::Tensor& packed, const at::Tensor& absmax,
+                                      const at::Tensor& quant_map, int64_t block_size, int64_t rows,
+                                      int64_t cols) {
+  const at::Tensor bytes = packed.reshape({-1}).to(at::kLong);
+  const at::Tensor codes =
+      at::stack({at::floor_divide(bytes, 16), at::remainder(bytes, 16)}, 1).reshape({-1});
+  const at::Tensor values = quant_map.index_select(0, codes).narrow(0, 0, rows * cols);
+  const int64_t blocks = absmax.numel();
+  return (at::constant_pad_nd(values, {0, blocks * block_size - rows * cols}, 0)
+              .view({blocks, block_size}) *
+          absmax.unsqueeze(1))
+      .reshape({-1})
+      .narrow(0, 0, rows * cols)
+      .view({rows, cols});
+}
+
+TEST_F(ExportCliTest, Bnb4ExportHoldsTheStagesFourBitWeightsInBitsandbytesSerialization) {
+  const fs::path to = tmp_->path() / "bnb4";
+  const auto exported = Export(
+      {pipeline_->string() + ":qlora", "--to=" + to.string(), "--format=bnb4", "--dtype=bfloat16"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const fs::path file = to / "model.safetensors";
+  const std::string layer = "model.layers.0.mlp.down_proj";
+  const at::Tensor packed = Read(file, layer + ".weight");
+  const at::Tensor absmax = Read(file, layer + ".weight.absmax");
+  const at::Tensor quant_map = Read(file, layer + ".weight.quant_map");
+  const at::Tensor state_bytes = Read(file, layer + ".weight.quant_state.bitsandbytes__nf4");
+  ASSERT_TRUE(packed.defined() && absmax.defined() && quant_map.defined() && state_bytes.defined());
+  const auto state = nlohmann::json::parse(std::string(
+      reinterpret_cast<const char*>(state_bytes.data_ptr<uint8_t>()), state_bytes.numel()));
+  EXPECT_EQ(state["quant_type"], "nf4");
+  EXPECT_EQ(state["blocksize"], 64);
+  EXPECT_EQ(state["dtype"], "bfloat16");
+  const int64_t rows = state["shape"][0], cols = state["shape"][1];
+  EXPECT_EQ(packed.scalar_type(), at::kByte);
+  EXPECT_EQ(packed.sizes(), (std::vector<int64_t>{(rows * cols + 1) / 2, 1}));
+  EXPECT_EQ(absmax.scalar_type(), at::kFloat);
+  EXPECT_EQ(absmax.numel(), (rows * cols + 63) / 64);
+  EXPECT_EQ(quant_map.numel(), 16);
+  // Dequantized as bitsandbytes does, it is the stage's own 4-bit weight: the dense export's
+  // weight with the adapters' product taken away (both in f32, so within f32 rounding; a merge
+  // computed under the stage's bf16 autocast would be 5e-4 off).
+  const fs::path hf = tmp_->path() / "hf_for_bnb4";
+  ASSERT_EQ(
+      Export({pipeline_->string() + ":qlora", "--to=" + hf.string(), "--format=hf"}).exit_code, 0);
+  const fs::path qlora = tmp_->path() / "out/qlora/final/adapter_model.safetensors";
+  const at::Tensor base = Read(hf / "model.safetensors", layer + ".weight") -
+                          at::matmul(Read(qlora, "base_model.model." + layer + ".lora_B.weight"),
+                                     Read(qlora, "base_model.model." + layer + ".lora_A.weight")) *
+                              2.0;
+  EXPECT_TRUE(at::allclose(DequantizeLikeBitsandbytes(packed, absmax, quant_map, 64, rows, cols),
+                           base, 1e-6, 1e-6));
+  // Everything else in bf16, no adapter, transformers' quantization_config.
+  EXPECT_EQ(Read(file, "model.embed_tokens.weight").scalar_type(), at::kBFloat16);
+  auto opened = safetensors::File::Open(file);
+  ASSERT_TRUE(opened.ok());
+  for (const auto& info : (*opened)->tensors()) {
+    EXPECT_THAT(info.name, ::testing::Not(HasSubstr("lora_")));
+  }
+  const auto config = nlohmann::json::parse(testing::ReadText(to / "config.json"));
+  const auto& q = config["quantization_config"];
+  EXPECT_EQ(q["quant_method"], "bitsandbytes");
+  EXPECT_EQ(q["load_in_4bit"], true);
+  EXPECT_EQ(q["bnb_4bit_quant_type"], "nf4");
+  EXPECT_EQ(q["bnb_4bit_compute_dtype"], "bfloat16");
+  EXPECT_EQ(q["llm_int8_skip_modules"], nlohmann::json({"lm_head"}));
+  EXPECT_EQ(config["torch_dtype"], "bfloat16");
+}
+
 TEST_F(ExportCliTest, AFullFineTunesCheckpointReexportsInBf16) {
   const fs::path to = tmp_->path() / "bf16";
   const fs::path final_dir = tmp_->path() / "out/full/final";
@@ -184,7 +255,10 @@ TEST_F(ExportCliTest, WhatCannotBeExportedIsRefusedAndNothingIsWritten) {
        "`engine export PIPELINE.pbtxt:qlora --checkpoint "},
       {{full, "--to=" + to.string(), "--format=gguf"},
        2,
-       "--format must be hf or peft, not 'gguf'"},
+       "--format must be hf, peft or bnb4, not 'gguf'"},
+      {{full, "--to=" + to.string(), "--format=bnb4"},
+       1,
+       "the model has no NF4 layer: a bnb4 export holds a 4-bit base"},
       {{full, "--format=hf"}, 2, "--to=DIR is required"},
       {{full, "--to=" + to.string(), "--format=hf", "--dtype=int8"}, 2, "--dtype must be"},
       {{full, "--to=" + to.string(), "--format=peft", "--dtype=bf16"}, 2, "--dtype is for"},

@@ -1,6 +1,7 @@
 #include "export/dense_weights.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/nn/module.h>
 
 #include <map>
@@ -24,6 +25,8 @@ at::Tensor MergedWeight(LinearImpl& layer) {
 
 StatusOr<safetensors::NamedTensors> DenseWeights(torch::nn::Module& module, at::ScalarType dtype) {
   at::NoGradGuard no_grad;
+  // Exact f32 arithmetic, whatever autocast the caller's precision context has on.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   // Layer weights that differ from the stored tensor of that name, and the tensors that go.
   std::map<std::string, std::shared_ptr<LinearImpl>> merged;
   std::set<std::string> dropped;
