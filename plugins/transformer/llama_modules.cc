@@ -9,6 +9,7 @@
 
 #include "attention_mask.h"
 #include "engine/activation_checkpoint.h"
+#include "engine/linear.h"
 
 namespace engine::transformer {
 namespace {
@@ -169,8 +170,12 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const AttentionContext& 
 }
 
 LlamaDecoderImpl::LlamaDecoderImpl(const LlamaConfig& config) : config_(config) {
-  embed_tokens =
-      register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
+  torch::nn::EmbeddingOptions embedding(config.vocab_size, config.hidden_size);
+  // Weights a checkpoint replaces next are not drawn (engine/linear.h).
+  if (UninitializedParametersScope::active()) {
+    embedding._weight(at::empty({config.vocab_size, config.hidden_size}));
+  }
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(embedding));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(LlamaBlock(config, i));
   norm = register_module("norm", RmsNorm(config.hidden_size, config.rms_norm_eps));

@@ -68,7 +68,8 @@ class LinearAdapter {
 };
 
 // While one is alive on its thread, new Linear layers get uninitialized parameters: no random
-// values are drawn and no memory is touched. For building a model whose weights are read from a
+// values are drawn and no memory is touched (a model's other modules may ask active() and do the
+// same, as the Llama embedding does). For building a model whose weights are read from a
 // checkpoint next (the kernel gives the untouched memory back when they are replaced). Scopes nest.
 class UninitializedParametersScope {
  public:

@@ -107,7 +107,15 @@ class HandoffPlanner {
         handled_.insert(base_tensors.begin(), base_tensors.end());
         continue;
       }
-      if (merging) {
+      if (merging && it != parent_.tensors.end() && parent_.integer_tensors.count(weight)) {
+        h_.problems.push_back("'" + weight +
+                              "': merging the parent's adapters needs its dense weight, and the "
+                              "parent holds it quantized (" +
+                              ShapeText(it->second) +
+                              " codes): keep the adapters with parent_adapters: ATTACH, or train "
+                              "the parent without a quantizer");
+        handled_.insert(base_tensors.begin(), base_tensors.end());
+      } else if (merging) {
         h_.problems.push_back("'" + weight + "': merging the parent's adapters needs its dense " +
                               ShapeText(dense) + " weight, and the parent has " +
                               (it == parent_.tensors.end() ? "none" : ShapeText(it->second)));

@@ -147,6 +147,21 @@ TEST(HandoffTest, ParentAdaptersAreReattachedOrMergedAsTheStageSays) {
   EXPECT_THAT(attached.fresh, IsEmpty());
 }
 
+TEST(HandoffTest, MergingTheAdaptersOfAQuantizedParentIsRefusedWithTheWayOut) {
+  TwoLayers parent;
+  ASSERT_TRUE(
+      parent.first->Quantize(std::make_shared<FakeInt8>(parent.first->weight.detach())).ok());
+  ASSERT_TRUE(parent.first->AddAdapter(std::make_shared<FakeLora>(8, 6, 2)).ok());
+  HandoffSource source = SourceOf(parent);
+  source.adapter_tensors = AdapterNames(parent);
+  TwoLayers plain;
+  const Handoff h = PlanHandoff(source, plain, {}, /*merge_adapters=*/true);
+  ASSERT_FALSE(h.problems.empty());
+  EXPECT_THAT(h.problems[0], HasSubstr("'first.weight': merging the parent's adapters needs its "
+                                       "dense weight, and the parent holds it quantized"));
+  EXPECT_THAT(h.problems[0], HasSubstr("parent_adapters: ATTACH"));
+}
+
 TEST(HandoffTest, TensorsOnlyOneSideHasAndOtherShapesAreNamed) {
   TwoLayers parent;
   struct Other : torch::nn::Module {
