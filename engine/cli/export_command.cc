@@ -46,7 +46,9 @@ built it and given its final checkpoint (or --checkpoint).
                    merged into 4 bits: export them with --format=peft and load them on it
   --to=DIR         where to write (required)
   --dtype=D        hf, bnb4: float32 (default), bfloat16 or float16
-  --base=DIR       peft: the base model to name in adapter_config.json
+  --base=DIR       peft: the base model to name in adapter_config.json (default: the stage's
+                   `pretrained` directory, or the final checkpoint of the stage it started from
+                   when that is a plain model)
   --checkpoint=DIR with a pipeline: a checkpoint of the stage instead of its final one
   --output_dir=DIR with a pipeline: its outputs are here instead of its output_dir
   --plugin_path=DIRS more plugin directories (as for check)

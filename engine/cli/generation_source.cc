@@ -15,7 +15,7 @@
 #include "core/guarded_call.h"
 #include "engine/atomic_file.h"
 #include "engine/paths.h"
-#include "pipeline/pretrained_dir.h"
+#include "export/peft_adapters.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/stage_state.h"
 #include "text/hf_json_tokenizer.h"
@@ -182,7 +182,7 @@ class PipelineSource : public GenerationSource {
                       : fs::absolute(options.checkpoint);
     ENGINE_RETURN_IF_ERROR(CheckStageCheckpoint(*stage(), checkpoint_));
     files_dir_ = checkpoint_;
-    base_model_dir_ = StagePretrainedDir(*stage(), session_.pipeline->base_dir);
+    base_model_dir_ = PeftBaseModel(*stage(), *session_.pipeline);
     description_ = stage()->subject() + " of '" + pipeline.string() + "' (checkpoint " +
                    checkpoint_.string() + ")";
     return Status::Ok();

@@ -145,6 +145,11 @@ TEST_F(ExportCliTest, PeftExportHoldsTheTrainedAdaptersTheirFullLayerNamesAndThe
   EXPECT_TRUE(Read(to / "adapter_model.safetensors", b)
                   .equal(Read(tmp_->path() / "out/qlora/final/adapter_model.safetensors", b)));
   EXPECT_FALSE(fs::exists(to / "model.safetensors"));
+  // Without --base, the base is the dense stage the adapters' stage started from, in the stage's
+  // own checkpoint too.
+  const auto own = nlohmann::json::parse(
+      testing::ReadText(tmp_->path() / "out/qlora/final/adapter_config.json"));
+  EXPECT_EQ(own["base_model_name_or_path"], base.string());
 }
 
 // bitsandbytes' dequantization of one layer as its default backend computes it: the high nibble

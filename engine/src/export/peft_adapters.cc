@@ -10,6 +10,8 @@
 #include "engine/adapter.h"
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
+#include "engine/plugin.h"
+#include "pipeline/pretrained_dir.h"
 #include "train/checkpoint.h"
 
 namespace engine {
@@ -82,6 +84,22 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
       base_model.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(base_model);
   files.config_json = config.dump(2) + "\n";
   return files;
+}
+
+std::filesystem::path PeftBaseModel(const ResolvedStage& stage, const ResolvedPipeline& pipeline) {
+  std::filesystem::path pretrained = StagePretrainedDir(stage, pipeline.base_dir);
+  if (!pretrained.empty() || !stage.from_stage) return pretrained;
+  const std::filesystem::path parent =
+      FinalCheckpointDir(pipeline.output_dir / pipeline.stages[*stage.from_stage].name);
+  StatusOr<proto::CheckpointManifest> manifest = ReadManifest(parent);
+  if (!manifest.ok()) return {};
+  for (const proto::PluginVersion& plugin : manifest->plugin()) {
+    if (plugin.kind() == PluginKindName(PluginKind::kAdapter) ||
+        plugin.kind() == PluginKindName(PluginKind::kQuantizer)) {
+      return {};
+    }
+  }
+  return parent;
 }
 
 }  // namespace engine

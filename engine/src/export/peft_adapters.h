@@ -32,6 +32,11 @@ struct PeftAdapterFiles {
   std::string config_json;            // adapter_config.json
 };
 
+// The base the stage's adapters go on, for base_model_name_or_path: its model's `pretrained`
+// directory; else, for a stage started from another, that stage's final checkpoint when it is a
+// plain model directory (its manifest names no adapter or quantizer); else empty.
+std::filesystem::path PeftBaseModel(const ResolvedStage& stage, const ResolvedPipeline& pipeline);
+
 // Fails when the stage has no adapters.
 StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
                                                 torch::nn::Module& module,

@@ -11,7 +11,6 @@
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
 #include "export/peft_adapters.h"
-#include "pipeline/pretrained_dir.h"
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
 #include "train/checkpoint.h"
@@ -45,7 +44,7 @@ void AddOptimizerState(const StageParts& parts, const TrainingPosition& position
 Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
   const ResolvedStage& stage = *parts.plan->stage;
   if (stage.adapters.empty()) return Status::Ok();
-  const std::filesystem::path base = StagePretrainedDir(stage, parts.request->pipeline->base_dir);
+  const std::filesystem::path base = PeftBaseModel(stage, *parts.request->pipeline);
   ENGINE_ASSIGN_OR_RETURN(PeftAdapterFiles files,
                           MakePeftAdapterFiles(stage, parts.model->module(), base.string()));
   contents->adapters = std::move(files.tensors);
