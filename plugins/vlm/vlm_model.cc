@@ -185,7 +185,9 @@ class VlmLoader : public ModelLoaderPlugin {
         } else {
           optional.insert("lm_head.weight");
         }
-        ENGINE_RETURN_IF_ERROR(LoadWeights(text.pretrained_dir, language_model, optional));
+        // The view's names are the model's own, so the stage's quantizer can act as they load.
+        ENGINE_RETURN_IF_ERROR(
+            LoadWeights(text.pretrained_dir, language_model, optional, &context));
       }
       return std::unique_ptr<Model>(std::move(model));
     });
@@ -218,11 +220,16 @@ class VlmLoader : public ModelLoaderPlugin {
     ENGINE_RETURN_IF_ERROR(CheckDataVocab(context.data, text.vocab_size));
     const bool token_labels = UsesTokenLabels(context.data);
     return GuardModelBuild([&]() -> StatusOr<std::unique_ptr<Model>> {
-      auto model = std::make_unique<VlmModel>(vision, text, options.gradient_checkpointing(),
-                                              token_labels, eos_id);
+      std::unique_ptr<VlmModel> model;
+      {
+        // Every weight comes from the checkpoint: none is drawn first.
+        UninitializedParametersScope uninitialized;
+        model = std::make_unique<VlmModel>(vision, text, options.gradient_checkpointing(),
+                                           token_labels, eos_id);
+      }
       std::set<std::string> optional;
       if (text.tie_word_embeddings) optional.insert("lm_head.weight");
-      ENGINE_RETURN_IF_ERROR(LoadWeights(dir, model->module(), optional));
+      ENGINE_RETURN_IF_ERROR(LoadWeights(dir, model->module(), optional, &context));
       return std::unique_ptr<Model>(std::move(model));
     });
   }
