@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/generation_source.h"
 #include "engine/atomic_file.h"
+#include "engine/dtype.h"
 #include "export/bnb4_weights.h"
 #include "export/dense_weights.h"
 #include "export/peft_adapters.h"

@@ -118,17 +118,4 @@ StatusOr<ResolvedLlama> ResolveLlama(const LlamaOptions& options, const DataSpec
   return resolved;
 }
 
-std::string TorchDtypeName(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kHalf:
-      return "float16";
-    case at::kDouble:
-      return "float64";
-    default:
-      return "float32";
-  }
-}
-
 }  // namespace engine::transformer

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/data.h"
+#include "engine/dtype.h"
 #include "engine/plugin.h"
 #include "llama_config.h"
 
@@ -43,8 +44,5 @@ auto GuardModelBuild(Build&& build) -> decltype(build()) {
 
 // Checks that the data's token fields fit `vocab_size`.
 Status CheckDataVocab(const DataSpec* data, int64_t vocab_size);
-
-// "float32", "bfloat16", "float16" (config.json's torch_dtype).
-std::string TorchDtypeName(at::ScalarType dtype);
 
 }  // namespace engine::transformer

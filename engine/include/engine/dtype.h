@@ -1,4 +1,5 @@
-// Names for tensor dtypes, as the engine prints them and as safetensors stores them.
+// Names for tensor dtypes, as the engine prints them, as safetensors stores them and as torch
+// spells them.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -18,6 +19,10 @@ std::optional<at::ScalarType> DtypeFromShortName(std::string_view name);
 // The safetensors names: "F32", "BF16", "F16", "I64", "BOOL", ... Unsupported dtypes give nullopt.
 std::optional<std::string_view> SafetensorsDtypeName(at::ScalarType dtype);
 std::optional<at::ScalarType> DtypeFromSafetensorsName(std::string_view name);
+
+// torch's names, as Hugging Face configs write torch_dtype: "float32", "bfloat16", "float16",
+// "float64" (any other dtype gives "float32").
+std::string TorchDtypeName(at::ScalarType dtype);
 
 // The scalar type a quantizer's declared compute dtype names.
 at::ScalarType ScalarTypeOf(ComputeDtype dtype);

@@ -69,4 +69,17 @@ at::ScalarType ScalarTypeOf(ComputeDtype dtype) {
   return at::kBFloat16;
 }
 
+std::string TorchDtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    case at::kDouble:
+      return "float64";
+    default:
+      return "float32";
+  }
+}
+
 }  // namespace engine

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "engine/dtype.h"
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
 #include "engine_kernels/nf4_codebook.h"
@@ -78,17 +79,6 @@ at::Tensor PackedQuantState(int64_t block_size, at::ScalarType dtype, int64_t ro
 }
 
 }  // namespace
-
-std::string TorchDtypeName(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kHalf:
-      return "float16";
-    default:
-      return "float32";
-  }
-}
 
 StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype) {
   at::NoGradGuard no_grad;

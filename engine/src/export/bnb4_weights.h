@@ -38,7 +38,4 @@ struct Bnb4Export {
 // another format.
 StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype);
 
-// The dtype's name as torch spells it after "torch." ("bfloat16", "float32", "float16").
-std::string TorchDtypeName(at::ScalarType dtype);
-
 }  // namespace engine
