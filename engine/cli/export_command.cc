@@ -108,16 +108,18 @@ std::vector<fs::path> TokenizerFiles(const GenerationSource& source) {
   return {};
 }
 
-// config.json of the model as built, with torch_dtype set to the export's; and
-// generation_config.json: the source's own, or one holding the config's token ids.
+// config.json of the model as built, with torch_dtype set to the export's (and the
+// quantization_config, unless null); and generation_config.json: the source's own, or one holding
+// the config's token ids.
 Status AddHfConfigs(const Model& model, const GenerationSource& source, const ExportFlags& flags,
-                    ExportFiles* files) {
+                    const nlohmann::ordered_json& quantization_config, ExportFiles* files) {
   auto config = nlohmann::ordered_json::parse(model.config_json(), nullptr, false);
   if (!config.is_object()) {
     return InternalError("the model's config_json() is not a JSON object");
   }
   config["torch_dtype"] = flags.dtype_name;
   if (config.contains("dtype")) config["dtype"] = flags.dtype_name;
+  if (!quantization_config.is_null()) config["quantization_config"] = quantization_config;
   files->text_files["config.json"] = config.dump(2) + "\n";
   std::error_code ec;
   for (const fs::path& dir : {source.files_dir(), source.base_model_dir()}) {
@@ -134,23 +136,21 @@ Status AddHfConfigs(const Model& model, const GenerationSource& source, const Ex
   return Status::Ok();
 }
 
-// transformers' BitsAndBytesConfig for the bnb4 tensors, in config.json as transformers writes it.
-void AddQuantizationConfig(const Bnb4Export& bnb, ExportFiles* files) {
-  auto config = nlohmann::ordered_json::parse(files->text_files["config.json"]);
-  config["quantization_config"] = {{"quant_method", "bitsandbytes"},
-                                   {"_load_in_4bit", true},
-                                   {"_load_in_8bit", false},
-                                   {"load_in_4bit", true},
-                                   {"load_in_8bit", false},
-                                   {"bnb_4bit_quant_type", "nf4"},
-                                   {"bnb_4bit_use_double_quant", false},
-                                   {"bnb_4bit_compute_dtype", bnb.compute_dtype},
-                                   {"bnb_4bit_quant_storage", "uint8"},
-                                   {"llm_int8_skip_modules", bnb.dense_linears},
-                                   {"llm_int8_threshold", 6.0},
-                                   {"llm_int8_has_fp16_weight", false},
-                                   {"llm_int8_enable_fp32_cpu_offload", false}};
-  files->text_files["config.json"] = config.dump(2) + "\n";
+// transformers' BitsAndBytesConfig for the bnb4 tensors, as transformers writes it in config.json.
+nlohmann::ordered_json QuantizationConfig(const Bnb4Export& bnb) {
+  return {{"quant_method", "bitsandbytes"},
+          {"_load_in_4bit", true},
+          {"_load_in_8bit", false},
+          {"load_in_4bit", true},
+          {"load_in_8bit", false},
+          {"bnb_4bit_quant_type", "nf4"},
+          {"bnb_4bit_use_double_quant", false},
+          {"bnb_4bit_compute_dtype", bnb.compute_dtype},
+          {"bnb_4bit_quant_storage", "uint8"},
+          {"llm_int8_skip_modules", bnb.dense_linears},
+          {"llm_int8_threshold", 6.0},
+          {"llm_int8_has_fp16_weight", false},
+          {"llm_int8_enable_fp32_cpu_offload", false}};
 }
 
 StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
@@ -159,13 +159,12 @@ StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
   if (flags.format == "hf") {
     ENGINE_ASSIGN_OR_RETURN(files.tensors, DenseWeights(model.module(), flags.dtype));
     files.tensor_file = kModelFile;
-    ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, &files));
+    ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, nullptr, &files));
   } else if (flags.format == "bnb4") {
     ENGINE_ASSIGN_OR_RETURN(Bnb4Export bnb, Bnb4Weights(model.module(), flags.dtype));
     files.tensors = std::move(bnb.tensors);
     files.tensor_file = kModelFile;
-    ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, &files));
-    AddQuantizationConfig(bnb, &files);
+    ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, QuantizationConfig(bnb), &files));
   } else {
     const std::string base =
         flags.base.empty() ? source.base_model_dir().string() : fs::absolute(flags.base).string();

@@ -6,7 +6,6 @@
 // "...q_proj.lora_B.weight"), and adapter_config.json is PEFT's, so PEFT loads an adapter-only
 // checkpoint onto the same base model.
 #include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/linear.h>
 
@@ -41,8 +40,6 @@ class LoraAdapter : public LinearAdapter {
   }
 
   at::Tensor WeightDelta() override {
-    // In f32 as promised, even when called inside a precision context's autocast.
-    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     return at::matmul(b_->weight.detach().to(at::kFloat), a_->weight.detach().to(at::kFloat)) *
            scale_;
   }

@@ -37,11 +37,18 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir) {
 namespace {
 
 using LinearLoaded = std::function<Status(const std::string&, LinearImpl&)>;
-using TensorFiles = std::map<std::string, std::filesystem::path>;  // tensor name -> its file
 
-// Where each tensor of the directory is: the index's weight_map, or the single file's tensors.
-StatusOr<TensorFiles> LocateTensors(const std::filesystem::path& dir) {
-  TensorFiles where;
+using Shards = std::map<std::filesystem::path, std::shared_ptr<const safetensors::File>>;
+
+// The directory's weights: which file holds each tensor (the index's weight_map, or the single
+// file's tensors), and every such file opened once.
+struct Checkpoint {
+  std::map<std::string, std::filesystem::path> where;  // tensor name -> its file
+  Shards files;
+};
+
+StatusOr<Checkpoint> OpenCheckpoint(const std::filesystem::path& dir) {
+  Checkpoint checkpoint;
   const auto single = dir / "model.safetensors";
   const auto index = dir / "model.safetensors.index.json";
   std::error_code ec;
@@ -58,21 +65,27 @@ StatusOr<TensorFiles> LocateTensors(const std::filesystem::path& dir) {
         return DataLossError("'" + index.string() + "': the shard of '" + it.key() +
                              "' is not a file name");
       }
-      where[it.key()] = dir / it.value().get<std::string>();
+      checkpoint.where[it.key()] = dir / it.value().get<std::string>();
     }
-    return where;
+  } else if (std::filesystem::exists(single, ec)) {
+    ENGINE_ASSIGN_OR_RETURN(checkpoint.files[single], safetensors::File::Open(single));
+    for (const auto& t : checkpoint.files[single]->tensors()) checkpoint.where[t.name] = single;
+  } else {
+    return NotFoundError("'" + dir.string() +
+                         "' holds neither model.safetensors nor model.safetensors.index.json");
   }
-  if (std::filesystem::exists(single, ec)) {
-    ENGINE_ASSIGN_OR_RETURN(auto file, safetensors::File::Open(single));
-    for (const auto& t : file->tensors()) where[t.name] = single;
-    return where;
+  for (const auto& [name, path] : checkpoint.where) {
+    auto& file = checkpoint.files[path];
+    if (file == nullptr) {
+      ENGINE_ASSIGN_OR_RETURN(file, safetensors::File::Open(path));
+    }
   }
-  return NotFoundError("'" + dir.string() +
-                       "' holds neither model.safetensors nor model.safetensors.index.json");
+  return checkpoint;
 }
 
 // Every tensor of the directory must be one of the module's (or derived from its config).
-Status CheckNoUnknownTensors(const std::filesystem::path& dir, const TensorFiles& where,
+Status CheckNoUnknownTensors(const std::filesystem::path& dir,
+                             const std::map<std::string, std::filesystem::path>& where,
                              const std::map<std::string, at::Tensor>& targets) {
   for (const auto& [name, file] : where) {
     if (!targets.count(name) && !Derived(name)) {
@@ -110,24 +123,16 @@ Status ReadInto(const std::filesystem::path& dir, const std::string& name,
   return Status::Ok();
 }
 
-using Shards = std::map<std::filesystem::path, std::shared_ptr<const safetensors::File>>;
-
 // Bytes the loaded model will hold: each tensor as stored, a quantized layer's weight at about
 // 4.2 bits per element (NF4 with its scales; int8 layers take more, but by then the estimate only
 // has to be right about what cannot fit).
-StatusOr<int64_t> LoadedBytes(const TensorFiles& where, const std::set<std::string>& quantized,
-                              Shards& shards) {
+int64_t LoadedBytes(const Checkpoint& checkpoint, const std::set<std::string>& quantized) {
   int64_t bytes = 0;
-  for (const auto& [name, path] : where) {
-    auto& file = shards[path];
-    if (file == nullptr) {
-      ENGINE_ASSIGN_OR_RETURN(file, safetensors::File::Open(path));
-    }
-    const safetensors::TensorInfo* info = file->Find(name);
-    if (info == nullptr) continue;
-    const int64_t stored = static_cast<int64_t>(info->end - info->begin);
+  for (const auto& [name, path] : checkpoint.where) {
+    const safetensors::TensorInfo* info = checkpoint.files.at(path)->Find(name);
+    if (info == nullptr) continue;  // reported when it is read
     if (!quantized.count(name)) {
-      bytes += stored;
+      bytes += static_cast<int64_t>(info->end - info->begin);
     } else {
       int64_t elements = 1;
       for (int64_t d : info->shape) elements *= d;
@@ -153,11 +158,11 @@ Status CheckMemory(const std::filesystem::path& dir, int64_t needed) {
 
 Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
                    const std::set<std::string>& optional, const ModelContext* context) {
-  ENGINE_ASSIGN_OR_RETURN(const TensorFiles where, LocateTensors(dir));
+  ENGINE_ASSIGN_OR_RETURN(const Checkpoint checkpoint, OpenCheckpoint(dir));
   std::map<std::string, at::Tensor> targets;
   for (auto& p : module.named_parameters(/*recurse=*/true)) targets[p.key()] = p.value();
   for (auto& b : module.named_buffers(/*recurse=*/true)) targets[b.key()] = b.value();
-  ENGINE_RETURN_IF_ERROR(CheckNoUnknownTensors(dir, where, targets));
+  ENGINE_RETURN_IF_ERROR(CheckNoUnknownTensors(dir, checkpoint.where, targets));
   // weight tensor name -> its layer
   std::map<std::string, std::pair<std::string, std::shared_ptr<LinearImpl>>> linears;
   for (auto& [name, layer] : NamedLinears(module)) linears[name + ".weight"] = {name, layer};
@@ -167,22 +172,16 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
       if (context->quantizes(layer.first)) quantized.insert(weight);
     }
   }
-  Shards files;
-  ENGINE_ASSIGN_OR_RETURN(const int64_t needed, LoadedBytes(where, quantized, files));
-  ENGINE_RETURN_IF_ERROR(CheckMemory(dir, needed));
+  ENGINE_RETURN_IF_ERROR(CheckMemory(dir, LoadedBytes(checkpoint, quantized)));
   const LinearLoaded no_hook;
   const LinearLoaded& linear_loaded = context != nullptr ? context->linear_loaded : no_hook;
   for (auto& [name, target] : targets) {
-    auto it = where.find(name);
-    if (it == where.end()) {
+    auto it = checkpoint.where.find(name);
+    if (it == checkpoint.where.end()) {
       if (optional.count(name)) continue;
       return NotFoundError("'" + dir.string() + "' has no tensor '" + name + "'");
     }
-    auto& file = files[it->second];
-    if (file == nullptr) {
-      ENGINE_ASSIGN_OR_RETURN(file, safetensors::File::Open(it->second));
-    }
-    ENGINE_RETURN_IF_ERROR(ReadInto(dir, name, *file, target));
+    ENGINE_RETURN_IF_ERROR(ReadInto(dir, name, *checkpoint.files.at(it->second), target));
     // Let go of our handle, so that a layer quantized by the hook frees its dense weight now.
     target = at::Tensor();
     if (auto layer = linears.find(name); linear_loaded && layer != linears.end()) {

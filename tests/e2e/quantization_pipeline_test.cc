@@ -97,8 +97,8 @@ TEST(QuantizationPipelineTest, RunTrainsOnlyTheAdaptersAndSavesThemInPeftLayout)
   EXPECT_EQ(config["r"], 4);
   // Full names, so PEFT wraps exactly the layers that trained; nothing else trained; no base.
   EXPECT_EQ(config["target_modules"],
-            nlohmann::json({"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj",
-                            "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.o_proj"}));
+            nlohmann::json({"model.layers.0.self_attn.o_proj", "model.layers.0.self_attn.q_proj",
+                            "model.layers.1.self_attn.o_proj", "model.layers.1.self_attn.q_proj"}));
   EXPECT_TRUE(config["modules_to_save"].is_null());
   EXPECT_TRUE(config["base_model_name_or_path"].is_null());
 }

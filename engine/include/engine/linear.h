@@ -109,6 +109,13 @@ class LinearImpl : public torch::nn::Module {
 
   Status AddAdapter(std::shared_ptr<LinearAdapter> adapter);
   const std::vector<std::shared_ptr<LinearAdapter>>& adapters() const { return adapters_; }
+  // The adapters' tensors, named as the layer holds them ("lora_A.weight"), parameters and
+  // buffers.
+  std::vector<std::string> AdapterTensorNames() const;
+  // The base weight with every adapter's delta added, f32 on the CPU, computed in f32 (what
+  // MergeAdapters would store, before any rounding to the layer's dtype or format). The layer is
+  // not changed.
+  at::Tensor MergedWeight() const;
 
   // Folds every adapter's WeightDelta into the base weight, after which forward skips them. A
   // quantized base is dequantized, merged and requantized only with `requantize` (it loses

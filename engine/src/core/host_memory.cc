@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
+
+#include "engine/atomic_file.h"
 
 namespace engine {
 namespace {
@@ -22,11 +23,10 @@ std::optional<int64_t> MeminfoBytes(const std::string& text, const std::string& 
   return std::nullopt;
 }
 
+// A /proc or /sys file's text; empty when it cannot be read.
 std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  StatusOr<std::string> text = ReadFile(path);
+  return text.ok() ? *text : std::string();
 }
 
 // memory.max - memory.current of this process's cgroup (v2), when it has a limit.

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/module_tensors.h"
+
 namespace engine {
 namespace {
 
@@ -225,7 +227,27 @@ Status LinearImpl::AddAdapter(std::shared_ptr<LinearAdapter> adapter) {
   return Status::Ok();
 }
 
+std::vector<std::string> LinearImpl::AdapterTensorNames() const {
+  std::vector<std::string> names;
+  for (const auto& adapter : adapters_) {
+    for (const auto& [child, module] : adapter->modules()) {
+      for (const ModuleTensor& t : ModuleTensors(*module)) names.push_back(child + "." + t.name);
+    }
+  }
+  return names;
+}
+
+at::Tensor LinearImpl::MergedWeight() const {
+  at::NoGradGuard no_grad;
+  at::Tensor weight = DenseWeight(at::kFloat).cpu();
+  if (!adapters_.empty() && !merged_) weight += AdapterDelta();
+  return weight;
+}
+
 at::Tensor LinearImpl::AdapterDelta() const {
+  // Exact f32 arithmetic, whatever autocast the caller's precision context has on (an adapter's
+  // product under bf16 autocast would be rounded to bf16).
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   at::Tensor delta = at::zeros({out_features_, in_features_}, at::kFloat);
   for (const auto& adapter : adapters_) delta += adapter->WeightDelta().to(at::kFloat).cpu();
   return delta;

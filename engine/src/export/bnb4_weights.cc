@@ -1,7 +1,6 @@
 #include "export/bnb4_weights.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/nn/module.h>
 
 #include <map>
@@ -12,6 +11,7 @@
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
 #include "engine_kernels/nf4_codebook.h"
+#include "export/dense_weights.h"
 
 namespace engine {
 namespace {
@@ -82,8 +82,6 @@ at::Tensor PackedQuantState(int64_t block_size, at::ScalarType dtype, int64_t ro
 
 StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype) {
   at::NoGradGuard no_grad;
-  // Exact f32 arithmetic, whatever autocast the caller's precision context has on.
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   Bnb4Export out;
   std::map<std::string, std::shared_ptr<LinearImpl>> quantized;
   std::set<std::string> dropped;
@@ -100,11 +98,8 @@ StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype
         dropped.insert(name + "." + tensor);
       }
     }
-    for (const auto& adapter : layer->adapters()) {
-      for (const auto& [child, sub] : adapter->modules()) {
-        for (const auto& t : ModuleTensors(*sub)) dropped.insert(name + "." + child + "." + t.name);
-      }
-    }
+    for (const std::string& tensor : layer->AdapterTensorNames())
+      dropped.insert(name + "." + tensor);
   }
   if (quantized.empty()) {
     return FailedPreconditionError(
@@ -124,12 +119,8 @@ StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype
       out.tensors.emplace_back(t.name + ".quant_state.bitsandbytes__nf4",
                                PackedQuantState(block_size, dtype, weight.rows(), weight.cols()));
       out.compute_dtype = TorchDtypeName(weight.compute_dtype());
-      ++out.quantized_layers;
     } else if (!dropped.count(t.name)) {
-      const at::Tensor cpu = t.tensor.detach().cpu();
-      out.tensors.emplace_back(t.name, at::isFloatingType(cpu.scalar_type())
-                                           ? cpu.to(dtype).contiguous()
-                                           : cpu.contiguous());
+      out.tensors.emplace_back(t.name, ExportedTensor(t.tensor, dtype));
     }
   }
   return out;

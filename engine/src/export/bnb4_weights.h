@@ -31,7 +31,6 @@ struct Bnb4Export {
   safetensors::NamedTensors tensors;
   std::vector<std::string> dense_linears;  // full names of the linear layers left unquantized
   std::string compute_dtype;               // "bfloat16": the NF4 layers' declared compute dtype
-  int64_t quantized_layers = 0;
 };
 
 // Fails when no layer is NF4 (nothing to export in this format) or a layer is quantized in

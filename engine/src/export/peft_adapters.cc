@@ -18,8 +18,8 @@ namespace engine {
 namespace {
 
 struct AdapterLayout {
-  std::vector<std::string> layers;   // full names of the layers with adapters
-  std::set<std::string> parameters;  // full names of the adapter parameters
+  std::vector<std::string> layers;  // full names of the layers with adapters
+  std::set<std::string> tensors;    // full names of the adapter tensors
 };
 
 AdapterLayout FindAdapters(torch::nn::Module& module) {
@@ -27,12 +27,8 @@ AdapterLayout FindAdapters(torch::nn::Module& module) {
   for (const auto& [name, layer] : NamedLinears(module)) {
     if (layer->adapters().empty()) continue;
     layout.layers.push_back(name);
-    for (const auto& adapter : layer->adapters()) {
-      for (const auto& [child, sub] : adapter->modules()) {
-        for (const auto& p : sub->named_parameters(/*recurse=*/true)) {
-          layout.parameters.insert(name + "." + child + "." + p.key());
-        }
-      }
+    for (const std::string& tensor : layer->AdapterTensorNames()) {
+      layout.tensors.insert(name + "." + tensor);
     }
   }
   return layout;
@@ -57,13 +53,13 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
   const std::vector<ModuleTensor> tensors = ModuleTensors(module);
   std::set<std::string> modules_to_save;
   for (const ModuleTensor& t : tensors) {
-    if (!t.buffer && t.tensor.requires_grad() && layout.parameters.count(t.name) == 0) {
+    if (!t.buffer && t.tensor.requires_grad() && layout.tensors.count(t.name) == 0) {
       modules_to_save.insert(OwningModule(t.name));
     }
   }
   PeftAdapterFiles files;
   for (const ModuleTensor& t : tensors) {
-    if (layout.parameters.count(t.name) > 0 || modules_to_save.count(OwningModule(t.name)) > 0) {
+    if (layout.tensors.count(t.name) > 0 || modules_to_save.count(OwningModule(t.name)) > 0) {
       files.tensors.emplace_back(kPeftPrefix + t.name, t.tensor.detach());
     }
   }
@@ -77,7 +73,6 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
   if (!config.is_object()) {
     return InternalError(ref.context + ": its adapter_config.json is not a JSON object");
   }
-  config["target_modules"] = layout.layers;
   config["modules_to_save"] = modules_to_save.empty() ? nlohmann::ordered_json(nullptr)
                                                       : nlohmann::ordered_json(modules_to_save);
   config["base_model_name_or_path"] =

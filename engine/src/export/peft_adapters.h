@@ -1,17 +1,16 @@
 // A stage's adapters as PEFT reads them: adapter_model.safetensors and adapter_config.json, for
 // its checkpoints and for `engine export --format peft`.
 //
-//   - every adapter parameter, as "base_model.model." + its name in the model;
+//   - every adapter tensor, as "base_model.model." + its name in the model;
 //   - modules_to_save: every module holding a trained parameter that is not an adapter's (a
 //     projector, a norm), with all of that module's tensors, so that PEFT on the base computes
 //     what the stage computes;
-//   - target_modules: the full names of the layers the adapters sit on (never bare names that
-//     would make PEFT wrap layers that were not trained);
-//   - base_model_name_or_path: the base the adapters go on (the stage's `pretrained` directory
-//     unless given), null when there is none.
+//   - base_model_name_or_path: the base the adapters go on (PeftBaseModel's unless given), null
+//     when there is none.
 //
-// The adapter plugin writes the rest of adapter_config.json (r, lora_alpha, ...). Errors name the
-// stage and plugin. Reads the module only.
+// The adapter plugin writes the rest of adapter_config.json (r, lora_alpha, target_modules from
+// the full names of the adapted layers, ...). Errors name the stage and plugin. Reads the module
+// only.
 #pragma once
 
 #include <filesystem>

@@ -22,12 +22,20 @@ std::filesystem::path StagePretrainedDir(const ResolvedStage& stage,
   return ResolvePath(base_dir, value);
 }
 
+const google::protobuf::FieldDescriptor* TokenizerOptionsField(
+    const google::protobuf::Message& data_options) {
+  const auto* field = data_options.GetDescriptor()->FindFieldByName("tokenizer");
+  if (field == nullptr || field->is_repeated() || field->message_type() == nullptr ||
+      field->message_type()->full_name() != proto::TokenizerOptions::descriptor()->full_name()) {
+    return nullptr;
+  }
+  return field;
+}
+
 bool UseThePretrainedTokenizer(const ResolvedStage& stage, const std::filesystem::path& base_dir,
                                google::protobuf::Message& data_options) {
-  const auto* field = data_options.GetDescriptor()->FindFieldByName("tokenizer");
-  if (field == nullptr || field->message_type() == nullptr ||
-      field->message_type()->full_name() != proto::TokenizerOptions::descriptor()->full_name() ||
-      field->is_repeated() || data_options.GetReflection()->HasField(data_options, field)) {
+  const auto* field = TokenizerOptionsField(data_options);
+  if (field == nullptr || data_options.GetReflection()->HasField(data_options, field)) {
     return false;
   }
   const std::filesystem::path dir = StagePretrainedDir(stage, base_dir);

@@ -117,8 +117,8 @@ std::function<bool(const std::string&)> QuantizedLayers(const ResolvedStage& sta
   };
 }
 
-std::function<Status(const std::string&, LinearImpl&)> QuantizeOnLoad(const ResolvedStage& stage) {
-  std::function<bool(const std::string&)> chosen = QuantizedLayers(stage);
+std::function<Status(const std::string&, LinearImpl&)> QuantizeOnLoad(
+    const ResolvedStage& stage, const std::function<bool(const std::string&)>& chosen) {
   if (!chosen) return {};
   const ResolvedPluginRef& ref = stage.quantizer;
   const auto* plugin = static_cast<const QuantizerPlugin*>(ref.entry->plugin.get());

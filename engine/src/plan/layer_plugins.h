@@ -57,16 +57,16 @@ std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
                                                 torch::nn::Module& module,
                                                 LayerPluginReport* report);
 
-// The ModelContext::linear_loaded hook for `stage` (engine/model.h): quantizes each layer the
-// stage's quantizer selects as soon as the loader has read its weight. A layer it cannot quantize
-// stays dense, and ApplyLayerPlugins then reports the failure where the quantizer is configured.
-// Empty for a stage without a quantizer.
-std::function<Status(const std::string& name, LinearImpl& layer)> QuantizeOnLoad(
-    const ResolvedStage& stage);
-
 // The ModelContext::quantizes predicate for `stage`: whether its quantizer selects the layer of
 // that full name. Empty for a stage without a quantizer.
 std::function<bool(const std::string& name)> QuantizedLayers(const ResolvedStage& stage);
+
+// The ModelContext::linear_loaded hook for `stage` (engine/model.h): quantizes each layer that
+// `chosen` (QuantizedLayers' predicate) selects as soon as the loader has read its weight. A layer
+// it cannot quantize stays dense, and ApplyLayerPlugins then reports the failure where the
+// quantizer is configured. Empty when `chosen` is.
+std::function<Status(const std::string& name, LinearImpl& layer)> QuantizeOnLoad(
+    const ResolvedStage& stage, const std::function<bool(const std::string&)>& chosen);
 
 // Whether target `pattern` selects the layer `name`: the whole name, or its last component.
 bool TargetMatches(const std::string& pattern, const std::string& name);

@@ -119,8 +119,9 @@ class PlanBuilder {
   bool CreateModel(const ResolvedStage& stage, StagePlan* plan) {
     const auto* model_plugin =
         static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
+    const std::function<bool(const std::string&)> quantized = QuantizedLayers(stage);
     ModelContext model_context{&plan->data_spec, pipeline_.base_dir, stage.seed,
-                               QuantizeOnLoad(stage), QuantizedLayers(stage)};
+                               QuantizeOnLoad(stage, quantized), quantized};
     at::manual_seed(stage.seed);
     StatusOr<std::unique_ptr<Model>> model = GuardedCall(stage.model.context, [&] {
       return model_plugin->Create(*stage.model.options, model_context);

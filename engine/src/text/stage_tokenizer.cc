@@ -8,17 +8,15 @@
 #include "engine/atomic_file.h"
 #include "engine/paths.h"
 #include "engine/tokenizer.h"
+#include "pipeline/pretrained_dir.h"
 
 namespace engine {
 
 std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage& stage) {
   if (stage.data.options == nullptr) return std::nullopt;
   const google::protobuf::Message& options = *stage.data.options;
-  const auto* field = options.GetDescriptor()->FindFieldByName("tokenizer");
-  if (field == nullptr || field->message_type() == nullptr ||
-      field->message_type()->full_name() != proto::TokenizerOptions::descriptor()->full_name()) {
-    return std::nullopt;
-  }
+  const auto* field = TokenizerOptionsField(options);
+  if (field == nullptr) return std::nullopt;
   // The loader's library may hold its own copy of the generated class: go through bytes.
   proto::TokenizerOptions tokenizer;
   if (!tokenizer.ParseFromString(
