@@ -120,16 +120,23 @@ class DirectorySource : public GenerationSource {
     if (!fs::exists(dir_ / kManifestFile)) return Status::Ok();
     ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir_));
     ENGINE_RETURN_IF_ERROR(VerifyCheckpointFiles(dir_, manifest));
+    const std::string use_the_stage = ": use the stage, as in `engine " + command +
+                                      " PIPELINE.pbtxt:" + manifest.stage() + " --checkpoint " +
+                                      dir_.string() + "`";
+    if (manifest.has_frozen_base()) {
+      return FailedPreconditionError("'" + dir_.string() + "' is a checkpoint of stage '" +
+                                     manifest.stage() +
+                                     "' that holds only what it changed over the base in '" +
+                                     manifest.frozen_base().pretrained() + "'" + use_the_stage);
+    }
     for (const proto::PluginVersion& plugin : manifest.plugin()) {
       if (plugin.kind() != PluginKindName(PluginKind::kAdapter) &&
           plugin.kind() != PluginKindName(PluginKind::kQuantizer)) {
         continue;
       }
-      return FailedPreconditionError(
-          "'" + dir_.string() + "' is a checkpoint of stage '" + manifest.stage() + "' with the " +
-          plugin.kind() + " '" + plugin.name() +
-          "', not a model directory: use the stage, as in `engine " + command +
-          " PIPELINE.pbtxt:" + manifest.stage() + " --checkpoint " + dir_.string() + "`");
+      return FailedPreconditionError("'" + dir_.string() + "' is a checkpoint of stage '" +
+                                     manifest.stage() + "' with the " + plugin.kind() + " '" +
+                                     plugin.name() + "', not a model directory" + use_the_stage);
     }
     return Status::Ok();
   }

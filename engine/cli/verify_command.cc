@@ -17,7 +17,9 @@ std::string VerifyHelp() {
 
 Checks every checkpoint in DIR (a checkpoint directory, a stage's directory or a whole output
 directory): each file's size and content hash against those its manifest recorded when it was
-written, and the tensors of model.safetensors against the manifest's list. Prints one line per
+written, and the tensors of model.safetensors against the manifest's list; for a slim checkpoint
+(one that holds only what its stage trained), the files of the frozen base it names as well.
+Prints one line per
 checkpoint, "ok" or "DAMAGED" with the file and what is wrong. Nothing is written.
 
 Exit status 0 when every checkpoint is whole, 1 when one is damaged or none was found, 2 for a
@@ -58,6 +60,11 @@ bool VerifyOne(const std::filesystem::path& dir) {
   std::cout << "ok      " << Printable(dir.string()) << " (step " << manifest->step() << ", "
             << manifest->file_size() << " files hashed"
             << (manifest->file_size() == 0 ? ": an older checkpoint, tensors checked only" : "")
+            << (manifest->has_frozen_base()
+                    ? ", and the " + std::to_string(manifest->frozen_base().file_size()) +
+                          " files of its frozen base in " +
+                          Printable(manifest->frozen_base().pretrained())
+                    : std::string())
             << ")\n";
   return true;
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/safetensors.h"
+#include "testing/hub_model.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -28,45 +29,9 @@ void ReplaceAll(std::string& text, const std::string& from, const std::string& t
   }
 }
 
-// A model directory as a hub download has it: config.json, model.safetensors, tokenizer.json and
-// tokenizer_config.json (with a chat template), from a short run of the chat_sft pipeline's
-// first stage.
-fs::path MakeHubModel(testing::TempDir& tmp) {
-  const fs::path source = testing::kSourceDir;
-  const auto pipeline =
-      tmp.Write("base.pbtxt", R"(name: "base"
-stage {
-  name: "lm"
-  model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
-    hidden_size: 64 num_hidden_layers: 2 num_attention_heads: 4 num_key_value_heads: 2 } } }
-  data { plugin: "text" options { [type.googleapis.com/engine.plugins.TextOptions] {
-    path: ")" + testing::FortunesDataPath().string() +
-                                  R"(" document_separator: "%"
-    sequence_length: 32 max_documents: 200 eval_fraction: 0.1
-    tokenizer { kind: HF_JSON path: ")" +
-                                  (source / "tests/fixtures/tokenizers/llama3_bpe.json").string() +
-                                  R"("
-                config: ")" + (source / "pipelines/llama3_chat_tokenizer_config.json").string() +
-                                  R"(" } } } }
-  optimizer { learning_rate: 0.003 }
-  schedule { max_steps: 2 batch_size: 4 }
-}
-)");
-  const auto run = testing::RunEngine(
-      {"run", pipeline.string(), "--output_dir=" + (tmp.path() / "base_out").string()});
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  const fs::path model = tmp.path() / "models/Llama-3.2-1B-Instruct";
-  fs::create_directories(model);
-  for (const char* file :
-       {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(tmp.path() / "base_out/lm/final" / file, model / file);
-  }
-  return model;
-}
-
 TEST(QloraExampleTest, TheTwoStageExampleTrainsFourBitLayersWithAdaptersAndGenerates) {
   testing::TempDir tmp;
-  const fs::path model = MakeHubModel(tmp);
+  const fs::path model = testing::MakeHubModel(tmp);
   std::string example =
       testing::ReadText(fs::path(testing::kSourceDir) / "examples/qlora_two_stage.pbtxt");
   ReplaceAll(example, "max_steps: 400", "max_steps: 3");
@@ -92,17 +57,22 @@ TEST(QloraExampleTest, TheTwoStageExampleTrainsFourBitLayersWithAdaptersAndGener
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("pipeline 'qlora_two_stage' finished: 2 stages"));
   const fs::path out = tmp.path() / "runs/qlora_two_stage";
-  // The chat stage kept the domain stage's frozen 4-bit base and trained its adapters on: they
-  // are neither the domain stage's nor a fresh start's zero B.
-  auto domain = safetensors::File::Open(out / "domain/final/model.safetensors");
-  auto chat = safetensors::File::Open(out / "chat/final/model.safetensors");
-  ASSERT_TRUE(domain.ok() && chat.ok());
-  const std::string base_4bit = "model.layers.0.mlp.down_proj.weight";
-  auto domain_base = (*domain)->Get(base_4bit);
-  auto chat_base = (*chat)->Get(base_4bit);
-  ASSERT_TRUE(domain_base.ok() && chat_base.ok());
-  EXPECT_EQ(chat_base->scalar_type(), at::kByte);
-  EXPECT_TRUE(chat_base->equal(*domain_base)) << "the frozen 4-bit base changed";
+  // Both stages write slim checkpoints: the adapters they train, over the 4-bit base both build
+  // from the model directory, which the manifests name by its files' content hashes.
+  EXPECT_THAT(check.out, HasSubstr("holds only what it changes; the frozen base is rebuilt from " +
+                                   model.string()));
+  for (const char* stage : {"domain", "chat"}) {
+    auto weights = safetensors::File::Open(out / stage / "final/model.safetensors");
+    ASSERT_TRUE(weights.ok()) << weights.status().message();
+    for (const auto& tensor : (*weights)->tensors()) {
+      EXPECT_THAT(tensor.name, HasSubstr(".lora_")) << stage << " saved a base tensor";
+    }
+    EXPECT_EQ((*weights)->tensors().size(), 28u) << stage;
+    const std::string manifest = testing::ReadText(out / stage / "final/manifest.pbtxt");
+    EXPECT_THAT(manifest, HasSubstr("pretrained: \"" + model.string() + "\""));
+    EXPECT_THAT(manifest, HasSubstr("name: \"model.layers.0.mlp.down_proj.weight\"\n    dtype: "
+                                    "\"U8\""));
+  }
   auto domain_adapters = safetensors::File::Open(out / "domain/final/adapter_model.safetensors");
   auto chat_adapters = safetensors::File::Open(out / "chat/final/adapter_model.safetensors");
   ASSERT_TRUE(domain_adapters.ok() && chat_adapters.ok());

@@ -16,10 +16,12 @@
 #include "engine/hash.h"
 #include "engine/module_tensors.h"
 #include "engine/precision_kit.h"
+#include "plan/checkpoint_layout.h"
 #include "plan/handoff.h"
 #include "plan/watched_metrics.h"
 #include "precision/census.h"
 #include "precision/device_capability.h"
+#include "train/frozen_base.h"
 
 namespace engine {
 namespace {
@@ -85,6 +87,7 @@ class PlanBuilder {
     plan->stage = &stage;
     if (!OpenData(stage, plan) || !CreateModel(stage, plan)) return false;
     if (!SelectTrainable(stage, plan) || !PlanPrecision(stage, plan)) return false;
+    PlanCheckpoints(stage, plan);
     if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
     if (!PlanSteps(stage, plan) || !CheckCallbackMetrics(stage, *plan)) return false;
     plan->optimizer_summary = OptimizerSummary(stage.config->optimizer());
@@ -113,6 +116,16 @@ class PlanBuilder {
       return false;
     }
     return true;
+  }
+
+  // Slim or self-contained checkpoints (plan/checkpoint_layout.h); a stage that trains every tensor
+  // has no base to leave out.
+  void PlanCheckpoints(const ResolvedStage& stage, StagePlan* plan) {
+    plan->checkpoint_layout = PlanCheckpointLayout(pipeline_, stage);
+    if (plan->checkpoint_layout.slim && UntrainedTensorNames(plan->model->module()).empty()) {
+      plan->checkpoint_layout.slim = false;
+      plan->checkpoint_layout.reason = "every tensor: it trains them all";
+    }
   }
 
   // The model, initialised from the stage seed, with the stage's layer plugins applied.
@@ -482,6 +495,8 @@ class PlanBuilder {
     text += "|seed:" + std::to_string(stage.seed);
     text += "|world:" + std::to_string(plan.world_size);
     text += "|data:" + plan.data_identity;
+    // A slim checkpoint is of no use to a reader that builds another base.
+    if (plan.checkpoint_layout.slim) text += "|checkpoints:slim";
     for (int dep : stage.dependencies) {
       if (const StagePlan* parent = so_far.ForStage(dep)) text += "|after:" + parent->fingerprint;
     }

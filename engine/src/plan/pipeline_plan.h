@@ -18,6 +18,7 @@
 #include "engine/precision.h"
 #include "pipeline/diagnostics.h"
 #include "pipeline/resolved_pipeline.h"
+#include "plan/checkpoint_layout.h"
 #include "plan/layer_plugins.h"
 
 namespace engine {
@@ -77,6 +78,8 @@ struct StagePlan {
   double epochs = 0;  // may be fractional under max_steps
 
   std::string optimizer_summary;
+  // Whether its checkpoints hold every tensor or only what it changes, and why.
+  CheckpointLayout checkpoint_layout;
 
   // Hash of the resolved stage (configuration with defaults, plugin versions, data identity, parent
   // fingerprint).

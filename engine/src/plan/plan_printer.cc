@@ -139,6 +139,8 @@ void AddTrainingJson(const StagePlan& s, nlohmann::json& js) {
                     {"eval_every_steps", st.config->schedule().eval_every_steps()},
                     {"checkpoint_every_steps", st.config->schedule().checkpoint_every_steps()},
                     {"warnings", s.schedule_warnings}};
+  js["checkpoint_layout"] = {{"slim", s.checkpoint_layout.slim},
+                             {"reason", s.checkpoint_layout.reason}};
   js["optimizer"] = {{"algorithm", st.config->optimizer().has_sgd() ? "sgd" : "adamw"},
                      {"learning_rate", st.config->optimizer().learning_rate()},
                      {"summary", s.optimizer_summary}};
@@ -352,6 +354,9 @@ void TrainingLines(const StagePlan& s, std::ostringstream& out) {
   }
   out << "  eval        " << EvalText(s) << "\n";
   out << "  checkpoint  " << CheckpointText(s) << "\n";
+  if (s.checkpoint_layout.pretrained) {
+    out << "              holds " << s.checkpoint_layout.reason << "\n";
+  }
   out << "  optimizer   " << s.optimizer_summary << "\n";
 }
 

@@ -12,7 +12,15 @@ namespace engine {
 
 Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                              const proto::CheckpointManifest& manifest) {
-  ENGINE_RETURN_IF_ERROR(VerifyFileDigests(dir, manifest));
+  ENGINE_RETURN_IF_ERROR(VerifyFileDigests(dir, manifest.file()));
+  if (manifest.has_frozen_base()) {
+    // A slim checkpoint is only as good as the base it was trained on.
+    const proto::FrozenBase& base = manifest.frozen_base();
+    ENGINE_RETURN_IF_ERROR(
+        VerifyFileDigests(base.pretrained(), base.file())
+            .WithContext("the frozen base it was trained on changed (`engine run` trains "
+                         "the stage again)"));
+  }
   ENGINE_ASSIGN_OR_RETURN(auto weights, safetensors::File::Open(dir / kModelFile));
   if (weights->tensors().size() != static_cast<size_t>(manifest.tensor_size())) {
     return DataLossError((dir / kModelFile).string() + " holds " +

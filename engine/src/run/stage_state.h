@@ -87,7 +87,8 @@ StageDecision DecideStage(const StageSituation& situation);
 
 // Checks that every file of the checkpoint in `dir` has the size and content hash its manifest
 // records, and that the tensor files are whole and hold what `manifest` lists (names, dtypes,
-// shapes); the optimizer file, when the manifest names one, must open too.
+// shapes); the optimizer file, when the manifest names one, must open too. A slim checkpoint's
+// frozen base (its `pretrained` files) is checked likewise.
 Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                              const proto::CheckpointManifest& manifest);
 

@@ -74,11 +74,7 @@ Status RecordFileDigests(const std::filesystem::path& temp, proto::CheckpointMan
   if (ec) return IoError("cannot list '" + temp.string() + "': " + ec.message());
   std::sort(files.begin(), files.end());
   for (const std::filesystem::path& file : files) {
-    ENGINE_ASSIGN_OR_RETURN(std::string hash, FileContentHash(file));
-    proto::FileDigest* digest = manifest->add_file();
-    digest->set_name(file.filename().string());
-    digest->set_size(std::filesystem::file_size(file, ec));
-    digest->set_xxh3(hash);
+    ENGINE_ASSIGN_OR_RETURN(*manifest->add_file(), DigestFile(file, file.filename().string()));
   }
   return Status::Ok();
 }
@@ -92,13 +88,7 @@ Status WriteContents(const std::filesystem::path& temp, CheckpointContents conte
   manifest.set_format_version(kCheckpointFormatVersion);
   manifest.clear_tensor();
   for (const auto& [name, tensor] : contents.model) {
-    proto::TensorInfo* info = manifest.add_tensor();
-    info->set_name(name);
-    auto dtype = SafetensorsDtypeName(tensor.scalar_type());
-    info->set_dtype(dtype ? std::string(*dtype)
-                          : std::string(DtypeShortName(tensor.scalar_type())));
-    for (int64_t d : tensor.sizes()) info->add_shape(d);
-    info->set_trainable(tensor.requires_grad());
+    *manifest.add_tensor() = DescribeTensor(name, tensor);
   }
   safetensors::Metadata model_metadata = {
       {"format", "pt"}, {"stage", manifest.stage()}, {"step", std::to_string(manifest.step())}};
@@ -181,9 +171,31 @@ StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& di
   return manifest;
 }
 
+proto::TensorInfo DescribeTensor(const std::string& name, const at::Tensor& tensor) {
+  proto::TensorInfo info;
+  info.set_name(name);
+  auto dtype = SafetensorsDtypeName(tensor.scalar_type());
+  info.set_dtype(dtype ? std::string(*dtype) : std::string(DtypeShortName(tensor.scalar_type())));
+  for (int64_t d : tensor.sizes()) info.add_shape(d);
+  info.set_trainable(tensor.requires_grad());
+  return info;
+}
+
+StatusOr<proto::FileDigest> DigestFile(const std::filesystem::path& file, const std::string& name) {
+  ENGINE_ASSIGN_OR_RETURN(std::string hash, FileContentHash(file));
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(file, ec);
+  if (ec) return IoError("cannot read the size of '" + file.string() + "': " + ec.message());
+  proto::FileDigest digest;
+  digest.set_name(name);
+  digest.set_size(size);
+  digest.set_xxh3(hash);
+  return digest;
+}
+
 Status VerifyFileDigests(const std::filesystem::path& dir,
-                         const proto::CheckpointManifest& manifest) {
-  for (const proto::FileDigest& digest : manifest.file()) {
+                         const google::protobuf::RepeatedPtrField<proto::FileDigest>& files) {
+  for (const proto::FileDigest& digest : files) {
     const std::filesystem::path file = dir / digest.name();
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(file, ec);

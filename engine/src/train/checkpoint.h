@@ -69,12 +69,18 @@ std::vector<std::filesystem::path> PeriodicCheckpointDirs(const std::filesystem:
 // Reads and checks `<dir>/manifest.pbtxt`.
 StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& dir);
 
-// Checks every file the manifest lists (all of the directory's but the manifest) against the size
-// and content hash recorded when it was written: a DATA_LOSS error naming the first file that is
-// missing, of another size or changed in place. A manifest without digests (an older engine's)
-// passes.
+// Checks the files of `dir` a manifest lists (a checkpoint's: all but the manifest; a frozen
+// base's: its directory's) against the size and content hash recorded when it was written: a
+// DATA_LOSS error naming the first file that is missing, of another size or changed in place. A
+// manifest without digests (an older engine's) passes.
 Status VerifyFileDigests(const std::filesystem::path& dir,
-                         const proto::CheckpointManifest& manifest);
+                         const google::protobuf::RepeatedPtrField<proto::FileDigest>& files);
+
+// A manifest's record of one tensor: its name, safetensors dtype, shape and whether it trains.
+proto::TensorInfo DescribeTensor(const std::string& name, const at::Tensor& tensor);
+
+// A manifest's record of `file` (size and content hash), under `name`.
+StatusOr<proto::FileDigest> DigestFile(const std::filesystem::path& file, const std::string& name);
 
 // Removes hidden temporary directories left in `parent` by interrupted writes.
 void RemoveStaleTemporaries(const std::filesystem::path& parent);

@@ -17,6 +17,7 @@
 #include "engine/safetensors.h"
 #include "plan/handoff.h"
 #include "train/checkpoint.h"
+#include "train/frozen_base.h"
 
 namespace engine {
 namespace {
@@ -66,6 +67,14 @@ StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
     source.tensors[info.name] = info.shape;
     if (!c10::isFloatingType(info.dtype)) source.integer_tensors.insert(info.name);
   }
+  // A slim checkpoint's base tensors, as its manifest lists them (safetensors dtype names: F32,
+  // BF16 and F16 are the floating ones).
+  for (const proto::TensorInfo& info : manifest.frozen_base().tensor()) {
+    source.tensors[info.name()] = {info.shape().begin(), info.shape().end()};
+    if (info.dtype().empty() || (info.dtype()[0] != 'F' && info.dtype() != "BF16")) {
+      source.integer_tensors.insert(info.name());
+    }
+  }
   if (std::filesystem::exists(dir / kAdapterFile)) {
     ENGINE_ASSIGN_OR_RETURN(auto adapters, safetensors::File::Open(dir / kAdapterFile));
     ENGINE_ASSIGN_OR_RETURN(const std::vector<std::string> saved_modules, ModulesToSave(dir));
@@ -82,12 +91,13 @@ StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
   return source;
 }
 
-// Copies the tensors the handoff keeps as they are.
+// Copies the tensors the handoff keeps as they are, but those of the base the child already holds.
 Status CopyTensors(const Handoff& handoff, const safetensors::File& file,
-                   torch::nn::Module& module) {
+                   const std::set<std::string>& base, torch::nn::Module& module) {
   std::map<std::string, at::Tensor> targets;
   for (ModuleTensor& t : ModuleTensors(module)) targets[t.name] = t.tensor;
   for (const std::string& name : handoff.copied) {
+    if (base.count(name) != 0) continue;
     ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file.Get(name));
     targets.at(name).copy_(source_tensor);
   }
@@ -123,33 +133,67 @@ Status LoadDenseLayers(const Handoff& handoff, const std::filesystem::path& dir,
   return Status::Ok();
 }
 
+// With a slim parent: checks that the child builds the base the parent was trained on, and returns
+// the base's tensor names (the child's own tensors of those names stay as built).
+StatusOr<std::set<std::string>> SharedBase(const proto::CheckpointManifest& manifest,
+                                           const ParentLoad& load) {
+  if (!manifest.has_frozen_base()) return std::set<std::string>();
+  const proto::FrozenBase& recorded = manifest.frozen_base();
+  StatusOr<const proto::FrozenBase*> own =
+      load.own_base ? load.own_base()
+                    : StatusOr<const proto::FrozenBase*>(FailedPreconditionError(
+                          "this stage's model reads no `pretrained` directory"));
+  const std::string slim = "its checkpoint holds only what stage '" + manifest.stage() +
+                           "' changed over the base read from '" + recorded.pretrained() + "'";
+  if (!own.ok()) {
+    return FailedPreconditionError(
+        slim + ", and this stage cannot build that base: " + own.status().message() +
+        " (set checkpoint { self_contained: true } on stage '" + manifest.stage() +
+        "' and train it again)");
+  }
+  ENGINE_RETURN_IF_ERROR(CheckSameBase(recorded, **own, slim));
+  return BaseTensorNames(recorded);
+}
+
 }  // namespace
 
-Status LoadParentWeights(const std::filesystem::path& dir, const std::string& context,
-                         torch::nn::Module& module, const std::string& architecture,
-                         const std::set<std::string>& child_adapter_parameters, bool merge_adapters,
-                         const std::vector<std::string>& new_tensor_globs) {
-  const std::string where = context + ": starting from '" + dir.string() + "'";
-  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir).WithContext(where));
+StatusOr<std::set<std::string>> LoadParentWeights(torch::nn::Module& module,
+                                                  const ParentLoad& load) {
+  const std::string where = load.context + ": starting from '" + load.dir.string() + "'";
+  ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest,
+                          ReadManifest(load.dir).WithContext(where));
   if (!manifest.final()) {
     return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
   }
-  ENGINE_ASSIGN_OR_RETURN(auto file, safetensors::File::Open(dir / kModelFile).WithContext(where));
+  ENGINE_ASSIGN_OR_RETURN(auto file,
+                          safetensors::File::Open(load.dir / kModelFile).WithContext(where));
+  ENGINE_ASSIGN_OR_RETURN(std::set<std::string> base,
+                          SharedBase(manifest, load).WithContext(where));
   ENGINE_ASSIGN_OR_RETURN(HandoffSource source,
-                          DescribeParent(dir, manifest, *file).WithContext(where));
-  const Handoff handoff =
-      PlanHandoff(source, module, child_adapter_parameters, merge_adapters, new_tensor_globs);
+                          DescribeParent(load.dir, manifest, *file).WithContext(where));
+  const Handoff handoff = PlanHandoff(source, module, load.child_adapter_parameters,
+                                      load.merge_adapters, load.new_tensor_globs);
   const std::string parent_model = "'" + manifest.model().architecture() + "' model";
   if (!handoff.problems.empty()) {
     return FailedPreconditionError(where + ": its " + parent_model +
-                                   " does not fit this stage's '" + architecture +
+                                   " does not fit this stage's '" + load.architecture +
                                    "' model: " + HandoffProblems(handoff));
   }
+  for (const std::string& layer : handoff.dense_layers) {
+    if (base.count(layer + ".weight") != 0) {
+      return FailedPreconditionError(where + ": layer '" + layer +
+                                     "' would be built from the parent's base weight, which its "
+                                     "checkpoint leaves out");
+    }
+  }
   at::NoGradGuard no_grad;
-  ENGINE_RETURN_IF_ERROR(CopyTensors(handoff, *file, module).WithContext(where));
-  ENGINE_RETURN_IF_ERROR(LoadDenseLayers(handoff, dir, *file, module).WithContext(where));
-  LOG(INFO) << where << " (a " << parent_model << "): " << HandoffSummary(handoff);
-  return Status::Ok();
+  ENGINE_RETURN_IF_ERROR(CopyTensors(handoff, *file, base, module).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(LoadDenseLayers(handoff, load.dir, *file, module).WithContext(where));
+  LOG(INFO) << where << " (a " << parent_model << "): " << HandoffSummary(handoff)
+            << (base.empty() ? ""
+                             : "; its " + std::to_string(base.size()) +
+                                   " base tensors are this stage's own build of the same base");
+  return base;
 }
 
 }  // namespace engine

@@ -3,6 +3,9 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
 #include "train/checkpoint.h"
+#include "train/frozen_base.h"
 #include "train/stage_manifest.h"
 #include "train/training_state.h"
 
@@ -53,13 +57,37 @@ Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
 }
 
 // The checkpoint's tensors in `dir` matched to the stage's, before anything is changed: the same
-// names, dtypes and shapes, in the module's order.
+// names, dtypes and shapes, in the module's order. The tensors of a slim checkpoint's base must be
+// the stage's too, as the manifest describes them; they stay as the stage built them.
 StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchWeights(
-    const safetensors::File& weights, torch::nn::Module& module, const std::string& where) {
-  const std::vector<ModuleTensor> targets = ModuleTensors(module);
+    const safetensors::File& weights, const proto::CheckpointManifest& manifest,
+    torch::nn::Module& module, const std::string& where) {
+  std::map<std::string, const proto::TensorInfo*> base;
+  for (const proto::TensorInfo& info : manifest.frozen_base().tensor()) base[info.name()] = &info;
+  std::vector<ModuleTensor> targets;
+  for (ModuleTensor& target : ModuleTensors(module)) {
+    auto it = base.find(target.name);
+    if (it == base.end()) {
+      targets.push_back(std::move(target));
+      continue;
+    }
+    const proto::TensorInfo built = DescribeTensor(target.name, target.tensor);
+    if (built.dtype() != it->second->dtype() ||
+        !std::equal(built.shape().begin(), built.shape().end(), it->second->shape().begin(),
+                    it->second->shape().end())) {
+      return DataLossError(where + ": base tensor '" + target.name +
+                           "' was built with another dtype or shape than its manifest records");
+    }
+    base.erase(it);
+  }
+  if (!base.empty()) {
+    return DataLossError(where + ": base tensor '" + base.begin()->first +
+                         "' is not in this stage's model");
+  }
   if (targets.size() != weights.tensors().size()) {
     return DataLossError(where + ": it holds " + std::to_string(weights.tensors().size()) +
-                         " tensors, this stage's model " + std::to_string(targets.size()));
+                         " tensors, this stage's model " + std::to_string(targets.size()) +
+                         (manifest.has_frozen_base() ? " outside its frozen base" : ""));
   }
   std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
   for (const ModuleTensor& target : targets) {
@@ -141,8 +169,13 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
   contents.manifest = StageManifest(*request.pipeline, *parts.plan,
                                     {request.parent_checkpoint.string(), request.parent_run_id},
                                     parts.optimizer->algorithm(), contents.config_json, progress);
+  std::set<std::string> left_out;
+  if (parts.frozen_base != nullptr) {
+    left_out = BaseTensorNames(*parts.frozen_base);
+    *contents.manifest.mutable_frozen_base() = *parts.frozen_base;
+  }
   for (const ModuleTensor& t : ModuleTensors(parts.model->module())) {
-    contents.model.emplace_back(t.name, t.tensor);
+    if (left_out.count(t.name) == 0) contents.model.emplace_back(t.name, t.tensor);
   }
   if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
   ENGINE_RETURN_IF_ERROR(AddAdapters(parts, &contents));
@@ -160,7 +193,16 @@ StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const st
                           safetensors::File::Open(dir / kModelFile).WithContext(where));
   ENGINE_ASSIGN_OR_RETURN(auto state,
                           safetensors::File::Open(dir / kOptimizerFile).WithContext(where));
-  ENGINE_ASSIGN_OR_RETURN(auto pairs, MatchWeights(*weights, parts.model->module(), where));
+  if (manifest.has_frozen_base()) {
+    if (parts.frozen_base == nullptr) {
+      return FailedPreconditionError(where +
+                                     ": it holds only what the stage changed over a frozen "
+                                     "base, and this stage writes every tensor");
+    }
+    ENGINE_RETURN_IF_ERROR(CheckSameBase(manifest.frozen_base(), *parts.frozen_base, where));
+  }
+  ENGINE_ASSIGN_OR_RETURN(auto pairs,
+                          MatchWeights(*weights, manifest, parts.model->module(), where));
   ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
   const TrainingState& training = saved.state;
 

@@ -1,7 +1,8 @@
 // A training stage's side of its checkpoints: what the trainer writes at a periodic or final
 // checkpoint, and how it puts a stage back where a periodic checkpoint left it.
 //
-// A checkpoint holds every parameter and buffer (model.safetensors), the model's config.json, the
+// A checkpoint holds every parameter and buffer (model.safetensors; a slim one only those outside
+// its frozen base, plan/checkpoint_layout.h), the model's config.json, the
 // adapters alone as PEFT lays them out, the manifest, and, with optimizer state, everything a
 // resume needs to go on exactly: optimizer slots, f32 masters, the loss scaler, the random
 // generators of every rank, the callbacks' states and the counters behind the step events
@@ -21,6 +22,7 @@
 #include <map>
 #include <string>
 
+#include "engine/checkpoint.pb.h"
 #include "engine/model.h"
 #include "engine/status.h"
 #include "train/optimizer.h"
@@ -47,6 +49,9 @@ struct StageParts {
   Optimizer* optimizer = nullptr;
   PrecisionRuntime* precision = nullptr;
   at::Device device = at::Device(at::kCPU);
+  // The frozen base the stage's checkpoints leave out, its tensors listed (train/frozen_base.h);
+  // null when they hold every tensor.
+  const proto::FrozenBase* frozen_base = nullptr;
 };
 
 struct CheckpointWrite {

@@ -26,6 +26,7 @@
 #include "precision/census.h"
 #include "train/batch_prefetcher.h"
 #include "train/checkpoint.h"
+#include "train/frozen_base.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/parent_weights.h"
@@ -54,7 +55,8 @@ class StageTrainer : public CallbackActions {
         model_(*plan_.model),
         module_(model_.module()),
         device_(stage_.device.device),
-        context_(stage_.subject()) {}
+        context_(stage_.subject()),
+        frozen_base_(stage_, *request.pipeline, plan_.checkpoint_layout.slim) {}
 
   // CallbackActions: requests take effect once the current event has been delivered.
   void RequestStop(const std::string& reason) override {
@@ -66,9 +68,7 @@ class StageTrainer : public CallbackActions {
   // training: the weights are read by name as a parent's are, then placed and cast as for training.
   StatusOr<StageResult> EvaluateOnly(const std::filesystem::path& checkpoint) {
     start_ = Clock::now();
-    ENGINE_RETURN_IF_ERROR(LoadParentWeights(checkpoint, context_, module_, plan_.architecture,
-                                             plan_.layers.adapter_parameters,
-                                             /*merge_adapters=*/false, /*new_tensor_globs=*/{}));
+    ENGINE_RETURN_IF_ERROR(LoadParentWeights(module_, ParentLoadOf(checkpoint)).status());
     ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
     ApplyThreadCount();
     StageResult result;
@@ -86,9 +86,7 @@ class StageTrainer : public CallbackActions {
   // mode, handed to `use` inside the stage's precision context.
   Status WithPreparedModel(const std::filesystem::path& checkpoint,
                            const std::function<Status(Model&)>& use) {
-    ENGINE_RETURN_IF_ERROR(LoadParentWeights(checkpoint, context_, module_, plan_.architecture,
-                                             plan_.layers.adapter_parameters,
-                                             /*merge_adapters=*/false, /*new_tensor_globs=*/{}));
+    ENGINE_RETURN_IF_ERROR(LoadParentWeights(module_, ParentLoadOf(checkpoint)).status());
     ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
     ApplyThreadCount();
     module_.eval();
@@ -117,18 +115,33 @@ class StageTrainer : public CallbackActions {
 
  private:
   Status Prepare() {
-    if (!request_.parent_checkpoint.empty()) {
-      ENGINE_RETURN_IF_ERROR(LoadParentWeights(
-          request_.parent_checkpoint, context_, module_, plan_.architecture,
-          plan_.layers.adapter_parameters, config_.parent_adapters() == proto::Stage::MERGE,
-          {config_.new_tensors().begin(), config_.new_tensors().end()}));
+    const bool has_parent = !request_.parent_checkpoint.empty();
+    std::set<std::string> parent_base;
+    if (has_parent) {
+      ParentLoad load = ParentLoadOf(request_.parent_checkpoint);
+      load.merge_adapters = config_.parent_adapters() == proto::Stage::MERGE;
+      load.new_tensor_globs = {config_.new_tensors().begin(), config_.new_tensors().end()};
+      ENGINE_ASSIGN_OR_RETURN(parent_base, LoadParentWeights(module_, load));
     }
     ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
+    ENGINE_RETURN_IF_ERROR(
+        frozen_base_.Fix(module_, has_parent ? &parent_base : nullptr).WithContext(context_));
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
     optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
     ApplyThreadCount();
     return Status::Ok();
+  }
+
+  // How the stage's checkpoint `dir` (or its parent's) is read into the model.
+  ParentLoad ParentLoadOf(const std::filesystem::path& dir) {
+    ParentLoad load;
+    load.dir = dir;
+    load.context = context_;
+    load.architecture = plan_.architecture;
+    load.child_adapter_parameters = plan_.layers.adapter_parameters;
+    load.own_base = [this] { return frozen_base_.Identity(); };
+    return load;
   }
 
   // The model on the stage's device under its precision plan (printing the census).
@@ -589,14 +602,23 @@ class StageTrainer : public CallbackActions {
   }
 
   Status SaveCheckpoint(const CheckpointWrite& write) {
+    const Clock::time_point begin = Clock::now();
     ENGINE_RETURN_IF_ERROR(SaveStageCheckpoint(Parts(), Position(), write).WithContext(context_));
+    LOG(INFO) << context_ << ": checkpoint " << write.dir.string() << " written in "
+              << FormatNumber(std::chrono::duration<double>(Clock::now() - begin).count()) << " s";
     Event event = MakeEvent(EventType::kCheckpointSaved);
     event.path = write.dir.string();
     return Emit(event);
   }
 
   StageParts Parts() {
-    return {&request_, &plan_, &model_, optimizer_.get(), precision_.get(), device_};
+    return {&request_,
+            &plan_,
+            &model_,
+            optimizer_.get(),
+            precision_.get(),
+            device_,
+            frozen_base_.for_checkpoints()};
   }
 
   TrainingPosition Position() const { return {step_, epoch_, examples_, last_loss_, last_lr_}; }
@@ -637,6 +659,7 @@ class StageTrainer : public CallbackActions {
   torch::nn::Module& module_;
   at::Device device_;
   std::string context_;
+  StageFrozenBase frozen_base_;
 
   std::unique_ptr<PrecisionRuntime> precision_;
   std::unique_ptr<Optimizer> optimizer_;

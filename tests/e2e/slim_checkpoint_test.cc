@@ -1,0 +1,237 @@
+// Slim checkpoints as a user meets them: a QLoRA stage on a Hugging Face model directory, and a
+// stage that starts from it, write only the adapters they train, with the 4-bit base named by the
+// directory's content hashes. Training the same pipeline with self-contained checkpoints gives the
+// same tensors bit for bit (the child rebuilt its parent's base exactly), a slim stage killed
+// mid-way resumes to the same end, and a base that changed since is named before anything uses it:
+// `engine eval` refuses, `engine run` trains the stage again, and the slim directory is no model
+// directory for `engine export`.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/safetensors.h"
+#include "testing/hub_model.h"
+#include "testing/pipelines.h"
+#include "testing/same_file.h"
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+#include "testing/test_paths.h"
+
+namespace engine {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class SlimCheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models_ = new testing::TempDir();
+    model_ = new fs::path(testing::MakeHubModel(*models_));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete models_;
+  }
+
+  // "domain" (nf4 + LoRA on the model directory, a checkpoint every 2 steps) and "chat" starting
+  // from it; `domain_extra` and `chat_extra` go into the stages.
+  static std::string Pipeline(const std::string& header = "", const std::string& domain_extra = "",
+                              const std::string& chat_extra = "") {
+    const std::string model = R"(
+  model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
+    pretrained: ")" + model_->string() +
+                              R"(" } } })";
+    const std::string rest = R"(
+  adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
+    r: 4 lora_alpha: 8 target_modules: "model.layers.*" } } }
+  data { plugin: "text" options { [type.googleapis.com/engine.plugins.TextOptions] {
+    path: ")" + testing::FortunesDataPath().string() +
+                             R"(" document_separator: "%"
+    sequence_length: 32 max_documents: 200 eval_fraction: 0.1 } } }
+  optimizer { learning_rate: 0.01 }
+)";
+    return "name: \"slim\"\noutput_dir: \"out\"\nplugin_path: \"" +
+           std::string(testing::kTestPluginDir) + "/signal_callback\"\n" + header +
+           "stage { name: \"domain\"" + model + kNf4 + rest +
+           "  schedule { max_steps: 5 batch_size: 4 checkpoint_every_steps: 2 }\n" + domain_extra +
+           "}\nstage { name: \"chat\" from_stage: \"domain\"" + model + kNf4 + rest +
+           "  schedule { max_steps: 3 batch_size: 4 }\n" + chat_extra + "}\n";
+  }
+
+  static constexpr const char* kNf4 = R"(
+  quantizer { plugin: "nf4" options { [type.googleapis.com/engine.plugins.Nf4Options] {
+    target_modules: "model.layers.*" } } })";
+
+  static testing::TempDir* models_;
+  static fs::path* model_;
+};
+
+testing::TempDir* SlimCheckpointTest::models_ = nullptr;
+fs::path* SlimCheckpointTest::model_ = nullptr;
+
+TEST_F(SlimCheckpointTest, SlimAndSelfContainedCheckpointsTrainTheSameTensors) {
+  testing::TempDir slim_dir, whole_dir;
+  const fs::path slim = slim_dir.Write("p.pbtxt", Pipeline());
+  const fs::path whole =
+      whole_dir.Write("p.pbtxt", Pipeline("", "  checkpoint { self_contained: true }\n"));
+
+  const auto slim_check = testing::RunEngine({"check", slim.string()});
+  ASSERT_EQ(slim_check.exit_code, 0) << slim_check.err;
+  EXPECT_THAT(slim_check.out, HasSubstr("holds only what it changes; the frozen base is rebuilt "
+                                        "from " +
+                                        model_->string()));
+  const auto whole_check = testing::RunEngine({"check", whole.string()});
+  ASSERT_EQ(whole_check.exit_code, 0) << whole_check.err;
+  EXPECT_THAT(whole_check.out, HasSubstr("holds every tensor: checkpoint.self_contained is set"));
+  EXPECT_THAT(whole_check.out,
+              HasSubstr("holds every tensor: it starts from stage 'domain', whose checkpoints "
+                        "hold every tensor"));
+
+  for (const fs::path& pipeline : {slim, whole}) {
+    const auto run = testing::RunEngine({"run", pipeline.string()});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+  }
+  for (const char* stage : {"domain", "chat"}) {
+    const fs::path slim_final = slim_dir.path() / "out" / stage / "final";
+    const fs::path whole_final = whole_dir.path() / "out" / stage / "final";
+    auto slim_weights = safetensors::File::Open(slim_final / "model.safetensors");
+    auto whole_weights = safetensors::File::Open(whole_final / "model.safetensors");
+    ASSERT_TRUE(slim_weights.ok() && whole_weights.ok());
+    // 2 layers x 7 projections x (A, B): nothing else trains.
+    ASSERT_EQ((*slim_weights)->tensors().size(), 28u) << stage;
+    EXPECT_GT((*whole_weights)->tensors().size(), 28u) << stage;
+    for (const auto& info : (*slim_weights)->tensors()) {
+      auto slim_tensor = (*slim_weights)->Get(info.name);
+      auto whole_tensor = (*whole_weights)->Get(info.name);
+      ASSERT_TRUE(slim_tensor.ok() && whole_tensor.ok()) << info.name;
+      EXPECT_TRUE(slim_tensor->equal(*whole_tensor)) << stage << " " << info.name;
+    }
+    testing::ExpectSameSafetensors(whole_final / "adapter_model.safetensors",
+                                   slim_final / "adapter_model.safetensors");
+    EXPECT_LT(fs::file_size(slim_final / "model.safetensors") * 4,
+              fs::file_size(whole_final / "model.safetensors"))
+        << stage;
+    const std::string manifest = testing::ReadText(slim_final / "manifest.pbtxt");
+    EXPECT_THAT(manifest, HasSubstr("frozen_base {\n  pretrained: \"" + model_->string() + "\""));
+    EXPECT_THAT(manifest, HasSubstr("name: \"model.safetensors\""));
+    EXPECT_THAT(manifest, HasSubstr("recipe: \"model: llama@"));
+    EXPECT_THAT(manifest, HasSubstr("quantizer: nf4@"));
+    // The 4-bit codes and the dense embedding are the base's.
+    EXPECT_THAT(manifest, HasSubstr("name: \"model.layers.1.self_attn.q_proj.weight\"\n    dtype: "
+                                    "\"U8\""));
+    EXPECT_THAT(manifest, HasSubstr("name: \"model.embed_tokens.weight\"\n    dtype: \"F32\""));
+    EXPECT_THAT(testing::ReadText(whole_final / "manifest.pbtxt"), Not(HasSubstr("frozen_base")));
+  }
+
+  // The slim stage evaluates and exports as the self-contained one does.
+  const auto slim_eval =
+      testing::RunEngine({"eval", slim.string(), "--stage=chat", "--format=json"});
+  const auto whole_eval =
+      testing::RunEngine({"eval", whole.string(), "--stage=chat", "--format=json"});
+  ASSERT_EQ(slim_eval.exit_code, 0) << slim_eval.err;
+  ASSERT_EQ(whole_eval.exit_code, 0) << whole_eval.err;
+  EXPECT_EQ(nlohmann::json::parse(slim_eval.out)["metrics"],
+            nlohmann::json::parse(whole_eval.out)["metrics"]);
+  for (const auto& [pipeline, dir] :
+       {std::pair{slim, slim_dir.path()}, {whole, whole_dir.path()}}) {
+    const auto exported = testing::RunEngine(
+        {"export", pipeline.string() + ":chat", "--to=" + (dir / "hf").string(), "--format=hf"});
+    ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  }
+  testing::ExpectSameSafetensors(whole_dir.path() / "hf/model.safetensors",
+                                 slim_dir.path() / "hf/model.safetensors");
+}
+
+TEST_F(SlimCheckpointTest, AKilledSlimStageResumesToTheUninterruptedEnd) {
+  testing::TempDir reference, killed;
+  const fs::path reference_pipeline = reference.Write("p.pbtxt", Pipeline());
+  ASSERT_EQ(testing::RunEngine({"run", reference_pipeline.string()}).exit_code, 0);
+
+  const fs::path pipeline =
+      killed.Write("p.pbtxt", Pipeline(testing::SignalAt("domain", 3, "KILL")));
+  const auto first = testing::RunEngine({"run", pipeline.string()});
+  ASSERT_NE(first.exit_code, 0);
+  ASSERT_TRUE(fs::exists(killed.path() / "out/domain/checkpoints/step-00000002/manifest.pbtxt"));
+  // The periodic checkpoint is slim too.
+  EXPECT_THAT(
+      testing::ReadText(killed.path() / "out/domain/checkpoints/step-00000002/manifest.pbtxt"),
+      HasSubstr("frozen_base {"));
+  const fs::path resumable = killed.Write("p.pbtxt", Pipeline());
+  const auto second = testing::RunEngine({"run", resumable.string()});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.out + second.err, HasSubstr("step-00000002"));
+  for (const char* stage : {"domain", "chat"}) {
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+      testing::ExpectSameSafetensors(reference.path() / "out" / stage / "final" / file,
+                                     killed.path() / "out" / stage / "final" / file);
+    }
+  }
+}
+
+TEST_F(SlimCheckpointTest, ABaseThatChangedSinceIsNamedAndItsStageTrainsAgain) {
+  testing::TempDir tmp;
+  const fs::path model = tmp.path() / "model";
+  fs::copy(*model_, model);
+  std::string text = Pipeline();
+  for (size_t at = text.find(model_->string()); at != std::string::npos;
+       at = text.find(model_->string(), at + 1)) {
+    text.replace(at, model_->string().size(), model.string());
+  }
+  const fs::path pipeline = tmp.Write("p.pbtxt", text);
+  ASSERT_EQ(testing::RunEngine({"run", pipeline.string()}).exit_code, 0);
+
+  // The slim directory is not a model directory.
+  const auto exported = testing::RunEngine({"export", (tmp.path() / "out/domain/final").string(),
+                                            "--to=" + (tmp.path() / "hf").string(), "--format=hf"});
+  EXPECT_NE(exported.exit_code, 0);
+  EXPECT_THAT(exported.err,
+              HasSubstr("holds only what it changed over the base in '" + model.string() + "'"));
+  EXPECT_THAT(exported.err, HasSubstr("PIPELINE.pbtxt:domain"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf"));
+
+  // One weight of the base changes in place (same size).
+  {
+    auto file = safetensors::File::Open(model / "model.safetensors");
+    ASSERT_TRUE(file.ok());
+    auto all = (*file)->GetAll();
+    ASSERT_TRUE(all.ok());
+    safetensors::NamedTensors tensors;
+    for (auto& [name, tensor] : *all) {
+      tensors.emplace_back(name, name == "model.norm.weight" ? tensor.clone().mul_(2) : tensor);
+    }
+    file->reset();
+    ASSERT_TRUE(safetensors::Write(model / "model.safetensors", tensors, {{"format", "pt"}}).ok());
+  }
+  const auto eval = testing::RunEngine({"eval", pipeline.string(), "--stage=chat"});
+  EXPECT_NE(eval.exit_code, 0);
+  EXPECT_THAT(eval.err, HasSubstr("the frozen base it was trained on changed (`engine run` "
+                                  "trains the stage again): " +
+                                  (model / "model.safetensors").string()));
+
+  const auto rerun = testing::RunEngine({"run", pipeline.string()});
+  ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
+  EXPECT_THAT(rerun.out + rerun.err, HasSubstr((model / "model.safetensors").string()));
+  const auto after = testing::RunEngine({"eval", pipeline.string(), "--stage=chat"});
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+}
+
+TEST_F(SlimCheckpointTest, AParentWhoseChildBuildsAnotherBaseKeepsEveryTensor) {
+  testing::TempDir tmp;
+  const fs::path pipeline = tmp.Write("p.pbtxt", Pipeline("", "", "  seed: 11\n"));
+  const auto check = testing::RunEngine({"check", pipeline.string()});
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_THAT(check.out,
+              HasSubstr("holds every tensor: stage 'chat' builds its base another way (its "
+                        "model, quantizer, precision or seed differ), so it starts from the "
+                        "whole model"));
+  EXPECT_THAT(check.out, Not(HasSubstr("holds only what it changes")));
+}
+
+}  // namespace
+}  // namespace engine
