@@ -44,6 +44,7 @@ std::string Pipeline(const std::string& checkpoint) {
 struct Measured {
   uintmax_t bytes = 0;
   double save_seconds = 0;
+  std::string files;  // "name size, ..." of the final checkpoint
 };
 
 // `engine run --verbose PIPELINE --output_dir=OUT` in a child, its log in OUT.log.
@@ -69,7 +70,12 @@ Measured Run(const fs::path& engine, const fs::path& pipeline, const fs::path& o
   }
   Measured measured;
   const fs::path final_dir = out / "s" / "final";
-  for (const auto& file : fs::directory_iterator(final_dir)) measured.bytes += file.file_size();
+  for (const auto& file : fs::directory_iterator(final_dir)) {
+    measured.bytes += file.file_size();
+    char size[32];
+    std::snprintf(size, sizeof(size), " %.2f MB", static_cast<double>(file.file_size()) / 1e6);
+    measured.files += (measured.files.empty() ? "" : ", ") + file.path().filename().string() + size;
+  }
   std::ifstream in(log);
   std::stringstream text;
   text << in.rdbuf();
@@ -110,6 +116,7 @@ int main(int argc, char** argv) {
               whole.save_seconds);
   std::printf("  slim checkpoint            %9.1f MB  saved in %6.2f s\n", slim.bytes / mb,
               slim.save_seconds);
+  std::printf("    %s\n", slim.files.c_str());
   std::printf("  slim / self-contained      %9.4fx bytes (goal <= 0.02), %.4fx save time\n",
               static_cast<double>(slim.bytes) / static_cast<double>(whole.bytes),
               slim.save_seconds / whole.save_seconds);

@@ -7,6 +7,7 @@
 #include "engine/safetensors.h"
 #include "pipeline/resolved_pipeline.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_tensors.h"
 
 namespace engine {
 
@@ -36,6 +37,8 @@ Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                            "' is missing or differs from its manifest");
     }
   }
+  // The tensors kept only in the adapter file are there.
+  ENGINE_RETURN_IF_ERROR(CheckpointTensors::Open(dir, manifest).status());
   if (!manifest.optimizer().state_file().empty()) {
     ENGINE_RETURN_IF_ERROR(
         safetensors::File::Open(dir / manifest.optimizer().state_file()).status());

@@ -85,7 +85,8 @@ namespace {
 
 Status WriteContents(const std::filesystem::path& temp, CheckpointContents contents) {
   proto::CheckpointManifest& manifest = contents.manifest;
-  manifest.set_format_version(kCheckpointFormatVersion);
+  manifest.set_format_version(manifest.has_frozen_base() ? kCheckpointFormatVersion
+                                                         : kSelfContainedFormatVersion);
   manifest.clear_tensor();
   for (const auto& [name, tensor] : contents.model) {
     *manifest.add_tensor() = DescribeTensor(name, tensor);

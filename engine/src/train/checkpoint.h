@@ -1,6 +1,8 @@
 // Checkpoint directories: weights, optimizer state and a manifest, published atomically.
 //
-//   <dir>/model.safetensors      every parameter and buffer, by name, in its stored dtype
+//   <dir>/model.safetensors      every parameter and buffer, by name, in its stored dtype; a slim
+//                                checkpoint's only those outside its frozen base and its adapter
+//                                file (train/checkpoint_tensors.h reads them wherever they are)
 //   <dir>/optimizer.safetensors  optimizer slots ("<param>.exp_avg"), when saved
 //   <dir>/config.json            the model's configuration (Hugging Face's name for it), when given
 //   <dir>/adapter_model.safetensors, adapter_config.json
@@ -35,7 +37,11 @@ inline constexpr const char* kAdapterFile = "adapter_model.safetensors";
 inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 // PEFT's names for adapter tensors: "base_model.model." + the parameter's name in the model.
 inline constexpr const char* kPeftPrefix = "base_model.model.";
-inline constexpr uint32_t kCheckpointFormatVersion = 1;
+// The newest layout this engine writes and reads. Version 2: a slim checkpoint (frozen_base,
+// adapter_file_tensor), which an engine that reads only version 1 would take for a broken one.
+// Self-contained checkpoints are still written as version 1.
+inline constexpr uint32_t kCheckpointFormatVersion = 2;
+inline constexpr uint32_t kSelfContainedFormatVersion = 1;
 
 struct CheckpointContents {
   proto::CheckpointManifest manifest;  // tensor list and format version are filled in by the writer

@@ -17,6 +17,7 @@
 #include "engine/safetensors.h"
 #include "plan/handoff.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_tensors.h"
 #include "train/frozen_base.h"
 
 namespace engine {
@@ -60,7 +61,7 @@ StatusOr<std::vector<std::string>> ModulesToSave(const std::filesystem::path& di
 // adapters beside them.
 StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
                                        const proto::CheckpointManifest& manifest,
-                                       const safetensors::File& file) {
+                                       const CheckpointTensors& file) {
   HandoffSource source;
   source.stage = manifest.stage();
   for (const safetensors::TensorInfo& info : file.tensors()) {
@@ -92,7 +93,7 @@ StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
 }
 
 // Copies the tensors the handoff keeps as they are, but those of the base the child already holds.
-Status CopyTensors(const Handoff& handoff, const safetensors::File& file,
+Status CopyTensors(const Handoff& handoff, const CheckpointTensors& file,
                    const std::set<std::string>& base, torch::nn::Module& module) {
   std::map<std::string, at::Tensor> targets;
   for (ModuleTensor& t : ModuleTensors(module)) targets[t.name] = t.tensor;
@@ -107,7 +108,7 @@ Status CopyTensors(const Handoff& handoff, const safetensors::File& file,
 // Loads each dense layer's weight, with the parent's adapter merged in (W + scale * B A) where the
 // handoff merges it, so the layer may quantize it.
 Status LoadDenseLayers(const Handoff& handoff, const std::filesystem::path& dir,
-                       const safetensors::File& file, torch::nn::Module& module) {
+                       const CheckpointTensors& file, torch::nn::Module& module) {
   double merge_scale = 0;
   std::shared_ptr<const safetensors::File> parent_adapters;
   if (!handoff.merged_adapters.empty()) {
@@ -165,12 +166,12 @@ StatusOr<std::set<std::string>> LoadParentWeights(torch::nn::Module& module,
   if (!manifest.final()) {
     return FailedPreconditionError(where + ": that checkpoint is not a finished stage's");
   }
-  ENGINE_ASSIGN_OR_RETURN(auto file,
-                          safetensors::File::Open(load.dir / kModelFile).WithContext(where));
+  ENGINE_ASSIGN_OR_RETURN(CheckpointTensors file,
+                          CheckpointTensors::Open(load.dir, manifest).WithContext(where));
   ENGINE_ASSIGN_OR_RETURN(std::set<std::string> base,
                           SharedBase(manifest, load).WithContext(where));
   ENGINE_ASSIGN_OR_RETURN(HandoffSource source,
-                          DescribeParent(load.dir, manifest, *file).WithContext(where));
+                          DescribeParent(load.dir, manifest, file).WithContext(where));
   const Handoff handoff = PlanHandoff(source, module, load.child_adapter_parameters,
                                       load.merge_adapters, load.new_tensor_globs);
   const std::string parent_model = "'" + manifest.model().architecture() + "' model";
@@ -187,8 +188,8 @@ StatusOr<std::set<std::string>> LoadParentWeights(torch::nn::Module& module,
     }
   }
   at::NoGradGuard no_grad;
-  ENGINE_RETURN_IF_ERROR(CopyTensors(handoff, *file, base, module).WithContext(where));
-  ENGINE_RETURN_IF_ERROR(LoadDenseLayers(handoff, load.dir, *file, module).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(CopyTensors(handoff, file, base, module).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(LoadDenseLayers(handoff, load.dir, file, module).WithContext(where));
   LOG(INFO) << where << " (a " << parent_model << "): " << HandoffSummary(handoff)
             << (base.empty() ? ""
                              : "; its " + std::to_string(base.size()) +

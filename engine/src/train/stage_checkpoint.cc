@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_tensors.h"
 #include "train/frozen_base.h"
 #include "train/stage_manifest.h"
 #include "train/training_state.h"
@@ -56,11 +58,30 @@ Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
   return Status::Ok();
 }
 
+// model.safetensors: every tensor of the model; a slim checkpoint's leaves out its frozen base and
+// the tensors adapter_model.safetensors already holds (the manifest lists both).
+void AddModelTensors(const StageParts& parts, CheckpointContents* contents) {
+  std::set<std::string> left_out;
+  if (parts.frozen_base != nullptr) {
+    left_out = BaseTensorNames(*parts.frozen_base);
+    *contents->manifest.mutable_frozen_base() = *parts.frozen_base;
+    const size_t prefix = std::strlen(kPeftPrefix);
+    for (const auto& [peft_name, tensor] : contents->adapters) {
+      const std::string name = peft_name.substr(prefix);
+      contents->manifest.add_adapter_file_tensor(name);
+      left_out.insert(name);
+    }
+  }
+  for (const ModuleTensor& t : ModuleTensors(parts.model->module())) {
+    if (left_out.count(t.name) == 0) contents->model.emplace_back(t.name, t.tensor);
+  }
+}
+
 // The checkpoint's tensors in `dir` matched to the stage's, before anything is changed: the same
 // names, dtypes and shapes, in the module's order. The tensors of a slim checkpoint's base must be
 // the stage's too, as the manifest describes them; they stay as the stage built them.
 StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchWeights(
-    const safetensors::File& weights, const proto::CheckpointManifest& manifest,
+    const CheckpointTensors& weights, const proto::CheckpointManifest& manifest,
     torch::nn::Module& module, const std::string& where) {
   std::map<std::string, const proto::TensorInfo*> base;
   for (const proto::TensorInfo& info : manifest.frozen_base().tensor()) base[info.name()] = &info;
@@ -169,16 +190,9 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
   contents.manifest = StageManifest(*request.pipeline, *parts.plan,
                                     {request.parent_checkpoint.string(), request.parent_run_id},
                                     parts.optimizer->algorithm(), contents.config_json, progress);
-  std::set<std::string> left_out;
-  if (parts.frozen_base != nullptr) {
-    left_out = BaseTensorNames(*parts.frozen_base);
-    *contents.manifest.mutable_frozen_base() = *parts.frozen_base;
-  }
-  for (const ModuleTensor& t : ModuleTensors(parts.model->module())) {
-    if (left_out.count(t.name) == 0) contents.model.emplace_back(t.name, t.tensor);
-  }
-  if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
   ENGINE_RETURN_IF_ERROR(AddAdapters(parts, &contents));
+  AddModelTensors(parts, &contents);
+  if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
   ENGINE_ASSIGN_OR_RETURN(contents.extra_files,
                           StageTokenizerFiles(*parts.plan->stage, request.pipeline->base_dir));
   return WriteCheckpoint(write.dir, std::move(contents));
@@ -189,8 +203,8 @@ StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const st
   const std::string where = context + ": resuming from '" + dir.string() + "'";
   ENGINE_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest,
                           ReadResumableManifest(*parts.plan, dir, where));
-  ENGINE_ASSIGN_OR_RETURN(auto weights,
-                          safetensors::File::Open(dir / kModelFile).WithContext(where));
+  ENGINE_ASSIGN_OR_RETURN(CheckpointTensors weights,
+                          CheckpointTensors::Open(dir, manifest).WithContext(where));
   ENGINE_ASSIGN_OR_RETURN(auto state,
                           safetensors::File::Open(dir / kOptimizerFile).WithContext(where));
   if (manifest.has_frozen_base()) {
@@ -202,7 +216,7 @@ StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const st
     ENGINE_RETURN_IF_ERROR(CheckSameBase(manifest.frozen_base(), *parts.frozen_base, where));
   }
   ENGINE_ASSIGN_OR_RETURN(auto pairs,
-                          MatchWeights(*weights, manifest, parts.model->module(), where));
+                          MatchWeights(weights, manifest, parts.model->module(), where));
   ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
   const TrainingState& training = saved.state;
 

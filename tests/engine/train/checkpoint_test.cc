@@ -40,7 +40,7 @@ TEST(CheckpointTest, WritesWeightsOptimizerAndManifest) {
                                                      "optimizer.safetensors"}));
   auto manifest = ReadManifest(ckpt);
   ASSERT_TRUE(manifest.ok()) << manifest.status().message();
-  EXPECT_EQ(manifest->format_version(), kCheckpointFormatVersion);
+  EXPECT_EQ(manifest->format_version(), kSelfContainedFormatVersion);
   EXPECT_EQ(manifest->step(), 7u);
   ASSERT_EQ(manifest->tensor_size(), 2);
   EXPECT_EQ(manifest->tensor(1).name(), "b");
