@@ -6,11 +6,19 @@
 // Each conversation is one example of at most max_length tokens: longer ones are cut at the end
 // (TRUNCATE_END; one left without loss tokens is dropped) or left out (DROP), and counted.
 // Conversations without an assistant turn are skipped and counted (or an error). Batches are
-// padded at the right to their longest example: "input_ids" (pad_id), "labels" (input_ids where
-// the token carries loss, -100 elsewhere and on padding) and "attention_mask" (1 on tokens, 0 on
-// padding), all i64 [B, L]. Right padding keeps examples apart in a causal model without any
-// mask: no real token attends to a later position, and positions start at 0 in every row. So a
-// padded batch's loss is the token-weighted mean of its examples' losses.
+// padded at the right to their longest row: "input_ids" (pad_id), "labels" (input_ids where
+// the token carries loss, -100 elsewhere and on padding) and "attention_mask", all i64 [B, L].
+// Right padding keeps examples apart in a causal model: no real token attends to a later
+// position, and positions start at 0 in every row. So a padded batch's loss is the token-weighted
+// mean of its examples' losses.
+//
+// With `packing`, a row holds several conversations back to back (next fit, in the split's
+// shuffled order, up to max_length tokens): fewer rows, far less padding when conversations are
+// short. The attention mask then numbers the row's conversations 1, 2, ... (0 on padding), which
+// the decoder reads as "attend within your own example, count positions from its start"
+// (transformer/attention_mask.h), and the first token of each conversation carries no label (it
+// would be predicted from the one before). A packed batch's loss is still the token-weighted mean
+// of its conversations' losses, and its gradients those of the conversations one by one.
 //
 // The plan line counts the conversations by layout, their tokens (min/median/max), the truncated
 // and dropped ones and why, and the share of tokens that carry loss. The baseline is the eval
@@ -39,29 +47,65 @@ namespace {
 
 constexpr int64_t kIgnoreIndex = -100;
 
+struct PackedRows {
+  std::vector<std::vector<int64_t>> train, eval;
+};
+
+// Next fit: each conversation goes into the current row when it fits in `max_length` tokens,
+// otherwise it opens the next row. Without packing, one conversation per row.
+std::vector<std::vector<int64_t>> Pack(const ChatExamples& examples,
+                                       const std::vector<int64_t>& order, bool packing,
+                                       int64_t max_length) {
+  std::vector<std::vector<int64_t>> rows;
+  int64_t used = max_length;
+  for (int64_t example : order) {
+    const auto length = static_cast<int64_t>(examples.ids[example].size());
+    if (!packing || used + length > max_length) {
+      rows.emplace_back();
+      used = 0;
+    }
+    rows.back().push_back(example);
+    used += length;
+  }
+  return rows;
+}
+
+// ", packed into 12 rows of at most 1024 tokens (87% filled)" for the train split.
+std::string PackingSummary(const ChatExamples& examples, const std::vector<int64_t>& train,
+                           size_t rows, int64_t max_length) {
+  if (rows == 0) return "";
+  int64_t tokens = 0;
+  for (int64_t example : train) tokens += static_cast<int64_t>(examples.ids[example].size());
+  const double filled =
+      static_cast<double>(tokens) / (static_cast<double>(rows) * static_cast<double>(max_length));
+  return "; train conversations packed into " + std::to_string(rows) + " rows of at most " +
+         std::to_string(max_length) + " tokens (" + FormatFixed(100 * filled, 1) + "% filled)";
+}
+
 class ChatDataset : public Dataset {
  public:
-  ChatDataset(ChatExamples examples, SplitRows split, DataSpec spec, std::string description,
-              std::string identity, std::map<std::string, double> baselines)
+  ChatDataset(ChatExamples examples, PackedRows rows, bool packed, DataSpec spec,
+              std::string description, std::string identity,
+              std::map<std::string, double> baselines)
       : examples_(std::move(examples)),
+        packed_(packed),
         spec_(std::move(spec)),
         description_(std::move(description)),
         identity_(std::move(identity)),
         baselines_(std::move(baselines)) {
-    rows_[0] = std::move(split.train);
-    rows_[1] = std::move(split.eval);
+    rows_[0] = std::move(rows.train);
+    rows_[1] = std::move(rows.eval);
   }
 
   const DataSpec& spec() const override { return spec_; }
   int64_t size(Split split) const override { return static_cast<int64_t>(Rows(split).size()); }
 
   StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const override {
-    const std::vector<int64_t>& rows = Rows(split);
-    ENGINE_RETURN_IF_ERROR(CheckBatchIndices(split, indices, size(split), "conversations"));
+    const std::vector<std::vector<int64_t>>& rows = Rows(split);
+    ENGINE_RETURN_IF_ERROR(
+        CheckBatchIndices(split, indices, size(split), packed_ ? "packed rows" : "conversations"));
     int64_t length = 1;
-    for (int64_t index : indices) {
-      length = std::max<int64_t>(length, examples_.ids[rows[index]].size());
-    }
+    for (int64_t index : indices) length = std::max(length, RowLength(rows[index]));
     const auto n = static_cast<int64_t>(indices.size());
     at::Tensor ids = at::full({n, length}, spec_.pad_id, at::kLong);
     at::Tensor labels = at::full({n, length}, kIgnoreIndex, at::kLong);
@@ -70,12 +114,16 @@ class ChatDataset : public Dataset {
     int64_t* labels_data = labels.data_ptr<int64_t>();
     int64_t* mask_data = mask.data_ptr<int64_t>();
     for (int64_t b = 0; b < n; ++b) {
-      const size_t row = static_cast<size_t>(rows[indices[b]]);
-      const std::vector<int64_t>& example = examples_.ids[row];
-      for (size_t t = 0; t < example.size(); ++t) {
-        ids_data[b * length + t] = example[t];
-        mask_data[b * length + t] = 1;
-        if (examples_.loss[row][t]) labels_data[b * length + t] = example[t];
+      int64_t at = b * length;
+      int64_t segment = 1;
+      for (int64_t row : rows[indices[b]]) {
+        const std::vector<int64_t>& example = examples_.ids[row];
+        for (size_t t = 0; t < example.size(); ++t, ++at) {
+          ids_data[at] = example[t];
+          mask_data[at] = segment;
+          if (examples_.loss[row][t] && !(packed_ && t == 0)) labels_data[at] = example[t];
+        }
+        if (packed_) ++segment;
       }
     }
     return Batch{{"input_ids", ids}, {"labels", labels}, {"attention_mask", mask}};
@@ -87,12 +135,19 @@ class ChatDataset : public Dataset {
   bool cheap_batches() const override { return true; }
 
  private:
-  const std::vector<int64_t>& Rows(Split split) const {
+  const std::vector<std::vector<int64_t>>& Rows(Split split) const {
     return rows_[split == Split::kTrain ? 0 : 1];
+  }
+  int64_t RowLength(const std::vector<int64_t>& row) const {
+    int64_t length = 0;
+    for (int64_t example : row) length += static_cast<int64_t>(examples_.ids[example].size());
+    return length;
   }
 
   ChatExamples examples_;
-  std::vector<int64_t> rows_[2];
+  const bool packed_;
+  // Each row's conversations (one each without packing).
+  std::vector<std::vector<int64_t>> rows_[2];
   DataSpec spec_;
   std::string description_;
   std::string identity_;
@@ -172,6 +227,9 @@ class ChatLoader : public DataLoaderPlugin {
       split.eval.push_back(split.train.back());
       split.train.pop_back();
     }
+    const auto max_length = static_cast<int64_t>(options.max_length());
+    PackedRows rows{Pack(examples, split.train, options.packing(), max_length),
+                    Pack(examples, split.eval, options.packing(), max_length)};
     DataSpec spec;
     const int64_t vocab = tokenizer->vocab_size();
     spec.fields = {{"input_ids", at::kLong, {-1}, vocab},
@@ -181,9 +239,11 @@ class ChatLoader : public DataLoaderPlugin {
     spec.eos_id = tokenizer->eos_id();
     std::map<std::string, double> baselines;
     if (!split.eval.empty()) baselines["perplexity"] = UnigramPerplexity(examples, split, vocab);
-    const std::string description = examples.stats.Summary(options) + " (" +
-                                    tokenizer->description() + ", template " +
-                                    chat_template.name() + ") from " + path.string();
+    const std::string description =
+        examples.stats.Summary(options) + " (" + tokenizer->description() + ", template " +
+        chat_template.name() + ") from " + path.string() +
+        (options.packing() ? PackingSummary(examples, split.train, rows.train.size(), max_length)
+                           : std::string());
     const std::string identity = "chat:" + Fnv1a64Hex(text) + ":" + tokenizer->identity() +
                                  ":template=" + Fnv1a64Hex(named.text) +
                                  ":max_length=" + std::to_string(options.max_length()) +
@@ -191,10 +251,11 @@ class ChatLoader : public DataLoaderPlugin {
                                  ":skip=" + std::to_string(options.skip_without_assistant()) +
                                  ":eval_fraction=" + std::to_string(options.eval_fraction()) +
                                  ":max_examples=" + std::to_string(options.max_examples()) +
+                                 ":packing=" + std::to_string(options.packing()) +
                                  ":seed=" + std::to_string(context.seed);
-    return std::unique_ptr<Dataset>(new ChatDataset(std::move(examples), std::move(split),
-                                                    std::move(spec), description, identity,
-                                                    std::move(baselines)));
+    return std::unique_ptr<Dataset>(new ChatDataset(std::move(examples), std::move(rows),
+                                                    options.packing(), std::move(spec), description,
+                                                    identity, std::move(baselines)));
   }
 };
 

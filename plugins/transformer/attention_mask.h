@@ -4,6 +4,11 @@
 // Positions here are indices in the sequence (padding included), as transformers' masks count them:
 // query i of a forward whose first new token has index `offset` sits at offset + i and sees key j
 // when j <= offset + i, j > offset + i - window (with a window), and key j is not padding.
+//
+// Packed rows: a padding mask may number the examples packed into a row 1, 2, 3, ... instead of
+// holding ones (each example's tokens contiguous, 0 for padding). A token then sees only its own
+// example's keys and positions restart at 0 with each example, so that each example computes what
+// it would alone in its row.
 #pragma once
 
 #include <ATen/core/Tensor.h>

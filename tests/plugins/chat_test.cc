@@ -1,13 +1,16 @@
 // The `chat` data loader: the three JSONL layouts, loss only on assistant tokens (end of turn
 // included), truncation and skipping counted in the plan line, errors naming FILE:LINE, and
-// right-padded batches whose loss is the token-weighted mean of their examples' losses.
+// right-padded or packed batches whose loss and gradients are the token-weighted mean of their
+// examples'.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/nn/module.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "engine/data.h"
 #include "engine/model.h"
@@ -192,6 +195,67 @@ TEST(ChatLoaderTest, PaddedBatchLossIsTheTokenWeightedMeanOfItsExamples) {
   }
   EXPECT_EQ(whole->loss_count, count);
   EXPECT_NEAR(whole->loss.item<double>(), weighted / static_cast<double>(count), 1e-5);
+}
+
+// The gradients of every parameter, by name, then cleared.
+std::map<std::string, at::Tensor> TakeGradients(torch::nn::Module& module) {
+  std::map<std::string, at::Tensor> grads;
+  for (auto& item : module.named_parameters()) {
+    if (!item.value().grad().defined()) continue;
+    grads[item.key()] = item.value().grad().clone();
+    item.value().mutable_grad().reset();
+  }
+  return grads;
+}
+
+TEST(ChatLoaderTest, PackedRowsGiveTheLossAndGradientsOfTheirConversationsOneByOne) {
+  auto packed = Open(kChatData, "conversations.jsonl", "eval_fraction: 0 packing: true");
+  auto single = Open(kChatData, "conversations.jsonl", "eval_fraction: 0");
+  ASSERT_TRUE(packed.ok() && single.ok()) << packed.status().message();
+  ASSERT_LT((*packed)->size(Split::kTrain), (*single)->size(Split::kTrain));
+  EXPECT_THAT((*packed)->description(), HasSubstr("train conversations packed into " +
+                                                  std::to_string((*packed)->size(Split::kTrain)) +
+                                                  " rows of at most 1024 tokens"));
+  const Batch rows = AllOf(**packed);
+  // The mask numbers each row's conversations.
+  EXPECT_GT(rows.at("attention_mask").max().item<int64_t>(), 1);
+
+  const auto& loader = testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "llama");
+  auto options =
+      testing::Options(loader, "hidden_size: 16 num_hidden_layers: 2 num_attention_heads: 2");
+  auto model = loader.Create(*options, ModelContext{&(*packed)->spec(), "/", 1});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  torch::nn::Module& module = (*model)->module();
+
+  auto whole = (*model)->Forward(rows);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  whole->loss.backward();
+  const auto packed_grads = TakeGradients(module);
+
+  int64_t count = 0;
+  std::vector<std::pair<at::Tensor, int64_t>> losses;
+  for (int64_t i = 0; i < (*single)->size(Split::kTrain); ++i) {
+    auto one = (*model)->Forward(*(*single)->GetBatch(Split::kTrain, {i}));
+    ASSERT_TRUE(one.ok());
+    losses.emplace_back(one->loss, one->loss_count);
+    count += one->loss_count;
+  }
+  at::Tensor weighted = at::zeros({}, at::kDouble);
+  for (const auto& [loss, n] : losses) {
+    weighted =
+        weighted + loss.to(at::kDouble) * static_cast<double>(n) / static_cast<double>(count);
+  }
+  weighted.backward();
+  const auto single_grads = TakeGradients(module);
+
+  EXPECT_EQ(whole->loss_count, count);
+  EXPECT_NEAR(whole->loss.item<double>(), weighted.item<double>(), 1e-5);
+  ASSERT_EQ(packed_grads.size(), single_grads.size());
+  for (const auto& [name, grad] : packed_grads) {
+    // f32 sums in another order: within 1e-4 of the gradient's largest element.
+    const double scale = single_grads.at(name).abs().max().item<double>() + 1e-12;
+    EXPECT_LT((grad - single_grads.at(name)).abs().max().item<double>() / scale, 1e-4) << name;
+  }
 }
 
 }  // namespace
