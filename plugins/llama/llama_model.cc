@@ -26,13 +26,15 @@
 namespace engine::transformer {
 namespace {
 
-// Targets that must not be predicted in a padded batch: padding, and a row's first real token (the
-// position before it is padding, so nothing real precedes it; unpadded, it is never a target).
+// Targets that must not be predicted in a padded or packed batch: padding, and the first token of
+// each example (the position before it is padding or another packed example, so nothing of its
+// own precedes it; alone, it is never a target).
 at::Tensor WithoutContext(const at::Tensor& attention_mask) {
-  const at::Tensor real = attention_mask.ne(0);
-  const at::Tensor before = at::cat(
-      {at::ones({real.size(0), 1}, real.options()), real.narrow(1, 0, real.size(1) - 1)}, 1);
-  return real.logical_not().logical_or(before.logical_not());
+  const at::Tensor before =
+      at::cat({at::zeros({attention_mask.size(0), 1}, attention_mask.options()),
+               attention_mask.narrow(1, 0, attention_mask.size(1) - 1)},
+              1);
+  return attention_mask.eq(0).logical_or(before.ne(attention_mask));
 }
 
 class LlamaForCausalLm : public torch::nn::Module {
@@ -71,7 +73,7 @@ class LlamaModel : public Model, public TextGenerator {
     const at::Tensor hidden = lm.model->Forward(lm.model->Embed(ids->second), inputs, nullptr,
                                                 checkpointing_ && training);
     ModelOutput out;
-    CausalLmLoss(lm.Logits(hidden), targets, !training, &out);
+    CausalLmLoss(lm.Logits(hidden), targets, !training, &out, eos_id_);
     if (!training) {
       ENGINE_RETURN_IF_ERROR(ScoreGeneratedAnswers(lm, at::Tensor(), batch, eos_id_, &out));
     }

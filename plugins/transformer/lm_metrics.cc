@@ -5,7 +5,7 @@
 namespace engine::transformer {
 
 void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
-                  ModelOutput* out) {
+                  ModelOutput* out, int64_t eos_id) {
   const int64_t vocab = logits.size(-1);
   const at::Tensor predicted = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, vocab});
   const at::Tensor targets = labels.narrow(1, 1, labels.size(1) - 1).reshape({-1});
@@ -22,8 +22,15 @@ void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evalu
   const double mean = out->loss.item<double>();
   out->metrics["perplexity"] = {mean * static_cast<double>(count), static_cast<double>(count),
                                 true};
-  const double correct = (predicted.argmax(-1).eq(targets) & counted).sum().item<double>();
-  out->metrics["token_accuracy"] = {correct, static_cast<double>(count)};
+  const at::Tensor hits = predicted.argmax(-1).eq(targets) & counted;
+  out->metrics["token_accuracy"] = {hits.sum().item<double>(), static_cast<double>(count)};
+  if (eos_id >= 0) {
+    // Every batch reports it, with a zero count when it holds no eos target, so that the metrics
+    // of all batches and ranks have the same names.
+    const at::Tensor stops = targets.eq(eos_id);
+    out->metrics["eos_accuracy"] = {(hits & stops).sum().item<double>(),
+                                    stops.sum().item<double>()};
+  }
 }
 
 void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t eos_id,

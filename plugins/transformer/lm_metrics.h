@@ -14,9 +14,12 @@ inline constexpr int64_t kIgnoreIndex = -100;
 
 // Next-token cross-entropy: logits [batch, positions, vocab] at position t predict labels at t + 1.
 // Fills loss (the mean over predicted tokens) and loss_count; in evaluation also "perplexity"
-// (exp of the mean negative log-likelihood) and "token_accuracy".
+// (exp of the mean negative log-likelihood), "token_accuracy" and, with an `eos_id` (the data's
+// end of sequence: a chat template's end-of-turn token), "eos_accuracy": the share of the targets
+// that are eos which the model predicts (argmax), i.e. how often it would stop where the text
+// stops. A model that never learns it never stops generating.
 void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
-                  ModelOutput* out);
+                  ModelOutput* out, int64_t eos_id = -1);
 
 // Rows of `generated` ([batch, n], stopping at eos) that equal `answers` ([batch, m], padded with
 // kIgnoreIndex, possibly ending in eos), as an "exact_match" metric.

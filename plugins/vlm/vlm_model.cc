@@ -81,7 +81,8 @@ class VlmModel : public Model {
     const at::Tensor image_labels =
         at::full({text_labels.size(0), image.size(1)}, kIgnoreIndex, text_labels.options());
     ModelOutput out;
-    CausalLmLoss(lm.Logits(hidden), at::cat({image_labels, text_labels}, 1), !training, &out);
+    CausalLmLoss(lm.Logits(hidden), at::cat({image_labels, text_labels}, 1), !training, &out,
+                 eos_id_);
     if (!training) ENGINE_RETURN_IF_ERROR(ScoreGeneratedAnswers(lm, image, batch, eos_id_, &out));
     return out;
   }

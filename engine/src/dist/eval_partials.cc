@@ -20,7 +20,10 @@ void EvalPartials::Add(const ModelOutput& output) {
 std::map<std::string, double> EvalPartials::Values() const {
   std::map<std::string, double> out;
   if (loss_count > 0) out["eval/loss"] = loss_sum / loss_count;
-  for (const auto& [name, metric] : metrics) out["eval/" + name] = metric.value();
+  // A metric nothing was counted for (eos_accuracy on text without an eos) has no value.
+  for (const auto& [name, metric] : metrics) {
+    if (metric.count > 0) out["eval/" + name] = metric.value();
+  }
   return out;
 }
 

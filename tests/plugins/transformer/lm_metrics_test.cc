@@ -1,0 +1,51 @@
+// The causal LM loss and its evaluation metrics on hand-made logits.
+#include "lm_metrics.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace engine::transformer {
+namespace {
+
+// Logits [1, positions, vocab 4] whose argmax at position t is predictions[t].
+at::Tensor Predicting(const std::vector<int64_t>& predictions) {
+  at::Tensor logits = at::zeros({1, static_cast<int64_t>(predictions.size()), 4});
+  for (size_t t = 0; t < predictions.size(); ++t) logits[0][t][predictions[t]] = 5.0;
+  return logits;
+}
+
+TEST(CausalLmMetricsTest, EosAccuracyCountsTheEosTargetsPredicted) {
+  constexpr int64_t kEos = 3;
+  // Targets (labels shifted by one): 1, eos, 2, eos; the model predicts 1, eos, 2, 0: it stops at
+  // the first end of turn and runs on past the second.
+  const at::Tensor labels =
+      at::tensor(std::vector<int64_t>{0, 1, kEos, 2, kEos}, at::kLong).unsqueeze(0);
+  ModelOutput out;
+  CausalLmLoss(Predicting({1, kEos, 2, 0, 0}), labels, /*evaluating=*/true, &out, kEos);
+  EXPECT_EQ(out.loss_count, 4);
+  EXPECT_DOUBLE_EQ(out.metrics.at("token_accuracy").value(), 0.75);
+  EXPECT_DOUBLE_EQ(out.metrics.at("eos_accuracy").sum, 1);
+  EXPECT_DOUBLE_EQ(out.metrics.at("eos_accuracy").count, 2);
+
+  // Without an eos id, or in training, no such metric.
+  ModelOutput plain;
+  CausalLmLoss(Predicting({1, kEos, 2, 0, 0}), labels, /*evaluating=*/true, &plain);
+  EXPECT_EQ(plain.metrics.count("eos_accuracy"), 0u);
+  ModelOutput training;
+  CausalLmLoss(Predicting({1, kEos, 2, 0, 0}), labels, /*evaluating=*/false, &training, kEos);
+  EXPECT_TRUE(training.metrics.empty());
+}
+
+TEST(CausalLmMetricsTest, IgnoredTargetsAreNeitherCountedNorScored) {
+  const at::Tensor labels =
+      at::tensor(std::vector<int64_t>{0, kIgnoreIndex, 3, kIgnoreIndex}, at::kLong).unsqueeze(0);
+  ModelOutput out;
+  CausalLmLoss(Predicting({3, 3, 3, 3}), labels, /*evaluating=*/true, &out, /*eos_id=*/3);
+  EXPECT_EQ(out.loss_count, 1);
+  EXPECT_DOUBLE_EQ(out.metrics.at("eos_accuracy").value(), 1.0);
+}
+
+}  // namespace
+}  // namespace engine::transformer
