@@ -3,14 +3,6 @@
 #include <ATen/ATen.h>
 
 namespace engine::transformer {
-namespace {
-
-// A packed batch's mask numbers its examples 1, 2, ... (0: padding) instead of holding ones.
-bool Packed(const at::Tensor& segments) {
-  return segments.numel() > 0 && segments.max().item<int64_t>() > 1;
-}
-
-}  // namespace
 
 at::Tensor BuildAttentionMask(const at::Tensor& padding, int64_t positions, int64_t offset,
                               int64_t window, const at::Device& device) {
@@ -28,14 +20,13 @@ at::Tensor BuildAttentionMask(const at::Tensor& padding, int64_t positions, int6
     const at::Tensor segments = padding.to(device);
     const at::Tensor pad = segments.eq(0).view({padding.size(0), 1, 1, total});
     masked = masked.logical_or(pad);
-    if (Packed(segments)) {
-      // A real query sees only its own example's keys; padding queries keep the plain mask, so
-      // that no row is fully masked.
-      const at::Tensor queries = segments.narrow(1, offset, positions).unsqueeze(2);
-      const at::Tensor keys = segments.unsqueeze(1);
-      const at::Tensor other = queries.ne(keys).logical_and(queries.gt(0));
-      masked = masked.logical_or(other.unsqueeze(1));
-    }
+    // Packed rows: a real query sees only its own example's keys. Padding queries keep the plain
+    // mask, so that no row is fully masked. With a 0/1 mask this masks nothing more, so it is
+    // computed for every mask instead of asking the device which kind this is.
+    const at::Tensor queries = segments.narrow(1, offset, positions).unsqueeze(2);
+    const at::Tensor keys = segments.unsqueeze(1);
+    const at::Tensor other = queries.ne(keys).logical_and(queries.gt(0));
+    masked = masked.logical_or(other.unsqueeze(1));
   }
   return masked;
 }
@@ -49,16 +40,16 @@ at::Tensor PositionIds(const at::Tensor& padding, int64_t positions, int64_t off
   }
   const at::Tensor segments = padding.to(device).to(at::kLong);
   const at::Tensor real = segments.gt(0).to(at::kLong);
-  at::Tensor counted = real.cumsum(-1);
-  if (Packed(segments)) {
-    // Each example counts from 0: subtract the count before the example's first token.
-    const int64_t total = segments.size(1);
-    const at::Tensor index = at::arange(total, segments.options()).expand_as(segments);
-    at::Tensor starts = segments.ne(at::roll(segments, 1, 1));
-    starts.select(1, 0).fill_(true);
-    const at::Tensor start = std::get<0>(at::where(starts, index, 0).cummax(1));
-    counted = counted - counted.gather(1, start) + real.gather(1, start);
-  }
+  // Each packed example counts from 0: a new example starts where the number changes between two
+  // real tokens, and its positions are the real tokens counted since that start. A 0/1 mask has no
+  // such start (padding is no example), so it counts every real token of the row, as before.
+  const at::Tensor previous = at::roll(segments, 1, 1);
+  at::Tensor starts = segments.ne(previous).logical_and(segments.gt(0)).logical_and(previous.gt(0));
+  starts.select(1, 0).fill_(true);
+  const at::Tensor index = at::arange(segments.size(1), segments.options()).expand_as(segments);
+  const at::Tensor start = std::get<0>(index.mul(starts).cummax(1));
+  const at::Tensor before = real.cumsum(-1) - real;  // real tokens before each position
+  at::Tensor counted = real.cumsum(-1) - before.gather(1, start);
   counted = (counted - 1).clamp_min(0);
   return counted.narrow(1, counted.size(1) - positions, positions);
 }

@@ -38,7 +38,8 @@ TEST(AttentionMaskTest, PaddedRowsAreCausalAndNeverSeePadding) {
 TEST(AttentionMaskTest, PackedExamplesSeeOnlyThemselvesAndCountFromZero) {
   // Two examples and a padding position.
   const at::Tensor segments = Row({1, 1, 2, 2, 2, 0});
-  EXPECT_TRUE(PositionIds(segments, 6, 0, kCpu).equal(Row({0, 1, 0, 1, 2, 0})));
+  // (A padding position's own position changes nothing: no real token sees it.)
+  EXPECT_TRUE(PositionIds(segments, 6, 0, kCpu).narrow(1, 0, 5).equal(Row({0, 1, 0, 1, 2})));
   const auto allowed = Allowed(BuildAttentionMask(segments, 6, 0, 0, kCpu));
   const std::vector<std::vector<bool>> expected = {
       {true, false, false, false, false, false},
@@ -49,6 +50,14 @@ TEST(AttentionMaskTest, PackedExamplesSeeOnlyThemselvesAndCountFromZero) {
       // Padding keeps the plain causal mask, so that no row is fully masked.
       {true, true, true, true, true, false}};
   EXPECT_EQ(allowed, expected);
+}
+
+TEST(AttentionMaskTest, PackedRowsMayBeLeftPaddedAndZeroOneMasksMayHaveHoles) {
+  EXPECT_TRUE(PositionIds(Row({0, 0, 1, 1, 2, 2}), 6, 0, kCpu).equal(Row({0, 0, 0, 1, 0, 1})));
+  // A 0/1 mask counts every real token of its row, padding between them included.
+  EXPECT_TRUE(PositionIds(Row({1, 0, 1, 1}), 4, 0, kCpu).equal(Row({0, 0, 1, 2})));
+  // The last position of a cached step.
+  EXPECT_TRUE(PositionIds(Row({0, 1, 1, 1}), 1, 3, kCpu).equal(Row({2})));
 }
 
 TEST(AttentionMaskTest, APackedRowWithASlidingWindowKeepsBoth) {
