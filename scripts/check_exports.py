@@ -8,7 +8,7 @@ project's GPU machine, after building the engine there:
       --workdir /tmp/exports [--prompt "Hello"]
 
 For a stage with adapters on NF4 layers (a QLoRA stage) it runs `engine export` into
-WORKDIR/{hf,peft,bnb4}, then:
+WORKDIR/{hf,peft,bnb4,bnb4_double} (the last with --double_quant), then:
   - hf:   AutoModelForCausalLM.from_pretrained(hf) in f32 and the engine reading the same directory
           (`engine generate hf --raw`) must give the same greedy ids;
   - bnb4: from_pretrained(bnb4) loads (bitsandbytes' own deserialization), and each 4-bit layer
@@ -59,6 +59,10 @@ def main():
     for fmt, to in dirs.items():
         if not to.exists():
             engine(["export", args.source, f"--to={to}", f"--format={fmt}"], args.engine)
+    double = work / "bnb4_double"
+    if not double.exists():
+        engine(["export", args.source, f"--to={double}", "--format=bnb4", "--double_quant"],
+               args.engine)
     failures = 0
 
     def report(name, ok, why=""):
@@ -99,6 +103,20 @@ def main():
                    f"max difference {error}")
             checked += 1
         report("bnb4 has 4-bit layers", checked > 0, "bitsandbytes loaded no Linear4bit")
+        # --double_quant: bitsandbytes reads the nested state and dequantizes within about 1% of
+        # each block's scale spread of the plain export.
+        nested = AutoModelForCausalLM.from_pretrained(double, device_map="cuda").eval()
+        for name, module in nested.named_modules():
+            if not (hasattr(module, "weight") and hasattr(module.weight, "quant_state")):
+                continue
+            state = module.weight.quant_state
+            report(f"bnb4 --double_quant {name} loads nested", bool(state.nested))
+            dense = F.dequantize_4bit(module.weight.data, state).float()
+            plain = bnb.get_submodule(name)
+            exact = F.dequantize_4bit(plain.weight.data, plain.weight.quant_state).float()
+            relative = ((dense - exact).abs().max() / exact.abs().max()).item()
+            report(f"bnb4 --double_quant {name} within 1% of the plain export", relative < 0.01,
+                   f"relative difference {relative}")
         from peft import PeftModel
         peft_model = PeftModel.from_pretrained(bnb, dirs["peft"]).eval()
         with torch.no_grad():

@@ -47,6 +47,9 @@ built it and given its final checkpoint (or --checkpoint).
                    merged into 4 bits: export them with --format=peft and load them on it
   --to=DIR         where to write (required)
   --dtype=D        hf, bnb4: float32 (default), bfloat16 or float16
+  --double_quant   bnb4: the scales double-quantized as bitsandbytes' bnb_4bit_use_double_quant
+                   does (8-bit codes in its dynamic map, f32 per 256 scales): 0.37 fewer bits
+                   per weight, and the weights within about 1% of the stage's instead of equal
   --base=DIR       peft: the base model to name in adapter_config.json (default: the stage's
                    `pretrained` directory, or the final checkpoint of the stage it started from
                    when that is a plain model)
@@ -73,6 +76,7 @@ struct ExportFlags {
   at::ScalarType dtype = at::kFloat;
   std::string dtype_name = "float32";
   std::string base;
+  bool double_quant = false;
 };
 
 // What goes into the directory, by file name.
@@ -137,14 +141,14 @@ Status AddHfConfigs(const Model& model, const GenerationSource& source, const Ex
 }
 
 // transformers' BitsAndBytesConfig for the bnb4 tensors, as transformers writes it in config.json.
-nlohmann::ordered_json QuantizationConfig(const Bnb4Export& bnb) {
+nlohmann::ordered_json QuantizationConfig(const Bnb4Export& bnb, bool double_quant) {
   return {{"quant_method", "bitsandbytes"},
           {"_load_in_4bit", true},
           {"_load_in_8bit", false},
           {"load_in_4bit", true},
           {"load_in_8bit", false},
           {"bnb_4bit_quant_type", "nf4"},
-          {"bnb_4bit_use_double_quant", false},
+          {"bnb_4bit_use_double_quant", double_quant},
           {"bnb_4bit_compute_dtype", bnb.compute_dtype},
           {"bnb_4bit_quant_storage", "uint8"},
           {"llm_int8_skip_modules", bnb.dense_linears},
@@ -161,10 +165,12 @@ StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
     files.tensor_file = kModelFile;
     ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, nullptr, &files));
   } else if (flags.format == "bnb4") {
-    ENGINE_ASSIGN_OR_RETURN(Bnb4Export bnb, Bnb4Weights(model.module(), flags.dtype));
+    ENGINE_ASSIGN_OR_RETURN(Bnb4Export bnb,
+                            Bnb4Weights(model.module(), flags.dtype, flags.double_quant));
     files.tensors = std::move(bnb.tensors);
     files.tensor_file = kModelFile;
-    ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, QuantizationConfig(bnb), &files));
+    ENGINE_RETURN_IF_ERROR(
+        AddHfConfigs(model, source, flags, QuantizationConfig(bnb, flags.double_quant), &files));
   } else {
     const std::string base =
         flags.base.empty() ? source.base_model_dir().string() : fs::absolute(flags.base).string();
@@ -230,6 +236,10 @@ ExportFlags ReadFlags(Arguments& a) {
   if (a.error.empty() && !flags.base.empty() && flags.format != "peft") {
     a.error = "--base is for --format=peft";
   }
+  flags.double_quant = a.Has("double_quant");
+  if (a.error.empty() && flags.double_quant && flags.format != "bnb4") {
+    a.error = "--double_quant is for --format=bnb4";
+  }
   if (!flags.to.empty()) flags.to = fs::absolute(flags.to).lexically_normal();
   return flags;
 }
@@ -238,7 +248,8 @@ ExportFlags ReadFlags(Arguments& a) {
 
 int ExportCommand(const std::vector<std::string>& args) {
   Arguments a = ParseArguments(
-      args, {"to", "format", "dtype", "base", "checkpoint", "output_dir", "plugin_path"}, {});
+      args, {"to", "format", "dtype", "base", "checkpoint", "output_dir", "plugin_path"},
+      {"double_quant"});
   if (a.help) {
     std::cout << ExportHelp();
     return kExitOk;

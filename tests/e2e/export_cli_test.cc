@@ -22,7 +22,8 @@ using ::testing::HasSubstr;
 
 class ExportCliTest : public ::testing::Test {
  protected:
-  // A dense stage, then a QLoRA stage on it (nf4 on every decoder layer, LoRA r 4, alpha 8).
+  // A dense stage, then a QLoRA stage on it (nf4 on every decoder layer, LoRA r 4, alpha 8);
+  // down_proj has 544 NF4 blocks.
   static void SetUpTestSuite() {
     tmp_ = new testing::TempDir();
     const fs::path fixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
@@ -39,7 +40,7 @@ class ExportCliTest : public ::testing::Test {
 )";
     const std::string model = R"(
   model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
-    hidden_size: 64 num_hidden_layers: 1 num_attention_heads: 4 } } })";
+    hidden_size: 64 intermediate_size: 544 num_hidden_layers: 1 num_attention_heads: 4 } } })";
     pipeline_ = new fs::path(tmp_->Write("p.pbtxt", R"(name: "export"
 output_dir: "out"
 stage { name: "full")" + model + data + R"(}
@@ -222,6 +223,63 @@ TEST_F(ExportCliTest, Bnb4ExportHoldsTheStagesFourBitWeightsInBitsandbytesSerial
   EXPECT_EQ(q["bnb_4bit_compute_dtype"], "bfloat16");
   EXPECT_EQ(q["llm_int8_skip_modules"], nlohmann::json({"lm_head"}));
   EXPECT_EQ(config["torch_dtype"], "bfloat16");
+}
+
+TEST_F(ExportCliTest, DoubleQuantizedScalesAreBitsandbytesNestedStateWithinAPercent) {
+  const fs::path plain = tmp_->path() / "bnb4_plain";
+  const fs::path nested = tmp_->path() / "bnb4_double";
+  ASSERT_EQ(
+      Export({pipeline_->string() + ":qlora", "--to=" + plain.string(), "--format=bnb4"}).exit_code,
+      0);
+  const auto exported = Export({pipeline_->string() + ":qlora", "--to=" + nested.string(),
+                                "--format=bnb4", "--double_quant"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  const fs::path file = nested / "model.safetensors";
+  const std::string layer = "model.layers.0.mlp.down_proj.weight";
+  const at::Tensor scales = Read(plain / "model.safetensors", layer + ".absmax");
+  const at::Tensor codes = Read(file, layer + ".absmax");
+  const at::Tensor nested_absmax = Read(file, layer + ".nested_absmax");
+  const at::Tensor map = Read(file, layer + ".nested_quant_map");
+  const at::Tensor state_bytes = Read(file, layer + ".quant_state.bitsandbytes__nf4");
+  ASSERT_TRUE(codes.defined() && nested_absmax.defined() && map.defined());
+  const int64_t blocks = scales.numel();
+  EXPECT_EQ(codes.scalar_type(), at::kByte);
+  EXPECT_EQ(codes.numel(), blocks);
+  EXPECT_EQ(nested_absmax.scalar_type(), at::kFloat);
+  // down_proj's 64 x 544 weights: two whole blocks of 256 scales and a part block.
+  ASSERT_EQ(blocks, 544);
+  EXPECT_EQ(nested_absmax.numel(), 3);
+  // The dynamic map: 256 sorted values from -0.99297 to 1 with 0 among them.
+  ASSERT_EQ(map.numel(), 256);
+  EXPECT_TRUE(map.equal(std::get<0>(map.sort())));
+  EXPECT_EQ(map[255].item<float>(), 1.0f);
+  EXPECT_NEAR(map[0].item<float>(), -0.99296875, 1e-6);
+  EXPECT_EQ(map.eq(0).sum().item<int64_t>(), 1);
+  const auto state = nlohmann::json::parse(std::string(
+      reinterpret_cast<const char*>(state_bytes.data_ptr<uint8_t>()), state_bytes.numel()));
+  EXPECT_EQ(state["nested_blocksize"], 256);
+  EXPECT_EQ(state["nested_dtype"], "float32");
+  const double offset = state["nested_offset"].get<double>();
+  EXPECT_NEAR(offset, scales.mean().item<double>(), 1e-7);
+  // Dequantized as bitsandbytes does (code value x its block's absmax, plus the offset), each scale
+  // is within half a step of the map (0.0071 of its block's largest deviation) of the exact one.
+  const at::Tensor block_absmax = nested_absmax.repeat_interleave(256).narrow(0, 0, blocks);
+  const at::Tensor restored = map.index_select(0, codes.to(at::kLong)) * block_absmax + offset;
+  EXPECT_TRUE((restored - scales).abs().le(block_absmax * 0.0071 + 1e-7).all().item<bool>());
+  EXPECT_GT((restored - scales).abs().max().item<double>(), 0);  // rounded, not copied
+  // The 4-bit codes are the plain export's.
+  EXPECT_TRUE(Read(file, layer).equal(Read(plain / "model.safetensors", layer)));
+  const auto config = nlohmann::json::parse(testing::ReadText(nested / "config.json"));
+  EXPECT_EQ(config["quantization_config"]["bnb_4bit_use_double_quant"], true);
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadText(
+                plain / "config.json"))["quantization_config"]["bnb_4bit_use_double_quant"],
+            false);
+
+  const auto refused =
+      Export({pipeline_->string() + ":qlora", "--to=" + (tmp_->path() / "hf_double").string(),
+              "--format=hf", "--double_quant"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("--double_quant is for --format=bnb4"));
 }
 
 TEST_F(ExportCliTest, AFullFineTunesCheckpointReexportsInBf16) {

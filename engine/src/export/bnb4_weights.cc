@@ -3,9 +3,12 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <vector>
 
 #include "engine/dtype.h"
 #include "engine/linear.h"
@@ -58,12 +61,76 @@ Quantized QuantizeLikeBitsandbytes(const at::Tensor& dense, int64_t block_size) 
           absmax.contiguous()};
 }
 
+// bitsandbytes' signed dynamic 8-bit map (create_dynamic_map(signed=True, max_exponent_bits=7,
+// total_bits=8)): for each decimal exponent -6..0, the midpoints of an even split of [0.1, 1] into
+// 2^i parts, scaled, with both signs; then 0 and 1; sorted. 256 values.
+at::Tensor DynamicMap() {
+  std::vector<at::Tensor> parts;
+  for (int64_t i = 0; i < 7; ++i) {
+    const int64_t items = (int64_t{1} << i) + 1;
+    const at::Tensor bounds = at::linspace(0.1, 1, items, at::kFloat);
+    const at::Tensor means =
+        (bounds.narrow(0, 0, items - 1) + bounds.narrow(0, 1, items - 1)) / 2.0;
+    const double scale = std::pow(10.0, static_cast<double>(i - 6));
+    parts.push_back(means * scale);
+    parts.push_back(means * -scale);
+  }
+  parts.push_back(at::tensor(std::vector<float>{0.0f, 1.0f}));
+  return std::get<0>(at::cat(parts).sort());
+}
+
+// bitsandbytes' double quantization of the f32 scales (quantize_4bit with compress_statistics,
+// as its reference backend computes it): the scales less their mean, in blocks of 256, each
+// scaled by its largest magnitude into [-1, 1] and given the nearest value of the dynamic map.
+struct NestedScales {
+  at::Tensor codes;   // u8 [blocks]
+  at::Tensor absmax;  // f32 [ceil(blocks / 256)]
+  at::Tensor map;     // f32 [256]
+  float offset = 0;
+};
+
+constexpr int64_t kNestedBlockSize = 256;
+
+NestedScales DoubleQuantize(const at::Tensor& scales) {
+  NestedScales nested;
+  const at::Tensor mean = scales.mean();
+  nested.offset = mean.item<float>();
+  const at::Tensor centred = scales - mean;
+  const int64_t n = centred.numel();
+  const int64_t rem = n % kNestedBlockSize;
+  const int64_t full = n - rem;
+  std::vector<at::Tensor> absmax, scaled;
+  if (full > 0) {
+    const at::Tensor blocks = centred.narrow(0, 0, full).view({-1, kNestedBlockSize});
+    absmax.push_back(std::get<0>(blocks.abs().max(-1)));
+    scaled.push_back(
+        (blocks * (1.0 / absmax.back().clamp_min(1e-38).view({-1, 1}))).clamp(-1, 1).reshape(-1));
+  }
+  if (rem > 0) {
+    const at::Tensor tail = centred.narrow(0, full, rem);
+    const at::Tensor largest = tail.abs().max().clamp_min(1e-38);
+    absmax.push_back(largest.unsqueeze(0));
+    scaled.push_back((tail / largest).clamp(-1, 1));
+  }
+  nested.map = DynamicMap();
+  const at::Tensor bounds = (nested.map.narrow(0, 0, 255) + nested.map.narrow(0, 1, 255)) / 2;
+  nested.codes = at::bucketize(at::cat(scaled), bounds).to(at::kByte).contiguous();
+  nested.absmax = at::cat(absmax).contiguous();
+  return nested;
+}
+
 // quant_state.bitsandbytes__nf4: the JSON of the state's non-tensor items, as bytes.
-at::Tensor PackedQuantState(int64_t block_size, at::ScalarType dtype, int64_t rows, int64_t cols) {
+at::Tensor PackedQuantState(int64_t block_size, at::ScalarType dtype, int64_t rows, int64_t cols,
+                            const NestedScales* nested) {
   nlohmann::ordered_json state = {{"quant_type", "nf4"},
                                   {"blocksize", block_size},
                                   {"dtype", TorchDtypeName(dtype)},
                                   {"shape", {rows, cols}}};
+  if (nested != nullptr) {
+    state["nested_blocksize"] = kNestedBlockSize;
+    state["nested_dtype"] = "float32";
+    state["nested_offset"] = static_cast<double>(nested->offset);
+  }
   const std::string text = state.dump(-1, ' ', false);
   // json.dumps' separators: ", " and ": ".
   std::string spaced;
@@ -80,7 +147,8 @@ at::Tensor PackedQuantState(int64_t block_size, at::ScalarType dtype, int64_t ro
 
 }  // namespace
 
-StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype) {
+StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype,
+                                 bool double_quant) {
   at::NoGradGuard no_grad;
   Bnb4Export out;
   std::map<std::string, std::shared_ptr<LinearImpl>> quantized;
@@ -112,12 +180,19 @@ StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype
       const Quantized q = QuantizeLikeBitsandbytes(
           weight.DequantizeRows(0, weight.rows(), at::kFloat).cpu(), block_size);
       out.tensors.emplace_back(t.name, q.packed);
-      out.tensors.emplace_back(t.name + ".absmax", q.absmax);
+      std::optional<NestedScales> nested;
+      if (double_quant) nested = DoubleQuantize(q.absmax);
+      out.tensors.emplace_back(t.name + ".absmax", nested ? nested->codes : q.absmax);
       out.tensors.emplace_back(t.name + ".quant_map",
                                at::tensor(std::vector<float>(kernels::kNf4Codebook.begin(),
                                                              kernels::kNf4Codebook.end())));
+      if (nested) {
+        out.tensors.emplace_back(t.name + ".nested_absmax", nested->absmax);
+        out.tensors.emplace_back(t.name + ".nested_quant_map", nested->map);
+      }
       out.tensors.emplace_back(t.name + ".quant_state.bitsandbytes__nf4",
-                               PackedQuantState(block_size, dtype, weight.rows(), weight.cols()));
+                               PackedQuantState(block_size, dtype, weight.rows(), weight.cols(),
+                                                nested ? &*nested : nullptr));
       out.compute_dtype = TorchDtypeName(weight.compute_dtype());
     } else if (!dropped.count(t.name)) {
       out.tensors.emplace_back(t.name, ExportedTensor(t.tensor, dtype));

@@ -8,7 +8,12 @@
 // of quant_type, blocksize, dtype and shape). The codes are made as bitsandbytes makes them from
 // the layer's dequantized weight at the layer's own block size, which gives back the layer's codes
 // and scales, so bitsandbytes dequantizes to the engine's weights exactly. The scales are stored
-// in f32, not double-quantized (bitsandbytes' double quantization would round them again). Other
+// in f32; with `double_quant` they are double-quantized as bitsandbytes' compress_statistics does
+// (X.weight.absmax u8 codes of the scales less their mean, in blocks of 256, in its dynamic 8-bit
+// map, X.weight.nested_absmax f32, X.weight.nested_quant_map, and nested_blocksize, nested_dtype
+// and nested_offset in the state's JSON): a quarter of the scales' bytes, each scale then within
+// about 1% of the block's largest deviation from the mean, so the weights are no longer exactly
+// the engine's. Other
 // floating-point tensors are written in `dtype`; adapters are not included (export them with
 // --format=peft). The model is not changed.
 #pragma once
@@ -35,6 +40,7 @@ struct Bnb4Export {
 
 // Fails when no layer is NF4 (nothing to export in this format) or a layer is quantized in
 // another format.
-StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype);
+StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype,
+                                 bool double_quant = false);
 
 }  // namespace engine
