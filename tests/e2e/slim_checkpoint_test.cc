@@ -226,6 +226,12 @@ TEST_F(SlimCheckpointTest, ABaseThatChangedSinceIsNamedAndItsStageTrainsAgain) {
                                   "trains the stage again): " +
                                   (model / "model.safetensors").string()));
 
+  const auto generated = testing::RunEngine(
+      {"generate", pipeline.string() + ":chat", "--prompt=A diva who", "--max_new_tokens=2"});
+  EXPECT_NE(generated.exit_code, 0);
+  EXPECT_THAT(generated.err, HasSubstr((model / "model.safetensors").string()));
+  EXPECT_THAT(generated.err, HasSubstr("`engine run`"));
+
   const auto rerun = testing::RunEngine({"run", pipeline.string()});
   ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
   EXPECT_THAT(rerun.out + rerun.err, HasSubstr((model / "model.safetensors").string()));

@@ -69,7 +69,7 @@ Status CheckSameBase(const proto::FrozenBase& recorded, const proto::FrozenBase&
                      const std::string& context) {
   const std::string what_to_do =
       ": the base it was trained on is no longer there. Put the directory back as it was, or "
-      "train the stage again (delete its output directory)";
+      "train the stage again on it (`engine run` does)";
   if (recorded.pretrained() != current.pretrained()) {
     return FailedPreconditionError(context + ": it was trained on the base read from '" +
                                    recorded.pretrained() + "', this stage reads '" +
