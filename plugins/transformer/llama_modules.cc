@@ -5,11 +5,14 @@
 #include <c10/util/Half.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "attention_mask.h"
 #include "engine/activation_checkpoint.h"
 #include "engine/linear.h"
+#include "engine/torch_compat.h"
 
 namespace engine::transformer {
 namespace {
@@ -82,7 +85,17 @@ AttentionContext BuildAttentionContext(const LlamaConfig& config, const DecoderI
     context.sliding_mask = BuildAttentionMask(inputs.attention_mask, positions, inputs.offset,
                                               config.sliding_window, device);
   }
+  context.full_is_causal = !inputs.attention_mask.defined() && inputs.offset == 0 && positions > 1;
+  context.sliding_is_causal =
+      context.full_is_causal && (config.sliding_window <= 0 || positions <= config.sliding_window);
   return context;
+}
+
+bool FusedAttention() {
+  // Read at every call (a scan of a short environment), so that a test can compare both paths.
+  const char* choice = std::getenv("ENGINE_ATTENTION");
+  return compat::HasScaledDotProductAttention() &&
+         (choice == nullptr || std::string(choice) != "math");
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config, bool slides)
@@ -129,18 +142,32 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionConte
   }
   k = RepeatKv(k, heads / kv_heads);
   v = RepeatKv(v, heads / kv_heads);
-  // Scaled by a multiply, as transformers scales.
-  at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const at::Tensor& mask = slides_ ? context.sliding_mask : context.full_mask;
-  if (mask.defined()) {
-    // The lowest finite value, not -inf: a query that sees nothing (a padding row) gets a uniform
-    // softmax instead of NaN, which the zero weights of masked keys would otherwise spread.
-    scores = scores.masked_fill(mask, Lowest(scores.scalar_type()));
+  at::Tensor attended;
+  if (FusedAttention()) {
+    const bool causal = slides_ ? context.sliding_is_causal : context.full_is_causal;
+    at::Tensor& bias = slides_ ? context.sliding_bias : context.full_bias;
+    if (!causal && mask.defined() && (!bias.defined() || bias.scalar_type() != q.scalar_type())) {
+      // The lowest finite value, as on the math path (a query that sees nothing gets a uniform
+      // softmax, not NaN).
+      bias = at::zeros(mask.sizes(), q.options()).masked_fill(mask, Lowest(q.scalar_type()));
+    }
+    attended = compat::ScaledDotProductAttention(q, k.to(q.scalar_type()), v.to(q.scalar_type()),
+                                                 causal ? at::Tensor() : bias, causal, scale);
+  } else {
+    // Scaled by a multiply, as transformers scales.
+    at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scale;
+    if (mask.defined()) {
+      // The lowest finite value, not -inf: a query that sees nothing (a padding row) gets a
+      // uniform softmax instead of NaN, which the zero weights of masked keys would otherwise
+      // spread.
+      scores = scores.masked_fill(mask, Lowest(scores.scalar_type()));
+    }
+    const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
+    attended = at::matmul(probs, v);
   }
-  const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
-  const at::Tensor out =
-      at::matmul(probs, v).transpose(1, 2).reshape({batch, positions, heads * d});
-  return o_proj->forward(out);
+  return o_proj->forward(attended.transpose(1, 2).reshape({batch, positions, heads * d}));
 }
 
 LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& config) : activation_(config.hidden_act) {

@@ -60,7 +60,18 @@ struct AttentionContext {
   RotaryTables rotary;
   at::Tensor full_mask;     // true = not attended; undefined = nothing masked
   at::Tensor sliding_mask;  // the same within the window, for the layers that slide
+  // The full mask is the plain causal one (no padding, no cache) and so is the sliding one (the
+  // window reaches back to the first position): fused attention then masks by itself.
+  bool full_is_causal = false;
+  bool sliding_is_causal = false;
+  // The masks as biases added to the scores (0, or the dtype's lowest), made once per dtype by the
+  // first layer that needs them.
+  mutable at::Tensor full_bias, sliding_bias;
 };
+
+// Whether attention runs through LibTorch's fused scaled_dot_product_attention (LibTorch 2.1 and
+// later, unless ENGINE_ATTENTION=math) or the math path (matmul, masked softmax in f32, matmul).
+bool FusedAttention();
 
 // The context of `inputs` for `positions` new positions, in the queries' `dtype`.
 AttentionContext BuildAttentionContext(const LlamaConfig& config, const DecoderInputs& inputs,

@@ -4,6 +4,7 @@
 // means editing one file.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 #include <torch/version.h>
@@ -39,5 +40,14 @@ void SetAutocastDtype(c10::DeviceType device_type, c10::ScalarType dtype);
 int IncrementAutocastNesting();
 int DecrementAutocastNesting();
 void ClearAutocastCache();
+
+// LibTorch's fused attention, softmax(q k^T * scale + bias) v, with its flash and
+// memory-efficient kernels (2.1 and later: scaled_dot_product_attention with a scale). q, k, v:
+// [batch, heads, positions, head_dim] with as many key heads as query heads. `bias`: added to the
+// scores, broadcastable to [batch, heads, queries, keys], of q's dtype, or undefined; `causal`: a
+// causal mask instead (with an undefined bias). Throws c10::Error on a LibTorch without it.
+bool HasScaledDotProductAttention();
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& bias, bool causal, double scale);
 
 }  // namespace engine::compat

@@ -8,7 +8,28 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#if ENGINE_TORCH_AT_LEAST(2, 1)
+#include <ATen/ops/scaled_dot_product_attention.h>
+#endif
+
 namespace engine::compat {
+
+#if ENGINE_TORCH_AT_LEAST(2, 1)
+bool HasScaledDotProductAttention() { return true; }
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& bias, bool causal, double scale) {
+  // Two calls rather than one optional: the optional is c10's before 2.4 and std's after.
+  if (bias.defined()) return at::scaled_dot_product_attention(q, k, v, bias, 0.0, causal, scale);
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal, scale);
+}
+#else
+bool HasScaledDotProductAttention() { return false; }
+at::Tensor ScaledDotProductAttention(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                     const at::Tensor&, bool, double) {
+  TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch 2.1 or later; this is ",
+              kTorchVersion);
+}
+#endif
 
 bool CudaAvailable() { return torch::cuda::is_available(); }
 

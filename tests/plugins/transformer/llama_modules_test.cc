@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "engine/precision_context.h"
+#include "engine/torch_compat.h"
 #include "llama_config.h"
 
 namespace engine::transformer {
@@ -137,6 +139,45 @@ TEST(LlamaDecoderTest, ShapesDtypesAndHuggingFaceNames) {
   const at::Tensor h = at::randn({1, 2, 8});
   EXPECT_TRUE(at::equal(tied_model.lm.Logits(h),
                         at::matmul(h, tied_model.lm.model->embed_tokens->weight.t())));
+}
+
+// The decoder's hidden states for `embeds` with the math path or LibTorch's fused attention.
+at::Tensor Hidden(Lm& model, const at::Tensor& embeds, const DecoderInputs& inputs, bool fused) {
+  if (fused) {
+    unsetenv("ENGINE_ATTENTION");
+  } else {
+    setenv("ENGINE_ATTENTION", "math", 1);
+  }
+  at::Tensor hidden = model.lm.model->Forward(embeds, inputs, nullptr);
+  unsetenv("ENGINE_ATTENTION");
+  return hidden;
+}
+
+TEST(LlamaAttentionTest, FusedAttentionEqualsTheMathPath) {
+  if (!compat::HasScaledDotProductAttention()) {
+    GTEST_SKIP() << "LibTorch " << compat::kTorchVersion
+                 << " has no scaled_dot_product_attention: the math path is the only one";
+  }
+  at::NoGradGuard no_grad;
+  for (int64_t window : {0, 3}) {
+    LlamaConfig config = Tiny(4, 2);
+    config.sliding_window = window;
+    Lm model(config);
+    const at::Tensor embeds = model.lm.model->Embed(at::randint(0, 17, {2, 6}, at::kLong));
+    // Causal only (the kernel's own mask), then left-padded and packed rows (a bias).
+    DecoderInputs causal;
+    DecoderInputs padded;
+    padded.attention_mask =
+        at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 0}, at::kLong)
+            .view({2, 6});
+    for (const DecoderInputs& inputs : {causal, padded}) {
+      const at::Tensor math = Hidden(model, embeds, inputs, false);
+      const at::Tensor fused = Hidden(model, embeds, inputs, true);
+      // fp32: the kernels sum in another order.
+      EXPECT_TRUE(at::allclose(fused, math, 1e-5, 1e-5))
+          << "window " << window << ", max difference " << (fused - math).abs().max().item<float>();
+    }
+  }
 }
 
 TEST(LlamaDecoderTest, CacheStepsEqualTheFullForward) {
