@@ -48,8 +48,8 @@ at::Tensor PositionIds(const at::Tensor& padding, int64_t positions, int64_t off
   starts.select(1, 0).fill_(true);
   const at::Tensor index = at::arange(segments.size(1), segments.options()).expand_as(segments);
   const at::Tensor start = std::get<0>(index.mul(starts).cummax(1));
-  const at::Tensor before = real.cumsum(-1) - real;  // real tokens before each position
-  at::Tensor counted = real.cumsum(-1) - before.gather(1, start);
+  const at::Tensor through = real.cumsum(-1);  // real tokens up to each position
+  at::Tensor counted = through - (through - real).gather(1, start);
   counted = (counted - 1).clamp_min(0);
   return counted.narrow(1, counted.size(1) - positions, positions);
 }

@@ -88,11 +88,12 @@ AttentionContext BuildAttentionContext(const LlamaConfig& config, const DecoderI
   context.full_is_causal = !inputs.attention_mask.defined() && inputs.offset == 0 && positions > 1;
   context.sliding_is_causal =
       context.full_is_causal && (config.sliding_window <= 0 || positions <= config.sliding_window);
+  context.fused = FusedAttention();
   return context;
 }
 
 bool FusedAttention() {
-  // Read at every call (a scan of a short environment), so that a test can compare both paths.
+  // Read at every call (once per forward), so that a test can compare both paths.
   const char* choice = std::getenv("ENGINE_ATTENTION");
   return compat::HasScaledDotProductAttention() &&
          (choice == nullptr || std::string(choice) != "math");
@@ -145,7 +146,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionConte
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const at::Tensor& mask = slides_ ? context.sliding_mask : context.full_mask;
   at::Tensor attended;
-  if (FusedAttention()) {
+  if (context.fused) {
     const bool causal = slides_ ? context.sliding_is_causal : context.full_is_causal;
     at::Tensor& bias = slides_ ? context.sliding_bias : context.full_bias;
     if (!causal && mask.defined() && (!bias.defined() || bias.scalar_type() != q.scalar_type())) {

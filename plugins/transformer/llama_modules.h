@@ -64,6 +64,8 @@ struct AttentionContext {
   // window reaches back to the first position): fused attention then masks by itself.
   bool full_is_causal = false;
   bool sliding_is_causal = false;
+  // FusedAttention(), asked once per forward rather than in every layer.
+  bool fused = false;
   // The masks as biases added to the scores (0, or the dtype's lowest), made once per dtype by the
   // first layer that needs them.
   mutable at::Tensor full_bias, sliding_bias;

@@ -91,7 +91,8 @@ struct NestedScales {
 
 constexpr int64_t kNestedBlockSize = 256;
 
-NestedScales DoubleQuantize(const at::Tensor& scales) {
+// `map`: DynamicMap(), made once per export.
+NestedScales DoubleQuantize(const at::Tensor& scales, const at::Tensor& map) {
   NestedScales nested;
   const at::Tensor mean = scales.mean();
   nested.offset = mean.item<float>();
@@ -112,7 +113,7 @@ NestedScales DoubleQuantize(const at::Tensor& scales) {
     absmax.push_back(largest.unsqueeze(0));
     scaled.push_back((tail / largest).clamp(-1, 1));
   }
-  nested.map = DynamicMap();
+  nested.map = map;
   const at::Tensor bounds = (nested.map.narrow(0, 0, 255) + nested.map.narrow(0, 1, 255)) / 2;
   nested.codes = at::bucketize(at::cat(scaled), bounds).to(at::kByte).contiguous();
   nested.absmax = at::cat(absmax).contiguous();
@@ -173,6 +174,7 @@ StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype
     return FailedPreconditionError(
         "the model has no NF4 layer: a bnb4 export holds a 4-bit base (use --format=hf)");
   }
+  const at::Tensor dynamic_map = double_quant ? DynamicMap() : at::Tensor();
   for (const ModuleTensor& t : ModuleTensors(module)) {
     if (auto layer = quantized.find(t.name); layer != quantized.end()) {
       const QuantizedWeight& weight = *layer->second->quantized();
@@ -181,7 +183,7 @@ StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype
           weight.DequantizeRows(0, weight.rows(), at::kFloat).cpu(), block_size);
       out.tensors.emplace_back(t.name, q.packed);
       std::optional<NestedScales> nested;
-      if (double_quant) nested = DoubleQuantize(q.absmax);
+      if (double_quant) nested = DoubleQuantize(q.absmax, dynamic_map);
       out.tensors.emplace_back(t.name + ".absmax", nested ? nested->codes : q.absmax);
       out.tensors.emplace_back(t.name + ".quant_map",
                                at::tensor(std::vector<float>(kernels::kNf4Codebook.begin(),

@@ -22,14 +22,16 @@ Status VerifyCheckpointFiles(const std::filesystem::path& dir,
             .WithContext("the frozen base it was trained on changed (`engine run` trains "
                          "the stage again)"));
   }
-  ENGINE_ASSIGN_OR_RETURN(auto weights, safetensors::File::Open(dir / kModelFile));
-  if (weights->tensors().size() != static_cast<size_t>(manifest.tensor_size())) {
-    return DataLossError((dir / kModelFile).string() + " holds " +
-                         std::to_string(weights->tensors().size()) +
+  // model.safetensors, and the tensors a slim checkpoint keeps only in the adapter file (which
+  // Open finds there).
+  ENGINE_ASSIGN_OR_RETURN(CheckpointTensors weights, CheckpointTensors::Open(dir, manifest));
+  const size_t in_model_file = weights.tensors().size() - manifest.adapter_file_tensor_size();
+  if (in_model_file != static_cast<size_t>(manifest.tensor_size())) {
+    return DataLossError((dir / kModelFile).string() + " holds " + std::to_string(in_model_file) +
                          " tensors; its manifest lists " + std::to_string(manifest.tensor_size()));
   }
   for (const proto::TensorInfo& expected : manifest.tensor()) {
-    const safetensors::TensorInfo* info = weights->Find(expected.name());
+    const safetensors::TensorInfo* info = weights.Find(expected.name());
     const std::vector<int64_t> shape(expected.shape().begin(), expected.shape().end());
     auto dtype = SafetensorsDtypeName(info != nullptr ? info->dtype : at::kFloat);
     if (info == nullptr || info->shape != shape || !dtype || *dtype != expected.dtype()) {
@@ -37,8 +39,6 @@ Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                            "' is missing or differs from its manifest");
     }
   }
-  // The tensors kept only in the adapter file are there.
-  ENGINE_RETURN_IF_ERROR(CheckpointTensors::Open(dir, manifest).status());
   if (!manifest.optimizer().state_file().empty()) {
     ENGINE_RETURN_IF_ERROR(
         safetensors::File::Open(dir / manifest.optimizer().state_file()).status());

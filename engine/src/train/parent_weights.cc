@@ -10,8 +10,10 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/logging.h"
+#include "engine/dtype.h"
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
@@ -68,13 +70,11 @@ StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
     source.tensors[info.name] = info.shape;
     if (!c10::isFloatingType(info.dtype)) source.integer_tensors.insert(info.name);
   }
-  // A slim checkpoint's base tensors, as its manifest lists them (safetensors dtype names: F32,
-  // BF16 and F16 are the floating ones).
+  // A slim checkpoint's base tensors, as its manifest lists them.
   for (const proto::TensorInfo& info : manifest.frozen_base().tensor()) {
     source.tensors[info.name()] = {info.shape().begin(), info.shape().end()};
-    if (info.dtype().empty() || (info.dtype()[0] != 'F' && info.dtype() != "BF16")) {
-      source.integer_tensors.insert(info.name());
-    }
+    const std::optional<at::ScalarType> dtype = DtypeFromSafetensorsName(info.dtype());
+    if (!dtype || !c10::isFloatingType(*dtype)) source.integer_tensors.insert(info.name());
   }
   if (std::filesystem::exists(dir / kAdapterFile)) {
     ENGINE_ASSIGN_OR_RETURN(auto adapters, safetensors::File::Open(dir / kAdapterFile));
