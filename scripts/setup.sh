@@ -43,7 +43,7 @@ packages=(
   protobuf-compiler libprotobuf-dev
   libgoogle-glog-dev libgflags-dev
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config libxxhash-dev
-  libpcre2-dev libicu-dev
+  libpcre2-dev libicu-dev libpng-dev libjpeg62-turbo-dev
   libgtest-dev libgmock-dev
   python3-jinja2
 )

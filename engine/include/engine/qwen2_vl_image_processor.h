@@ -1,0 +1,70 @@
+// Qwen2-VL's image processor, as transformers' Qwen2VLImageProcessor computes it (the PIL one:
+// Qwen2VLImageProcessorFast resizes with torchvision and gives other pixels): smart_resize to a
+// multiple of patch_size x merge_size within [min_pixels, max_pixels], Pillow's bicubic resampling
+// (image_resize.h), rescale and normalise (CLIP mean and std), the frame repeated to fill a
+// temporal patch, and the patches in the order the vision tower reads them (each merged 2x2 group
+// together).
+//
+//   ENGINE_ASSIGN_OR_RETURN(auto processor, Qwen2VlImageProcessor::Read(dir /
+//   "preprocessor_config.json")); ENGINE_ASSIGN_OR_RETURN(ImageGrid grid, processor.GridFor(height,
+//   width));  // from the header processor.TokensFor(grid);                       // <|image_pad|>
+//   tokens the image takes ENGINE_ASSIGN_OR_RETURN(at::Tensor patches,
+//   processor.Patches(rgb_image));
+//
+// Failure: a preprocessor_config.json key this engine does not implement (another resample filter,
+// an unknown key) is refused naming the file and key; an image whose aspect ratio exceeds 200 or
+// that cannot be brought within the pixel limits is an error naming its size. Immutable after
+// Read; any thread.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "engine/image_file.h"
+#include "engine/status.h"
+
+namespace engine {
+
+// Patches along time, height and width (the model's image_grid_thw).
+struct ImageGrid {
+  int64_t t = 0, h = 0, w = 0;
+  int64_t patches() const { return t * h * w; }
+};
+
+class Qwen2VlImageProcessor {
+ public:
+  // transformers' defaults.
+  Qwen2VlImageProcessor() = default;
+  // preprocessor_config.json.
+  static StatusOr<Qwen2VlImageProcessor> Read(const std::filesystem::path& path);
+
+  // smart_resize: the size (height, width) an image of this size is resized to.
+  StatusOr<std::pair<int64_t, int64_t>> ResizedSize(int64_t height, int64_t width) const;
+  StatusOr<ImageGrid> GridFor(int64_t height, int64_t width) const;
+  // Image tokens in the text: one per merged group of merge_size x merge_size patches.
+  int64_t TokensFor(const ImageGrid& grid) const {
+    return grid.patches() / (merge_size * merge_size);
+  }
+  // f32 [grid.patches(), 3 * temporal_patch_size * patch_size^2].
+  StatusOr<at::Tensor> Patches(const RgbImage& image) const;
+  // Values per patch (the vision tower's input width).
+  int64_t patch_values() const { return 3 * temporal_patch_size * patch_size * patch_size; }
+
+  int64_t min_pixels = 56 * 56;
+  int64_t max_pixels = 28 * 28 * 1280;
+  int64_t patch_size = 14;
+  int64_t temporal_patch_size = 2;
+  int64_t merge_size = 2;
+  bool do_resize = true;
+  bool do_rescale = true;
+  bool do_normalize = true;
+  double rescale_factor = 1.0 / 255;
+  std::array<double, 3> image_mean = {0.48145466, 0.4578275, 0.40821073};
+  std::array<double, 3> image_std = {0.26862954, 0.26130258, 0.27577711};
+};
+
+}  // namespace engine

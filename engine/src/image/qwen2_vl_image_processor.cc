@@ -1,0 +1,213 @@
+#include "engine/qwen2_vl_image_processor.h"
+
+#include <ATen/ops/from_blob.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "engine/image_resize.h"
+
+namespace engine {
+namespace {
+
+// preprocessor_config.json keys that name things without changing the pixels.
+const std::set<std::string> kNeutralKeys = {"image_processor_type", "processor_class",
+                                            "feature_extractor_type", "do_convert_rgb"};
+constexpr int kPilBicubic = 3;
+
+class ProcessorConfigReader {
+ public:
+  ProcessorConfigReader(const nlohmann::json& json, std::string where)
+      : json_(json), where_(std::move(where)) {}
+
+  StatusOr<Qwen2VlImageProcessor> Read() {
+    Qwen2VlImageProcessor p;
+    if (!json_.is_object()) return InvalidArgumentError(where_ + " is not a JSON object");
+    // min_pixels and max_pixels win over size's shortest_edge and longest_edge, as in transformers.
+    const nlohmann::json& size = Take("size");
+    if (!size.is_null()) {
+      if (!size.is_object()) return Error("size", "must be an object");
+      for (const auto& [key, value] : size.items()) {
+        if (key != "shortest_edge" && key != "longest_edge") {
+          return Error("size." + key,
+                       "is not read by Qwen2-VL (it reads shortest_edge and longest_edge)");
+        }
+        if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
+          return Error("size." + key, "must be a positive integer, not " + value.dump());
+        }
+      }
+      p.min_pixels = size.value("shortest_edge", p.min_pixels);
+      p.max_pixels = size.value("longest_edge", p.max_pixels);
+    }
+    ENGINE_RETURN_IF_ERROR(Int("min_pixels", &p.min_pixels));
+    ENGINE_RETURN_IF_ERROR(Int("max_pixels", &p.max_pixels));
+    ENGINE_RETURN_IF_ERROR(Int("patch_size", &p.patch_size));
+    ENGINE_RETURN_IF_ERROR(Int("temporal_patch_size", &p.temporal_patch_size));
+    ENGINE_RETURN_IF_ERROR(Int("merge_size", &p.merge_size));
+    ENGINE_RETURN_IF_ERROR(Bool("do_resize", &p.do_resize));
+    ENGINE_RETURN_IF_ERROR(Bool("do_rescale", &p.do_rescale));
+    ENGINE_RETURN_IF_ERROR(Bool("do_normalize", &p.do_normalize));
+    const nlohmann::json& factor = Take("rescale_factor");
+    if (!factor.is_null()) {
+      if (!factor.is_number() || !(factor.get<double>() > 0)) {
+        return Error("rescale_factor", "must be a positive number, not " + factor.dump());
+      }
+      p.rescale_factor = factor.get<double>();
+    }
+    ENGINE_RETURN_IF_ERROR(Triple("image_mean", &p.image_mean));
+    ENGINE_RETURN_IF_ERROR(Triple("image_std", &p.image_std));
+    const nlohmann::json& resample = Take("resample");
+    if (!resample.is_null() && resample != kPilBicubic) {
+      return Error("resample",
+                   resample.dump() + " is not supported by this engine (supported: 3, bicubic)");
+    }
+    for (const auto& [key, value] : json_.items()) {
+      if (read_.count(key) == 0 && kNeutralKeys.count(key) == 0) {
+        return Error(key, "(" + value.dump() +
+                              ") is not supported by this engine's Qwen2-VL image processor");
+      }
+    }
+    if (p.min_pixels > p.max_pixels) {
+      return InvalidArgumentError(where_ + ": min_pixels " + std::to_string(p.min_pixels) +
+                                  " is above max_pixels " + std::to_string(p.max_pixels));
+    }
+    for (double s : p.image_std) {
+      if (!(s > 0)) return Error("image_std", "must be positive numbers");
+    }
+    return p;
+  }
+
+ private:
+  const nlohmann::json& Take(const std::string& key) {
+    static const nlohmann::json null;
+    read_.insert(key);
+    auto it = json_.find(key);
+    return it == json_.end() ? null : *it;
+  }
+  Status Error(const std::string& key, const std::string& what) const {
+    return InvalidArgumentError(where_ + ": '" + key + "' " + what);
+  }
+  Status Int(const std::string& key, int64_t* out) {
+    const nlohmann::json& v = Take(key);
+    if (v.is_null()) return Status::Ok();
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 40)) {
+      return Error(key, "must be a positive integer, not " + v.dump());
+    }
+    *out = v.get<int64_t>();
+    return Status::Ok();
+  }
+  Status Bool(const std::string& key, bool* out) {
+    const nlohmann::json& v = Take(key);
+    if (v.is_null()) return Status::Ok();
+    if (!v.is_boolean()) return Error(key, "must be true or false, not " + v.dump());
+    *out = v.get<bool>();
+    return Status::Ok();
+  }
+  Status Triple(const std::string& key, std::array<double, 3>* out) {
+    const nlohmann::json& v = Take(key);
+    if (v.is_null()) return Status::Ok();
+    if (!v.is_array() || v.size() != 3) return Error(key, "must be 3 numbers, not " + v.dump());
+    for (size_t c = 0; c < 3; ++c) {
+      if (!v[c].is_number()) return Error(key, "must be 3 numbers, not " + v.dump());
+      (*out)[c] = v[c].get<double>();
+    }
+    return Status::Ok();
+  }
+
+  const nlohmann::json& json_;
+  std::string where_;
+  std::set<std::string> read_;
+};
+
+std::string SizeText(int64_t height, int64_t width) {
+  return std::to_string(width) + "x" + std::to_string(height);
+}
+
+}  // namespace
+
+StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::Read(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError("'" + path.string() + "' cannot be opened");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return InvalidArgumentError("'" + path.string() + "' is not valid JSON");
+  return ProcessorConfigReader(json, "'" + path.string() + "'").Read();
+}
+
+StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t height,
+                                                                         int64_t width) const {
+  const int64_t factor = patch_size * merge_size;
+  if (!do_resize) {
+    if (height % factor != 0 || width % factor != 0) {
+      return InvalidArgumentError("an image of " + SizeText(height, width) +
+                                  " pixels is not a multiple of " + std::to_string(factor) +
+                                  " on each side, and do_resize is false");
+    }
+    return std::make_pair(height, width);
+  }
+  const double h = static_cast<double>(height), w = static_cast<double>(width);
+  if (std::max(h, w) / std::min(h, w) > 200) {
+    return InvalidArgumentError("an image of " + SizeText(height, width) +
+                                " pixels has an aspect ratio above 200, which Qwen2-VL refuses");
+  }
+  // Python's round: half to even, as nearbyint does in the default rounding mode.
+  auto h_bar = static_cast<int64_t>(std::nearbyint(h / factor)) * factor;
+  auto w_bar = static_cast<int64_t>(std::nearbyint(w / factor)) * factor;
+  if (h_bar * w_bar > max_pixels) {
+    const double beta = std::sqrt(h * w / static_cast<double>(max_pixels));
+    h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / factor)) * factor);
+    w_bar = std::max(factor, static_cast<int64_t>(std::floor(w / beta / factor)) * factor);
+  } else if (h_bar * w_bar < min_pixels) {
+    const double beta = std::sqrt(static_cast<double>(min_pixels) / (h * w));
+    h_bar = static_cast<int64_t>(std::ceil(h * beta / factor)) * factor;
+    w_bar = static_cast<int64_t>(std::ceil(w * beta / factor)) * factor;
+  }
+  if (h_bar <= 0 || w_bar <= 0 || h_bar * w_bar > max_pixels) {
+    return InvalidArgumentError(
+        "an image of " + SizeText(height, width) + " pixels cannot be resized to multiples of " +
+        std::to_string(factor) + " within min_pixels " + std::to_string(min_pixels) +
+        " and max_pixels " + std::to_string(max_pixels));
+  }
+  return std::make_pair(h_bar, w_bar);
+}
+
+StatusOr<ImageGrid> Qwen2VlImageProcessor::GridFor(int64_t height, int64_t width) const {
+  ENGINE_ASSIGN_OR_RETURN(auto size, ResizedSize(height, width));
+  return ImageGrid{1, size.first / patch_size, size.second / patch_size};
+}
+
+StatusOr<at::Tensor> Qwen2VlImageProcessor::Patches(const RgbImage& image) const {
+  ENGINE_ASSIGN_OR_RETURN(auto size, ResizedSize(image.height, image.width));
+  const auto [height, width] = size;
+  const std::vector<uint8_t> pixels =
+      height == image.height && width == image.width
+          ? image.pixels
+          : ResizeBicubicLikePillow(image.pixels, image.width, image.height, width, height);
+  // transformers rescales in f64 and stores f32, then normalises in f32.
+  std::vector<float> values(pixels.size());
+  for (size_t i = 0; i < pixels.size(); ++i) {
+    float v =
+        do_rescale ? static_cast<float>(pixels[i] * rescale_factor) : static_cast<float>(pixels[i]);
+    if (do_normalize) {
+      const size_t c = i % 3;
+      v = (v - static_cast<float>(image_mean[c])) / static_cast<float>(image_std[c]);
+    }
+    values[i] = v;
+  }
+  const int64_t p = patch_size, m = merge_size, gh = height / p, gw = width / p;
+  // [H, W, C] -> [C, H, W], the one frame repeated temporal_patch_size times, then grouped as
+  // (t, h/m, w/m, m, m) patches of (C, T, p, p) values.
+  at::Tensor frame =
+      at::from_blob(values.data(), {height, width, 3}, at::kFloat).permute({2, 0, 1});
+  at::Tensor frames = frame.unsqueeze(0).expand({temporal_patch_size, 3, height, width});
+  return frames.reshape({1, temporal_patch_size, 3, gh / m, m, p, gw / m, m, p})
+      .permute({0, 3, 6, 4, 7, 2, 1, 5, 8})
+      .reshape({gh * gw, patch_values()})
+      .clone(at::MemoryFormat::Contiguous);  // owns its memory: `values` goes with this frame
+}
+
+}  // namespace engine

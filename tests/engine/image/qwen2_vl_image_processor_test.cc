@@ -1,0 +1,202 @@
+// Images read and processed as transformers' Qwen2VLImageProcessor processes them: the qwen2_vl
+// fixture (tests/fixtures/hf/qwen2_vl_fixture.py) holds four real photographs (RGB PNG, JPEG,
+// greyscale PNG, RGBA PNG with transparent corners) and the pixel_values and image_grid_thw
+// transformers' own processor made of them (PIL bicubic, min_pixels 1568, max_pixels 4704).
+//
+// Tolerance: none. Pillow's resampling is integer arithmetic that ResizeBicubicLikePillow
+// reproduces byte for byte, libjpeg-turbo decodes the JPEG as Pillow's libjpeg does, and the
+// rescale (f64) and normalisation (f32) are done in transformers' precisions, so the pixel values
+// are bit-identical. For scale: one level of an 8-bit pixel is 0.015 after normalisation, and
+// compositing the logo's alpha on white instead of dropping it moves a value by 3.8.
+#include "engine/qwen2_vl_image_processor.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/image_file.h"
+#include "engine/image_resize.h"
+#include "engine/safetensors.h"
+#include "testing/temp_dir.h"
+#include "testing/test_paths.h"
+
+namespace engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::filesystem::path kFixture =
+    std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / "qwen2_vl";
+
+struct Reference {
+  at::Tensor pixel_values, image_grid_thw, input_ids;
+  std::vector<std::string> images;
+};
+
+Reference ReadReference() {
+  auto file = safetensors::File::Open(kFixture / "reference.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  Reference r;
+  r.pixel_values = *(*file)->Get("pixel_values");
+  r.image_grid_thw = *(*file)->Get("image_grid_thw");
+  r.input_ids = *(*file)->Get("input_ids");
+  r.images =
+      nlohmann::json::parse((*file)->metadata().at("images")).get<std::vector<std::string>>();
+  return r;
+}
+
+Qwen2VlImageProcessor FixtureProcessor() {
+  auto processor = Qwen2VlImageProcessor::Read(kFixture / "preprocessor_config.json");
+  EXPECT_TRUE(processor.ok()) << processor.status().message();
+  return *processor;
+}
+
+TEST(ImageFileTest, ReadsPngAndJpegWithTheirModes) {
+  struct Expected {
+    const char* name;
+    int64_t width, height;
+    const char* mode;
+  };
+  for (const Expected& e :
+       {Expected{"chelsea.png", 84, 56, "RGB"}, Expected{"rocket.jpg", 60, 40, "RGB"},
+        Expected{"camera.png", 70, 70, "L"}, Expected{"logo.png", 30, 30, "RGBA"}}) {
+    SCOPED_TRACE(e.name);
+    auto header = ReadImageHeader(kFixture / "images" / e.name);
+    ASSERT_TRUE(header.ok()) << header.status().message();
+    EXPECT_EQ(header->width, e.width);
+    EXPECT_EQ(header->height, e.height);
+    EXPECT_EQ(header->source_mode, e.mode);
+    auto image = ReadRgbImage(kFixture / "images" / e.name);
+    ASSERT_TRUE(image.ok()) << image.status().message();
+    EXPECT_EQ(image->pixels.size(), static_cast<size_t>(e.width * e.height * 3));
+  }
+  // Greyscale is repeated into the three channels; the logo's transparent corner keeps its black.
+  auto camera = ReadRgbImage(kFixture / "images" / "camera.png");
+  for (size_t i = 0; i < camera->pixels.size(); i += 3) {
+    ASSERT_EQ(camera->pixels[i], camera->pixels[i + 1]);
+    ASSERT_EQ(camera->pixels[i], camera->pixels[i + 2]);
+  }
+  auto logo = ReadRgbImage(kFixture / "images" / "logo.png");
+  EXPECT_EQ(logo->pixels[0] + logo->pixels[1] + logo->pixels[2], 0);
+}
+
+TEST(ImageFileTest, BadFilesAreErrorsNamingTheFile) {
+  testing::TempDir dir;
+  const std::string png = testing::ReadText(kFixture / "images" / "chelsea.png");
+  const std::string jpeg = testing::ReadText(kFixture / "images" / "rocket.jpg");
+  struct Case {
+    std::string name, content, message;
+  };
+  for (const Case& c :
+       {Case{"text.png", "not an image at all", "is neither a PNG nor a JPEG file"},
+        Case{"empty.jpg", "", "is empty"},
+        Case{"half.png", png.substr(0, png.size() / 2), "is not a readable PNG file"},
+        Case{"header_only.png", png.substr(0, 40), "is not a readable PNG file"},
+        Case{"half.jpg", jpeg.substr(0, jpeg.size() / 2), "is truncated"},
+        Case{"header_only.jpg", jpeg.substr(0, 3), "is not a readable JPEG file"}}) {
+    SCOPED_TRACE(c.name);
+    const auto path = dir.Write(c.name, c.content);
+    auto image = ReadRgbImage(path);
+    ASSERT_FALSE(image.ok());
+    EXPECT_THAT(image.status().message(), HasSubstr("image '" + path.string() + "'"));
+    EXPECT_THAT(image.status().message(), HasSubstr(c.message));
+  }
+  auto missing = ReadImageHeader(dir.path() / "missing.png");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("missing.png' cannot be opened"));
+}
+
+TEST(Qwen2VlImageProcessorTest, PixelValuesAndGridsEqualTransformers) {
+  const Reference reference = ReadReference();
+  const Qwen2VlImageProcessor processor = FixtureProcessor();
+  int64_t start = 0, image_tokens = 0;
+  for (size_t i = 0; i < reference.images.size(); ++i) {
+    SCOPED_TRACE(reference.images[i]);
+    auto image = ReadRgbImage(kFixture / reference.images[i]);
+    ASSERT_TRUE(image.ok()) << image.status().message();
+    auto grid = processor.GridFor(image->height, image->width);
+    ASSERT_TRUE(grid.ok()) << grid.status().message();
+    const at::Tensor expected_grid = reference.image_grid_thw[static_cast<int64_t>(i)];
+    EXPECT_EQ(grid->t, expected_grid[0].item<int64_t>());
+    EXPECT_EQ(grid->h, expected_grid[1].item<int64_t>());
+    EXPECT_EQ(grid->w, expected_grid[2].item<int64_t>());
+    auto patches = processor.Patches(*image);
+    ASSERT_TRUE(patches.ok()) << patches.status().message();
+    ASSERT_EQ(patches->sizes(), (std::vector<int64_t>{grid->patches(), processor.patch_values()}));
+    const at::Tensor expected = reference.pixel_values.narrow(0, start, grid->patches());
+    EXPECT_TRUE(at::equal(*patches, expected));
+    start += grid->patches();
+    image_tokens += processor.TokensFor(*grid);
+  }
+  EXPECT_EQ(start, reference.pixel_values.size(0));
+  // <|image_pad|> (id 264) appears once per merged 2x2 group.
+  EXPECT_EQ(image_tokens, reference.input_ids.eq(264).sum().item<int64_t>());
+}
+
+TEST(Qwen2VlImageProcessorTest, SmartResizeRoundsAsPythonAndKeepsThePixelLimits) {
+  Qwen2VlImageProcessor p;  // transformers' defaults: 3136 to 1003520 pixels, factor 28
+  auto size = [&](int64_t h, int64_t w) { return *p.ResizedSize(h, w); };
+  EXPECT_EQ(size(70, 70), std::make_pair(int64_t{56}, int64_t{56}));    // 2.5 rounds to even
+  EXPECT_EQ(size(98, 98), std::make_pair(int64_t{112}, int64_t{112}));  // 3.5 rounds to even
+  EXPECT_EQ(size(10, 10), std::make_pair(int64_t{56}, int64_t{56}));    // scaled up to min_pixels
+  const auto large = size(4000, 3000);
+  EXPECT_LE(large.first * large.second, p.max_pixels);
+  EXPECT_EQ(large.first % 28, 0);
+  EXPECT_EQ(large.second % 28, 0);
+  auto thin = p.ResizedSize(10, 2010);
+  ASSERT_FALSE(thin.ok());
+  EXPECT_THAT(thin.status().message(), HasSubstr("2010x10 pixels has an aspect ratio above 200"));
+  p.max_pixels = 28 * 28;
+  auto too_wide = p.ResizedSize(28, 1000);
+  ASSERT_FALSE(too_wide.ok());
+  EXPECT_THAT(too_wide.status().message(), HasSubstr("within min_pixels 3136 and max_pixels 784"));
+}
+
+TEST(Qwen2VlImageProcessorTest, ResizeIsPillowsAcrossScales) {
+  // Up and down by several factors: constant images stay constant (the taps sum to one) and a
+  // same-size resize is a copy.
+  std::vector<uint8_t> grey(17 * 23 * 3, 77);
+  for (auto [w, h] : {std::pair<int64_t, int64_t>{5, 7}, {46, 34}, {17, 23}, {90, 3}}) {
+    const auto out = ResizeBicubicLikePillow(grey, 17, 23, w, h);
+    ASSERT_EQ(out.size(), static_cast<size_t>(w * h * 3));
+    for (uint8_t v : out) ASSERT_EQ(v, 77);
+  }
+  std::vector<uint8_t> ramp(8 * 8 * 3);
+  for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(ResizeBicubicLikePillow(ramp, 8, 8, 8, 8), ramp);
+}
+
+TEST(Qwen2VlImageProcessorTest, PreprocessorConfigKeysAreReadOrRefusedByName) {
+  const Qwen2VlImageProcessor p = FixtureProcessor();
+  EXPECT_EQ(p.min_pixels, 1568);
+  EXPECT_EQ(p.max_pixels, 4704);
+  EXPECT_EQ(p.patch_values(), 1176);
+  testing::TempDir dir;
+  nlohmann::json json =
+      nlohmann::json::parse(testing::ReadText(kFixture / "preprocessor_config.json"));
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    const char* message;
+  };
+  for (const Case& c : {Case{"resample", 2, "'resample' 2 is not supported by this engine"},
+                        Case{"do_pad", true, "'do_pad' (true) is not supported"},
+                        Case{"image_mean", {0.5, 0.5}, "'image_mean' must be 3 numbers"},
+                        Case{"min_pixels", 9999, "min_pixels 9999 is above max_pixels 4704"}}) {
+    SCOPED_TRACE(c.key);
+    nlohmann::json changed = json;
+    changed[c.key] = c.value;
+    const auto path = dir.Write("preprocessor_config.json", changed.dump());
+    auto read = Qwen2VlImageProcessor::Read(path);
+    ASSERT_FALSE(read.ok());
+    EXPECT_THAT(read.status().message(), HasSubstr(path.string()));
+    EXPECT_THAT(read.status().message(), HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace engine
