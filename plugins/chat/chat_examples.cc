@@ -16,12 +16,19 @@ std::string_view TrimRight(std::string_view s) {
   return s;
 }
 
-// Applies max_length: true when the example stays (possibly truncated).
-bool FitLength(const ChatOptions& options, TokenizedConversation* example, ChatStats* stats) {
+// Applies max_length: true when the example stays (possibly truncated). Image tokens are never
+// cut: an example whose images reach beyond max_length is dropped.
+bool FitLength(const ChatOptions& options, int64_t image_pad_id, TokenizedConversation* example,
+               ChatStats* stats) {
   const size_t max_length = options.max_length();
   if (example->ids.size() <= max_length) return true;
   if (options.truncation() == ChatOptions::DROP) {
     ++stats->dropped_too_long;
+    return false;
+  }
+  if (image_pad_id >= 0 && std::find(example->ids.begin() + static_cast<std::ptrdiff_t>(max_length),
+                                     example->ids.end(), image_pad_id) != example->ids.end()) {
+    ++stats->dropped_image_cut;
     return false;
   }
   example->ids.resize(max_length);
@@ -37,8 +44,20 @@ bool FitLength(const ChatOptions& options, TokenizedConversation* example, ChatS
 // One line's example into `out`, or a reason it is left out (counted in the stats).
 Status AddLine(std::string_view line, const std::string& where,
                const chat::ChatTemplate& chat_template, const Tokenizer& tokenizer,
-               const ChatOptions& options, ChatExamples* out) {
+               const ChatOptions& options, ChatImages* images, ChatExamples* out) {
   ENGINE_ASSIGN_OR_RETURN(ParsedConversation parsed, ParseConversationLine(line, where));
+  const int64_t placeholders = MarkImagePlaceholders(&parsed.messages);
+  if (placeholders != static_cast<int64_t>(parsed.images.size())) {
+    return DataLossError(where + ": " + std::to_string(placeholders) + " " + kImagePlaceholder +
+                         " placeholder(s) in the messages for " +
+                         std::to_string(parsed.images.size()) + " image(s)");
+  }
+  if (!parsed.images.empty() && images == nullptr) {
+    return DataLossError(where +
+                         ": the line names images, but there is no image processor: set "
+                         "`images { processor: \"preprocessor_config.json\" }` (Qwen2-VL's), or "
+                         "put it beside the tokenizer");
+  }
   if (!HasAssistantTurn(parsed.messages)) {
     if (!options.skip_without_assistant()) {
       return DataLossError(where +
@@ -52,13 +71,21 @@ Status AddLine(std::string_view line, const std::string& where,
   if (!rendered.ok()) return rendered.status().WithContext(where);
   StatusOr<TokenizedConversation> example = TokenizeForTraining(*rendered, tokenizer);
   if (!example.ok()) return example.status().WithContext(where);
-  if (!FitLength(options, &*example, &out->stats)) return Status::Ok();
+  std::vector<ExampleImage> example_images;
+  if (!parsed.images.empty()) {
+    ENGINE_ASSIGN_OR_RETURN(example_images, images->Check(parsed.images, where));
+    ENGINE_RETURN_IF_ERROR(images->ExpandImageTokens(example_images, where, &*example));
+  }
+  if (!FitLength(options, images != nullptr ? images->pad_id() : -1, &*example, &out->stats)) {
+    return Status::Ok();
+  }
   ++out->stats.by_format[std::string(ConversationFormatName(parsed.format))];
   out->stats.lengths.push_back(static_cast<int64_t>(example->ids.size()));
   out->stats.tokens += static_cast<int64_t>(example->ids.size());
   out->stats.loss_tokens += std::count(example->loss.begin(), example->loss.end(), 1);
   out->ids.push_back(std::move(example->ids));
   out->loss.push_back(std::move(example->loss));
+  out->images.push_back(std::move(example_images));
   return Status::Ok();
 }
 
@@ -92,6 +119,10 @@ std::string ChatStats::Summary(const ChatOptions& options) const {
   if (skipped_no_assistant > 0) {
     dropped.push_back(WithThousands(skipped_no_assistant) + " without an assistant turn");
   }
+  if (dropped_image_cut > 0) {
+    dropped.push_back(WithThousands(dropped_image_cut) + " with image tokens beyond max_length " +
+                      max_length);
+  }
   for (size_t i = 0; i < dropped.size(); ++i) out += (i == 0 ? "; dropped: " : ", ") + dropped[i];
   char share[64];
   std::snprintf(
@@ -102,7 +133,8 @@ std::string ChatStats::Summary(const ChatOptions& options) const {
 
 StatusOr<ChatExamples> ReadChatExamples(const std::string& text, const std::string& origin,
                                         const chat::ChatTemplate& chat_template,
-                                        const Tokenizer& tokenizer, const ChatOptions& options) {
+                                        const Tokenizer& tokenizer, const ChatOptions& options,
+                                        ChatImages* images) {
   ChatExamples examples;
   int line_number = 0;
   int64_t lines = 0;
@@ -116,7 +148,7 @@ StatusOr<ChatExamples> ReadChatExamples(const std::string& text, const std::stri
     if (options.max_examples() > 0 && lines == options.max_examples()) break;
     ++lines;
     ENGINE_RETURN_IF_ERROR(AddLine(line, origin + ":" + std::to_string(line_number), chat_template,
-                                   tokenizer, options, &examples));
+                                   tokenizer, options, images, &examples));
   }
   if (examples.ids.empty()) {
     return DataLossError("'" + origin + "' gives no examples: " + examples.stats.Summary(options));

@@ -3,8 +3,9 @@
 // dropped as the options say, with counts of what happened for the plan.
 //
 // Failure: a malformed line, a conversation the template cannot render (a role it does not
-// know), or one without an assistant turn when skip_without_assistant is false, is an error
-// naming FILE:LINE; nothing half-read is returned. No examples at all is an error too.
+// know), one without an assistant turn when skip_without_assistant is false, or an image that
+// cannot be used (chat_images.h), is an error naming FILE:LINE; nothing half-read is returned. No
+// examples at all is an error too.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat_images.h"
 #include "chat_options.pb.h"
 #include "engine/status.h"
 #include "engine/tokenizer.h"
@@ -26,6 +28,7 @@ struct ChatStats {
   int64_t dropped_too_long = 0;      // DROP: longer than max_length
   int64_t dropped_no_loss_left = 0;  // TRUNCATE_END: no assistant token within max_length
   int64_t skipped_no_assistant = 0;
+  int64_t dropped_image_cut = 0;  // TRUNCATE_END would cut image tokens
   int64_t tokens = 0;
   int64_t loss_tokens = 0;
 
@@ -38,12 +41,15 @@ struct ChatStats {
 struct ChatExamples {
   std::vector<std::vector<int64_t>> ids;
   std::vector<std::vector<uint8_t>> loss;
+  std::vector<std::vector<ExampleImage>> images;  // each example's, often none
   ChatStats stats;
 };
 
-// `origin` names the file in errors.
+// `origin` names the file in errors. `images` turns the images lines name into image tokens
+// (chat_images.h); null: a line that names images is an error saying how to configure them.
 StatusOr<ChatExamples> ReadChatExamples(const std::string& text, const std::string& origin,
                                         const chat::ChatTemplate& chat_template,
-                                        const Tokenizer& tokenizer, const ChatOptions& options);
+                                        const Tokenizer& tokenizer, const ChatOptions& options,
+                                        ChatImages* images);
 
 }  // namespace engine::plugins

@@ -33,11 +33,13 @@
 #include "batch_indices.h"
 #include "chat/tokenizer_config.h"
 #include "chat_examples.h"
+#include "chat_images.h"
 #include "chat_options.pb.h"
 #include "data_split.h"
 #include "engine/data.h"
 #include "engine/format.h"
 #include "engine/hash.h"
+#include "engine/image_batch.h"
 #include "engine/paths.h"
 #include "engine/tokenizer.h"
 #include "read_file.h"
@@ -84,11 +86,12 @@ std::string PackingSummary(const ChatExamples& examples, const std::vector<int64
 
 class ChatDataset : public Dataset {
  public:
-  ChatDataset(ChatExamples examples, PackedRows rows, bool packed, DataSpec spec,
-              std::string description, std::string identity,
-              std::map<std::string, double> baselines)
+  ChatDataset(ChatExamples examples, PackedRows rows, bool packed,
+              std::shared_ptr<const ChatImages> images, DataSpec spec, std::string description,
+              std::string identity, std::map<std::string, double> baselines)
       : examples_(std::move(examples)),
         packed_(packed),
+        images_(std::move(images)),
         spec_(std::move(spec)),
         description_(std::move(description)),
         identity_(std::move(identity)),
@@ -126,13 +129,27 @@ class ChatDataset : public Dataset {
         if (packed_) ++segment;
       }
     }
-    return Batch{{"input_ids", ids}, {"labels", labels}, {"attention_mask", mask}};
+    Batch batch{{"input_ids", ids}, {"labels", labels}, {"attention_mask", mask}};
+    if (images_ != nullptr) {
+      std::vector<ExampleImages> row_images;
+      for (int64_t index : indices) {
+        std::vector<ExampleImage> images;
+        for (int64_t row : rows[index]) {
+          images.insert(images.end(), examples_.images[row].begin(), examples_.images[row].end());
+        }
+        ENGINE_ASSIGN_OR_RETURN(ExampleImages pixels, images_->Pixels(images));
+        row_images.push_back(std::move(pixels));
+      }
+      PackImages(row_images, images_->processor().patch_values(), &batch);
+    }
+    return batch;
   }
 
   std::string description() const override { return description_; }
   std::string identity() const override { return identity_; }
   std::map<std::string, double> baselines() const override { return baselines_; }
-  bool cheap_batches() const override { return true; }
+  // Images are decoded and resized for every batch.
+  bool cheap_batches() const override { return images_ == nullptr; }
 
  private:
   const std::vector<std::vector<int64_t>>& Rows(Split split) const {
@@ -146,6 +163,8 @@ class ChatDataset : public Dataset {
 
   ChatExamples examples_;
   const bool packed_;
+  // Null unless some example has images.
+  std::shared_ptr<const ChatImages> images_;
   // Each row's conversations (one each without packing).
   std::vector<std::vector<int64_t>> rows_[2];
   DataSpec spec_;
@@ -187,6 +206,47 @@ std::filesystem::path ChatConfigPath(const ChatOptions& options, const DataConte
   return std::filesystem::is_directory(tokenizer) ? tokenizer : tokenizer.parent_path();
 }
 
+// What decides the images' pixels: the files, and the processor's settings.
+std::string ImagesIdentity(const ChatImages& images) {
+  const Qwen2VlImageProcessor& p = images.processor();
+  std::string settings;
+  for (double v : {static_cast<double>(p.min_pixels), static_cast<double>(p.max_pixels),
+                   static_cast<double>(p.patch_size), static_cast<double>(p.temporal_patch_size),
+                   static_cast<double>(p.merge_size), p.rescale_factor, p.image_mean[0],
+                   p.image_mean[1], p.image_mean[2], p.image_std[0], p.image_std[1], p.image_std[2],
+                   static_cast<double>(p.do_resize + 2 * p.do_rescale + 4 * p.do_normalize)}) {
+    settings += std::to_string(v) + ",";
+  }
+  return ":images=" + images.stats().content_hash + ":processor=" + Fnv1a64Hex(settings);
+}
+
+// The image processor for lines that name images: `images.processor`, or the
+// preprocessor_config.json beside the tokenizer's config; null when neither exists.
+StatusOr<std::shared_ptr<ChatImages>> MakeChatImages(const ChatOptions& options,
+                                                     const DataContext& context,
+                                                     const Tokenizer& tokenizer,
+                                                     const std::filesystem::path& data_path) {
+  const bool named = !options.images().processor().empty();
+  const std::filesystem::path path =
+      named ? ResolvePath(context.base_dir, options.images().processor())
+            : ChatConfigPath(options, context) / "preprocessor_config.json";
+  if (!named && !std::filesystem::exists(path)) return std::shared_ptr<ChatImages>();
+  ENGINE_ASSIGN_OR_RETURN(Qwen2VlImageProcessor processor, Qwen2VlImageProcessor::Read(path));
+  if (options.images().min_pixels() > 0) processor.min_pixels = options.images().min_pixels();
+  if (options.images().max_pixels() > 0) processor.max_pixels = options.images().max_pixels();
+  if (processor.min_pixels > processor.max_pixels) {
+    return InvalidArgumentError("images: min_pixels " + std::to_string(processor.min_pixels) +
+                                " is above max_pixels " + std::to_string(processor.max_pixels));
+  }
+  const std::vector<int64_t> pad = tokenizer.Encode(kImagePadToken);
+  if (pad.size() != 1) {
+    return InvalidArgumentError(std::string("the tokenizer has no ") + kImagePadToken +
+                                " token, which images need (" + path.string() +
+                                " is Qwen2-VL's image processor)");
+  }
+  return std::make_shared<ChatImages>(std::move(processor), pad[0], data_path.parent_path());
+}
+
 class ChatLoader : public DataLoaderPlugin {
  public:
   const google::protobuf::Message& default_options() const override {
@@ -218,9 +278,17 @@ class ChatLoader : public DataLoaderPlugin {
     ENGINE_ASSIGN_OR_RETURN(chat::NamedChatTemplate named, config.Select(options.chat_template(),
                                                                          /*with_tools=*/false));
     ENGINE_ASSIGN_OR_RETURN(chat::ChatTemplate chat_template, config.Load(options.chat_template()));
+    ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<ChatImages> images,
+                            MakeChatImages(options, context, *tokenizer, path));
     ENGINE_ASSIGN_OR_RETURN(
         ChatExamples examples,
-        ReadChatExamples(text, path.string(), chat_template, *tokenizer, options));
+        ReadChatExamples(text, path.string(), chat_template, *tokenizer, options, images.get()));
+    if (images != nullptr && images->stats().images == 0) images.reset();
+    if (images != nullptr && options.packing()) {
+      return InvalidArgumentError("'" + path.string() +
+                                  "' has images, and packing rows with images is not supported: "
+                                  "set packing: false");
+    }
     SplitRows split = ShuffleAndSplit(static_cast<int64_t>(examples.ids.size()), context.seed,
                                       options.eval_fraction());
     if (options.eval_fraction() > 0 && split.eval.empty() && split.train.size() >= 2) {
@@ -235,6 +303,11 @@ class ChatLoader : public DataLoaderPlugin {
     spec.fields = {{"input_ids", at::kLong, {-1}, vocab},
                    {"labels", at::kLong, {-1}, 0},  // -100 where no loss: not class ids
                    {"attention_mask", at::kLong, {-1}, 0}};
+    if (images != nullptr) {
+      spec.fields.push_back(
+          {kPixelValuesField, at::kFloat, {-1, images->processor().patch_values()}, 0});
+      spec.fields.push_back({kImageGridField, at::kLong, {-1, 3}, 0});
+    }
     spec.pad_id = tokenizer->pad_id();
     spec.eos_id = tokenizer->eos_id();
     std::map<std::string, double> baselines;
@@ -242,6 +315,7 @@ class ChatLoader : public DataLoaderPlugin {
     const std::string description =
         examples.stats.Summary(options) + " (" + tokenizer->description() + ", template " +
         chat_template.name() + ") from " + path.string() +
+        (images != nullptr ? "; " + images->stats().Summary() : std::string()) +
         (options.packing() ? PackingSummary(examples, split.train, rows.train.size(), max_length)
                            : std::string());
     const std::string identity = "chat:" + Fnv1a64Hex(text) + ":" + tokenizer->identity() +
@@ -252,10 +326,11 @@ class ChatLoader : public DataLoaderPlugin {
                                  ":eval_fraction=" + std::to_string(options.eval_fraction()) +
                                  ":max_examples=" + std::to_string(options.max_examples()) +
                                  ":packing=" + std::to_string(options.packing()) +
+                                 (images != nullptr ? ImagesIdentity(*images) : std::string()) +
                                  ":seed=" + std::to_string(context.seed);
-    return std::unique_ptr<Dataset>(new ChatDataset(std::move(examples), std::move(rows),
-                                                    options.packing(), std::move(spec), description,
-                                                    identity, std::move(baselines)));
+    return std::unique_ptr<Dataset>(
+        new ChatDataset(std::move(examples), std::move(rows), options.packing(), std::move(images),
+                        std::move(spec), description, identity, std::move(baselines)));
   }
 };
 

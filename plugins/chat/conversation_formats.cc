@@ -89,6 +89,25 @@ StatusOr<ordered_json> FromAlpaca(const ordered_json& json, const std::string& w
   return messages;
 }
 
+// "images": [...] or "image": "..." / [...].
+Status ReadImagePaths(const ordered_json& json, const std::string& where,
+                      std::vector<std::string>* images) {
+  for (const char* key : {"images", "image"}) {
+    auto it = json.find(key);
+    if (it == json.end() || it->is_null()) continue;
+    if (!images->empty()) return LineError(where, "names images under both 'images' and 'image'");
+    const ordered_json list = it->is_array() ? *it : ordered_json::array({*it});
+    for (const ordered_json& image : list) {
+      if (!image.is_string() || image.get<std::string>().empty()) {
+        return LineError(where, std::string("'") + key + "' must hold image paths (strings), not " +
+                                    image.dump());
+      }
+      images->push_back(image.get<std::string>());
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view ConversationFormatName(ConversationFormat format) {
@@ -124,6 +143,7 @@ StatusOr<ParsedConversation> ParseConversationLine(std::string_view line,
                      "\"conversations\" (ShareGPT) or \"instruction\" and \"output\" "
                      "(alpaca)");
   }
+  ENGINE_RETURN_IF_ERROR(ReadImagePaths(json, where, &parsed.images));
   return parsed;
 }
 

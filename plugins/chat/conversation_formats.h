@@ -8,6 +8,9 @@
 //                "system": "..." (optional)}: the instruction and input (joined by a blank line)
 //                as the user's turn, the output as the assistant's.
 //
+// Any layout may name images: "images": ["a.png", ...] (LLaMA-Factory) or "image": "a.png" or a
+// list (Qwen-VL's fine-tuning data), each shown where the text says <image>.
+//
 // Failure: a line that is not a JSON object, or holds none of the layouts, or a ShareGPT speaker
 // we do not know, is an error naming the file and line. Pure functions; any thread.
 #pragma once
@@ -15,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/status.h"
 
@@ -26,6 +30,7 @@ std::string_view ConversationFormatName(ConversationFormat format);
 struct ParsedConversation {
   ConversationFormat format;
   nlohmann::ordered_json messages;  // an array of {"role", "content"}
+  std::vector<std::string> images;  // as the line spells them
 };
 
 // `where` is "FILE:LINE", for errors.

@@ -26,17 +26,6 @@
 namespace engine::transformer {
 namespace {
 
-// Targets that must not be predicted in a padded or packed batch: padding, and the first token of
-// each example (the position before it is padding or another packed example, so nothing of its
-// own precedes it; alone, it is never a target).
-at::Tensor WithoutContext(const at::Tensor& attention_mask) {
-  const at::Tensor before =
-      at::cat({at::zeros({attention_mask.size(0), 1}, attention_mask.options()),
-               attention_mask.narrow(1, 0, attention_mask.size(1) - 1)},
-              1);
-  return attention_mask.eq(0).logical_or(before.ne(attention_mask));
-}
-
 class LlamaForCausalLm : public torch::nn::Module {
  public:
   explicit LlamaForCausalLm(const LlamaConfig& config) : lm(*this, config) {}

@@ -25,7 +25,10 @@ bool Derived(const std::string& name) {
 }  // namespace
 
 StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir) {
-  const auto path = dir / "config.json";
+  return ReadJsonFile(dir / "config.json");
+}
+
+StatusOr<nlohmann::json> ReadJsonFile(const std::filesystem::path& path) {
   ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   try {
     return nlohmann::json::parse(text);

@@ -18,6 +18,8 @@
 namespace engine::transformer {
 
 StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir);
+// Any JSON file; errors name it.
+StatusOr<nlohmann::json> ReadJsonFile(const std::filesystem::path& path);
 
 // Loads the directory's weights into `module` by name, one tensor at a time, each straight into
 // place. `optional` names may be absent (a tied lm_head). With a `context`, its linear_loaded hook

@@ -83,8 +83,9 @@ class ConfigReader {
   ConfigReader(const nlohmann::json& json, std::string where, bool vision_language = false)
       : json_(json), where_(std::move(where)), vision_language_(vision_language) {
     if (vision_language_) {
-      read_ = {"vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
-               "vision_end_token_id"};
+      // vision_token_id: the hub's configs carry it; transformers does not read it.
+      read_ = {"vision_config",         "image_token_id",      "video_token_id",
+               "vision_start_token_id", "vision_end_token_id", "vision_token_id"};
     }
   }
 

@@ -4,6 +4,14 @@
 
 namespace engine::transformer {
 
+at::Tensor WithoutContext(const at::Tensor& attention_mask) {
+  const at::Tensor before =
+      at::cat({at::zeros({attention_mask.size(0), 1}, attention_mask.options()),
+               attention_mask.narrow(1, 0, attention_mask.size(1) - 1)},
+              1);
+  return attention_mask.eq(0).logical_or(before.ne(attention_mask));
+}
+
 void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
                   ModelOutput* out, int64_t eos_id) {
   const int64_t vocab = logits.size(-1);

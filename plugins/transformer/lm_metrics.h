@@ -12,6 +12,11 @@ namespace engine::transformer {
 // Token ids at positions whose label is this are not predicted.
 inline constexpr int64_t kIgnoreIndex = -100;
 
+// Targets that must not be predicted in a padded or packed batch ([batch, positions], true where
+// not): padding, and the first token of each example (the position before it is padding or
+// another packed example, so nothing of its own precedes it; alone, it is never a target).
+at::Tensor WithoutContext(const at::Tensor& attention_mask);
+
 // Next-token cross-entropy: logits [batch, positions, vocab] at position t predict labels at t + 1.
 // Fills loss (the mean over predicted tokens) and loss_count; in evaluation also "perplexity"
 // (exp of the mean negative log-likelihood), "token_accuracy" and, with an `eos_id` (the data's

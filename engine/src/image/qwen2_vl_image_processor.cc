@@ -3,11 +3,10 @@
 #include <ATen/ops/from_blob.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
+#include "engine/atomic_file.h"
 #include "engine/image_resize.h"
 
 namespace engine {
@@ -129,11 +128,8 @@ std::string SizeText(int64_t height, int64_t width) {
 }  // namespace
 
 StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::Read(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return NotFoundError("'" + path.string() + "' cannot be opened");
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return InvalidArgumentError("'" + path.string() + "' is not valid JSON");
   return ProcessorConfigReader(json, "'" + path.string() + "'").Read();
 }

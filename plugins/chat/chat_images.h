@@ -1,0 +1,81 @@
+// The images of chat examples, as Qwen2-VL reads them: each <image> placeholder in a message
+// becomes <|vision_start|><|image_pad|><|vision_end|> before the chat template renders the
+// conversation (the template renders image content parts the same way), and after tokenizing each
+// <|image_pad|> is repeated once per merged patch group of its image (the processor's count),
+// never carrying loss. Image paths are relative to the JSON Lines file.
+//
+//   ChatImages images(processor, pad_id, jsonl_dir);
+//   ENGINE_ASSIGN_OR_RETURN(int64_t marked, MarkImagePlaceholders(&messages));
+//   ENGINE_ASSIGN_OR_RETURN(auto read, images.Check(parsed.images, where));   // every file decoded
+//   ENGINE_RETURN_IF_ERROR(images.ExpandImageTokens(read, where, &tokenized));
+//   ENGINE_ASSIGN_OR_RETURN(ExampleImages pixels, images.Pixels(read));       // for a batch
+//
+// Failure, naming FILE:LINE and the image: a missing, unreadable or truncated image, one outside
+// the pixel limits, and a count of <image> placeholders (or of image tokens after rendering) that
+// differs from the images given. Immutable after construction apart from the counts; Pixels may
+// run on several threads at once.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/image_batch.h"
+#include "engine/qwen2_vl_image_processor.h"
+#include "engine/status.h"
+#include "loss_mask.h"
+
+namespace engine::plugins {
+
+inline constexpr char kImagePlaceholder[] = "<image>";
+inline constexpr char kImagePadToken[] = "<|image_pad|>";
+
+struct ExampleImage {
+  std::filesystem::path path;
+  ImageGrid grid;
+};
+
+// Replaces <image> in the string contents of `messages` by Qwen2-VL's vision tokens; returns how
+// many it replaced.
+int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages);
+
+// Counts for the plan.
+struct ImageStats {
+  int64_t images = 0;
+  std::map<std::string, int64_t> converted;  // source mode ("L", "RGBA", ...) -> images
+  std::vector<int64_t> tokens;               // image tokens per image
+  std::string content_hash;                  // of every image file's bytes, in order
+
+  // "9 images (2 greyscale and 1 with alpha converted to RGB: alpha dropped); image tokens
+  // min/median/max 4/6/12".
+  std::string Summary() const;
+};
+
+class ChatImages {
+ public:
+  ChatImages(Qwen2VlImageProcessor processor, int64_t pad_id, std::filesystem::path base_dir)
+      : processor_(std::move(processor)), pad_id_(pad_id), base_dir_(std::move(base_dir)) {}
+
+  // Reads every image of a line (decoding it whole, so that a truncated file is found now).
+  StatusOr<std::vector<ExampleImage>> Check(const std::vector<std::string>& paths,
+                                            const std::string& where);
+  // Repeats each image pad token of `example` for its image.
+  Status ExpandImageTokens(const std::vector<ExampleImage>& images, const std::string& where,
+                           TokenizedConversation* example) const;
+  // Patches and grids of an example's images.
+  StatusOr<ExampleImages> Pixels(const std::vector<ExampleImage>& images) const;
+
+  const Qwen2VlImageProcessor& processor() const { return processor_; }
+  int64_t pad_id() const { return pad_id_; }
+  const ImageStats& stats() const { return stats_; }
+
+ private:
+  Qwen2VlImageProcessor processor_;
+  int64_t pad_id_;
+  std::filesystem::path base_dir_;
+  ImageStats stats_;
+};
+
+}  // namespace engine::plugins

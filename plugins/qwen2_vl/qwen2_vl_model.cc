@@ -1,0 +1,156 @@
+// The `qwen2_vl` model loader: Qwen2-VL (Qwen2VLForConditionalGeneration, qwen2_vl_model.h) from a
+// Hugging Face model directory (`pretrained`: config.json and its safetensors, sharded or not, in
+// their stored dtype) or from a config.json alone (`config`: Hugging Face's random initialisation).
+//
+// Batches need "input_ids" (i64 [B, L]) and may carry "labels" (-100 where nothing is predicted;
+// input_ids when absent), "attention_mask" (0 at padding) and the images of each row as
+// engine/image_batch.h lays them out ("pixel_values", "image_grid_thw"), one run of image tokens
+// per image. Evaluation reports perplexity, token accuracy and eos accuracy. Text-only prompts
+// generate (engine generate) as a Qwen2 decoder: without images the three rotary axes coincide.
+#include "qwen2_vl_model.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <optional>
+
+#include "engine/image_batch.h"
+#include "engine/model.h"
+#include "engine/paths.h"
+#include "engine/text_generator.h"
+#include "generation.h"
+#include "hf_checkpoint.h"
+#include "llama_setup.h"
+#include "lm_metrics.h"
+#include "transformer_options.pb.h"
+
+namespace engine::transformer {
+namespace {
+
+class Qwen2VlModel : public Model, public TextGenerator {
+ public:
+  Qwen2VlModel(const Qwen2VlConfig& config, bool checkpointing, bool token_labels, int64_t eos_id)
+      : checkpointing_(checkpointing),
+        token_labels_(token_labels),
+        eos_id_(eos_id),
+        module_(std::make_shared<Qwen2VlModule>(config)) {}
+
+  torch::nn::Module& module() override { return *module_; }
+  Qwen2VlModule& qwen2_vl() { return *module_; }
+
+  StatusOr<ModelOutput> Forward(const Batch& batch) override {
+    auto ids = batch.find("input_ids");
+    if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
+    auto labels = token_labels_ ? batch.find("labels") : batch.end();
+    at::Tensor targets = labels != batch.end() ? labels->second : ids->second;
+    at::Tensor mask;
+    if (auto found = batch.find("attention_mask"); found != batch.end()) {
+      mask = found->second;
+      targets = targets.masked_fill(WithoutContext(mask), kIgnoreIndex);
+    }
+    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images,
+                            UnpackImages(batch, module_->config().vision.patch_values()));
+    const bool training = module_->is_training();
+    ENGINE_ASSIGN_OR_RETURN(
+        at::Tensor hidden, module_->Hidden(ids->second, mask, images.pixel_values, images.row_grids,
+                                           checkpointing_ && training));
+    ModelOutput out;
+    CausalLmLoss(module_->lm.Logits(hidden), targets, !training, &out, eos_id_);
+    return out;
+  }
+
+  StatusOr<at::Tensor> Generate(const at::Tensor& ids, const at::Tensor& attention_mask,
+                                const GenerationOptions& options) override {
+    return GenerateText(module_->lm, ids, attention_mask, options);
+  }
+
+  std::string architecture() const override { return "qwen2_vl"; }
+
+  std::string config_json() const override {
+    const auto dtype = module_->lm.model->embed_tokens->weight.scalar_type();
+    return module_->config().ToJson(TorchDtypeName(dtype)).dump(2);
+  }
+
+ private:
+  bool checkpointing_;
+  bool token_labels_;
+  int64_t eos_id_;
+  std::shared_ptr<Qwen2VlModule> module_;
+};
+
+// The data's images must be cut as this model reads them.
+Status CheckDataImages(const DataSpec* data, const Qwen2VlConfig& config,
+                       const std::string& where) {
+  const FieldSpec* pixels = data != nullptr ? data->Find(kPixelValuesField) : nullptr;
+  if (pixels == nullptr) return Status::Ok();
+  const int64_t wanted = config.vision.patch_values();
+  if (pixels->shape.size() != 2 || pixels->shape[1] != wanted) {
+    return InvalidArgumentError(
+        where + ": the model reads patches of " + std::to_string(wanted) +
+        " values (3 x temporal_patch_size x patch_size^2) but the data's '" + kPixelValuesField +
+        "' are " + data->ToString());
+  }
+  return Status::Ok();
+}
+
+class Qwen2VlLoader : public ModelLoaderPlugin {
+ public:
+  const google::protobuf::Message& default_options() const override {
+    return Qwen2VlOptions::default_instance();
+  }
+
+  void ValidateOptions(const google::protobuf::Message& message,
+                       OptionErrors* errors) const override {
+    const auto& o = OptionsAs<Qwen2VlOptions>(message);
+    if (o.pretrained().empty() == o.config().empty()) {
+      errors->Add(o.pretrained().empty() ? "pretrained" : "config",
+                  "set exactly one of `pretrained` (a model directory) and `config` (a config.json "
+                  "for random initialisation)");
+    }
+  }
+
+  StatusOr<std::unique_ptr<Model>> Create(const google::protobuf::Message& message,
+                                          const ModelContext& context) const override {
+    const auto& options = OptionsAs<Qwen2VlOptions>(message);
+    const bool pretrained = !options.pretrained().empty();
+    const std::filesystem::path dir =
+        pretrained ? ResolvePath(context.base_dir, options.pretrained()) : std::filesystem::path();
+    const std::filesystem::path config_path =
+        pretrained ? dir / "config.json" : ResolvePath(context.base_dir, options.config());
+    ENGINE_ASSIGN_OR_RETURN(nlohmann::json json, ReadJsonFile(config_path));
+    const std::string where = "'" + config_path.string() + "'";
+    ENGINE_ASSIGN_OR_RETURN(Qwen2VlConfig config, Qwen2VlConfigFromJson(json, where));
+    ENGINE_RETURN_IF_ERROR(CheckDataVocab(context.data, config.text.vocab_size));
+    ENGINE_RETURN_IF_ERROR(CheckDataImages(context.data, config, where));
+    const int64_t eos_id = context.data != nullptr ? context.data->eos_id : -1;
+    const bool token_labels = UsesTokenLabels(context.data);
+    return GuardModelBuild([&]() -> StatusOr<std::unique_ptr<Model>> {
+      std::unique_ptr<Qwen2VlModel> model;
+      {
+        std::optional<UninitializedParametersScope> uninitialized;
+        if (pretrained) uninitialized.emplace();
+        model = std::make_unique<Qwen2VlModel>(config, options.gradient_checkpointing(),
+                                               token_labels, eos_id);
+      }
+      Qwen2VlModule& parts = model->qwen2_vl();
+      if (!pretrained) {
+        InitializeWeights(*parts.lm.model, config.text.initializer_range);
+        if (parts.lm.lm_head) InitializeWeights(*parts.lm.lm_head, config.text.initializer_range);
+        parts.visual->Initialize();
+        return std::unique_ptr<Model>(std::move(model));
+      }
+      std::set<std::string> optional;
+      if (config.text.tie_word_embeddings) optional.insert("lm_head.weight");
+      ENGINE_RETURN_IF_ERROR(LoadWeights(dir, parts, optional, &context));
+      return std::unique_ptr<Model>(std::move(model));
+    });
+  }
+};
+
+}  // namespace
+}  // namespace engine::transformer
+
+ENGINE_PLUGIN("qwen2_vl", ENGINE_KIND_MODEL_LOADER, "0.1.0",
+              "Qwen2-VL (Qwen2VLForConditionalGeneration: vision tower visual.*, Qwen2 decoder "
+              "model.*, lm_head.*) from a Hugging Face directory or a config.json",
+              engine::transformer::Qwen2VlLoader)

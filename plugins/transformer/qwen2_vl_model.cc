@@ -1,0 +1,107 @@
+#include "qwen2_vl_model.h"
+
+#include <ATen/ATen.h>
+
+#include "qwen2_vl_positions.h"
+
+namespace engine::transformer {
+namespace {
+
+const char* const kVisionTokenKeys[] = {"image_token_id", "video_token_id", "vision_start_token_id",
+                                        "vision_end_token_id"};
+
+}  // namespace
+
+nlohmann::json Qwen2VlConfig::ToJson(const std::string& dtype) const {
+  nlohmann::json json = text.ToJson(dtype);
+  json["architectures"] = {"Qwen2VLForConditionalGeneration"};
+  json["model_type"] = "qwen2_vl";
+  json["vision_config"] = vision.ToJson();
+  json["image_token_id"] = image_token_id;
+  json["video_token_id"] = video_token_id;
+  json["vision_start_token_id"] = vision_start_token_id;
+  json["vision_end_token_id"] = vision_end_token_id;
+  return json;
+}
+
+StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& json,
+                                              const std::string& where) {
+  Qwen2VlConfig c;
+  ENGINE_ASSIGN_OR_RETURN(c.text, Qwen2VlTextConfigFromJson(json, where));
+  if (!json.contains("vision_config")) {
+    return InvalidArgumentError(where + ": 'vision_config' is missing");
+  }
+  ENGINE_ASSIGN_OR_RETURN(
+      c.vision, Qwen2VlVisionConfigFromJson(json["vision_config"], where + " vision_config"));
+  int64_t* ids[] = {&c.image_token_id, &c.video_token_id, &c.vision_start_token_id,
+                    &c.vision_end_token_id};
+  for (size_t i = 0; i < std::size(kVisionTokenKeys); ++i) {
+    auto it = json.find(kVisionTokenKeys[i]);
+    if (it == json.end()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+        it->get<int64_t>() >= c.text.vocab_size) {
+      return InvalidArgumentError(where + ": '" + kVisionTokenKeys[i] +
+                                  "' must be a token id below vocab_size " +
+                                  std::to_string(c.text.vocab_size) + ", not " + it->dump());
+    }
+    *ids[i] = it->get<int64_t>();
+  }
+  if (c.vision.hidden_size != c.text.hidden_size) {
+    return InvalidArgumentError(where + ": vision_config.hidden_size " +
+                                std::to_string(c.vision.hidden_size) +
+                                " (the merger's output) is not the decoder's hidden_size " +
+                                std::to_string(c.text.hidden_size));
+  }
+  return c;
+}
+
+Qwen2VlModule::Qwen2VlModule(const Qwen2VlConfig& config)
+    : lm(*this, config.text), config_(config) {
+  visual = register_module("visual", Qwen2VlVisionTower(config.vision));
+}
+
+StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
+                                           const at::Tensor& attention_mask,
+                                           const at::Tensor& pixel_values,
+                                           const std::vector<std::vector<ImageGrid>>& row_grids,
+                                           bool checkpointing) {
+  at::Tensor embeds = lm.model->Embed(input_ids);
+  const at::Tensor image_tokens = input_ids.eq(config_.image_token_id);
+  std::vector<ImageGrid> grids;
+  for (const auto& row : row_grids) grids.insert(grids.end(), row.begin(), row.end());
+  int64_t expected_tokens = 0, patches = 0;
+  for (const ImageGrid& g : grids) {
+    expected_tokens +=
+        g.patches() / (config_.vision.spatial_merge_size * config_.vision.spatial_merge_size);
+    patches += g.patches();
+  }
+  const int64_t found_tokens = image_tokens.sum().item<int64_t>();
+  if (found_tokens != expected_tokens) {
+    return InvalidArgumentError("the batch has " + std::to_string(found_tokens) +
+                                " image tokens but its " + std::to_string(grids.size()) +
+                                " image(s) give " + std::to_string(expected_tokens));
+  }
+  if (!grids.empty()) {
+    if (!pixel_values.defined() || pixel_values.dim() != 2 || pixel_values.size(0) != patches ||
+        pixel_values.size(1) != config_.vision.patch_values()) {
+      return InvalidArgumentError(
+          "pixel_values must be [" + std::to_string(patches) + ", " +
+          std::to_string(config_.vision.patch_values()) + "] for the batch's images, not " +
+          (pixel_values.defined() ? c10::str(pixel_values.sizes()) : std::string("absent")));
+    }
+    const at::Tensor features = visual->forward(pixel_values, grids, checkpointing);
+    embeds = embeds.masked_scatter(image_tokens.unsqueeze(-1).expand_as(embeds),
+                                   features.to(embeds.scalar_type()));
+  }
+  ENGINE_ASSIGN_OR_RETURN(
+      MultimodalPositions positions,
+      ComputeMultimodalPositions(
+          input_ids.cpu(), attention_mask.defined() ? attention_mask.cpu() : at::Tensor(),
+          row_grids, config_.image_token_id, config_.vision.spatial_merge_size));
+  DecoderInputs inputs;
+  inputs.attention_mask = attention_mask;
+  inputs.position_ids = positions.position_ids.to(input_ids.device());
+  return lm.model->Forward(embeds, inputs, nullptr, checkpointing);
+}
+
+}  // namespace engine::transformer

@@ -1,0 +1,62 @@
+// Qwen2-VL (transformers' Qwen2VLForConditionalGeneration): the vision tower's tokens placed at the
+// image tokens of a Qwen2 decoder with multimodal rotary positions. Hugging Face names: visual.*,
+// model.*, lm_head.* (transformers 4's layout, which the hub's checkpoints use).
+//
+//   ENGINE_ASSIGN_OR_RETURN(Qwen2VlConfig config, Qwen2VlConfigFromJson(json, "config.json"));
+//   Qwen2VlModule module(config);
+//   ENGINE_ASSIGN_OR_RETURN(at::Tensor hidden, module.Hidden(ids, mask, pixel_values, grids));
+//   at::Tensor logits = module.lm.Logits(hidden);
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "llama_modules.h"
+#include "qwen2_vl_vision.h"
+
+namespace engine::transformer {
+
+struct Qwen2VlConfig {
+  LlamaConfig text;
+  Qwen2VlVisionConfig vision;
+  int64_t image_token_id = 151655;
+  int64_t video_token_id = 151656;
+  int64_t vision_start_token_id = 151652;
+  int64_t vision_end_token_id = 151653;
+
+  // config.json in transformers 4's flat layout; `dtype` names the weights' dtype.
+  nlohmann::json ToJson(const std::string& dtype) const;
+};
+
+// A qwen2_vl config.json: its text part (Qwen2VlTextConfigFromJson), vision_config, and the
+// vision token ids. Refused, naming `where` and the key: a vision tower whose output width
+// (vision_config.hidden_size) is not the decoder's hidden_size, and any key the two parts do not
+// read.
+StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& json, const std::string& where);
+
+class Qwen2VlModule : public torch::nn::Module {
+ public:
+  explicit Qwen2VlModule(const Qwen2VlConfig& config);
+
+  // input_ids and attention_mask (undefined: none) [batch, positions]; pixel_values [patches,
+  // patch_values], the patches of every image of the batch in row order; row_grids: each row's
+  // images. Returns the decoder's final hidden states. Errors: image tokens that do not match the
+  // images.
+  StatusOr<at::Tensor> Hidden(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                              const at::Tensor& pixel_values,
+                              const std::vector<std::vector<ImageGrid>>& row_grids,
+                              bool checkpointing = false);
+
+  const Qwen2VlConfig& config() const { return config_; }
+
+  CausalLm lm;
+  Qwen2VlVisionTower visual{nullptr};
+
+ private:
+  Qwen2VlConfig config_;
+};
+
+}  // namespace engine::transformer

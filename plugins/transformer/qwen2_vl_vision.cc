@@ -1,0 +1,287 @@
+#include "qwen2_vl_vision.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <set>
+
+#include "engine/activation_checkpoint.h"
+
+namespace engine::transformer {
+namespace {
+
+constexpr double kNormEps = 1e-6;
+constexpr double kRotaryTheta = 10000.0;
+
+torch::nn::LayerNorm Norm(int64_t size) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({size}).eps(kNormEps));
+}
+
+at::Tensor Activate(const at::Tensor& x, VisionActivation activation) {
+  switch (activation) {
+    case VisionActivation::kQuickGelu:
+      return x * at::sigmoid(1.702 * x);
+    case VisionActivation::kGelu:
+      return at::gelu(x);
+    case VisionActivation::kGeluTanh:
+      return at::gelu(x, "tanh");
+    case VisionActivation::kSilu:
+      return at::silu(x);
+  }
+  return x;
+}
+
+const char* ActivationName(VisionActivation activation) {
+  switch (activation) {
+    case VisionActivation::kQuickGelu:
+      return "quick_gelu";
+    case VisionActivation::kGelu:
+      return "gelu";
+    case VisionActivation::kGeluTanh:
+      return "gelu_pytorch_tanh";
+    case VisionActivation::kSilu:
+      return "silu";
+  }
+  return "";
+}
+
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// Each patch's (row, column) in its image, in the merged order the image processor wrote them.
+at::Tensor PatchRowsAndColumns(const std::vector<ImageGrid>& grids, int64_t merge) {
+  std::vector<at::Tensor> parts;
+  for (const ImageGrid& g : grids) {
+    const at::Tensor rows = at::arange(g.h, at::kLong).unsqueeze(1).expand({g.h, g.w});
+    const at::Tensor cols = at::arange(g.w, at::kLong).unsqueeze(0).expand({g.h, g.w});
+    auto merged = [&](const at::Tensor& t) {
+      return t.reshape({g.h / merge, merge, g.w / merge, merge}).permute({0, 2, 1, 3}).flatten();
+    };
+    parts.push_back(at::stack({merged(rows), merged(cols)}, -1).repeat({g.t, 1}));
+  }
+  return at::cat(parts);
+}
+
+// config.json keys that do not change what the tower computes.
+const std::set<std::string> kNeutralVisionKeys = {
+    "model_type", "torch_dtype", "dtype", "_attn_implementation_autoset", "initializer_range"};
+
+}  // namespace
+
+Status Qwen2VlVisionConfig::Check() const {
+  for (int64_t v : {depth, embed_dim, hidden_size, num_heads, mlp_ratio, in_channels, patch_size,
+                    spatial_merge_size, temporal_patch_size}) {
+    if (v <= 0) return InvalidArgumentError("vision sizes must all be positive");
+  }
+  if (embed_dim > (1 << 16) || hidden_size > (1 << 17) || depth > 1024 || num_heads > 1024 ||
+      mlp_ratio > 64 || patch_size > 1024 || temporal_patch_size > 64 || spatial_merge_size > 64) {
+    return InvalidArgumentError("vision sizes above the largest this loader builds");
+  }
+  if (embed_dim % num_heads != 0 || head_dim() % 4 != 0) {
+    return InvalidArgumentError("vision embed_dim " + std::to_string(embed_dim) +
+                                " must be num_heads (" + std::to_string(num_heads) +
+                                ") heads of a multiple of 4 (2-D rotary)");
+  }
+  return Status::Ok();
+}
+
+nlohmann::json Qwen2VlVisionConfig::ToJson() const {
+  return {{"model_type", "qwen2_vl"},
+          {"depth", depth},
+          {"embed_dim", embed_dim},
+          {"hidden_size", hidden_size},
+          {"hidden_act", ActivationName(hidden_act)},
+          {"mlp_ratio", mlp_ratio},
+          {"num_heads", num_heads},
+          {"in_channels", in_channels},
+          {"patch_size", patch_size},
+          {"spatial_merge_size", spatial_merge_size},
+          {"temporal_patch_size", temporal_patch_size}};
+}
+
+StatusOr<Qwen2VlVisionConfig> Qwen2VlVisionConfigFromJson(const nlohmann::json& json,
+                                                          const std::string& where) {
+  if (!json.is_object()) return InvalidArgumentError(where + " is not an object");
+  Qwen2VlVisionConfig c;
+  std::set<std::string> read;
+  auto error = [&](const std::string& key, const std::string& what) {
+    return InvalidArgumentError(where + ": '" + key + "' " + what);
+  };
+  auto integer = [&](const std::string& key, int64_t* out) -> Status {
+    read.insert(key);
+    auto it = json.find(key);
+    if (it == json.end()) return Status::Ok();
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+      return error(key, "must be a positive integer, not " + it->dump());
+    }
+    *out = it->get<int64_t>();
+    return Status::Ok();
+  };
+  ENGINE_RETURN_IF_ERROR(integer("depth", &c.depth));
+  ENGINE_RETURN_IF_ERROR(integer("embed_dim", &c.embed_dim));
+  ENGINE_RETURN_IF_ERROR(integer("hidden_size", &c.hidden_size));
+  ENGINE_RETURN_IF_ERROR(integer("num_heads", &c.num_heads));
+  ENGINE_RETURN_IF_ERROR(integer("mlp_ratio", &c.mlp_ratio));
+  ENGINE_RETURN_IF_ERROR(integer("in_channels", &c.in_channels));
+  ENGINE_RETURN_IF_ERROR(integer("patch_size", &c.patch_size));
+  ENGINE_RETURN_IF_ERROR(integer("spatial_merge_size", &c.spatial_merge_size));
+  ENGINE_RETURN_IF_ERROR(integer("temporal_patch_size", &c.temporal_patch_size));
+  // The hub's Qwen2-VL configs also carry in_chans and spatial_patch_size, which transformers
+  // keeps without reading: they must agree with what it reads.
+  for (auto [legacy, value] : {std::pair<const char*, int64_t>{"in_chans", c.in_channels},
+                               {"spatial_patch_size", c.patch_size}}) {
+    read.insert(legacy);
+    auto it = json.find(legacy);
+    if (it != json.end() && *it != value) {
+      return error(legacy,
+                   "is " + it->dump() + " but the model reads " + std::to_string(value) + " (" +
+                       (std::string(legacy) == "in_chans" ? "in_channels" : "patch_size") + ")");
+    }
+  }
+  read.insert("hidden_act");
+  if (auto it = json.find("hidden_act"); it != json.end()) {
+    bool known = false;
+    for (VisionActivation a : {VisionActivation::kQuickGelu, VisionActivation::kGelu,
+                               VisionActivation::kGeluTanh, VisionActivation::kSilu}) {
+      if (*it == ActivationName(a)) {
+        c.hidden_act = a;
+        known = true;
+      }
+    }
+    if (!known) {
+      return error("hidden_act", it->dump() +
+                                     " is not supported by this engine (supported: quick_gelu, "
+                                     "gelu, gelu_pytorch_tanh, silu)");
+    }
+  }
+  if (auto it = json.find("initializer_range"); it != json.end() && it->is_number()) {
+    c.initializer_range = it->get<double>();
+  }
+  for (const auto& [key, value] : json.items()) {
+    if (read.count(key) == 0 && kNeutralVisionKeys.count(key) == 0) {
+      return error(
+          key, "(" + value.dump() + ") is not supported by this engine's Qwen2-VL vision tower");
+    }
+  }
+  Status checked = c.Check();
+  if (!checked.ok()) return InvalidArgumentError(where + ": " + checked.message());
+  return c;
+}
+
+Qwen2VlVisionBlockImpl::Qwen2VlVisionBlockImpl(const Qwen2VlVisionConfig& config)
+    : config_(config) {
+  const int64_t d = config.embed_dim;
+  norm1 = register_module("norm1", Norm(d));
+  norm2 = register_module("norm2", Norm(d));
+  auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
+  qkv = attn->register_module("qkv", engine::Linear(d, 3 * d, /*bias=*/true));
+  proj = attn->register_module("proj", engine::Linear(d, d, /*bias=*/true));
+  auto mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
+  fc1 = mlp->register_module("fc1", engine::Linear(d, d * config.mlp_ratio, /*bias=*/true));
+  fc2 = mlp->register_module("fc2", engine::Linear(d * config.mlp_ratio, d, /*bias=*/true));
+}
+
+at::Tensor Qwen2VlVisionBlockImpl::Attention(const at::Tensor& x, const at::Tensor& cos,
+                                             const at::Tensor& sin,
+                                             const std::vector<int64_t>& frame_lengths) {
+  const int64_t n = x.size(0), heads = config_.num_heads, head_dim = config_.head_dim();
+  const std::vector<at::Tensor> qkv_parts =
+      qkv->forward(x).reshape({n, 3, heads, head_dim}).permute({1, 0, 2, 3}).unbind(0);
+  auto rotate = [&](const at::Tensor& t) {
+    const at::Tensor f = t.to(at::kFloat);
+    return (f * cos + RotateHalf(f) * sin).to(t.scalar_type()).transpose(0, 1);  // [heads, n, d]
+  };
+  const at::Tensor q = rotate(qkv_parts[0]), k = rotate(qkv_parts[1]);
+  const at::Tensor v = qkv_parts[2].transpose(0, 1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::vector<at::Tensor> outputs;
+  int64_t start = 0;
+  for (int64_t length : frame_lengths) {
+    const at::Tensor qf = q.narrow(1, start, length), kf = k.narrow(1, start, length);
+    const at::Tensor scores = at::matmul(qf, kf.transpose(1, 2)) * scale;
+    const at::Tensor weights = at::softmax(scores, -1, at::kFloat).to(qf.scalar_type());
+    outputs.push_back(at::matmul(weights, v.narrow(1, start, length)));
+    start += length;
+  }
+  return proj->forward(at::cat(outputs, 1).transpose(0, 1).reshape({n, heads * head_dim}));
+}
+
+at::Tensor Qwen2VlVisionBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                           const at::Tensor& sin,
+                                           const std::vector<int64_t>& frame_lengths) {
+  const at::Tensor h = x + Attention(norm1->forward(x), cos, sin, frame_lengths);
+  return h + fc2->forward(Activate(fc1->forward(norm2->forward(h)), config_.hidden_act));
+}
+
+Qwen2VlVisionTowerImpl::Qwen2VlVisionTowerImpl(const Qwen2VlVisionConfig& config)
+    : config_(config) {
+  const int64_t d = config.embed_dim, m = config.spatial_merge_size;
+  auto patch_embed = register_module("patch_embed", std::make_shared<torch::nn::Module>());
+  auto proj = patch_embed->register_module("proj", std::make_shared<torch::nn::Module>());
+  patch_weight = proj->register_parameter(
+      "weight", at::empty({d, config.in_channels, config.temporal_patch_size, config.patch_size,
+                           config.patch_size}));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.depth; ++i) blocks->push_back(Qwen2VlVisionBlock(config));
+  auto merger = register_module("merger", std::make_shared<torch::nn::Module>());
+  ln_q = merger->register_module("ln_q", Norm(d));
+  auto mlp = merger->register_module("mlp", std::make_shared<torch::nn::Module>());
+  merger_fc1 = mlp->register_module("0", engine::Linear(d * m * m, d * m * m, /*bias=*/true));
+  merger_fc2 =
+      mlp->register_module("2", engine::Linear(d * m * m, config.hidden_size, /*bias=*/true));
+}
+
+void Qwen2VlVisionTowerImpl::Initialize() {
+  at::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    const bool norm =
+        name.find("norm") != std::string::npos || name.find("ln_q") != std::string::npos;
+    if (norm) {
+      p.value().fill_(name.size() >= 6 && name.substr(name.size() - 6) == "weight" ? 1.0 : 0.0);
+    } else if (name.size() >= 4 && name.substr(name.size() - 4) == "bias") {
+      p.value().zero_();
+    } else {
+      p.value().normal_(0, config_.initializer_range);
+    }
+  }
+}
+
+at::Tensor Qwen2VlVisionTowerImpl::forward(const at::Tensor& pixel_values,
+                                           const std::vector<ImageGrid>& grids,
+                                           bool checkpointing) {
+  const at::Tensor weight = patch_weight.reshape({config_.embed_dim, -1});
+  at::Tensor x = at::linear(pixel_values.to(weight.scalar_type()), weight);
+
+  // The 2-D rotary angles: the first half of each head's frequencies from the patch's row, the
+  // second from its column.
+  const int64_t rotary_dim = config_.head_dim() / 2;
+  const at::Tensor inv_freq =
+      1.0 / at::pow(kRotaryTheta, at::arange(0, rotary_dim, 2, at::kFloat) / rotary_dim);
+  int64_t largest = 0;
+  std::vector<int64_t> frame_lengths;
+  for (const ImageGrid& g : grids) {
+    largest = std::max({largest, g.h, g.w});
+    for (int64_t f = 0; f < g.t; ++f) frame_lengths.push_back(g.h * g.w);
+  }
+  const at::Tensor table = at::outer(at::arange(largest, at::kFloat), inv_freq);
+  const at::Tensor rows_and_columns = PatchRowsAndColumns(grids, config_.spatial_merge_size);
+  const at::Tensor angles =
+      table.index_select(0, rows_and_columns.flatten()).reshape({rows_and_columns.size(0), -1});
+  const at::Tensor both = at::cat({angles, angles}, -1).to(x.device()).unsqueeze(1);
+  const at::Tensor cos = both.cos(), sin = both.sin();
+
+  for (const auto& module : *blocks) {
+    auto block = std::dynamic_pointer_cast<Qwen2VlVisionBlockImpl>(module);
+    auto run = [&](const at::Tensor& h) { return block->forward(h, cos, sin, frame_lengths); };
+    x = checkpointing ? engine::CheckpointedForward(run, x) : run(x);
+  }
+  const int64_t merged =
+      config_.embed_dim * config_.spatial_merge_size * config_.spatial_merge_size;
+  const at::Tensor groups = ln_q->forward(x).reshape({-1, merged});
+  return merger_fc2->forward(at::gelu(merger_fc1->forward(groups)));
+}
+
+}  // namespace engine::transformer

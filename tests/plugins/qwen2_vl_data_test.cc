@@ -1,0 +1,260 @@
+// Image-text conversations into Qwen2-VL, checked against transformers: the chat loader turns
+// LLaMA-Factory and Qwen-VL JSON Lines into the input_ids, pixel_values and image_grid_thw that
+// transformers' Qwen2VLProcessor made for the qwen2_vl fixture (tests/fixtures/hf/
+// qwen2_vl_fixture.py), and the qwen2_vl model loader, reading the fixture's checkpoint, computes
+// transformers' logits from that batch.
+//
+// The fixture's tokenizer is the slow Qwen2Tokenizer's vocab.json and merges.txt; the test writes
+// them as a tokenizer.json (the layout of tests/fixtures/tokenizers/qwen2_bpe.json) with a ChatML
+// template that renders a user turn and an answer as the fixture's texts spell them (no system
+// prompt). Tolerances: ids, pixels and grids exact; logits 1e-4 (fp32).
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/data.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
+#include "plugins/plugin_test_util.h"
+#include "testing/temp_dir.h"
+
+namespace engine {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const fs::path kFixture = fs::path(testing::kSourceDir) / "tests/fixtures/hf/qwen2_vl";
+const fs::path kQwen2Layout =
+    fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/qwen2_bpe.json";
+
+constexpr char kChatMl[] =
+    "{%- for m in messages %}{% if not loop.first %}{{ '\\n' }}{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>{%- endfor %}"
+    "{% if add_generation_prompt %}{{ '\\n' }}<|im_start|>assistant\n{% endif %}";
+
+// The fixture's tokenizer as tokenizer.json, its tokenizer_config.json with the template, and
+// the image processor's config, in `dir`.
+void WriteTokenizer(const testing::TempDir& dir) {
+  nlohmann::ordered_json tokenizer = nlohmann::ordered_json::parse(testing::ReadText(kQwen2Layout));
+  nlohmann::ordered_json vocab =
+      nlohmann::ordered_json::parse(testing::ReadText(kFixture / "vocab.json"));
+  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+  std::istringstream lines(testing::ReadText(kFixture / "merges.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.find(' ');
+    merges.push_back({line.substr(0, space), line.substr(space + 1)});
+  }
+  tokenizer["model"]["vocab"] = vocab;
+  tokenizer["model"]["merges"] = merges;
+  tokenizer["added_tokens"] = nlohmann::ordered_json::array();
+  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
+                              "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"}) {
+    tokenizer["added_tokens"].push_back({{"id", vocab[special]},
+                                         {"content", special},
+                                         {"single_word", false},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"special", true}});
+  }
+  dir.Write("tokenizer.json", tokenizer.dump());
+  nlohmann::json config = {
+      {"chat_template", kChatMl}, {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}};
+  dir.Write("tokenizer_config.json", config.dump());
+  fs::copy_file(kFixture / "preprocessor_config.json", dir.path() / "preprocessor_config.json");
+}
+
+const DataLoaderPlugin& Chat() {
+  return testing::BuiltinPlugin<DataLoaderPlugin>(PluginKind::kDataLoader, "chat");
+}
+
+StatusOr<std::unique_ptr<Dataset>> OpenChat(const testing::TempDir& dir, const std::string& lines,
+                                            const std::string& extra = "") {
+  dir.Write("data.jsonl", lines);
+  auto options = testing::Options(
+      Chat(), "path: \"data.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
+                  (dir.path() / "tokenizer.json").string() + "\" } " + extra);
+  OptionErrors errors;
+  Chat().ValidateOptions(*options, &errors);
+  EXPECT_TRUE(errors.empty());
+  return Chat().Open(*options, DataContext{dir.path(), 1});
+}
+
+// Rows 0 and 1 of the fixture: one image, then two, in the two layouts.
+std::string FixtureLines(const fs::path& images) {
+  nlohmann::json llama_factory = {{"messages",
+                                   {{{"role", "user"}, {"content", "<image>Cat?"}},
+                                    {{"role", "assistant"}, {"content", "Yes"}}}},
+                                  {"images", {(images / "chelsea.png").string()}}};
+  nlohmann::json qwen = {{"image", {"images/rocket.jpg", "images/camera.png"}},
+                         {"conversations",
+                          {{{"from", "human"}, {"value", "<image><image>Same?"}},
+                           {{"from", "gpt"}, {"value", "No"}}}}};
+  return llama_factory.dump() + "\n" + qwen.dump() + "\n";
+}
+
+struct Reference {
+  std::shared_ptr<const safetensors::File> file;
+  at::Tensor Get(const std::string& name) const { return *file->Get(name); }
+  // Row `row`'s real tokens.
+  at::Tensor Ids(int64_t row) const {
+    return Get("input_ids")[row].masked_select(Get("attention_mask")[row].to(at::kBool));
+  }
+};
+
+Reference ReadReference() {
+  auto file = safetensors::File::Open(kFixture / "reference.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  return {*file};
+}
+
+class Qwen2VlDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteTokenizer(dir_);
+    fs::copy(kFixture / "images", dir_.path() / "images");
+  }
+  // The batch of every train example, with the batch row of the example with `images` images.
+  Batch Everything(const Dataset& data) {
+    std::vector<int64_t> all;
+    for (int64_t i = 0; i < data.size(Split::kTrain); ++i) all.push_back(i);
+    auto batch = data.GetBatch(Split::kTrain, all);
+    EXPECT_TRUE(batch.ok()) << batch.status().message();
+    return *batch;
+  }
+  static int64_t RowWithImages(const Batch& batch, int64_t images) {
+    const at::Tensor grids = batch.at("image_grid_thw");
+    for (int64_t row = 0; row < grids.size(0); ++row) {
+      if (grids[row].select(1, 0).gt(0).sum().item<int64_t>() == images) return row;
+    }
+    ADD_FAILURE() << "no row with " << images << " images";
+    return 0;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(Qwen2VlDataTest, LoaderGivesTheIdsAndPixelsOfTransformersProcessor) {
+  auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"));
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  EXPECT_THAT(
+      (*data)->description(),
+      HasSubstr("3 images (1 greyscale converted to RGB); image tokens min/median/max 2/4/6"));
+  EXPECT_THAT((*data)->spec().ToString(),
+              HasSubstr("pixel_values f32[?,1176], image_grid_thw i64[?,3]"));
+  const Batch batch = Everything(**data);
+  const Reference reference = ReadReference();
+  const at::Tensor pixels = reference.Get("pixel_values"), grids = reference.Get("image_grid_thw");
+
+  const int64_t one = RowWithImages(batch, 1);
+  const at::Tensor ids =
+      batch.at("input_ids")[one].masked_select(batch.at("attention_mask")[one].gt(0));
+  EXPECT_TRUE(at::equal(ids, reference.Ids(0)));
+  EXPECT_TRUE(at::equal(batch.at("pixel_values")[one].narrow(0, 0, 24), pixels.narrow(0, 0, 24)));
+  EXPECT_TRUE(at::equal(batch.at("image_grid_thw")[one][0], grids[0]));
+  // Loss on the answer and its end of turn only: "Yes" is three byte tokens, then <|im_end|>.
+  const at::Tensor labels = batch.at("labels")[one];
+  EXPECT_EQ(labels.ne(-100).sum().item<int64_t>(), 4);
+  EXPECT_TRUE(at::equal(labels.masked_select(labels.ne(-100)), ids.narrow(0, ids.size(0) - 4, 4)));
+
+  // The Qwen-VL layout with two images: the fixture's row 1 (which stops before <|im_end|>).
+  const int64_t two = RowWithImages(batch, 2);
+  const at::Tensor ids2 =
+      batch.at("input_ids")[two].masked_select(batch.at("attention_mask")[two].gt(0));
+  const at::Tensor expected2 = reference.Ids(1);
+  EXPECT_TRUE(at::equal(ids2.narrow(0, 0, expected2.size(0)), expected2));
+  EXPECT_TRUE(at::equal(batch.at("pixel_values")[two].narrow(0, 0, 24), pixels.narrow(0, 24, 24)));
+  EXPECT_TRUE(at::equal(batch.at("image_grid_thw")[two].narrow(0, 0, 2), grids.narrow(0, 1, 2)));
+}
+
+TEST_F(Qwen2VlDataTest, ModelOnTheLoadersBatchGivesTheLossOfTransformersLogits) {
+  auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"));
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  const auto& loader =
+      testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
+  auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
+  OptionErrors errors;
+  loader.ValidateOptions(*options, &errors);
+  ASSERT_TRUE(errors.empty());
+  ModelContext context;
+  context.data = &(*data)->spec();
+  auto model = loader.Create(*options, context);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  (*model)->module().eval();
+  at::NoGradGuard no_grad;
+  const Batch batch = Everything(**data);
+  auto out = (*model)->Forward(batch);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_TRUE(std::isfinite(out->loss.item<double>()));
+
+  // The loss from transformers' logits: each answer token predicted from the position before it
+  // (the fixture's rows hold those positions: row 1 stops at the answer's last token).
+  const Reference reference = ReadReference();
+  const at::Tensor reference_logits = reference.Get("logits");
+  double nll = 0;
+  int64_t counted = 0;
+  for (auto [images, fixture_row] : {std::pair<int64_t, int64_t>{1, 0}, {2, 1}}) {
+    const int64_t row = RowWithImages(batch, images);
+    const at::Tensor labels = batch.at("labels")[row];
+    const at::Tensor log_probs = at::log_softmax(reference_logits[fixture_row], -1);
+    for (int64_t t = 1; t < labels.size(0); ++t) {
+      const int64_t label = labels[t].item<int64_t>();
+      if (label == -100) continue;
+      nll -= log_probs[t - 1][label].item<double>();
+      ++counted;
+    }
+  }
+  EXPECT_EQ(out->loss_count, counted);
+  EXPECT_NEAR(out->loss.item<double>(), nll / static_cast<double>(counted), 1e-4);
+}
+
+TEST_F(Qwen2VlDataTest, BadImageLinesAreErrorsNamingTheFileLineAndImage) {
+  const std::string truncated = testing::ReadText(kFixture / "images" / "chelsea.png");
+  dir_.Write("images/cut.png", truncated.substr(0, truncated.size() / 2));
+  auto line = [](const std::string& content, const nlohmann::json& images) {
+    return nlohmann::json{
+        {"messages",
+         {{{"role", "user"}, {"content", content}}, {{"role", "assistant"}, {"content", "Yes"}}}},
+        {"images", images}}
+        .dump();
+  };
+  const std::string good = line("<image>Cat?", {"images/chelsea.png"}) + "\n";
+  const std::string jsonl = (dir_.path() / "data.jsonl").string();
+  struct Case {
+    std::string line, message;
+  };
+  for (const Case& c :
+       {Case{line("<image>Cat?", {"images/missing.png"}), "data.jsonl:2: cannot open '"},
+        Case{line("<image>Cat?", {"images/cut.png"}), "cut.png' is not a readable PNG file"},
+        Case{line("Cat?", {"images/chelsea.png"}),
+             "data.jsonl:2: 0 <image> placeholder(s) in the messages for 1 image(s)"},
+        Case{line("<image><image>Cat?", {"images/chelsea.png"}),
+             "2 <image> placeholder(s) in the messages for 1 image(s)"},
+        Case{line("<image>Cat?", {1}), "'images' must hold image paths (strings), not 1"}}) {
+    SCOPED_TRACE(c.message);
+    auto data = OpenChat(dir_, good + c.line + "\n");
+    ASSERT_FALSE(data.ok());
+    EXPECT_THAT(data.status().message(), HasSubstr(jsonl + ":2"));
+    EXPECT_THAT(data.status().message(), HasSubstr(c.message));
+  }
+  auto packed = OpenChat(dir_, good, "packing: true");
+  ASSERT_FALSE(packed.ok());
+  EXPECT_THAT(packed.status().message(), HasSubstr("packing rows with images is not supported"));
+  auto too_large = OpenChat(dir_, good, "images { min_pixels: 9000 max_pixels: 8000 }");
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_THAT(too_large.status().message(), HasSubstr("min_pixels 9000 is above max_pixels 8000"));
+  fs::remove(dir_.path() / "preprocessor_config.json");
+  auto no_processor = OpenChat(dir_, good);
+  ASSERT_FALSE(no_processor.ok());
+  EXPECT_THAT(no_processor.status().message(),
+              HasSubstr("data.jsonl:1: the line names images, but there is no image processor"));
+}
+
+}  // namespace
+}  // namespace engine

@@ -1,0 +1,171 @@
+// Qwen2-VL computes what transformers computes: the qwen2_vl fixture (tests/fixtures/hf/
+// qwen2_vl_fixture.py; a tiny random Qwen2VLForConditionalGeneration saved by save_pretrained)
+// holds transformers' own pixel_values and image_grid_thw for four real images, get_rope_index's
+// M-RoPE positions, the vision tower's output and the logits for three conversations (one with
+// two images, right padding). The module is loaded from the fixture's directory by name.
+//
+// Tolerance: fp32 1e-4 (max abs difference; logits at real tokens). The fixture's metadata records
+// what the plausible mistakes move the logits by: vision attention across images 4.2, 1-D text
+// positions 4.0, mrope_section ignored 0.35.
+#include "qwen2_vl_model.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/safetensors.h"
+#include "hf_checkpoint.h"
+#include "qwen2_vl_positions.h"
+#include "testing/test_paths.h"
+
+namespace engine::transformer {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::filesystem::path kFixture =
+    std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / "qwen2_vl";
+
+struct Fixture {
+  Qwen2VlConfig config;
+  std::shared_ptr<Qwen2VlModule> module;
+  std::shared_ptr<const safetensors::File> reference;
+  at::Tensor Get(const std::string& name) const { return *reference->Get(name); }
+  // The fixture's images by row: row 0 has one, row 1 two, row 2 one.
+  std::vector<std::vector<ImageGrid>> RowGrids() const {
+    const at::Tensor g = Get("image_grid_thw");
+    std::vector<ImageGrid> all;
+    for (int64_t i = 0; i < g.size(0); ++i) {
+      all.push_back({g[i][0].item<int64_t>(), g[i][1].item<int64_t>(), g[i][2].item<int64_t>()});
+    }
+    return {{all[0]}, {all[1], all[2]}, {all[3]}};
+  }
+};
+
+Fixture LoadFixture() {
+  Fixture f;
+  auto json = ReadConfigJson(kFixture);
+  EXPECT_TRUE(json.ok()) << json.status().message();
+  auto config = Qwen2VlConfigFromJson(*json, "qwen2_vl/config.json");
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  f.config = *config;
+  f.module = std::make_shared<Qwen2VlModule>(f.config);
+  Status loaded = LoadWeights(kFixture, *f.module);
+  EXPECT_TRUE(loaded.ok()) << loaded.message();
+  f.module->eval();
+  auto reference = safetensors::File::Open(kFixture / "reference.safetensors");
+  EXPECT_TRUE(reference.ok()) << reference.status().message();
+  f.reference = *reference;
+  return f;
+}
+
+double MaxDifferenceAtRealTokens(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask) {
+  return (a - b).abs().amax(-1).masked_select(mask.to(at::kBool)).max().item<double>();
+}
+
+TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
+  const Fixture f = LoadFixture();
+  EXPECT_EQ(f.config.vision.depth, 2);
+  EXPECT_EQ(f.config.vision.embed_dim, 32);
+  EXPECT_EQ(f.config.vision.hidden_act, VisionActivation::kQuickGelu);
+  EXPECT_EQ(f.config.image_token_id, 264);
+  EXPECT_EQ(f.config.text.mrope_section, (std::vector<int64_t>{2, 1, 1}));
+}
+
+TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
+  const Fixture f = LoadFixture();
+  at::NoGradGuard no_grad;
+  std::vector<ImageGrid> grids;
+  for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
+  const at::Tensor features = f.module->visual->forward(f.Get("pixel_values"), grids);
+  const at::Tensor expected = f.Get("image_features");
+  ASSERT_EQ(features.sizes(), expected.sizes());
+  EXPECT_LE((features - expected).abs().max().item<double>(), 1e-4);
+  // One attention over every image's patches is another model.
+  const at::Tensor one_block =
+      f.module->visual->forward(f.Get("pixel_values"), {ImageGrid{1, 8, 8}});
+  EXPECT_GT((one_block - expected).abs().max().item<double>(), 1e-2);
+}
+
+TEST(Qwen2VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
+  const Fixture f = LoadFixture();
+  auto positions = ComputeMultimodalPositions(f.Get("input_ids"), f.Get("attention_mask"),
+                                              f.RowGrids(), f.config.image_token_id, 2);
+  ASSERT_TRUE(positions.ok()) << positions.status().message();
+  EXPECT_TRUE(at::equal(positions->position_ids, f.Get("mrope_position_ids")));
+  const at::Tensor expected_next = f.Get("mrope_position_ids").amax({0, 2}) + 1;
+  for (size_t row = 0; row < positions->next.size(); ++row) {
+    EXPECT_EQ(positions->next[row], expected_next[static_cast<int64_t>(row)].item<int64_t>());
+  }
+}
+
+TEST(Qwen2VlModelTest, LogitsEqualTransformers) {
+  const Fixture f = LoadFixture();
+  at::NoGradGuard no_grad;
+  const at::Tensor mask = f.Get("attention_mask");
+  auto hidden = f.module->Hidden(f.Get("input_ids"), mask, f.Get("pixel_values"), f.RowGrids());
+  ASSERT_TRUE(hidden.ok()) << hidden.status().message();
+  const at::Tensor logits = f.module->lm.Logits(*hidden);
+  EXPECT_LE(MaxDifferenceAtRealTokens(logits, f.Get("logits"), mask), 1e-4);
+}
+
+TEST(Qwen2VlModelTest, ImageTokensThatDoNotMatchTheImagesAreErrors) {
+  const Fixture f = LoadFixture();
+  at::NoGradGuard no_grad;
+  auto grids = f.RowGrids();
+  grids[1].pop_back();
+  auto hidden =
+      f.module->Hidden(f.Get("input_ids"), f.Get("attention_mask"), f.Get("pixel_values"), grids);
+  ASSERT_FALSE(hidden.ok());
+  EXPECT_THAT(hidden.status().message(),
+              HasSubstr("the batch has 16 image tokens but its 3 image(s) give 12"));
+  auto swapped = f.RowGrids();
+  std::swap(swapped[0], swapped[2]);
+  auto positions = ComputeMultimodalPositions(f.Get("input_ids"), f.Get("attention_mask"), swapped,
+                                              f.config.image_token_id, 2);
+  ASSERT_FALSE(positions.ok());
+  EXPECT_THAT(positions.status().message(),
+              HasSubstr("row 0: image 1 has 6 image tokens where its 1x4x4 patches need 4"));
+}
+
+TEST(Qwen2VlModelTest, ConfigKeysAreReadOrRefusedByName) {
+  auto json = ReadConfigJson(kFixture);
+  ASSERT_TRUE(json.ok());
+  struct Case {
+    std::string key;  // a/b: vision_config's b
+    nlohmann::json value;
+    std::string message;
+  };
+  for (const Case& c :
+       {Case{"vision_config/hidden_size", 48,
+             "vision_config.hidden_size 48 (the merger's output) is not the decoder's hidden_size "
+             "32"},
+        Case{"vision_config/in_chans", 4, "'in_chans' is 4 but the model reads 3 (in_channels)"},
+        Case{"vision_config/window_size", 112,
+             "'window_size' (112) is not supported by this engine's Qwen2-VL vision tower"},
+        Case{"vision_config/hidden_act", "tanh", "'hidden_act' \"tanh\" is not supported"},
+        Case{"image_token_id", 999, "'image_token_id' must be a token id below vocab_size 272"}}) {
+    SCOPED_TRACE(c.key);
+    nlohmann::json changed = *json;
+    const auto slash = c.key.find('/');
+    if (slash == std::string::npos) {
+      changed[c.key] = c.value;
+    } else {
+      changed[c.key.substr(0, slash)][c.key.substr(slash + 1)] = c.value;
+    }
+    auto config = Qwen2VlConfigFromJson(changed, "config.json");
+    ASSERT_FALSE(config.ok());
+    EXPECT_THAT(config.status().message(), HasSubstr(c.message));
+  }
+  // The hub's own extra keys, which transformers keeps without reading, are accepted.
+  nlohmann::json hub = *json;
+  hub["vision_token_id"] = 264;
+  hub["vision_config"]["in_chans"] = 3;
+  hub["vision_config"]["spatial_patch_size"] = 14;
+  EXPECT_TRUE(Qwen2VlConfigFromJson(hub, "config.json").ok());
+}
+
+}  // namespace
+}  // namespace engine::transformer
