@@ -21,8 +21,12 @@
 // of its conversations' losses, and its gradients those of the conversations one by one.
 //
 // The plan line counts the conversations by layout, their tokens (min/median/max), the truncated
-// and dropped ones and why, and the share of tokens that carry loss. The baseline is the eval
-// perplexity, on loss tokens, of a unigram model counted on the train split's loss tokens.
+// and dropped ones and why, and the share of tokens that carry loss. The baselines are the eval
+// perplexity, on loss tokens, of a unigram model counted on the train split's loss tokens, and the
+// exact match of always giving the train split's most common answer.
+//
+// Lines may name images ("images" or "image", chat_images.h): the batches then also carry each
+// example's pixels and image grids (engine/image_batch.h), decoded for every batch.
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
 
@@ -197,6 +201,27 @@ double UnigramPerplexity(const ChatExamples& examples, const SplitRows& split, i
   return n > 0 ? std::exp(nll / static_cast<double>(n)) : 0;
 }
 
+// The share of eval examples whose answers (their loss tokens) are the train split's most common
+// ones: the exact match of a model that always gives that answer.
+double MostCommonAnswerMatch(const ChatExamples& examples, const SplitRows& split) {
+  auto answer = [&](int64_t row) {
+    std::vector<int64_t> tokens;
+    for (size_t t = 0; t < examples.ids[row].size(); ++t) {
+      if (examples.loss[row][t]) tokens.push_back(examples.ids[row][t]);
+    }
+    return tokens;
+  };
+  std::map<std::vector<int64_t>, int64_t> counts;
+  for (int64_t row : split.train) ++counts[answer(row)];
+  const auto common =
+      std::max_element(counts.begin(), counts.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (common == counts.end() || split.eval.empty()) return 0;
+  int64_t matches = 0;
+  for (int64_t row : split.eval) matches += answer(row) == common->first ? 1 : 0;
+  return static_cast<double>(matches) / static_cast<double>(split.eval.size());
+}
+
 // The tokenizer_config.json with the chat template: the option, or the one beside the tokenizer.
 std::filesystem::path ChatConfigPath(const ChatOptions& options, const DataContext& context) {
   if (!options.tokenizer().config().empty()) {
@@ -311,7 +336,10 @@ class ChatLoader : public DataLoaderPlugin {
     spec.pad_id = tokenizer->pad_id();
     spec.eos_id = tokenizer->eos_id();
     std::map<std::string, double> baselines;
-    if (!split.eval.empty()) baselines["perplexity"] = UnigramPerplexity(examples, split, vocab);
+    if (!split.eval.empty()) {
+      baselines["perplexity"] = UnigramPerplexity(examples, split, vocab);
+      baselines["exact_match"] = MostCommonAnswerMatch(examples, split);
+    }
     const std::string description =
         examples.stats.Summary(options) + " (" + tokenizer->description() + ", template " +
         chat_template.name() + ") from " + path.string() +

@@ -5,8 +5,9 @@
 // input_ids when absent), "attention_mask" (i64 or bool [B, L], 0 at padding: rows of unequal
 // length, padded left or right; padding is never attended to nor predicted) and "position_ids"
 // (i64 [B, L]; by default each row counts its own real tokens). Evaluation reports perplexity and
-// token accuracy, and exact match of generated answers when the batch carries "prompt_length" and
-// "answer_ids".
+// token accuracy, exact match of the answers when the labels mark answers (chat data; greedy's,
+// by teacher forcing), and exact match of generated answers when the batch carries
+// "prompt_length" and "answer_ids".
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -34,10 +35,12 @@ class LlamaForCausalLm : public torch::nn::Module {
 
 class LlamaModel : public Model, public TextGenerator {
  public:
-  LlamaModel(const LlamaConfig& config, bool checkpointing, bool token_labels, int64_t eos_id)
+  LlamaModel(const LlamaConfig& config, bool checkpointing, bool token_labels, bool answers,
+             int64_t eos_id)
       : config_(config),
         checkpointing_(checkpointing),
         token_labels_(token_labels),
+        answers_(answers),
         eos_id_(eos_id),
         module_(std::make_shared<LlamaForCausalLm>(config)) {}
 
@@ -62,7 +65,11 @@ class LlamaModel : public Model, public TextGenerator {
     const at::Tensor hidden = lm.model->Forward(lm.model->Embed(ids->second), inputs, nullptr,
                                                 checkpointing_ && training);
     ModelOutput out;
-    CausalLmLoss(lm.Logits(hidden), targets, !training, &out, eos_id_);
+    const at::Tensor logits = lm.Logits(hidden);
+    CausalLmLoss(logits, targets, !training, &out, eos_id_);
+    if (!training && answers_) {
+      TeacherForcedExactMatch(logits, targets, inputs.attention_mask, &out);
+    }
     if (!training) {
       ENGINE_RETURN_IF_ERROR(ScoreGeneratedAnswers(lm, at::Tensor(), batch, eos_id_, &out));
     }
@@ -85,6 +92,7 @@ class LlamaModel : public Model, public TextGenerator {
   LlamaConfig config_;
   bool checkpointing_;
   bool token_labels_;
+  bool answers_;
   int64_t eos_id_;
   std::shared_ptr<LlamaForCausalLm> module_;
 };
@@ -115,7 +123,7 @@ class LlamaLoader : public ModelLoaderPlugin {
         std::optional<UninitializedParametersScope> uninitialized;
         if (pretrained) uninitialized.emplace();
         model = std::make_unique<LlamaModel>(resolved.config, options.gradient_checkpointing(),
-                                             token_labels, eos_id);
+                                             token_labels, LabelsMarkAnswers(context.data), eos_id);
       }
       if (!pretrained) {
         InitializeWeights(model->module(), resolved.config.initializer_range);

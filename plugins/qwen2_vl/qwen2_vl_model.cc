@@ -5,7 +5,9 @@
 // Batches need "input_ids" (i64 [B, L]) and may carry "labels" (-100 where nothing is predicted;
 // input_ids when absent), "attention_mask" (0 at padding) and the images of each row as
 // engine/image_batch.h lays them out ("pixel_values", "image_grid_thw"), one run of image tokens
-// per image. Evaluation reports perplexity, token accuracy and eos accuracy. Text-only prompts
+// per image. Evaluation reports perplexity, token accuracy, eos accuracy and, when the labels mark
+// answers (chat data), exact match (every answer token the greedy choice: lm_metrics.h
+// TeacherForcedExactMatch). Text-only prompts
 // generate (engine generate) as a Qwen2 decoder: without images the three rotary axes coincide.
 #include "qwen2_vl_model.h"
 
@@ -29,9 +31,11 @@ namespace {
 
 class Qwen2VlModel : public Model, public TextGenerator {
  public:
-  Qwen2VlModel(const Qwen2VlConfig& config, bool checkpointing, bool token_labels, int64_t eos_id)
+  Qwen2VlModel(const Qwen2VlConfig& config, bool checkpointing, bool token_labels, bool answers,
+               int64_t eos_id)
       : checkpointing_(checkpointing),
         token_labels_(token_labels),
+        answers_(answers),
         eos_id_(eos_id),
         module_(std::make_shared<Qwen2VlModule>(config)) {}
 
@@ -55,7 +59,9 @@ class Qwen2VlModel : public Model, public TextGenerator {
         at::Tensor hidden, module_->Hidden(ids->second, mask, images.pixel_values, images.row_grids,
                                            checkpointing_ && training));
     ModelOutput out;
-    CausalLmLoss(module_->lm.Logits(hidden), targets, !training, &out, eos_id_);
+    const at::Tensor logits = module_->lm.Logits(hidden);
+    CausalLmLoss(logits, targets, !training, &out, eos_id_);
+    if (!training && answers_) TeacherForcedExactMatch(logits, targets, mask, &out);
     return out;
   }
 
@@ -74,6 +80,7 @@ class Qwen2VlModel : public Model, public TextGenerator {
  private:
   bool checkpointing_;
   bool token_labels_;
+  bool answers_;
   int64_t eos_id_;
   std::shared_ptr<Qwen2VlModule> module_;
 };
@@ -129,8 +136,9 @@ class Qwen2VlLoader : public ModelLoaderPlugin {
       {
         std::optional<UninitializedParametersScope> uninitialized;
         if (pretrained) uninitialized.emplace();
-        model = std::make_unique<Qwen2VlModel>(config, options.gradient_checkpointing(),
-                                               token_labels, eos_id);
+        model =
+            std::make_unique<Qwen2VlModel>(config, options.gradient_checkpointing(), token_labels,
+                                           LabelsMarkAnswers(context.data), eos_id);
       }
       Qwen2VlModule& parts = model->qwen2_vl();
       if (!pretrained) {

@@ -118,4 +118,10 @@ StatusOr<ResolvedLlama> ResolveLlama(const LlamaOptions& options, const DataSpec
   return resolved;
 }
 
+bool LabelsMarkAnswers(const DataSpec* data) {
+  if (data == nullptr || !TokenLabels(data)) return false;
+  const FieldSpec* labels = data->Find("labels");
+  return labels != nullptr && labels->num_classes == 0;
+}
+
 }  // namespace engine::transformer

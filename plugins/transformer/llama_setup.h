@@ -30,6 +30,11 @@ StatusOr<ResolvedLlama> ResolveLlama(const LlamaOptions& options, const DataSpec
 // models predict input_ids and ignore "labels" (class labels, say), and this logs why once.
 bool UsesTokenLabels(const DataSpec* data);
 
+// True when the data's "labels" mark answers among the tokens (-100 elsewhere, as the chat loader
+// makes them: per-token labels that are not class ids), so that exact match of the answers means
+// something; false for plain text, whose every token is a label.
+bool LabelsMarkAnswers(const DataSpec* data);
+
 // Runs `build` (which allocates the model), turning an allocation failure or other LibTorch error
 // into a status instead of an exception.
 template <typename Build>

@@ -63,6 +63,30 @@ void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t 
   out->metrics["exact_match"] = {matches, static_cast<double>(g.size(0))};
 }
 
+void TeacherForcedExactMatch(const at::Tensor& logits, const at::Tensor& labels,
+                             const at::Tensor& attention_mask, ModelOutput* out) {
+  const int64_t rows = logits.size(0), positions = logits.size(1) - 1;
+  const at::Tensor targets = labels.narrow(1, 1, positions);
+  const at::Tensor counted = targets.ne(kIgnoreIndex);
+  const at::Tensor wrong = logits.narrow(1, 0, positions).argmax(-1).ne(targets) & counted;
+  // One slot per (row, example of the row); unpacked rows have one example each.
+  at::Tensor example = at::zeros_like(targets);
+  int64_t per_row = 1;
+  if (attention_mask.defined()) {
+    example = attention_mask.narrow(1, 1, positions).to(at::kLong);
+    per_row = example.max().item<int64_t>() + 1;
+  }
+  const at::Tensor slot =
+      (at::arange(rows, targets.options()).unsqueeze(1) * per_row + example).flatten();
+  auto per_example = [&](const at::Tensor& flags) {
+    return at::zeros({rows * per_row}, targets.options())
+        .index_add_(0, slot, flags.to(at::kLong).flatten());
+  };
+  const at::Tensor answered = per_example(counted).gt(0);
+  const at::Tensor right = answered & per_example(wrong).eq(0);
+  out->metrics["exact_match"] = {right.sum().item<double>(), answered.sum().item<double>()};
+}
+
 Status ScoreGeneratedAnswers(CausalLm& lm, const at::Tensor& image_prefix, const Batch& batch,
                              int64_t eos_id, ModelOutput* out) {
   auto prompt_length = batch.find("prompt_length");

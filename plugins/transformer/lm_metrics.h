@@ -31,6 +31,15 @@ void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evalu
 void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t eos_id,
                 ModelOutput* out);
 
+// "exact_match" without generating: the share of examples with labels whose every labelled token
+// (an answer and its end of turn) is the model's argmax given the tokens before it. Greedy
+// decoding reproduces an example's answers exactly if and only if that holds (each step then
+// sees the same tokens as teacher forcing), so this is the exact match of greedy generation at
+// the cost of one forward. Examples are rows, or the numbered examples of packed rows when
+// `attention_mask` (undefined: none) numbers them.
+void TeacherForcedExactMatch(const at::Tensor& logits, const at::Tensor& labels,
+                             const at::Tensor& attention_mask, ModelOutput* out);
+
 // When `batch` holds "prompt_length" and "answer_ids" (as digits_captions makes them): greedy
 // generation (with the KV cache) after `image_prefix` (embeddings, or undefined) and the first
 // prompt_length input_ids, scored by ExactMatch. Otherwise does nothing.

@@ -17,6 +17,16 @@ torch::nn::LayerNorm Norm(int64_t size) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({size}).eps(kNormEps));
 }
 
+// LayerNorm of `x` whatever its dtype: in the weights' dtype when `x` has it, otherwise in f32
+// (autocast's policy for layer_norm, which LibTorch 1.13's CPU autocast leaves to the kernel, and
+// that kernel refuses bf16 input with f32 weights).
+at::Tensor ApplyNorm(torch::nn::LayerNorm& norm, const at::Tensor& x) {
+  if (x.scalar_type() == norm->weight.scalar_type()) return norm->forward(x);
+  return at::layer_norm(x.to(at::kFloat), norm->options.normalized_shape(),
+                        norm->weight.to(at::kFloat), norm->bias.to(at::kFloat),
+                        norm->options.eps());
+}
+
 at::Tensor Activate(const at::Tensor& x, VisionActivation activation) {
   switch (activation) {
     case VisionActivation::kQuickGelu:
@@ -211,8 +221,8 @@ at::Tensor Qwen2VlVisionBlockImpl::Attention(const at::Tensor& x, const at::Tens
 at::Tensor Qwen2VlVisionBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                            const at::Tensor& sin,
                                            const std::vector<int64_t>& frame_lengths) {
-  const at::Tensor h = x + Attention(norm1->forward(x), cos, sin, frame_lengths);
-  return h + fc2->forward(Activate(fc1->forward(norm2->forward(h)), config_.hidden_act));
+  const at::Tensor h = x + Attention(ApplyNorm(norm1, x), cos, sin, frame_lengths);
+  return h + fc2->forward(Activate(fc1->forward(ApplyNorm(norm2, h)), config_.hidden_act));
 }
 
 Qwen2VlVisionTowerImpl::Qwen2VlVisionTowerImpl(const Qwen2VlVisionConfig& config)
@@ -275,12 +285,15 @@ at::Tensor Qwen2VlVisionTowerImpl::forward(const at::Tensor& pixel_values,
 
   for (const auto& module : *blocks) {
     auto block = std::dynamic_pointer_cast<Qwen2VlVisionBlockImpl>(module);
-    auto run = [&](const at::Tensor& h) { return block->forward(h, cos, sin, frame_lengths); };
+    // By value: the recomputation in backward outlives this frame.
+    auto run = [block, cos, sin, frame_lengths](const at::Tensor& h) {
+      return block->forward(h, cos, sin, frame_lengths);
+    };
     x = checkpointing ? engine::CheckpointedForward(run, x) : run(x);
   }
   const int64_t merged =
       config_.embed_dim * config_.spatial_merge_size * config_.spatial_merge_size;
-  const at::Tensor groups = ln_q->forward(x).reshape({-1, merged});
+  const at::Tensor groups = ApplyNorm(ln_q, x).reshape({-1, merged});
   return merger_fc2->forward(at::gelu(merger_fc1->forward(groups)));
 }
 

@@ -28,18 +28,23 @@ nlohmann::json StageNamed(const nlohmann::json& plan, const std::string& name) {
   return {};
 }
 
+// For the small VLM's recipes and for Qwen2-VL's.
 TEST(F5StagedStepCountTest, TheSecondStageOfR3RunsTheStepsOfR1) {
   const std::filesystem::path pipelines = std::filesystem::path(testing::kSourceDir) / "pipelines";
-  const auto r1 = StageNamed(PlanOf(pipelines / "r1_llm_only.pbtxt"), "llm");
-  const auto r3 = StageNamed(PlanOf(pipelines / "r3_two_stage.pbtxt"), "llm");
-  EXPECT_EQ(r3["from_stage"], "vision");
-  for (const char* key : {"total_steps", "steps_per_epoch", "batch_size", "global_batch",
-                          "gradient_accumulation_steps"}) {
-    EXPECT_EQ(r3["schedule"][key], r1["schedule"][key]) << key;
+  for (auto [r1_file, r3_file] : {std::pair{"r1_llm_only.pbtxt", "r3_two_stage.pbtxt"},
+                                  std::pair{"qwen2_vl_r1.pbtxt", "qwen2_vl_r3.pbtxt"}}) {
+    SCOPED_TRACE(r3_file);
+    const auto r1 = StageNamed(PlanOf(pipelines / r1_file), "llm");
+    const auto r3 = StageNamed(PlanOf(pipelines / r3_file), "llm");
+    EXPECT_EQ(r3["from_stage"], "vision");
+    for (const char* key : {"total_steps", "steps_per_epoch", "batch_size", "global_batch",
+                            "gradient_accumulation_steps"}) {
+      EXPECT_EQ(r3["schedule"][key], r1["schedule"][key]) << key;
+    }
+    EXPECT_EQ(r3["schedule"]["total_steps"], 270);
+    EXPECT_EQ(r3["world_size"], 1);
+    EXPECT_EQ(r1["world_size"], 1);
   }
-  EXPECT_EQ(r3["schedule"]["total_steps"], 270);
-  EXPECT_EQ(r3["world_size"], 1);
-  EXPECT_EQ(r1["world_size"], 1);
 }
 
 TEST(F5StagedStepCountTest, AChildNeverInheritsItsParentsBatchOrSteps) {

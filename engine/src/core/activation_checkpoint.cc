@@ -1,6 +1,7 @@
 #include "engine/activation_checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -19,6 +20,23 @@ struct Recompute : torch::CustomClassHolder {
   at::Tensor cpu_rng_state;
 };
 
+// Autocast caches the low-precision copy of each f32 parameter it casts until the outermost
+// autocast scope ends. A copy made in the first, gradient-free run has no history: reused in the
+// recomputation, it would cut those parameters (the biases of at::linear, say) off from their
+// gradients. The first run therefore caches nothing.
+class AutocastCacheOff {
+ public:
+  AutocastCacheOff() : was_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(was_); }
+  AutocastCacheOff(const AutocastCacheOff&) = delete;
+  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
+
+ private:
+  bool was_;
+};
+
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   // `anchor` requires grad, so the backward node exists even when `input` needs no gradient (the
@@ -28,6 +46,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     ctx->save_for_backward({input});
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
     auto scope = recompute->context.Enter();
+    AutocastCacheOff no_cache;
     return recompute->block(input);
   }
 

@@ -240,10 +240,14 @@ TEST(LlamaDecoderTest, GenerationWithAndWithoutTheCacheAgrees) {
   }
 }
 
-// Gradients with per-block checkpointing equal the plain backward, in f32 and under bf16 autocast.
+// Gradients with per-block checkpointing equal the plain backward, in f32 and under bf16 autocast,
+// biases included (Qwen2's q/k/v biases, which autocast casts and caches).
 TEST(LlamaDecoderTest, GradientCheckpointingGivesTheSameGradients) {
-  for (bool bf16 : {false, true}) {
-    Lm model(Tiny());
+  LlamaConfig with_biases = Tiny();
+  with_biases.qkv_bias = with_biases.o_bias = with_biases.mlp_bias = true;
+  for (auto [bf16, config] : {std::pair{false, Tiny()}, std::pair{true, Tiny()},
+                              std::pair{false, with_biases}, std::pair{true, with_biases}}) {
+    Lm model(config);
     const at::Tensor ids = at::randint(0, 17, {2, 6}, at::kLong);
     auto gradients = [&](bool checkpointing) {
       model.zero_grad();
@@ -260,7 +264,8 @@ TEST(LlamaDecoderTest, GradientCheckpointingGivesTheSameGradients) {
     const auto checkpointed = gradients(true);
     ASSERT_EQ(plain.size(), checkpointed.size());
     for (size_t i = 0; i < plain.size(); ++i) {
-      EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << "bf16=" << bf16 << " tensor " << i;
+      EXPECT_TRUE(at::equal(plain[i], checkpointed[i]))
+          << "bf16=" << bf16 << " biases=" << config.qkv_bias << " tensor " << i;
     }
   }
 }

@@ -47,5 +47,30 @@ TEST(CausalLmMetricsTest, IgnoredTargetsAreNeitherCountedNorScored) {
   EXPECT_DOUBLE_EQ(out.metrics.at("eos_accuracy").value(), 1.0);
 }
 
+TEST(CausalLmMetricsTest, TeacherForcedExactMatchCountsExamplesWithEveryAnswerTokenRight) {
+  // One packed row of two examples (mask 1 then 2) and padding (0): the first example's answer
+  // (targets at positions 2 and 3) is predicted right, the second's (position 6) wrong.
+  const at::Tensor labels = at::tensor(std::vector<int64_t>{0, kIgnoreIndex, 2, 3, kIgnoreIndex,
+                                                            kIgnoreIndex, 1, kIgnoreIndex},
+                                       at::kLong)
+                                .unsqueeze(0);
+  const at::Tensor mask =
+      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 2, 2, 2, 0}, at::kLong).unsqueeze(0);
+  const at::Tensor logits = Predicting({0, 2, 3, 0, 0, 2, 0, 0});
+  ModelOutput packed;
+  TeacherForcedExactMatch(logits, labels, mask, &packed);
+  EXPECT_DOUBLE_EQ(packed.metrics.at("exact_match").sum, 1);
+  EXPECT_DOUBLE_EQ(packed.metrics.at("exact_match").count, 2);
+  // As one example (no mask), one wrong token fails it.
+  ModelOutput whole;
+  TeacherForcedExactMatch(logits, labels, at::Tensor(), &whole);
+  EXPECT_DOUBLE_EQ(whole.metrics.at("exact_match").sum, 0);
+  EXPECT_DOUBLE_EQ(whole.metrics.at("exact_match").count, 1);
+  // A right prediction of the second answer makes both count.
+  ModelOutput both;
+  TeacherForcedExactMatch(Predicting({0, 2, 3, 0, 0, 1, 0, 0}), labels, mask, &both);
+  EXPECT_DOUBLE_EQ(both.metrics.at("exact_match").value(), 1.0);
+}
+
 }  // namespace
 }  // namespace engine::transformer

@@ -15,6 +15,7 @@
 
 #include <filesystem>
 
+#include "engine/precision_context.h"
 #include "engine/safetensors.h"
 #include "hf_checkpoint.h"
 #include "qwen2_vl_positions.h"
@@ -109,6 +110,37 @@ TEST(Qwen2VlModelTest, LogitsEqualTransformers) {
   ASSERT_TRUE(hidden.ok()) << hidden.status().message();
   const at::Tensor logits = f.module->lm.Logits(*hidden);
   EXPECT_LE(MaxDifferenceAtRealTokens(logits, f.Get("logits"), mask), 1e-4);
+}
+
+// Gradients with per-block checkpointing equal the plain backward, in f32 and under bf16 autocast
+// (where LayerNorm meets bf16 activations and f32 weights).
+TEST(Qwen2VlModelTest, VisionTowerCheckpointingGivesTheSameGradientsInF32AndBf16) {
+  const Fixture f = LoadFixture();
+  f.module->train();
+  std::vector<ImageGrid> grids;
+  for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
+  for (bool bf16 : {false, true}) {
+    auto gradients = [&](bool checkpointing) {
+      f.module->zero_grad();
+      auto scope = bf16 ? PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16).Enter()
+                        : PrecisionContext::None().Enter();
+      f.module->visual->forward(f.Get("pixel_values"), grids, checkpointing)
+          .to(at::kFloat)
+          .pow(2)
+          .mean()
+          .backward();
+      std::vector<at::Tensor> grads;
+      for (const auto& p : f.module->visual->parameters()) grads.push_back(p.grad().clone());
+      return grads;
+    };
+    const auto plain = gradients(false);
+    const auto checkpointed = gradients(true);
+    ASSERT_EQ(plain.size(), checkpointed.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << "bf16=" << bf16 << " tensor " << i;
+      EXPECT_GT(plain[i].abs().sum().item<double>(), 0) << "bf16=" << bf16 << " tensor " << i;
+    }
+  }
 }
 
 TEST(Qwen2VlModelTest, ImageTokensThatDoNotMatchTheImagesAreErrors) {
