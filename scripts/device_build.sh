@@ -2,7 +2,8 @@
 # Builds and tests the engine on the GPU machine, against that machine's LibTorch (pip's, with CUDA),
 # from the Debian packages carried in .devdeps/ (the machine reaches no package registry).
 #
-# Here, once:   bash ../shared/device/fetch-debs.sh            # with EXTRA_DEBS="libgloo-dev"
+# Here, once:   EXTRA_DEBS="libgloo-dev libpng-dev libpng16-16 libjpeg62-turbo-dev libjpeg62-turbo" \
+#                 bash ../shared/device/fetch-debs.sh
 #               cp scripts/device_build.sh .devdeps/build.sh
 # There:        bash .devdeps/build.sh [ctest arguments...]    # none: build only
 #

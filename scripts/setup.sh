@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a Debian 12 machine for the engine and then runs the main job or the tests:
 #
-#   scripts/setup.sh main    # install what is missing, build, train pipelines/r3_two_stage.pbtxt
+#   scripts/setup.sh main    # install what is missing, build, train pipelines/qwen2_vl_r3.pbtxt
 #   scripts/setup.sh test    # install what is missing, build, run every test
 #   scripts/setup.sh build   # install what is missing, build
 #   scripts/setup.sh bench   # also install Debian's python3-torch, build, run the LM benchmark
@@ -167,8 +167,8 @@ cmake --build "$build_dir" -j "$jobs"
 
 case "$mode" in
   main)
-    say "engine run pipelines/r3_two_stage.pbtxt"
-    exec "$build_dir/bin/engine" run "$root/pipelines/r3_two_stage.pbtxt"
+    say "engine run pipelines/qwen2_vl_r3.pbtxt"
+    exec "$build_dir/bin/engine" run "$root/pipelines/qwen2_vl_r3.pbtxt"
     ;;
   bench)
     say "bench/lm_vs_pytorch.py"

@@ -181,6 +181,10 @@ StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
     files.text_files[kAdapterConfigFile] = std::move(peft.config_json);
   }
   for (const fs::path& file : TokenizerFiles(source)) files.copied.push_back(file);
+  if (!source.image_processor_file().empty()) {
+    ENGINE_ASSIGN_OR_RETURN(files.text_files[kImageProcessorFile],
+                            ReadFile(source.image_processor_file()));
+  }
   return files;
 }
 

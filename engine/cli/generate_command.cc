@@ -1,6 +1,7 @@
 // `engine generate`: talk to a model directory or a trained stage. Prompts (from --prompt or a
-// JSONL file) are rendered with the model's chat template unless --raw, encoded, left-padded into
-// batches and continued by the model's TextGenerator until a stop id or --max_new_tokens.
+// JSONL file, with images for a vision-language model) are rendered with the model's chat
+// template unless --raw, encoded, left-padded into batches and continued by the model's
+// TextGenerator (ImageTextGenerator when a batch has images) until a stop id or --max_new_tokens.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
@@ -13,6 +14,9 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/generation_source.h"
+#include "engine/image_batch.h"
+#include "engine/image_file.h"
+#include "engine/image_tokens.h"
 #include "engine/json_text.h"
 #include "engine/text_generator.h"
 
@@ -38,7 +42,12 @@ prompt's reply is printed as it is generated.
 
   --prompt=TEXT          a prompt (repeat for several, generated as one batch)
   --input=FILE.jsonl     one prompt per line: {"messages": [{"role": ..., "content": ...}, ...]}
-                         (a conversation to continue) or {"prompt": "..."}
+                         (a conversation to continue) or {"prompt": "..."}, with "images" paths
+                         relative to the file
+  --image=PATH           an image (PNG or JPEG) shown before the text of each --prompt (repeat
+                         for several); for a vision-language model with its image processor
+                         (preprocessor_config.json beside the tokenizer). --input lines name
+                         theirs as the chat data does ("images": [...], <image> in the text)
   --system=TEXT          a system message before each --prompt (not with --raw)
   --raw                  continue the text as it is, without the chat template
   --max_new_tokens=N     at most N new tokens per prompt (default 128)
@@ -68,7 +77,35 @@ struct Prompt {
   nlohmann::ordered_json messages;  // a conversation; null with --raw
   std::string text;                 // with --raw: the text; otherwise the rendered conversation
   std::string origin;               // "--prompt 2", "FILE:3", for errors
+  std::vector<std::filesystem::path> images;  // shown where the messages say <image>
+  ExampleImages pixels;                       // the images' patches and grids, once encoded
 };
+
+// The images of a line of --input ("images": [...] or "image"), relative to its file.
+StatusOr<std::vector<std::filesystem::path>> LineImages(const nlohmann::ordered_json& json,
+                                                        const std::filesystem::path& dir,
+                                                        const std::string& origin) {
+  std::vector<std::filesystem::path> images;
+  for (const char* key : {"images", "image"}) {
+    auto it = json.find(key);
+    if (it == json.end() || it->is_null()) continue;
+    const nlohmann::ordered_json list = it->is_array() ? *it : nlohmann::ordered_json::array({*it});
+    for (const auto& image : list) {
+      if (!image.is_string() || image.get<std::string>().empty()) {
+        return InvalidArgumentError(origin + ": \"" + key + "\" must hold image paths");
+      }
+      images.push_back(dir / image.get<std::string>());
+    }
+  }
+  return images;
+}
+
+// "<image><image>text": the images first, as Qwen2-VL's examples put them.
+std::string WithImagePlaceholders(size_t images, const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < images; ++i) out += kImagePlaceholder;
+  return out + text;
+}
 
 struct GenerateFlags {
   GenerationOptions generation;
@@ -78,8 +115,9 @@ struct GenerateFlags {
   int64_t batch_size = 8;
 };
 
-// One prompt from a line of --input: {"messages": [...]} or {"prompt": "..."}.
-StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& origin, bool raw) {
+// One prompt from a line of --input: {"messages": [...]} or {"prompt": "..."}, and its images.
+StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& origin, bool raw,
+                                const std::filesystem::path& dir) {
   const auto json = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !(json.contains("messages") || json.contains("prompt"))) {
     return InvalidArgumentError(origin +
@@ -87,6 +125,10 @@ StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& orig
   }
   Prompt prompt;
   prompt.origin = origin;
+  ENGINE_ASSIGN_OR_RETURN(prompt.images, LineImages(json, dir, origin));
+  if (raw && !prompt.images.empty()) {
+    return InvalidArgumentError(origin + ": images need the chat template (no --raw)");
+  }
   if (json.contains("messages")) {
     if (raw)
       return InvalidArgumentError(origin + ": \"messages\" need the chat template (no --raw)");
@@ -97,10 +139,13 @@ StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& orig
   if (!json["prompt"].is_string()) {
     return InvalidArgumentError(origin + ": \"prompt\" must be a string");
   }
-  const std::string text = json["prompt"].get<std::string>();
+  std::string text = json["prompt"].get<std::string>();
   if (raw) {
     prompt.text = text;
   } else {
+    if (text.find(kImagePlaceholder) == std::string::npos) {
+      text = WithImagePlaceholders(prompt.images.size(), text);
+    }
     prompt.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
   }
   return prompt;
@@ -109,9 +154,11 @@ StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& orig
 StatusOr<std::vector<Prompt>> ReadPrompts(const Arguments& a, const GenerateFlags& flags) {
   std::vector<Prompt> prompts;
   const std::vector<std::string> texts = a.GetAll("prompt");
+  const std::vector<std::string> images = a.GetAll("image");
   for (size_t i = 0; i < texts.size(); ++i) {
     Prompt prompt;
     prompt.origin = "--prompt " + std::to_string(i + 1);
+    prompt.images.assign(images.begin(), images.end());
     if (flags.raw) {
       prompt.text = texts[i];
     } else {
@@ -119,7 +166,8 @@ StatusOr<std::vector<Prompt>> ReadPrompts(const Arguments& a, const GenerateFlag
       if (!flags.system.empty()) {
         prompt.messages.push_back({{"role", "system"}, {"content", flags.system}});
       }
-      prompt.messages.push_back({{"role", "user"}, {"content", texts[i]}});
+      prompt.messages.push_back(
+          {{"role", "user"}, {"content", WithImagePlaceholders(images.size(), texts[i])}});
     }
     prompts.push_back(std::move(prompt));
   }
@@ -131,13 +179,43 @@ StatusOr<std::vector<Prompt>> ReadPrompts(const Arguments& a, const GenerateFlag
     for (int64_t number = 1; std::getline(in, line); ++number) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       ENGINE_ASSIGN_OR_RETURN(Prompt prompt,
-                              PromptFromLine(line, file + ":" + std::to_string(number), flags.raw));
+                              PromptFromLine(line, file + ":" + std::to_string(number), flags.raw,
+                                             std::filesystem::path(file).parent_path()));
       prompts.push_back(std::move(prompt));
     }
     if (in.bad()) return IoError("--input: cannot read '" + file + "'");
   }
   if (prompts.empty()) return InvalidArgumentError("no prompts (give --prompt or --input)");
   return prompts;
+}
+
+// Reads the prompt's images through the source's image processor and gives each its image
+// tokens in `ids`.
+Status AddImages(const GenerationSource& source, Prompt* prompt, std::vector<int64_t>* ids) {
+  if (prompt->images.empty()) return Status::Ok();
+  const Qwen2VlImageProcessor* processor = source.image_processor();
+  if (processor == nullptr) {
+    return FailedPreconditionError(source.description() + " has no image processor (" +
+                                   kImageProcessorFile +
+                                   " beside its tokenizer) to read images with");
+  }
+  const std::vector<int64_t> pad = source.tokenizer().Encode(kImagePadToken);
+  if (pad.size() != 1) {
+    return FailedPreconditionError(std::string("the tokenizer has no ") + kImagePadToken +
+                                   " token, which images need");
+  }
+  std::vector<int64_t> counts;
+  std::vector<at::Tensor> patches;
+  for (const std::filesystem::path& path : prompt->images) {
+    ENGINE_ASSIGN_OR_RETURN(RgbImage image, ReadRgbImage(path));
+    ENGINE_ASSIGN_OR_RETURN(ImageGrid grid, processor->GridFor(image.height, image.width));
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor values, processor->Patches(image));
+    counts.push_back(processor->TokensFor(grid));
+    patches.push_back(values);
+    prompt->pixels.grids.push_back(grid);
+  }
+  prompt->pixels.patches = at::cat(patches);
+  return ExpandImageTokens(pad[0], counts, ids, nullptr);
 }
 
 // The ids each prompt starts from: the rendered conversation (its template writes any bos), or
@@ -159,6 +237,12 @@ StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& p
     if (raw) {
       if (source.tokenizer().bos_id() >= 0) ids.push_back(source.tokenizer().bos_id());
     } else {
+      const int64_t marked = MarkImagePlaceholders(&prompt.messages);
+      if (marked != static_cast<int64_t>(prompt.images.size())) {
+        return InvalidArgumentError(prompt.origin + ": " + std::to_string(marked) + " " +
+                                    kImagePlaceholder + " placeholder(s) for " +
+                                    std::to_string(prompt.images.size()) + " image(s)");
+      }
       chat::ChatRenderOptions render;
       render.add_generation_prompt = true;
       ENGINE_ASSIGN_OR_RETURN(
@@ -167,6 +251,7 @@ StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& p
     const std::vector<int64_t> body = source.tokenizer().Encode(prompt.text);
     ids.insert(ids.end(), body.begin(), body.end());
     if (ids.empty()) return InvalidArgumentError(prompt.origin + ": the prompt has no tokens");
+    ENGINE_RETURN_IF_ERROR(AddImages(source, &prompt, &ids).WithContext(prompt.origin));
     encoded.push_back(std::move(ids));
   }
   return encoded;
@@ -208,9 +293,26 @@ struct Reply {
   bool stopped = false;
 };
 
+// The images of prompts [begin, end) as the model reads them; an empty batch when none has any.
+StatusOr<Batch> BatchImages(const std::vector<Prompt>& prompts, size_t begin, size_t end,
+                            const GenerationSource& source, const at::Device& device) {
+  std::vector<ExampleImages> rows;
+  bool any = false;
+  for (size_t i = begin; i < end; ++i) {
+    rows.push_back(prompts[i].pixels);
+    any = any || !prompts[i].pixels.grids.empty();
+  }
+  Batch images;
+  if (!any) return images;
+  PackImages(rows, source.image_processor()->patch_values(), &images);
+  for (auto& [name, tensor] : images) tensor = tensor.to(device);
+  return images;
+}
+
 // The replies of prompts [begin, end): one left-padded batch.
 StatusOr<std::vector<Reply>> GenerateBatch(Model& model, TextGenerator& generator,
                                            const GenerationSource& source,
+                                           const std::vector<Prompt>& prompts,
                                            const std::vector<std::vector<int64_t>>& encoded,
                                            size_t begin, size_t end, GenerationOptions options) {
   size_t length = 0;
@@ -230,8 +332,21 @@ StatusOr<std::vector<Reply>> GenerateBatch(Model& model, TextGenerator& generato
     device = parameter.device();
     break;
   }
-  ENGINE_ASSIGN_OR_RETURN(at::Tensor generated,
-                          generator.Generate(ids.to(device), mask.to(device), options));
+  ENGINE_ASSIGN_OR_RETURN(Batch images, BatchImages(prompts, begin, end, source, device));
+  at::Tensor generated;
+  if (images.empty()) {
+    ENGINE_ASSIGN_OR_RETURN(generated,
+                            generator.Generate(ids.to(device), mask.to(device), options));
+  } else {
+    auto* image_generator = dynamic_cast<ImageTextGenerator*>(&model);
+    if (image_generator == nullptr) {
+      return FailedPreconditionError("the model (" + model.architecture() +
+                                     ") cannot read images: it does not implement "
+                                     "engine::ImageTextGenerator");
+    }
+    ENGINE_ASSIGN_OR_RETURN(generated, image_generator->GenerateWithImages(
+                                           ids.to(device), mask.to(device), images, options));
+  }
   generated = generated.cpu();
   std::vector<Reply> replies(rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -251,6 +366,7 @@ StatusOr<std::vector<Reply>> GenerateBatch(Model& model, TextGenerator& generato
 
 // Every prompt's reply, batch by batch; a single prompt on a terminal streams to stdout.
 StatusOr<std::vector<Reply>> GenerateAll(Model& model, const GenerationSource& source,
+                                         const std::vector<Prompt>& prompts,
                                          const std::vector<std::vector<int64_t>>& encoded,
                                          const GenerateFlags& flags, ReplyStreamer* streamer) {
   auto* generator = dynamic_cast<TextGenerator*>(&model);
@@ -268,7 +384,7 @@ StatusOr<std::vector<Reply>> GenerateAll(Model& model, const GenerationSource& s
   for (size_t begin = 0; begin < encoded.size(); begin += flags.batch_size) {
     const size_t end = std::min(encoded.size(), begin + static_cast<size_t>(flags.batch_size));
     StatusOr<std::vector<Reply>> batch =
-        GenerateBatch(model, *generator, source, encoded, begin, end, options);
+        GenerateBatch(model, *generator, source, prompts, encoded, begin, end, options);
     if (!batch.ok() && encoded.size() > 1) {
       return batch.status().WithContext("prompts " + std::to_string(begin + 1) + "-" +
                                         std::to_string(end));
@@ -326,6 +442,7 @@ GenerateFlags ReadFlags(Arguments& a) {
     a.error = "--format must be text or json, not '" + flags.format + "'";
   }
   if (a.error.empty() && flags.raw && a.Has("system")) a.error = "--system needs the chat template";
+  if (a.error.empty() && flags.raw && a.Has("image")) a.error = "--image needs the chat template";
   if (a.error.empty() && a.positional.size() != 1) a.error = "expected one SOURCE";
   return flags;
 }
@@ -333,11 +450,11 @@ GenerateFlags ReadFlags(Arguments& a) {
 }  // namespace
 
 int GenerateCommand(const std::vector<std::string>& args) {
-  Arguments a = ParseArguments(
-      args,
-      {"prompt", "input", "system", "max_new_tokens", "temperature", "top_k", "top_p", "seed",
-       "batch_size", "format", "checkpoint", "output_dir", "dtype", "device", "plugin_path"},
-      {"raw"});
+  Arguments a = ParseArguments(args,
+                               {"prompt", "input", "image", "system", "max_new_tokens",
+                                "temperature", "top_k", "top_p", "seed", "batch_size", "format",
+                                "checkpoint", "output_dir", "dtype", "device", "plugin_path"},
+                               {"raw"});
   if (a.help) {
     std::cout << GenerateHelp();
     return kExitOk;
@@ -369,8 +486,8 @@ int GenerateCommand(const std::vector<std::string>& args) {
   }
   std::vector<Reply> replies;
   Status status = (*source)->WithModel([&](Model& model) -> Status {
-    ENGINE_ASSIGN_OR_RETURN(
-        replies, GenerateAll(model, **source, *encoded, flags, streamer ? &*streamer : nullptr));
+    ENGINE_ASSIGN_OR_RETURN(replies, GenerateAll(model, **source, *prompts, *encoded, flags,
+                                                 streamer ? &*streamer : nullptr));
     return Status::Ok();
   });
   if (!status.ok()) return fail(status);

@@ -28,9 +28,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The model loader a model directory is read with: every family it supports is Llama-like
-// (llama, mistral, qwen2, qwen3); its config reader refuses the others by model_type.
-constexpr const char* kDirectoryLoader = "llama";
+// The model loader a model directory is read with: `qwen2_vl` for its model_type, otherwise
+// `llama` (llama, mistral, qwen2, qwen3), whose config reader refuses the others by model_type.
+std::string DirectoryLoader(const fs::path& dir) {
+  StatusOr<std::string> text = ReadFile(dir / "config.json");
+  if (!text.ok()) return "llama";
+  const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return json.is_object() && json.value("model_type", "") == "qwen2_vl" ? "qwen2_vl" : "llama";
+}
 
 // tokenizer.json, else a SentencePiece tokenizer.model, as transformers' AutoTokenizer prefers.
 StatusOr<std::unique_ptr<Tokenizer>> DirectoryTokenizer(const fs::path& dir) {
@@ -74,6 +79,7 @@ class DirectorySource : public GenerationSource {
       ENGINE_ASSIGN_OR_RETURN(source->dtype_, ParseDtype(options.dtype));
     }
     ENGINE_RETURN_IF_ERROR(LoadPluginSearchPath(options.plugin_path, &source->registry_));
+    ENGINE_RETURN_IF_ERROR(source->ReadImageProcessor(source->dir_ / kImageProcessorFile));
     if (!options.need_text) return std::unique_ptr<GenerationSource>(std::move(source));
     ENGINE_ASSIGN_OR_RETURN(source->tokenizer_, DirectoryTokenizer(source->dir_));
     ENGINE_RETURN_IF_ERROR(source->ReadChat(source->dir_));
@@ -86,13 +92,14 @@ class DirectorySource : public GenerationSource {
   }
 
   Status WithModel(const std::function<Status(Model&)>& use) override {
-    const PluginRegistry::Entry* entry = registry_.Find(PluginKind::kModelLoader, kDirectoryLoader);
+    const std::string loader_name = DirectoryLoader(dir_);
+    const PluginRegistry::Entry* entry = registry_.Find(PluginKind::kModelLoader, loader_name);
     if (entry == nullptr) {
-      return NotFoundError(std::string("the model loader plugin '") + kDirectoryLoader +
+      return NotFoundError("the model loader plugin '" + loader_name +
                            "' is not installed (see `engine plugins`)");
     }
     const auto& loader = static_cast<const ModelLoaderPlugin&>(*entry->plugin);
-    const std::string context = std::string("model loader '") + kDirectoryLoader + "'";
+    const std::string context = "model loader '" + loader_name + "'";
     std::unique_ptr<google::protobuf::Message> options(loader.default_options().New());
     const auto* field = options->GetDescriptor()->FindFieldByName("pretrained");
     if (field == nullptr) return InternalError(context + " has no 'pretrained' option");
@@ -159,6 +166,7 @@ class PipelineSource : public GenerationSource {
     }
     auto source = std::unique_ptr<PipelineSource>(new PipelineSource());
     ENGINE_RETURN_IF_ERROR(source->Plan(pipeline, stage_name, options));
+    ENGINE_RETURN_IF_ERROR(source->ReadStageImageProcessor());
     if (options.need_text) ENGINE_RETURN_IF_ERROR(source->ReadTextSide());
     return std::unique_ptr<GenerationSource>(std::move(source));
   }
@@ -193,6 +201,14 @@ class PipelineSource : public GenerationSource {
     description_ = stage()->subject() + " of '" + pipeline.string() + "' (checkpoint " +
                    checkpoint_.string() + ")";
     return Status::Ok();
+  }
+
+  // The checkpoint's preprocessor_config.json, or (for checkpoints written before they carried
+  // one) the data's.
+  Status ReadStageImageProcessor() {
+    ENGINE_RETURN_IF_ERROR(ReadImageProcessor(checkpoint_ / kImageProcessorFile));
+    if (image_processor() != nullptr) return Status::Ok();
+    return ReadImageProcessor(StageImageProcessorPath(*stage(), session_.pipeline->base_dir));
   }
 
   // The stage's tokenizer; the chat template beside the checkpoint (a stage that trained with a
@@ -257,6 +273,13 @@ StatusOr<at::ScalarType> ParseDtype(const std::string& text) {
                                 "'");
   }
   return it->second;
+}
+
+Status GenerationSource::ReadImageProcessor(const fs::path& file) {
+  if (file.empty() || !fs::exists(file)) return Status::Ok();
+  ENGINE_ASSIGN_OR_RETURN(image_processor_, Qwen2VlImageProcessor::Read(file));
+  image_processor_file_ = file;
+  return Status::Ok();
 }
 
 Status GenerationSource::ReadChat(const fs::path& dir) {

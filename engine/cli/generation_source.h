@@ -4,8 +4,9 @@
 // adapters, 4-bit weights, precision, device) and given the stage's final checkpoint.
 //
 // The text side is the tokenizer, the chat template when there is one (tokenizer_config.json or
-// chat_template.jinja), and the ids that end a reply: the tokenizer's eos and the eos_token_id of
-// config.json and generation_config.json.
+// chat_template.jinja), the image processor when there is one (preprocessor_config.json), and the
+// ids that end a reply: the tokenizer's eos and the eos_token_id of config.json and
+// generation_config.json.
 //
 // Failure: every error names the file, stage or flag (a directory without config.json or a
 // tokenizer, a model_type the llama loader refuses, a checkpoint that does not match its
@@ -21,6 +22,7 @@
 
 #include "chat/tokenizer_config.h"
 #include "engine/model.h"
+#include "engine/qwen2_vl_image_processor.h"
 #include "engine/status.h"
 #include "engine/tokenizer.h"
 #include "pipeline/resolved_pipeline.h"
@@ -64,6 +66,12 @@ class GenerationSource {
   const std::string& chat_absence() const { return chat_absence_; }
   // The tokenizer's eos and the model's eos_token_id(s), without repeats.
   const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
+  // The image processor (preprocessor_config.json beside the tokenizer files); null when none.
+  const Qwen2VlImageProcessor* image_processor() const {
+    return image_processor_ ? &*image_processor_ : nullptr;
+  }
+  // The file it was read from (empty when none).
+  const std::filesystem::path& image_processor_file() const { return image_processor_file_; }
   // "model directory 'DIR'" or "stage 'sft' of 'p.pbtxt' (checkpoint DIR)".
   const std::string& description() const { return description_; }
   // The directory the weights are read from: the model directory, or the stage's checkpoint.
@@ -80,9 +88,13 @@ class GenerationSource {
   Status ReadChat(const std::filesystem::path& dir);
   // Adds eos ids from a config.json-style object (eos_token_id: a number, a list or null).
   void AddStopIds(const std::string& json_text);
+  // Reads an image processor's preprocessor_config.json when `file` exists.
+  Status ReadImageProcessor(const std::filesystem::path& file);
 
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<chat::TokenizerChatConfig> chat_;
+  std::optional<Qwen2VlImageProcessor> image_processor_;
+  std::filesystem::path image_processor_file_;
   std::string chat_absence_;
   std::vector<int64_t> stop_ids_;
   std::string description_;

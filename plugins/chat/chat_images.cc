@@ -12,8 +12,6 @@
 namespace engine::plugins {
 namespace {
 
-constexpr char kVisionTokens[] = "<|vision_start|><|image_pad|><|vision_end|>";
-
 std::string ModeWords(const std::string& mode) {
   if (mode == "L" || mode == "1" || mode == "I;16") return "greyscale";
   if (mode == "LA") return "greyscale with alpha";
@@ -23,22 +21,6 @@ std::string ModeWords(const std::string& mode) {
 }
 
 }  // namespace
-
-int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages) {
-  int64_t marked = 0;
-  for (auto& message : *messages) {
-    auto content = message.find("content");
-    if (content == message.end() || !content->is_string()) continue;
-    std::string text = content->get<std::string>();
-    for (size_t at = text.find(kImagePlaceholder); at != std::string::npos;
-         at = text.find(kImagePlaceholder, at + sizeof(kVisionTokens) - 1)) {
-      text.replace(at, sizeof(kImagePlaceholder) - 1, kVisionTokens);
-      ++marked;
-    }
-    *content = text;
-  }
-  return marked;
-}
 
 std::string ImageStats::Summary() const {
   std::string out = WithThousands(images) + (images == 1 ? " image" : " images");
@@ -88,21 +70,10 @@ StatusOr<std::vector<ExampleImage>> ChatImages::Check(const std::vector<std::str
 Status ChatImages::ExpandImageTokens(const std::vector<ExampleImage>& images,
                                      const std::string& where,
                                      TokenizedConversation* example) const {
-  const auto pads = std::count(example->ids.begin(), example->ids.end(), pad_id_);
-  if (pads != static_cast<int64_t>(images.size())) {
-    return DataLossError(where + ": the rendered conversation has " + std::to_string(pads) + " " +
-                         kImagePadToken + " for " + std::to_string(images.size()) + " image(s)");
-  }
-  TokenizedConversation expanded;
-  size_t image = 0;
-  for (size_t i = 0; i < example->ids.size(); ++i) {
-    const bool pad = example->ids[i] == pad_id_;
-    const int64_t copies = pad ? processor_.TokensFor(images[image++].grid) : 1;
-    expanded.ids.insert(expanded.ids.end(), copies, example->ids[i]);
-    expanded.loss.insert(expanded.loss.end(), copies, pad ? 0 : example->loss[i]);
-  }
-  *example = std::move(expanded);
-  return Status::Ok();
+  std::vector<int64_t> counts;
+  for (const ExampleImage& image : images) counts.push_back(processor_.TokensFor(image.grid));
+  return engine::ExpandImageTokens(pad_id_, counts, &example->ids, &example->loss)
+      .WithContext(where);
 }
 
 StatusOr<ExampleImages> ChatImages::Pixels(const std::vector<ExampleImage>& images) const {

@@ -1,11 +1,9 @@
-// The images of chat examples, as Qwen2-VL reads them: each <image> placeholder in a message
-// becomes <|vision_start|><|image_pad|><|vision_end|> before the chat template renders the
-// conversation (the template renders image content parts the same way), and after tokenizing each
-// <|image_pad|> is repeated once per merged patch group of its image (the processor's count),
-// never carrying loss. Image paths are relative to the JSON Lines file.
+// The images of chat examples, as Qwen2-VL reads them (engine/image_tokens.h: <image> placeholders
+// become vision tokens, each image pad repeated per merged patch group, never carrying loss).
+// Image paths are relative to the JSON Lines file.
 //
 //   ChatImages images(processor, pad_id, jsonl_dir);
-//   ENGINE_ASSIGN_OR_RETURN(int64_t marked, MarkImagePlaceholders(&messages));
+//   int64_t marked = MarkImagePlaceholders(&messages);              // engine/image_tokens.h
 //   ENGINE_ASSIGN_OR_RETURN(auto read, images.Check(parsed.images, where));   // every file decoded
 //   ENGINE_RETURN_IF_ERROR(images.ExpandImageTokens(read, where, &tokenized));
 //   ENGINE_ASSIGN_OR_RETURN(ExampleImages pixels, images.Pixels(read));       // for a batch
@@ -23,23 +21,17 @@
 #include <vector>
 
 #include "engine/image_batch.h"
+#include "engine/image_tokens.h"
 #include "engine/qwen2_vl_image_processor.h"
 #include "engine/status.h"
 #include "loss_mask.h"
 
 namespace engine::plugins {
 
-inline constexpr char kImagePlaceholder[] = "<image>";
-inline constexpr char kImagePadToken[] = "<|image_pad|>";
-
 struct ExampleImage {
   std::filesystem::path path;
   ImageGrid grid;
 };
-
-// Replaces <image> in the string contents of `messages` by Qwen2-VL's vision tokens; returns how
-// many it replaced.
-int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages);
 
 // Counts for the plan.
 struct ImageStats {

@@ -252,9 +252,12 @@ StatusOr<std::shared_ptr<ChatImages>> MakeChatImages(const ChatOptions& options,
                                                      const Tokenizer& tokenizer,
                                                      const std::filesystem::path& data_path) {
   const bool named = !options.images().processor().empty();
+  const std::filesystem::path chat_config = ChatConfigPath(options, context);
   const std::filesystem::path path =
-      named ? ResolvePath(context.base_dir, options.images().processor())
-            : ChatConfigPath(options, context) / "preprocessor_config.json";
+      named
+          ? ResolvePath(context.base_dir, options.images().processor())
+          : (std::filesystem::is_directory(chat_config) ? chat_config : chat_config.parent_path()) /
+                kImageProcessorFile;
   if (!named && !std::filesystem::exists(path)) return std::shared_ptr<ChatImages>();
   ENGINE_ASSIGN_OR_RETURN(Qwen2VlImageProcessor processor, Qwen2VlImageProcessor::Read(path));
   if (options.images().min_pixels() > 0) processor.min_pixels = options.images().min_pixels();

@@ -5,10 +5,11 @@
 // Batches need "input_ids" (i64 [B, L]) and may carry "labels" (-100 where nothing is predicted;
 // input_ids when absent), "attention_mask" (0 at padding) and the images of each row as
 // engine/image_batch.h lays them out ("pixel_values", "image_grid_thw"), one run of image tokens
-// per image. Evaluation reports perplexity, token accuracy, eos accuracy and, when the labels mark
-// answers (chat data), exact match (every answer token the greedy choice: lm_metrics.h
-// TeacherForcedExactMatch). Text-only prompts
-// generate (engine generate) as a Qwen2 decoder: without images the three rotary axes coincide.
+// per image; prompts with images generate (engine generate --image) with the KV cache and
+// multimodal positions. Evaluation reports perplexity, token accuracy, eos accuracy and, when the
+// labels mark answers (chat data), exact match (every answer token the greedy choice: lm_metrics.h
+// TeacherForcedExactMatch). Text-only prompts generate as a Qwen2 decoder: without images the
+// three rotary axes coincide.
 #include "qwen2_vl_model.h"
 
 #include <ATen/ATen.h>
@@ -29,7 +30,7 @@
 namespace engine::transformer {
 namespace {
 
-class Qwen2VlModel : public Model, public TextGenerator {
+class Qwen2VlModel : public Model, public TextGenerator, public ImageTextGenerator {
  public:
   Qwen2VlModel(const Qwen2VlConfig& config, bool checkpointing, bool token_labels, bool answers,
                int64_t eos_id)
@@ -70,6 +71,27 @@ class Qwen2VlModel : public Model, public TextGenerator {
     return GenerateText(module_->lm, ids, attention_mask, options);
   }
 
+  // The prompt (with its images) runs once into the cache, at its multimodal positions; the new
+  // tokens continue from each row's largest position plus one.
+  StatusOr<at::Tensor> GenerateWithImages(const at::Tensor& ids, const at::Tensor& attention_mask,
+                                          const Batch& images,
+                                          const GenerationOptions& options) override {
+    CausalLm& lm = module_->lm;
+    ENGINE_RETURN_IF_ERROR(CheckGenerationLength(lm, ids.size(1), options));
+    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch unpacked,
+                            UnpackImages(images, module_->config().vision.patch_values()));
+    at::NoGradGuard no_grad;
+    KvCache cache;
+    std::vector<int64_t> next;
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor hidden,
+                            module_->Hidden(ids, attention_mask, unpacked.pixel_values,
+                                            unpacked.row_grids, false, &cache, &next));
+    DecoderInputs inputs;
+    inputs.attention_mask = attention_mask;
+    const at::Tensor next_positions = at::tensor(next, at::kLong).to(ids.device());
+    return ContinueDecoding(lm, hidden, &cache, inputs, next_positions, options);
+  }
+
   std::string architecture() const override { return "qwen2_vl"; }
 
   std::string config_json() const override {
@@ -100,6 +122,10 @@ Status CheckDataImages(const DataSpec* data, const Qwen2VlConfig& config,
   return Status::Ok();
 }
 
+constexpr char kOneSource[] =
+    "set exactly one of `pretrained` (a model directory) and `config` (a config.json for random "
+    "initialisation)";
+
 class Qwen2VlLoader : public ModelLoaderPlugin {
  public:
   const google::protobuf::Message& default_options() const override {
@@ -109,16 +135,18 @@ class Qwen2VlLoader : public ModelLoaderPlugin {
   void ValidateOptions(const google::protobuf::Message& message,
                        OptionErrors* errors) const override {
     const auto& o = OptionsAs<Qwen2VlOptions>(message);
-    if (o.pretrained().empty() == o.config().empty()) {
-      errors->Add(o.pretrained().empty() ? "pretrained" : "config",
-                  "set exactly one of `pretrained` (a model directory) and `config` (a config.json "
-                  "for random initialisation)");
+    if (!o.pretrained().empty() && !o.config().empty()) {
+      errors->Add("config", kOneSource);
     }
   }
 
   StatusOr<std::unique_ptr<Model>> Create(const google::protobuf::Message& message,
                                           const ModelContext& context) const override {
     const auto& options = OptionsAs<Qwen2VlOptions>(message);
+    // Neither is refused here rather than by ValidateOptions, so that the defaults validate.
+    if (options.pretrained().empty() && options.config().empty()) {
+      return InvalidArgumentError(std::string("no model: ") + kOneSource);
+    }
     const bool pretrained = !options.pretrained().empty();
     const std::filesystem::path dir =
         pretrained ? ResolvePath(context.base_dir, options.pretrained()) : std::filesystem::path();

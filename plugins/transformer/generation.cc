@@ -34,31 +34,32 @@ at::Tensor SampleNextTokens(const at::Tensor& logits, const GenerationOptions& o
   return at::multinomial(at::softmax(scaled, -1), 1, /*replacement=*/false, generator).squeeze(1);
 }
 
-StatusOr<at::Tensor> GenerateText(CausalLm& lm, const at::Tensor& ids,
-                                  const at::Tensor& attention_mask,
-                                  const GenerationOptions& options) {
+Status CheckGenerationLength(const CausalLm& lm, int64_t prompt_length,
+                             const GenerationOptions& options) {
   const int64_t positions = lm.model->config().max_position_embeddings;
-  if (ids.size(1) + options.max_new_tokens > positions) {
-    return InvalidArgumentError("the prompt is " + std::to_string(ids.size(1)) + " tokens and " +
+  if (prompt_length + options.max_new_tokens > positions) {
+    return InvalidArgumentError("the prompt is " + std::to_string(prompt_length) + " tokens and " +
                                 std::to_string(options.max_new_tokens) +
                                 " new ones were asked for, beyond the model's " +
                                 std::to_string(positions) + " positions");
   }
+  return Status::Ok();
+}
+
+at::Tensor ContinueDecoding(CausalLm& lm, at::Tensor hidden, KvCache* cache, DecoderInputs inputs,
+                            const at::Tensor& next_positions, const GenerationOptions& options) {
   at::NoGradGuard no_grad;
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
-  const auto i64 = ids.options();
+  const int64_t rows = hidden.size(0);
+  const at::Device device = hidden.device();
   const at::Tensor stops =
-      at::tensor(options.stop_ids, at::TensorOptions().dtype(at::kLong)).to(ids.device());
-  KvCache cache;
-  DecoderInputs inputs;
-  inputs.attention_mask = attention_mask;
-  at::Tensor hidden = lm.model->Forward(lm.model->Embed(ids), inputs, &cache);
-  at::Tensor finished = at::zeros({ids.size(0)}, i64.dtype(at::kBool));
+      at::tensor(options.stop_ids, at::TensorOptions().dtype(at::kLong)).to(device);
+  at::Tensor finished = at::zeros({rows}, at::TensorOptions().dtype(at::kBool).device(device));
   at::Tensor last;
   std::vector<at::Tensor> generated;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const at::Tensor logits = lm.Logits(hidden.select(1, hidden.size(1) - 1)).to(at::kFloat);
-    at::Tensor next = SampleNextTokens(logits.cpu(), options, generator).to(ids.device());
+    at::Tensor next = SampleNextTokens(logits.cpu(), options, generator).to(device);
     if (last.defined()) next = at::where(finished, last, next);
     generated.push_back(next);
     if (options.on_step) options.on_step(next);
@@ -67,10 +68,26 @@ StatusOr<at::Tensor> GenerateText(CausalLm& lm, const at::Tensor& ids,
     if (step + 1 == options.max_new_tokens || finished.all().item<bool>()) break;
     inputs.offset = inputs.attention_mask.size(1);
     inputs.attention_mask =
-        at::cat({inputs.attention_mask, at::ones({ids.size(0), 1}, attention_mask.options())}, 1);
-    hidden = lm.model->Forward(lm.model->Embed(next.unsqueeze(1)), inputs, &cache);
+        at::cat({inputs.attention_mask, at::ones({rows, 1}, inputs.attention_mask.options())}, 1);
+    if (next_positions.defined()) {
+      // The same position on the three rotary axes, counting on from the prompt's.
+      inputs.position_ids = (next_positions + step).view({1, rows, 1}).expand({3, rows, 1});
+    }
+    hidden = lm.model->Forward(lm.model->Embed(next.unsqueeze(1)), inputs, cache);
   }
   return at::stack(generated, 1);
+}
+
+StatusOr<at::Tensor> GenerateText(CausalLm& lm, const at::Tensor& ids,
+                                  const at::Tensor& attention_mask,
+                                  const GenerationOptions& options) {
+  ENGINE_RETURN_IF_ERROR(CheckGenerationLength(lm, ids.size(1), options));
+  at::NoGradGuard no_grad;
+  KvCache cache;
+  DecoderInputs inputs;
+  inputs.attention_mask = attention_mask;
+  const at::Tensor hidden = lm.model->Forward(lm.model->Embed(ids), inputs, &cache);
+  return ContinueDecoding(lm, hidden, &cache, inputs, at::Tensor(), options);
 }
 
 }  // namespace engine::transformer

@@ -159,6 +159,12 @@ class ConfigReader {
         c_.model_type = type;
         return Status::Ok();
       }
+      if (type == "qwen2_5_vl") {
+        return InvalidArgumentError(where_ +
+                                    ": model_type is 'qwen2_5_vl' (Qwen2.5-VL: window attention, "
+                                    "RMSNorm and SwiGLU in the vision tower), which this engine "
+                                    "does not support; the qwen2_vl loader reads Qwen2-VL");
+      }
       return InvalidArgumentError(where_ + ": model_type is '" + type + "', " +
                                   (vision_language_ ? "not qwen2_vl"
                                                     : "a vision-language model; load it with the "

@@ -64,7 +64,8 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
                                            const at::Tensor& attention_mask,
                                            const at::Tensor& pixel_values,
                                            const std::vector<std::vector<ImageGrid>>& row_grids,
-                                           bool checkpointing) {
+                                           bool checkpointing, KvCache* cache,
+                                           std::vector<int64_t>* next_positions) {
   at::Tensor embeds = lm.model->Embed(input_ids);
   const at::Tensor image_tokens = input_ids.eq(config_.image_token_id);
   std::vector<ImageGrid> grids;
@@ -101,7 +102,8 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
   DecoderInputs inputs;
   inputs.attention_mask = attention_mask;
   inputs.position_ids = positions.position_ids.to(input_ids.device());
-  return lm.model->Forward(embeds, inputs, nullptr, checkpointing);
+  if (next_positions != nullptr) *next_positions = positions.next;
+  return lm.model->Forward(embeds, inputs, cache, checkpointing && cache == nullptr);
 }
 
 }  // namespace engine::transformer

@@ -2,8 +2,8 @@
 // random qwen2_vl) learns to name handwritten digits from PNG images in chat form, through the
 // seeds' two stages (the vision tower in full with the decoder frozen, then the decoder in NF4
 // with LoRA). The plan accounts for the images and each tower's tensors; the answers come out
-// right far more often than always giving the most common answer; the checkpoint is a Qwen2-VL
-// directory.
+// right far more often than always giving the most common answer, also when `engine generate`
+// is asked about images; the checkpoint and its hf export are Qwen2-VL directories.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -47,6 +47,64 @@ TEST(Qwen2VlRecipeTest, R3NamesTheDigitsInTheImages) {
   EXPECT_LT(baseline, 0.15);
   EXPECT_GT(exact, 0.6) << eval.out;
   EXPECT_GT(report["metrics"]["eval/eos_accuracy"].get<double>(), 0.9);
+
+  // Talking to the result: the first ten digits (0 to 9, train and eval alike) asked about one by
+  // one through the stage's own image processor, kept beside its checkpoint.
+  const fs::path final_dir = tmp.path() / "out" / "llm" / "final";
+  EXPECT_TRUE(fs::exists(final_dir / "preprocessor_config.json"));
+  const char* names[] = {"zero", "one", "two",   "three", "four",
+                         "five", "six", "seven", "eight", "nine"};
+  const fs::path images = fs::path(testing::kSourceDir) / "data/digit_chat/images";
+  std::string lines;
+  for (int digit = 0; digit < 10; ++digit) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "%04d.png", digit);
+    lines +=
+        nlohmann::json({{"prompt", "What digit is this?"}, {"images", {(images / name).string()}}})
+            .dump() +
+        "\n";
+  }
+  const auto prompts = tmp.Write("digits.jsonl", lines);
+  const auto generated =
+      testing::RunEngine({"generate", pipeline.string(), output_dir, "--format=json",
+                          "--batch_size=4", "--input=" + prompts.string()});
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  const auto outputs = nlohmann::json::parse(generated.out)["outputs"];
+  ASSERT_EQ(outputs.size(), 10u);
+  int right = 0;
+  for (int digit = 0; digit < 10; ++digit) {
+    EXPECT_EQ(outputs[digit]["finish_reason"], "stop") << outputs[digit];
+    right += outputs[digit]["text"] == names[digit] ? 1 : 0;
+  }
+  EXPECT_GE(right, 8) << generated.out;
+
+  // A plain --prompt with --image, and an image the processor cannot take.
+  const auto one = testing::RunEngine({"generate", pipeline.string(), output_dir,
+                                       "--image=" + (images / "0007.png").string(),
+                                       "--prompt=What digit is this?"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_THAT(one.out, HasSubstr("seven"));
+  const auto text = tmp.Write("not_an_image.png", "text");
+  const auto bad = testing::RunEngine({"generate", pipeline.string(), output_dir,
+                                       "--image=" + text.string(), "--prompt=What digit?"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--prompt 1: image '" + text.string() +
+                                 "' is neither a PNG nor a JPEG file"));
+
+  // Exported as a dense Hugging Face directory (adapters merged), it is a Qwen2-VL directory with
+  // its image processor, and talks about images too.
+  const fs::path exported = tmp.path() / "hf";
+  const auto exporting = testing::RunEngine(
+      {"export", pipeline.string(), output_dir, "--to=" + exported.string(), "--format=hf"});
+  ASSERT_EQ(exporting.exit_code, 0) << exporting.err;
+  EXPECT_EQ(testing::ReadText(exported / "preprocessor_config.json"),
+            testing::ReadText(fs::path(testing::kSourceDir) /
+                              "pipelines/qwen2_vl_tiny/preprocessor_config.json"));
+  const auto from_export = testing::RunEngine({"generate", exported.string(), "--format=json",
+                                               "--image=" + (images / "0007.png").string(),
+                                               "--prompt=What digit is this?"});
+  ASSERT_EQ(from_export.exit_code, 0) << from_export.err;
+  EXPECT_EQ(nlohmann::json::parse(from_export.out)["outputs"][0]["finish_reason"], "stop");
 
   const auto config = nlohmann::json::parse(
       testing::ReadText(tmp.path() / "out" / "llm" / "final" / "config.json"));

@@ -20,6 +20,7 @@
 #include "engine/data.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
+#include "engine/text_generator.h"
 #include "plugins/plugin_test_util.h"
 #include "testing/temp_dir.h"
 
@@ -212,6 +213,66 @@ TEST_F(Qwen2VlDataTest, ModelOnTheLoadersBatchGivesTheLossOfTransformersLogits) 
   }
   EXPECT_EQ(out->loss_count, counted);
   EXPECT_NEAR(out->loss.item<double>(), nll / static_cast<double>(counted), 1e-4);
+}
+
+// Generation with images (the KV cache, and new tokens at the positions after the prompt's
+// multimodal ones) continues each prompt exactly as a full forward over prompt and continuation
+// predicts it: every generated token is the argmax there (exact match 1 by teacher forcing).
+TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
+  auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"));
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  const auto& loader =
+      testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
+  auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
+  ModelContext context;
+  context.data = &(*data)->spec();
+  auto model = loader.Create(*options, context);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  (*model)->module().eval();
+  auto* generator = dynamic_cast<ImageTextGenerator*>(model->get());
+  ASSERT_NE(generator, nullptr);
+  const Batch batch = Everything(**data);
+  const int64_t rows = batch.at("input_ids").size(0);
+  // Each row's prompt: its tokens before the answer, left-padded.
+  std::vector<at::Tensor> prompts;
+  int64_t longest = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    const at::Tensor answer = batch.at("labels")[row].ne(-100).nonzero();
+    prompts.push_back(batch.at("input_ids")[row].narrow(0, 0, answer[0][0].item<int64_t>()));
+    longest = std::max(longest, prompts.back().size(0));
+  }
+  at::Tensor ids = at::zeros({rows, longest}, at::kLong), mask = at::zeros_like(ids);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t n = prompts[row].size(0);
+    ids[row].narrow(0, longest - n, n).copy_(prompts[row]);
+    mask[row].narrow(0, longest - n, n).fill_(1);
+  }
+  const Batch images{{"pixel_values", batch.at("pixel_values")},
+                     {"image_grid_thw", batch.at("image_grid_thw")}};
+  GenerationOptions generation;
+  generation.max_new_tokens = 4;
+  at::NoGradGuard no_grad;
+  auto generated = generator->GenerateWithImages(ids, mask, images, generation);
+  ASSERT_TRUE(generated.ok()) << generated.status().message();
+  ASSERT_EQ(generated->sizes(), (std::vector<int64_t>{rows, 4}));
+
+  // The prompts and their continuations, right-padded, the continuations as answers.
+  const int64_t length = longest + 4;
+  Batch full = images;
+  full["input_ids"] = at::zeros({rows, length}, at::kLong);
+  full["labels"] = at::full({rows, length}, -100, at::kLong);
+  full["attention_mask"] = at::zeros({rows, length}, at::kLong);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t n = prompts[row].size(0);
+    full["input_ids"][row].narrow(0, 0, n).copy_(prompts[row]);
+    full["input_ids"][row].narrow(0, n, 4).copy_((*generated)[row]);
+    full["labels"][row].narrow(0, n, 4).copy_((*generated)[row]);
+    full["attention_mask"][row].narrow(0, 0, n + 4).fill_(1);
+  }
+  auto out = (*model)->Forward(full);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->metrics.at("exact_match").count, rows);
+  EXPECT_EQ(out->metrics.at("exact_match").sum, rows);
 }
 
 TEST_F(Qwen2VlDataTest, BadImageLinesAreErrorsNamingTheFileLineAndImage) {

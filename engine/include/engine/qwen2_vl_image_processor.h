@@ -29,6 +29,9 @@
 
 namespace engine {
 
+// The image processor's settings, as Hugging Face names the file.
+inline constexpr char kImageProcessorFile[] = "preprocessor_config.json";
+
 // Patches along time, height and width (the model's image_grid_thw).
 struct ImageGrid {
   int64_t t = 0, h = 0, w = 0;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/data.h"
 #include "engine/status.h"
 
 namespace engine {
@@ -45,6 +46,18 @@ class TextGenerator {
   // again).
   virtual StatusOr<at::Tensor> Generate(const at::Tensor& ids, const at::Tensor& attention_mask,
                                         const GenerationOptions& options) = 0;
+};
+
+// The same for a model that also reads images (a vision-language model): `images` holds each
+// prompt row's images as engine/image_batch.h lays them out ("pixel_values", "image_grid_thw", on
+// the model's device), their image tokens already in `ids` (engine/image_tokens.h).
+class ImageTextGenerator {
+ public:
+  virtual ~ImageTextGenerator() = default;
+  virtual StatusOr<at::Tensor> GenerateWithImages(const at::Tensor& ids,
+                                                  const at::Tensor& attention_mask,
+                                                  const Batch& images,
+                                                  const GenerationOptions& options) = 0;
 };
 
 }  // namespace engine

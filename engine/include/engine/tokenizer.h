@@ -4,7 +4,8 @@
 //   std::vector<int64_t> ids = tokenizer->Encode("seven");
 //
 // Three kinds: byte-level (the default: no files, 259 ids), SentencePiece models, and Hugging Face
-// tokenizer.json files (text/hf_json_tokenizer.h). Errors name the file. Tokenizers are immutable after creation; Encode and Decode may be called from any thread.
+// tokenizer.json files (text/hf_json_tokenizer.h). Errors name the file. Tokenizers are immutable
+// after creation; Encode and Decode may be called from any thread.
 #pragma once
 
 #include <cstdint>

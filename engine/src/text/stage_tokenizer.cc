@@ -7,6 +7,7 @@
 
 #include "engine/atomic_file.h"
 #include "engine/paths.h"
+#include "engine/qwen2_vl_image_processor.h"
 #include "engine/tokenizer.h"
 #include "pipeline/pretrained_dir.h"
 
@@ -26,6 +27,29 @@ std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage
   return tokenizer;
 }
 
+std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
+                                              const std::filesystem::path& base_dir) {
+  const auto tokenizer = StageTokenizerOptions(stage);
+  if (!tokenizer || tokenizer->kind() != proto::TokenizerOptions::HF_JSON) return {};
+  const google::protobuf::Message& options = *stage.data.options;
+  const auto* images = options.GetDescriptor()->FindFieldByName("images");
+  if (images != nullptr && images->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
+      !images->is_repeated() && options.GetReflection()->HasField(options, images)) {
+    const google::protobuf::Message& image_options =
+        options.GetReflection()->GetMessage(options, images);
+    const auto* processor = image_options.GetDescriptor()->FindFieldByName("processor");
+    if (processor != nullptr &&
+        processor->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+      const std::string value = image_options.GetReflection()->GetString(image_options, processor);
+      if (!value.empty()) return ResolvePath(base_dir, value);
+    }
+  }
+  std::filesystem::path config =
+      ResolvePath(base_dir, tokenizer->config().empty() ? tokenizer->path() : tokenizer->config());
+  if (!std::filesystem::is_directory(config)) config = config.parent_path();
+  return config / kImageProcessorFile;
+}
+
 StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
     const ResolvedStage& stage, const std::filesystem::path& base_dir) {
   std::map<std::string, std::string> files;
@@ -39,6 +63,10 @@ StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
                                            : ResolvePath(base_dir, options->config());
   if (std::filesystem::exists(config)) {
     ENGINE_ASSIGN_OR_RETURN(files["tokenizer_config.json"], ReadFile(config));
+  }
+  const std::filesystem::path processor = StageImageProcessorPath(stage, base_dir);
+  if (std::filesystem::exists(processor)) {
+    ENGINE_ASSIGN_OR_RETURN(files[kImageProcessorFile], ReadFile(processor));
   }
   return files;
 }

@@ -1,7 +1,7 @@
 // The tokenizer a stage's data loader uses, read from its options: the `tokenizer` field of type
 // engine.proto.TokenizerOptions that the text-reading loaders (text, digits_captions, chat) have.
-// `engine preview` decodes with it; checkpoints carry its files so that the next stage,
-// `engine generate` and transformers find them beside the weights.
+// `engine preview` decodes with it; checkpoints carry its files (and an image processor's) so that
+// the next stage, `engine generate` and transformers find them beside the weights.
 //
 // Pure functions of the resolved stage; any thread.
 #pragma once
@@ -20,9 +20,16 @@ namespace engine {
 // Nothing when the loader has no such field.
 std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage& stage);
 
-// For an HF_JSON tokenizer: "tokenizer.json" and, when there is one, "tokenizer_config.json",
-// by file name, with their contents. Empty for other kinds. A file that cannot be read is an error
-// naming it.
+// The image processor's preprocessor_config.json of an HF_JSON tokenizer's data: the data's
+// `images { processor }` (the chat loader's), or the one beside the tokenizer's config. Empty for
+// other kinds; the file may not exist.
+std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
+                                              const std::filesystem::path& base_dir);
+
+// For an HF_JSON tokenizer: "tokenizer.json" and, when there are, "tokenizer_config.json" and the
+// image processor's preprocessor_config.json (the data's `images.processor`, or the one beside the
+// tokenizer's config), by file name, with their contents. Empty for other kinds. A file that
+// cannot be read is an error naming it.
 StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
     const ResolvedStage& stage, const std::filesystem::path& base_dir);
 

@@ -191,6 +191,10 @@ TEST(Qwen2VlModelTest, ConfigKeysAreReadOrRefusedByName) {
     ASSERT_FALSE(config.ok());
     EXPECT_THAT(config.status().message(), HasSubstr(c.message));
   }
+  nlohmann::json qwen25 = *json;
+  qwen25["model_type"] = "qwen2_5_vl";
+  EXPECT_THAT(Qwen2VlConfigFromJson(qwen25, "config.json").status().message(),
+              HasSubstr("model_type is 'qwen2_5_vl' (Qwen2.5-VL: window attention"));
   // The hub's own extra keys, which transformers keeps without reading, are accepted.
   nlohmann::json hub = *json;
   hub["vision_token_id"] = 264;

@@ -1,0 +1,34 @@
+// Qwen2-VL's image tokens in text, the one convention for data loaders and `engine generate`: an
+// image is shown where a message says <image>, which becomes
+// <|vision_start|><|image_pad|><|vision_end|> before the chat template renders the conversation
+// (Qwen2-VL's template renders image content parts the same way); after tokenizing, each
+// <|image_pad|> is repeated once per merged patch group of its image
+// (Qwen2VlImageProcessor::TokensFor), as transformers' Qwen2VLProcessor does.
+//
+//   int64_t marked = MarkImagePlaceholders(&messages);        // then render and encode
+//   ENGINE_RETURN_IF_ERROR(ExpandImageTokens(pad_id, counts, &ids, &loss));
+//
+// Pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace engine {
+
+inline constexpr char kImagePlaceholder[] = "<image>";
+inline constexpr char kImagePadToken[] = "<|image_pad|>";
+
+// Replaces <image> in the string contents of `messages` (an array of {"role", "content"}) by the
+// vision tokens; returns how many it replaced.
+int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages);
+
+// Repeats the i-th `pad_id` of `ids` counts[i] times; the copies carry no loss (`loss`, parallel
+// to `ids`, may be null). An error when `ids` holds another number of pad ids than `counts`.
+Status ExpandImageTokens(int64_t pad_id, const std::vector<int64_t>& counts,
+                         std::vector<int64_t>* ids, std::vector<uint8_t>* loss);
+
+}  // namespace engine
