@@ -4,6 +4,7 @@
 // checkpoint never loads as another model than the one it was trained as.
 #include <set>
 
+#include "engine/json_key_reader.h"
 #include "llama_config.h"
 
 namespace engine::transformer {
@@ -70,22 +71,19 @@ const std::set<std::string>& KeysWithoutMath() {
   return keys;
 }
 
-std::string Join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
-// Reads one config.json object, remembering which keys it read; what is left at the end is refused.
-class ConfigReader {
+// Reads one config.json object, remembering which keys it read (JsonKeyReader); what is left at
+// the end is refused.
+class ConfigReader : private JsonKeyReader {
  public:
   // `vision_language`: the text part of a qwen2_vl config; the multimodal keys are read elsewhere.
   ConfigReader(const nlohmann::json& json, std::string where, bool vision_language = false)
-      : json_(json), where_(std::move(where)), vision_language_(vision_language) {
+      : JsonKeyReader(json, where), where_(std::move(where)), vision_language_(vision_language) {
     if (vision_language_) {
       // vision_token_id: the hub's configs carry it; transformers does not read it.
-      read_ = {"vision_config",         "image_token_id",      "video_token_id",
-               "vision_start_token_id", "vision_end_token_id", "vision_token_id"};
+      for (const char* key : {"vision_config", "image_token_id", "video_token_id",
+                              "vision_start_token_id", "vision_end_token_id", "vision_token_id"}) {
+        MarkRead(key);
+      }
     }
   }
 
@@ -108,17 +106,8 @@ class ConfigReader {
   }
 
  private:
-  // The key's value, marked as read; null when absent.
-  const nlohmann::json& Take(const std::string& key) {
-    static const nlohmann::json null;
-    read_.insert(key);
-    auto it = json_.find(key);
-    return it == json_.end() ? null : *it;
-  }
-
-  Status Error(const std::string& key, const std::string& what) const {
-    return InvalidArgumentError(where_ + ": '" + key + "' " + what);
-  }
+  using JsonKeyReader::Error;
+  using JsonKeyReader::Take;
 
   StatusOr<int64_t> PositiveInt(const std::string& key, std::optional<int64_t> fallback = {}) {
     const nlohmann::json& v = Take(key);
@@ -503,26 +492,12 @@ class ConfigReader {
   }
 
   Status RefuseUnreadKeys() const {
-    std::vector<std::string> unread;
-    for (auto it = json_.begin(); it != json_.end(); ++it) {
-      if (!read_.count(it.key()) && !KeysWithoutMath().count(it.key())) unread.push_back(it.key());
-    }
-    if (unread.empty()) return Status::Ok();
-    const std::string& key = unread.front();
-    return InvalidArgumentError(
-        where_ + ": '" + key + "' (" + json_[key].dump() +
-        ") is not implemented by this engine's " + c_.model_type +
-        " loader and may change the model's math" +
-        (unread.size() > 1
-             ? " (also unread: " +
-                   Join(std::vector<std::string>(unread.begin() + 1, unread.end())) + ")"
-             : std::string()));
+    return RefuseUnread(KeysWithoutMath(), "is not implemented by this engine's " + c_.model_type +
+                                               " loader and may change the model's math");
   }
 
-  const nlohmann::json& json_;
   std::string where_;
   bool vision_language_;
-  std::set<std::string> read_;
   LlamaConfig c_;
 };
 

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "engine/activation_checkpoint.h"
+#include "engine/json_key_reader.h"
 
 namespace engine::transformer {
 namespace {
@@ -115,66 +117,49 @@ StatusOr<Qwen2VlVisionConfig> Qwen2VlVisionConfigFromJson(const nlohmann::json& 
                                                           const std::string& where) {
   if (!json.is_object()) return InvalidArgumentError(where + " is not an object");
   Qwen2VlVisionConfig c;
-  std::set<std::string> read;
-  auto error = [&](const std::string& key, const std::string& what) {
-    return InvalidArgumentError(where + ": '" + key + "' " + what);
-  };
-  auto integer = [&](const std::string& key, int64_t* out) -> Status {
-    read.insert(key);
-    auto it = json.find(key);
-    if (it == json.end()) return Status::Ok();
-    if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
-      return error(key, "must be a positive integer, not " + it->dump());
-    }
-    *out = it->get<int64_t>();
-    return Status::Ok();
-  };
-  ENGINE_RETURN_IF_ERROR(integer("depth", &c.depth));
-  ENGINE_RETURN_IF_ERROR(integer("embed_dim", &c.embed_dim));
-  ENGINE_RETURN_IF_ERROR(integer("hidden_size", &c.hidden_size));
-  ENGINE_RETURN_IF_ERROR(integer("num_heads", &c.num_heads));
-  ENGINE_RETURN_IF_ERROR(integer("mlp_ratio", &c.mlp_ratio));
-  ENGINE_RETURN_IF_ERROR(integer("in_channels", &c.in_channels));
-  ENGINE_RETURN_IF_ERROR(integer("patch_size", &c.patch_size));
-  ENGINE_RETURN_IF_ERROR(integer("spatial_merge_size", &c.spatial_merge_size));
-  ENGINE_RETURN_IF_ERROR(integer("temporal_patch_size", &c.temporal_patch_size));
+  JsonKeyReader keys(json, where);
+  for (auto [key, value] : {std::pair<const char*, int64_t*>{"depth", &c.depth},
+                            {"embed_dim", &c.embed_dim},
+                            {"hidden_size", &c.hidden_size},
+                            {"num_heads", &c.num_heads},
+                            {"mlp_ratio", &c.mlp_ratio},
+                            {"in_channels", &c.in_channels},
+                            {"patch_size", &c.patch_size},
+                            {"spatial_merge_size", &c.spatial_merge_size},
+                            {"temporal_patch_size", &c.temporal_patch_size}}) {
+    ENGINE_RETURN_IF_ERROR(keys.PositiveInt(key, value));
+  }
   // The hub's Qwen2-VL configs also carry in_chans and spatial_patch_size, which transformers
   // keeps without reading: they must agree with what it reads.
-  for (auto [legacy, value] : {std::pair<const char*, int64_t>{"in_chans", c.in_channels},
-                               {"spatial_patch_size", c.patch_size}}) {
-    read.insert(legacy);
-    auto it = json.find(legacy);
-    if (it != json.end() && *it != value) {
-      return error(legacy,
-                   "is " + it->dump() + " but the model reads " + std::to_string(value) + " (" +
-                       (std::string(legacy) == "in_chans" ? "in_channels" : "patch_size") + ")");
+  for (auto [legacy, read_as, value] :
+       {std::tuple<const char*, const char*, int64_t>{"in_chans", "in_channels", c.in_channels},
+        {"spatial_patch_size", "patch_size", c.patch_size}}) {
+    const nlohmann::json& v = keys.Take(legacy);
+    if (!v.is_null() && v != value) {
+      return keys.Error(legacy, "is " + v.dump() + " but the model reads " + std::to_string(value) +
+                                    " (" + read_as + ")");
     }
   }
-  read.insert("hidden_act");
-  if (auto it = json.find("hidden_act"); it != json.end()) {
+  if (const nlohmann::json& act = keys.Take("hidden_act"); !act.is_null()) {
     bool known = false;
     for (VisionActivation a : {VisionActivation::kQuickGelu, VisionActivation::kGelu,
                                VisionActivation::kGeluTanh, VisionActivation::kSilu}) {
-      if (*it == ActivationName(a)) {
+      if (act == ActivationName(a)) {
         c.hidden_act = a;
         known = true;
       }
     }
     if (!known) {
-      return error("hidden_act", it->dump() +
-                                     " is not supported by this engine (supported: quick_gelu, "
-                                     "gelu, gelu_pytorch_tanh, silu)");
+      return keys.Error("hidden_act", act.dump() +
+                                          " is not supported by this engine (supported: "
+                                          "quick_gelu, gelu, gelu_pytorch_tanh, silu)");
     }
   }
-  if (auto it = json.find("initializer_range"); it != json.end() && it->is_number()) {
-    c.initializer_range = it->get<double>();
+  if (const nlohmann::json& range = keys.Take("initializer_range"); range.is_number()) {
+    c.initializer_range = range.get<double>();
   }
-  for (const auto& [key, value] : json.items()) {
-    if (read.count(key) == 0 && kNeutralVisionKeys.count(key) == 0) {
-      return error(
-          key, "(" + value.dump() + ") is not supported by this engine's Qwen2-VL vision tower");
-    }
-  }
+  ENGINE_RETURN_IF_ERROR(keys.RefuseUnread(
+      kNeutralVisionKeys, "is not supported by this engine's Qwen2-VL vision tower"));
   Status checked = c.Check();
   if (!checked.ok()) return InvalidArgumentError(where + ": " + checked.message());
   return c;

@@ -8,6 +8,7 @@
 
 #include "engine/atomic_file.h"
 #include "engine/image_resize.h"
+#include "engine/json_key_reader.h"
 
 namespace engine {
 namespace {
@@ -17,109 +18,73 @@ const std::set<std::string> kNeutralKeys = {"image_processor_type", "processor_c
                                             "feature_extractor_type", "do_convert_rgb"};
 constexpr int kPilBicubic = 3;
 
-class ProcessorConfigReader {
- public:
-  ProcessorConfigReader(const nlohmann::json& json, std::string where)
-      : json_(json), where_(std::move(where)) {}
-
-  StatusOr<Qwen2VlImageProcessor> Read() {
-    Qwen2VlImageProcessor p;
-    if (!json_.is_object()) return InvalidArgumentError(where_ + " is not a JSON object");
-    // min_pixels and max_pixels win over size's shortest_edge and longest_edge, as in transformers.
-    const nlohmann::json& size = Take("size");
-    if (!size.is_null()) {
-      if (!size.is_object()) return Error("size", "must be an object");
-      for (const auto& [key, value] : size.items()) {
-        if (key != "shortest_edge" && key != "longest_edge") {
-          return Error("size." + key,
-                       "is not read by Qwen2-VL (it reads shortest_edge and longest_edge)");
-        }
-        if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
-          return Error("size." + key, "must be a positive integer, not " + value.dump());
-        }
-      }
-      p.min_pixels = size.value("shortest_edge", p.min_pixels);
-      p.max_pixels = size.value("longest_edge", p.max_pixels);
-    }
-    ENGINE_RETURN_IF_ERROR(Int("min_pixels", &p.min_pixels));
-    ENGINE_RETURN_IF_ERROR(Int("max_pixels", &p.max_pixels));
-    ENGINE_RETURN_IF_ERROR(Int("patch_size", &p.patch_size));
-    ENGINE_RETURN_IF_ERROR(Int("temporal_patch_size", &p.temporal_patch_size));
-    ENGINE_RETURN_IF_ERROR(Int("merge_size", &p.merge_size));
-    ENGINE_RETURN_IF_ERROR(Bool("do_resize", &p.do_resize));
-    ENGINE_RETURN_IF_ERROR(Bool("do_rescale", &p.do_rescale));
-    ENGINE_RETURN_IF_ERROR(Bool("do_normalize", &p.do_normalize));
-    const nlohmann::json& factor = Take("rescale_factor");
-    if (!factor.is_null()) {
-      if (!factor.is_number() || !(factor.get<double>() > 0)) {
-        return Error("rescale_factor", "must be a positive number, not " + factor.dump());
-      }
-      p.rescale_factor = factor.get<double>();
-    }
-    ENGINE_RETURN_IF_ERROR(Triple("image_mean", &p.image_mean));
-    ENGINE_RETURN_IF_ERROR(Triple("image_std", &p.image_std));
-    const nlohmann::json& resample = Take("resample");
-    if (!resample.is_null() && resample != kPilBicubic) {
-      return Error("resample",
-                   resample.dump() + " is not supported by this engine (supported: 3, bicubic)");
-    }
-    for (const auto& [key, value] : json_.items()) {
-      if (read_.count(key) == 0 && kNeutralKeys.count(key) == 0) {
-        return Error(key, "(" + value.dump() +
-                              ") is not supported by this engine's Qwen2-VL image processor");
-      }
-    }
-    if (p.min_pixels > p.max_pixels) {
-      return InvalidArgumentError(where_ + ": min_pixels " + std::to_string(p.min_pixels) +
-                                  " is above max_pixels " + std::to_string(p.max_pixels));
-    }
-    for (double s : p.image_std) {
-      if (!(s > 0)) return Error("image_std", "must be positive numbers");
-    }
-    return p;
+// preprocessor_config.json into `p`, every key read, neutral or refused.
+Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
+                           Qwen2VlImageProcessor* p) {
+  if (!json.is_object()) return InvalidArgumentError(where + " is not a JSON object");
+  JsonKeyReader keys(json, where);
+  // min_pixels and max_pixels win over size's shortest_edge and longest_edge, as in transformers.
+  const nlohmann::json& size = keys.Take("size");
+  if (!size.is_null()) {
+    if (!size.is_object()) return keys.Error("size", "must be an object");
+    JsonKeyReader edges(size, where + " size");
+    ENGINE_RETURN_IF_ERROR(edges.PositiveInt("shortest_edge", &p->min_pixels));
+    ENGINE_RETURN_IF_ERROR(edges.PositiveInt("longest_edge", &p->max_pixels));
+    ENGINE_RETURN_IF_ERROR(edges.RefuseUnread({},
+                                              "is not read by Qwen2-VL (it reads "
+                                              "shortest_edge and longest_edge)"));
   }
-
- private:
-  const nlohmann::json& Take(const std::string& key) {
-    static const nlohmann::json null;
-    read_.insert(key);
-    auto it = json_.find(key);
-    return it == json_.end() ? null : *it;
+  for (auto [key, value] : {std::pair<const char*, int64_t*>{"min_pixels", &p->min_pixels},
+                            {"max_pixels", &p->max_pixels},
+                            {"patch_size", &p->patch_size},
+                            {"temporal_patch_size", &p->temporal_patch_size},
+                            {"merge_size", &p->merge_size}}) {
+    ENGINE_RETURN_IF_ERROR(keys.PositiveInt(key, value));
   }
-  Status Error(const std::string& key, const std::string& what) const {
-    return InvalidArgumentError(where_ + ": '" + key + "' " + what);
-  }
-  Status Int(const std::string& key, int64_t* out) {
-    const nlohmann::json& v = Take(key);
-    if (v.is_null()) return Status::Ok();
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 40)) {
-      return Error(key, "must be a positive integer, not " + v.dump());
+  ENGINE_RETURN_IF_ERROR(keys.Bool("do_resize", &p->do_resize));
+  ENGINE_RETURN_IF_ERROR(keys.Bool("do_rescale", &p->do_rescale));
+  ENGINE_RETURN_IF_ERROR(keys.Bool("do_normalize", &p->do_normalize));
+  const nlohmann::json& factor = keys.Take("rescale_factor");
+  if (!factor.is_null()) {
+    if (!factor.is_number() || !(factor.get<double>() > 0)) {
+      return keys.Error("rescale_factor", "must be a positive number, not " + factor.dump());
     }
-    *out = v.get<int64_t>();
-    return Status::Ok();
+    p->rescale_factor = factor.get<double>();
   }
-  Status Bool(const std::string& key, bool* out) {
-    const nlohmann::json& v = Take(key);
-    if (v.is_null()) return Status::Ok();
-    if (!v.is_boolean()) return Error(key, "must be true or false, not " + v.dump());
-    *out = v.get<bool>();
-    return Status::Ok();
-  }
-  Status Triple(const std::string& key, std::array<double, 3>* out) {
-    const nlohmann::json& v = Take(key);
-    if (v.is_null()) return Status::Ok();
-    if (!v.is_array() || v.size() != 3) return Error(key, "must be 3 numbers, not " + v.dump());
-    for (size_t c = 0; c < 3; ++c) {
-      if (!v[c].is_number()) return Error(key, "must be 3 numbers, not " + v.dump());
-      (*out)[c] = v[c].get<double>();
+  for (auto [key, out] :
+       {std::pair<const char*, std::array<double, 3>*>{"image_mean", &p->image_mean},
+        {"image_std", &p->image_std}}) {
+    const nlohmann::json& v = keys.Take(key);
+    if (v.is_null()) continue;
+    if (!v.is_array() || v.size() != 3 || !v[0].is_number() || !v[1].is_number() ||
+        !v[2].is_number()) {
+      return keys.Error(key, "must be 3 numbers, not " + v.dump());
     }
-    return Status::Ok();
+    for (size_t c = 0; c < 3; ++c) (*out)[c] = v[c].get<double>();
   }
-
-  const nlohmann::json& json_;
-  std::string where_;
-  std::set<std::string> read_;
-};
+  const nlohmann::json& resample = keys.Take("resample");
+  if (!resample.is_null() && resample != kPilBicubic) {
+    return keys.Error("resample",
+                      resample.dump() + " is not supported by this engine (supported: 3, bicubic)");
+  }
+  ENGINE_RETURN_IF_ERROR(keys.RefuseUnread(
+      kNeutralKeys, "is not supported by this engine's Qwen2-VL image processor"));
+  if (p->patch_size > 1024 || p->temporal_patch_size > 64 || p->merge_size > 64 ||
+      p->max_pixels > (int64_t{1} << 40)) {
+    return InvalidArgumentError(where +
+                                ": patch_size, temporal_patch_size, merge_size or "
+                                "max_pixels above the largest this engine reads (1024, "
+                                "64, 64, 2^40)");
+  }
+  if (p->min_pixels > p->max_pixels) {
+    return InvalidArgumentError(where + ": min_pixels " + std::to_string(p->min_pixels) +
+                                " is above max_pixels " + std::to_string(p->max_pixels));
+  }
+  for (double s : p->image_std) {
+    if (!(s > 0)) return keys.Error("image_std", "must be positive numbers");
+  }
+  return Status::Ok();
+}
 
 std::string SizeText(int64_t height, int64_t width) {
   return std::to_string(width) + "x" + std::to_string(height);
@@ -131,7 +96,9 @@ StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::Read(const std::filesyste
   ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return InvalidArgumentError("'" + path.string() + "' is not valid JSON");
-  return ProcessorConfigReader(json, "'" + path.string() + "'").Read();
+  Qwen2VlImageProcessor processor;
+  ENGINE_RETURN_IF_ERROR(ReadProcessorConfig(json, "'" + path.string() + "'", &processor));
+  return processor;
 }
 
 StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t height,
