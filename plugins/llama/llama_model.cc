@@ -48,28 +48,18 @@ class LlamaModel : public Model, public TextGenerator {
   LlamaForCausalLm& causal_lm() { return *module_; }
 
   StatusOr<ModelOutput> Forward(const Batch& batch) override {
-    auto ids = batch.find("input_ids");
-    if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
-    auto labels = token_labels_ ? batch.find("labels") : batch.end();
-    at::Tensor targets = labels != batch.end() ? labels->second : ids->second;
+    ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
     DecoderInputs inputs;
-    if (auto mask = batch.find("attention_mask"); mask != batch.end()) {
-      inputs.attention_mask = mask->second;
-      targets = targets.masked_fill(WithoutContext(mask->second), kIgnoreIndex);
-    }
+    inputs.attention_mask = tokens.attention_mask;
     if (auto positions = batch.find("position_ids"); positions != batch.end()) {
       inputs.position_ids = positions->second;
     }
     CausalLm& lm = module_->lm;
     const bool training = module_->is_training();
-    const at::Tensor hidden = lm.model->Forward(lm.model->Embed(ids->second), inputs, nullptr,
-                                                checkpointing_ && training);
+    const at::Tensor hidden =
+        lm.model->Forward(lm.model->Embed(tokens.ids), inputs, nullptr, checkpointing_ && training);
     ModelOutput out;
-    const at::Tensor logits = lm.Logits(hidden);
-    CausalLmLoss(logits, targets, !training, &out, eos_id_);
-    if (!training && answers_) {
-      TeacherForcedExactMatch(logits, targets, inputs.attention_mask, &out);
-    }
+    ScoreCausalLm(lm.Logits(hidden), tokens, !training, answers_, eos_id_, &out);
     if (!training) {
       ENGINE_RETURN_IF_ERROR(ScoreGeneratedAnswers(lm, at::Tensor(), batch, eos_id_, &out));
     }

@@ -44,25 +44,15 @@ class Qwen2VlModel : public Model, public TextGenerator, public ImageTextGenerat
   Qwen2VlModule& qwen2_vl() { return *module_; }
 
   StatusOr<ModelOutput> Forward(const Batch& batch) override {
-    auto ids = batch.find("input_ids");
-    if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
-    auto labels = token_labels_ ? batch.find("labels") : batch.end();
-    at::Tensor targets = labels != batch.end() ? labels->second : ids->second;
-    at::Tensor mask;
-    if (auto found = batch.find("attention_mask"); found != batch.end()) {
-      mask = found->second;
-      targets = targets.masked_fill(WithoutContext(mask), kIgnoreIndex);
-    }
+    ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
     ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images,
                             UnpackImages(batch, module_->config().vision.patch_values()));
     const bool training = module_->is_training();
-    ENGINE_ASSIGN_OR_RETURN(
-        at::Tensor hidden, module_->Hidden(ids->second, mask, images.pixel_values, images.row_grids,
-                                           checkpointing_ && training));
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor hidden,
+                            module_->Hidden(tokens.ids, tokens.attention_mask, images.pixel_values,
+                                            images.row_grids, checkpointing_ && training));
     ModelOutput out;
-    const at::Tensor logits = module_->lm.Logits(hidden);
-    CausalLmLoss(logits, targets, !training, &out, eos_id_);
-    if (!training && answers_) TeacherForcedExactMatch(logits, targets, mask, &out);
+    ScoreCausalLm(module_->lm.Logits(hidden), tokens, !training, answers_, eos_id_, &out);
     return out;
   }
 

@@ -12,6 +12,26 @@ at::Tensor WithoutContext(const at::Tensor& attention_mask) {
   return attention_mask.eq(0).logical_or(before.ne(attention_mask));
 }
 
+StatusOr<BatchTokens> TokensOf(const Batch& batch, bool token_labels) {
+  auto ids = batch.find("input_ids");
+  if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
+  auto labels = token_labels ? batch.find("labels") : batch.end();
+  BatchTokens tokens{ids->second, labels != batch.end() ? labels->second : ids->second, {}};
+  if (auto mask = batch.find("attention_mask"); mask != batch.end()) {
+    tokens.attention_mask = mask->second;
+    tokens.targets = tokens.targets.masked_fill(WithoutContext(mask->second), kIgnoreIndex);
+  }
+  return tokens;
+}
+
+void ScoreCausalLm(const at::Tensor& logits, const BatchTokens& tokens, bool evaluating,
+                   bool answers, int64_t eos_id, ModelOutput* out) {
+  CausalLmLoss(logits, tokens.targets, evaluating, out, eos_id);
+  if (evaluating && answers) {
+    TeacherForcedExactMatch(logits, tokens.targets, tokens.attention_mask, out);
+  }
+}
+
 void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
                   ModelOutput* out, int64_t eos_id) {
   const int64_t vocab = logits.size(-1);

@@ -17,6 +17,19 @@ inline constexpr int64_t kIgnoreIndex = -100;
 // another packed example, so nothing of its own precedes it; alone, it is never a target).
 at::Tensor WithoutContext(const at::Tensor& attention_mask);
 
+// A batch's token ids and what a causal LM predicts from them: "labels" when `token_labels`
+// (input_ids otherwise), without the targets WithoutContext names, and the attention mask
+// (undefined when the batch has none). An error when the batch has no input_ids.
+struct BatchTokens {
+  at::Tensor ids, targets, attention_mask;
+};
+StatusOr<BatchTokens> TokensOf(const Batch& batch, bool token_labels);
+
+// CausalLmLoss of `logits` against the targets, and in evaluation, when the labels mark answers
+// (`answers`), TeacherForcedExactMatch.
+void ScoreCausalLm(const at::Tensor& logits, const BatchTokens& tokens, bool evaluating,
+                   bool answers, int64_t eos_id, ModelOutput* out);
+
 // Next-token cross-entropy: logits [batch, positions, vocab] at position t predict labels at t + 1.
 // Fills loss (the mean over predicted tokens) and loss_count; in evaluation also "perplexity"
 // (exp of the mean negative log-likelihood), "token_accuracy" and, with an `eos_id` (the data's
