@@ -312,11 +312,6 @@ class ChatLoader : public DataLoaderPlugin {
         ChatExamples examples,
         ReadChatExamples(text, path.string(), chat_template, *tokenizer, options, images.get()));
     if (images != nullptr && images->stats().images == 0) images.reset();
-    if (images != nullptr && options.packing()) {
-      return InvalidArgumentError("'" + path.string() +
-                                  "' has images, and packing rows with images is not supported: "
-                                  "set packing: false");
-    }
     SplitRows split = ShuffleAndSplit(static_cast<int64_t>(examples.ids.size()), context.seed,
                                       options.eval_fraction());
     if (options.eval_fraction() > 0 && split.eval.empty() && split.train.size() >= 2) {

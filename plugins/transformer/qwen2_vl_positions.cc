@@ -24,10 +24,15 @@ StatusOr<MultimodalPositions> ComputeMultimodalPositions(
     const auto& grids = b < static_cast<int64_t>(row_grids.size()) ? row_grids[b] : no_images;
     size_t image = 0;
     int64_t next = 0;
+    int64_t example = 0;  // the mask's number for the example a token belongs to
     for (int64_t i = 0; i < length;) {
       if (real[b][i] == 0) {
         ++i;
         continue;
+      }
+      if (real[b][i] != example) {  // a packed row's next example counts from 0 again
+        example = real[b][i];
+        next = 0;
       }
       if (id[b][i] != image_token_id) {
         p[0][b][i] = p[1][b][i] = p[2][b][i] = next++;
@@ -35,7 +40,9 @@ StatusOr<MultimodalPositions> ComputeMultimodalPositions(
         continue;
       }
       int64_t run = 0;
-      while (i + run < length && real[b][i + run] != 0 && id[b][i + run] == image_token_id) ++run;
+      while (i + run < length && real[b][i + run] == example && id[b][i + run] == image_token_id) {
+        ++run;
+      }
       if (image >= grids.size()) {
         return InvalidArgumentError("row " + std::to_string(b) +
                                     " has more runs of image tokens than its " +

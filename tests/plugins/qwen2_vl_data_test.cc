@@ -275,6 +275,33 @@ TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
   EXPECT_EQ(out->metrics.at("exact_match").sum, rows);
 }
 
+// Packed into one row, the two conversations (with their three images) give the loss they give
+// one per row: each keeps its images, attends only within itself and counts its multimodal
+// positions from 0.
+TEST_F(Qwen2VlDataTest, PackedRowsWithImagesGiveTheLossOfTheirConversationsOneByOne) {
+  const auto& loader =
+      testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
+  auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
+  auto loss = [&](const std::string& extra, int64_t expected_rows) {
+    auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"), extra);
+    EXPECT_TRUE(data.ok()) << data.status().message();
+    EXPECT_EQ((*data)->size(Split::kTrain), expected_rows);
+    ModelContext context;
+    context.data = &(*data)->spec();
+    auto model = loader.Create(*options, context);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    (*model)->module().eval();
+    at::NoGradGuard no_grad;
+    auto out = (*model)->Forward(Everything(**data));
+    EXPECT_TRUE(out.ok()) << out.status().message();
+    return std::make_pair(out->loss.item<double>(), out->loss_count);
+  };
+  const auto one_by_one = loss("max_length: 128", 2);
+  const auto packed = loss("max_length: 128 packing: true", 1);
+  EXPECT_EQ(packed.second, one_by_one.second);
+  EXPECT_NEAR(packed.first, one_by_one.first, 1e-5);
+}
+
 TEST_F(Qwen2VlDataTest, BadImageLinesAreErrorsNamingTheFileLineAndImage) {
   const std::string truncated = testing::ReadText(kFixture / "images" / "chelsea.png");
   dir_.Write("images/cut.png", truncated.substr(0, truncated.size() / 2));
@@ -304,9 +331,6 @@ TEST_F(Qwen2VlDataTest, BadImageLinesAreErrorsNamingTheFileLineAndImage) {
     EXPECT_THAT(data.status().message(), HasSubstr(jsonl + ":2"));
     EXPECT_THAT(data.status().message(), HasSubstr(c.message));
   }
-  auto packed = OpenChat(dir_, good, "packing: true");
-  ASSERT_FALSE(packed.ok());
-  EXPECT_THAT(packed.status().message(), HasSubstr("packing rows with images is not supported"));
   auto too_large = OpenChat(dir_, good, "images { min_pixels: 9000 max_pixels: 8000 }");
   ASSERT_FALSE(too_large.ok());
   EXPECT_THAT(too_large.status().message(), HasSubstr("min_pixels 9000 is above max_pixels 8000"));

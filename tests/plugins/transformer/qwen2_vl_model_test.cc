@@ -112,6 +112,27 @@ TEST(Qwen2VlModelTest, LogitsEqualTransformers) {
   EXPECT_LE(MaxDifferenceAtRealTokens(logits, f.Get("logits"), mask), 1e-4);
 }
 
+TEST(Qwen2VlModelTest, PackedExamplesCountTheirPositionsFromZeroAsAlone) {
+  // Rows 0 and 2 of the fixture back to back in one row, the mask numbering them 1 and 2: each
+  // gets the positions get_rope_index gave it alone.
+  const Fixture f = LoadFixture();
+  const at::Tensor ids = f.Get("input_ids"), mask = f.Get("attention_mask");
+  const at::Tensor reference = f.Get("mrope_position_ids");
+  std::vector<at::Tensor> packed_ids, packed_mask, expected;
+  for (int64_t row : {0, 2}) {
+    const at::Tensor real = mask[row].to(at::kBool);
+    packed_ids.push_back(ids[row].masked_select(real));
+    packed_mask.push_back(at::full({real.sum().item<int64_t>()}, row == 0 ? 1 : 2, at::kLong));
+    expected.push_back(reference.select(1, row).masked_select(real.unsqueeze(0)).view({3, -1}));
+  }
+  const auto grids = f.RowGrids();
+  auto positions = ComputeMultimodalPositions(
+      at::cat(packed_ids).unsqueeze(0), at::cat(packed_mask).unsqueeze(0),
+      {{grids[0][0], grids[2][0]}}, f.config.image_token_id, 2);
+  ASSERT_TRUE(positions.ok()) << positions.status().message();
+  EXPECT_TRUE(at::equal(positions->position_ids.select(1, 0), at::cat(expected, 1)));
+}
+
 // Gradients with per-block checkpointing equal the plain backward, in f32 and under bf16 autocast
 // (where LayerNorm meets bf16 activations and f32 weights).
 TEST(Qwen2VlModelTest, VisionTowerCheckpointingGivesTheSameGradientsInF32AndBf16) {
