@@ -357,7 +357,9 @@ class ConfigReader : private JsonKeyReader {
                                   "' is not supported for qwen2_vl (supported: default, mrope)");
     }
     for (auto it = r.begin(); it != r.end(); ++it) {
-      if (it.key() != "rope_type" && it.key() != "type" && it.key() != "mrope_section") {
+      // rope_parameters (transformers 5) holds rope_theta too, read by ReadRope.
+      const bool theta = key == "rope_parameters" && it.key() == "rope_theta";
+      if (it.key() != "rope_type" && it.key() != "type" && it.key() != "mrope_section" && !theta) {
         return InvalidArgumentError(where_ + ": " + key + "." + it.key() + " (" +
                                     it.value().dump() +
                                     ") is not read by this engine for qwen2_vl");

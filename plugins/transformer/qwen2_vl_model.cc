@@ -10,6 +10,34 @@ namespace {
 const char* const kVisionTokenKeys[] = {"image_token_id", "video_token_id", "vision_start_token_id",
                                         "vision_end_token_id"};
 
+// transformers 5 writes the language model's keys under text_config (model_type qwen2_vl_text);
+// they are read as transformers 4's flat layout, where a key given in both places must agree.
+StatusOr<nlohmann::json> FlatConfig(const nlohmann::json& json, const std::string& where) {
+  auto text = json.find("text_config");
+  if (text == json.end()) return json;
+  if (!text->is_object()) {
+    return InvalidArgumentError(where + ": 'text_config' must be an object, not " + text->dump());
+  }
+  nlohmann::json flat = json;
+  flat.erase("text_config");
+  for (const auto& [key, value] : text->items()) {
+    if (key == "model_type") {
+      if (value != "qwen2_vl_text" && value != "qwen2_vl") {
+        return InvalidArgumentError(where + ": text_config.model_type is " + value.dump() +
+                                    ", not qwen2_vl_text");
+      }
+      continue;
+    }
+    if (flat.contains(key) && flat[key] != value && key != "architectures" &&
+        key != "torch_dtype" && key != "dtype" && key != "transformers_version") {
+      return InvalidArgumentError(where + ": '" + key + "' is " + flat[key].dump() +
+                                  " but text_config." + key + " is " + value.dump());
+    }
+    flat[key] = value;
+  }
+  return flat;
+}
+
 }  // namespace
 
 nlohmann::json Qwen2VlConfig::ToJson(const std::string& dtype) const {
@@ -24,8 +52,9 @@ nlohmann::json Qwen2VlConfig::ToJson(const std::string& dtype) const {
   return json;
 }
 
-StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& json,
+StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& given,
                                               const std::string& where) {
+  ENGINE_ASSIGN_OR_RETURN(const nlohmann::json json, FlatConfig(given, where));
   Qwen2VlConfig c;
   ENGINE_ASSIGN_OR_RETURN(c.text, Qwen2VlTextConfigFromJson(json, where));
   if (!json.contains("vision_config")) {

@@ -31,8 +31,9 @@ struct Qwen2VlConfig {
   nlohmann::json ToJson(const std::string& dtype) const;
 };
 
-// A qwen2_vl config.json: its text part (Qwen2VlTextConfigFromJson), vision_config, and the
-// vision token ids. Refused, naming `where` and the key: a vision tower whose output width
+// A qwen2_vl config.json, in transformers 4's flat layout or transformers 5's (the language
+// model's keys under text_config): its text part (Qwen2VlTextConfigFromJson), vision_config, and
+// the vision token ids. Refused, naming `where` and the key: a vision tower whose output width
 // (vision_config.hidden_size) is not the decoder's hidden_size, and any key the two parts do not
 // read.
 StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& json, const std::string& where);

@@ -183,6 +183,38 @@ TEST(Qwen2VlModelTest, ImageTokensThatDoNotMatchTheImagesAreErrors) {
               HasSubstr("row 0: image 1 has 6 image tokens where its 1x4x4 patches need 4"));
 }
 
+// transformers 5 nests the language model's keys under text_config, with rope_parameters.
+TEST(Qwen2VlModelTest, TransformersFiveLayoutReadsAsTheFlatOne) {
+  auto flat = ReadConfigJson(kFixture);
+  ASSERT_TRUE(flat.ok());
+  nlohmann::json nested = {{"model_type", "qwen2_vl"},
+                           {"architectures", (*flat)["architectures"]},
+                           {"vision_config", (*flat)["vision_config"]}};
+  nlohmann::json text = {{"model_type", "qwen2_vl_text"}};
+  for (const auto& [key, value] : flat->items()) {
+    if (key == "vision_config" || key == "architectures" || key == "model_type") continue;
+    if (key.find("token_id") != std::string::npos && key != "eos_token_id" &&
+        key != "pad_token_id") {
+      nested[key] = value;
+    } else if (key != "rope_scaling" && key != "rope_theta") {
+      text[key] = value;
+    }
+  }
+  text["rope_parameters"] = {{"rope_type", "default"},
+                             {"mrope_section", {2, 1, 1}},
+                             {"rope_theta", (*flat)["rope_theta"]}};
+  nested["text_config"] = text;
+  auto from_flat = Qwen2VlConfigFromJson(*flat, "flat");
+  auto from_nested = Qwen2VlConfigFromJson(nested, "nested");
+  ASSERT_TRUE(from_flat.ok()) << from_flat.status().message();
+  ASSERT_TRUE(from_nested.ok()) << from_nested.status().message();
+  EXPECT_EQ(from_nested->ToJson("float32"), from_flat->ToJson("float32"));
+  nested["text_config"]["hidden_size"] = 64;
+  nested["hidden_size"] = 32;
+  EXPECT_THAT(Qwen2VlConfigFromJson(nested, "c").status().message(),
+              HasSubstr("'hidden_size' is 32 but text_config.hidden_size is 64"));
+}
+
 TEST(Qwen2VlModelTest, ConfigKeysAreReadOrRefusedByName) {
   auto json = ReadConfigJson(kFixture);
   ASSERT_TRUE(json.ok());
