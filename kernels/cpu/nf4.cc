@@ -377,21 +377,41 @@ Nf4Tensor QuantizeNf4(const at::Tensor& weight, int64_t block_size, bool double_
   const float mean = blocks > 0 ? absmax.mean().item<float>() : 0.0f;
   q.absmax_mean = at::full({1}, mean, at::kFloat);
   const int64_t groups = (blocks + kNf4DoubleQuantBlock - 1) / kNf4DoubleQuantBlock;
+  // The padding of the last group is zero, so it changes no group's largest magnitude.
   const at::Tensor centered =
       at::constant_pad_nd(absmax - mean, {0, groups * kNf4DoubleQuantBlock - blocks}, 0)
           .view({groups, kNf4DoubleQuantBlock});
-  q.absmax_scales = centered.abs().amax(1) / 127.0f;
-  const at::Tensor safe =
-      at::where(q.absmax_scales > 0, q.absmax_scales, at::ones_like(q.absmax_scales));
-  q.absmax_codes = (centered / safe.unsqueeze(1))
-                       .round()
-                       .clamp(-127, 127)
-                       .add(128)
+  q.absmax_scales = centered.abs().amax(1).contiguous();
+  const at::Tensor& map = Nf4ScaleMap();
+  const at::Tensor midpoints = (map.narrow(0, 0, 255) + map.narrow(0, 1, 255)) / 2;
+  q.absmax_codes = at::bucketize((centered / q.absmax_scales.clamp_min(1e-38f).unsqueeze(1))
+                                     .clamp(-1, 1)
+                                     .reshape({-1})
+                                     .narrow(0, 0, blocks),
+                                 midpoints)
                        .to(at::kByte)
-                       .reshape({-1})
-                       .narrow(0, 0, blocks)
                        .contiguous();
   return q;
+}
+
+const at::Tensor& Nf4ScaleMap() {
+  // For each decimal exponent -6..0, the midpoints of an even split of [0.1, 1] into 2^i parts,
+  // scaled, with both signs; then 0 and 1.
+  static const at::Tensor map = [] {
+    std::vector<at::Tensor> parts;
+    for (int64_t i = 0; i < 7; ++i) {
+      const int64_t items = (int64_t{1} << i) + 1;
+      const at::Tensor bounds = at::linspace(0.1, 1, items, at::kFloat);
+      const at::Tensor means =
+          (bounds.narrow(0, 0, items - 1) + bounds.narrow(0, 1, items - 1)) / 2.0;
+      const double scale = std::pow(10.0, static_cast<double>(i - 6));
+      parts.push_back(means * scale);
+      parts.push_back(means * -scale);
+    }
+    parts.push_back(at::tensor(std::vector<float>{0.0f, 1.0f}));
+    return std::get<0>(at::cat(parts).sort()).contiguous();
+  }();
+  return map;
 }
 
 at::Tensor Nf4BlockScales(const Nf4Tensor& q) { return Nf4BlockScales(q, 0, q.blocks()); }
@@ -401,7 +421,8 @@ at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
   const at::Tensor group =
       at::arange(first, end, at::TensorOptions(at::kLong).device(q.absmax_codes.device()))
           .div_(kNf4DoubleQuantBlock, "floor");
-  return (q.absmax_codes.narrow(0, first, end - first).to(at::kFloat) - 128.0f) *
+  const at::Tensor codes = q.absmax_codes.narrow(0, first, end - first).to(at::kLong);
+  return Nf4ScaleMap().to(codes.device()).index_select(0, codes) *
              q.absmax_scales.index_select(0, group).to(at::kFloat) +
          q.absmax_mean.to(at::kFloat);
 }

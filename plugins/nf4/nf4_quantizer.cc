@@ -55,6 +55,6 @@ class Nf4Quantizer : public QuantizerPlugin {
 }  // namespace
 }  // namespace engine::plugins
 
-ENGINE_PLUGIN("nf4", ENGINE_KIND_QUANTIZER, "0.1.0",
+ENGINE_PLUGIN("nf4", ENGINE_KIND_QUANTIZER, "0.2.0",
               "4-bit NormalFloat weights (QLoRA, bitsandbytes' layout), block absmax scales",
               engine::plugins::Nf4Quantizer)

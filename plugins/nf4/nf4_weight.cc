@@ -10,9 +10,9 @@ at::Tensor Nf4Weight::DequantizeRows(int64_t begin, int64_t end, c10::ScalarType
 std::vector<std::pair<std::string, at::Tensor>> Nf4Weight::tensors() const {
   if (!q_.double_quantized()) return {{"weight", q_.packed}, {"weight_absmax", q_.absmax}};
   return {{"weight", q_.packed},
-          {"weight_absmax_codes", q_.absmax_codes},
-          {"weight_absmax_scales", q_.absmax_scales},
-          {"weight_absmax_mean", q_.absmax_mean}};
+          {"weight_nested_codes", q_.absmax_codes},
+          {"weight_nested_absmax", q_.absmax_scales},
+          {"weight_nested_offset", q_.absmax_mean}};
 }
 
 StatusOr<std::shared_ptr<QuantizedWeight>> Nf4Weight::QuantizeLike(const at::Tensor& dense) const {

@@ -4,8 +4,10 @@
 // plugin.
 //
 // Stored tensors, named as the layer's buffers: "weight" (u8, two codes per byte, first element
-// high), and either "weight_absmax" (f32 per block) or, double-quantized, "weight_absmax_codes" (u8
-// per block), "weight_absmax_scales" (f32 per 256 blocks) and "weight_absmax_mean" (f32).
+// high), and either "weight_absmax" (f32 per block) or, double-quantized as bitsandbytes does it,
+// "weight_nested_codes" (u8 per block, indices into its dynamic map), "weight_nested_absmax" (f32
+// per 256 blocks) and "weight_nested_offset" (f32). Checkpoints of nf4 0.1.0 named a linear 8-bit
+// code "weight_absmax_codes": they are refused by that name, never decoded the new way.
 //
 // Immutable once made; safe to read from any thread. Dequantizes on the device the codes are on.
 #pragma once

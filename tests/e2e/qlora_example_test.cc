@@ -46,7 +46,7 @@ TEST(QloraExampleTest, TheTwoStageExampleTrainsFourBitLayersWithAdaptersAndGener
   const auto check = testing::RunEngine({"check", pipeline.string()});
   ASSERT_EQ(check.exit_code, 0) << check.err;
   // 2 layers x 7 projections, in both stages; the embedding and norms stay dense.
-  EXPECT_THAT(check.out, HasSubstr("quantizer   nf4 0.1.0: 14 linear layers"));
+  EXPECT_THAT(check.out, HasSubstr("quantizer   nf4 0.2.0: 14 linear layers"));
   EXPECT_THAT(check.out, HasSubstr("adapter     lora 0.1.0: 14 linear layers"));
   // No tokenizer in the data options: the model directory's own, with its chat template.
   EXPECT_THAT(check.out, HasSubstr("(tokenizer.json " + (model / "tokenizer.json").string()));

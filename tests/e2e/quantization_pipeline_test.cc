@@ -60,7 +60,7 @@ TEST(QuantizationPipelineTest, PlanCountsQuantizedLayersBitsAndAdapters) {
   EXPECT_EQ(stage["model"]["trainable_parameters"], stage["adapters"][0]["parameters"]);
 
   auto text = testing::RunEngine({"check", file.string()}, "/");
-  EXPECT_THAT(text.out, HasSubstr("quantizer   nf4 0.1.0: 14 linear layers"));
+  EXPECT_THAT(text.out, HasSubstr("quantizer   nf4 0.2.0: 14 linear layers"));
   EXPECT_THAT(text.out, HasSubstr("adapter     lora 0.1.0: 4 linear layers"));
 }
 

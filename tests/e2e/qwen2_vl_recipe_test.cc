@@ -36,7 +36,7 @@ TEST(Qwen2VlRecipeTest, R3NamesTheDigitsInTheImages) {
   EXPECT_TRUE(
       std::regex_search(run.out, std::regex("stage 'vision'[^]*census[^]*visual +trainable")));
   EXPECT_TRUE(std::regex_search(
-      run.out, std::regex("stage 'llm'[^]*quantizer +nf4 0.1.0: 14 linear layers")));
+      run.out, std::regex("stage 'llm'[^]*quantizer +nf4 0.2.0: 14 linear layers")));
 
   const auto eval =
       testing::RunEngine({"eval", pipeline.string(), output_dir, "--stage=llm", "--format=json"});

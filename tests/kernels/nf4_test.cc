@@ -66,7 +66,7 @@ TEST(Nf4Test, ErrorOnNormalDataIsBoundedPerBlock) {
   }
 }
 
-TEST(Nf4Test, DoubleQuantizedScalesStayWithinHalfAStep) {
+TEST(Nf4Test, DoubleQuantizedScalesStayWithinHalfAStepOfTheDynamicMap) {
   at::manual_seed(3);
   const at::Tensor w = at::randn({512, 512}) * 0.02;
   const Nf4Tensor plain = QuantizeNf4(w, 64, false);
@@ -74,12 +74,24 @@ TEST(Nf4Test, DoubleQuantizedScalesStayWithinHalfAStep) {
   ASSERT_TRUE(dq.double_quantized());
   EXPECT_EQ(dq.absmax_codes.numel(), 4096);
   EXPECT_EQ(dq.absmax_scales.numel(), 16);
-  // Same 4-bit codes; scales decoded within half an 8-bit step of their group.
+  // Same 4-bit codes; scales decoded within half the dynamic map's widest gap (0.0141, between
+  // its values near 1) of their group's largest deviation from the mean.
   EXPECT_TRUE(at::equal(plain.packed, dq.packed));
-  const at::Tensor step =
+  const at::Tensor& map = Nf4ScaleMap();
+  ASSERT_EQ(map.numel(), 256);
+  EXPECT_FLOAT_EQ(map[0].item<float>(), -0.99296875f);
+  EXPECT_FLOAT_EQ(map[255].item<float>(), 1.0f);
+  const double half_gap = (map.narrow(0, 1, 255) - map.narrow(0, 0, 255)).max().item<double>() / 2;
+  EXPECT_NEAR(half_gap, 0.00703, 1e-4);
+  const at::Tensor largest =
       dq.absmax_scales.repeat_interleave(kNf4DoubleQuantBlock).narrow(0, 0, 4096);
   const at::Tensor error = (Nf4BlockScales(dq) - plain.absmax).abs();
-  EXPECT_TRUE((error <= step * 0.5f + 1e-7f).all().item<bool>());
+  EXPECT_TRUE((error <= largest * half_gap + 1e-7f).all().item<bool>());
+  // The codes are the nearest map values: no other code decodes closer.
+  const at::Tensor centred = (plain.absmax - dq.absmax_mean) / largest.clamp_min(1e-38f);
+  const at::Tensor chosen = map.index_select(0, dq.absmax_codes.to(at::kLong));
+  const at::Tensor best = std::get<0>((centred.unsqueeze(1) - map.unsqueeze(0)).abs().min(1));
+  EXPECT_TRUE(((chosen - centred).abs() <= best + 1e-6f).all().item<bool>());
   // 4 bits + 8 / 64 + 32 / (64 * 256) + the mean: 4.127 bits per weight, under QLoRA's 4.2.
   const double bits = 8.0 * dq.storage_bytes() / w.numel();
   EXPECT_LT(bits, 4.2);

@@ -13,6 +13,7 @@
 #include "engine/dtype.h"
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
+#include "engine_kernels/nf4.h"
 #include "engine_kernels/nf4_codebook.h"
 #include "export/dense_weights.h"
 
@@ -25,7 +26,7 @@ int64_t BlockSize(const QuantizedWeight& weight) {
   const int64_t elements = weight.rows() * weight.cols();
   int64_t blocks = 0;
   for (const auto& [name, tensor] : weight.tensors()) {
-    if (name == "weight_absmax" || name == "weight_absmax_codes") blocks = tensor.numel();
+    if (name == "weight_absmax" || name == "weight_nested_codes") blocks = tensor.numel();
   }
   int64_t size = 32;
   while (blocks > 0 && size < 4096 && (elements + size - 1) / size > blocks) size *= 2;
@@ -61,24 +62,6 @@ Quantized QuantizeLikeBitsandbytes(const at::Tensor& dense, int64_t block_size) 
           absmax.contiguous()};
 }
 
-// bitsandbytes' signed dynamic 8-bit map (create_dynamic_map(signed=True, max_exponent_bits=7,
-// total_bits=8)): for each decimal exponent -6..0, the midpoints of an even split of [0.1, 1] into
-// 2^i parts, scaled, with both signs; then 0 and 1; sorted. 256 values.
-at::Tensor DynamicMap() {
-  std::vector<at::Tensor> parts;
-  for (int64_t i = 0; i < 7; ++i) {
-    const int64_t items = (int64_t{1} << i) + 1;
-    const at::Tensor bounds = at::linspace(0.1, 1, items, at::kFloat);
-    const at::Tensor means =
-        (bounds.narrow(0, 0, items - 1) + bounds.narrow(0, 1, items - 1)) / 2.0;
-    const double scale = std::pow(10.0, static_cast<double>(i - 6));
-    parts.push_back(means * scale);
-    parts.push_back(means * -scale);
-  }
-  parts.push_back(at::tensor(std::vector<float>{0.0f, 1.0f}));
-  return std::get<0>(at::cat(parts).sort());
-}
-
 // bitsandbytes' double quantization of the f32 scales (quantize_4bit with compress_statistics,
 // as its reference backend computes it): the scales less their mean, in blocks of 256, each
 // scaled by its largest magnitude into [-1, 1] and given the nearest value of the dynamic map.
@@ -91,7 +74,7 @@ struct NestedScales {
 
 constexpr int64_t kNestedBlockSize = 256;
 
-// `map`: DynamicMap(), made once per export.
+// `map`: kernels::Nf4ScaleMap().
 NestedScales DoubleQuantize(const at::Tensor& scales, const at::Tensor& map) {
   NestedScales nested;
   const at::Tensor mean = scales.mean();
@@ -174,7 +157,7 @@ StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype
     return FailedPreconditionError(
         "the model has no NF4 layer: a bnb4 export holds a 4-bit base (use --format=hf)");
   }
-  const at::Tensor dynamic_map = double_quant ? DynamicMap() : at::Tensor();
+  const at::Tensor dynamic_map = double_quant ? kernels::Nf4ScaleMap() : at::Tensor();
   for (const ModuleTensor& t : ModuleTensors(module)) {
     if (auto layer = quantized.find(t.name); layer != quantized.end()) {
       const QuantizedWeight& weight = *layer->second->quantized();

@@ -3,9 +3,11 @@
 //   - the 16 values of kNf4Codebook, normalised to [-1, 1];
 //   - blocks of `block_size` consecutive elements (row-major), each scaled by its f32 absmax;
 //   - two codes per byte, the first element in the high nibble (an odd count pads a zero nibble).
-// Optionally the absmax values are themselves quantized ("double quantization"): their mean is
-// subtracted and the rest is stored as 8-bit codes in blocks of 256 with one f32 scale per block,
-// which brings the scales' cost from 32/block_size to about 8/block_size bits per element.
+// Optionally the absmax values are themselves quantized ("double quantization") as bitsandbytes'
+// compress_statistics does it: their mean is subtracted, and the rest, in blocks of 256 scaled by
+// their largest magnitude, is stored as the index of the nearest value of bitsandbytes' signed
+// dynamic 8-bit map (Nf4ScaleMap()), so the codes mean what theirs mean. That brings the scales'
+// cost from 32/block_size to about 8/block_size bits per element.
 //
 // CPU code, vectorised by the compiler with AVX2 clones where the CPU has AVX2, parallel over
 // blocks through ATen's thread pool. Pure functions of their inputs; safe from any thread.
@@ -33,8 +35,8 @@ struct Nf4Tensor {
   at::Tensor packed;  // u8 [(numel + 1) / 2]
   // Without double quantization: f32 [blocks]. With it: undefined, and the three below are set.
   at::Tensor absmax;
-  at::Tensor absmax_codes;   // u8 [blocks]: round((absmax - mean) / scale) + 128
-  at::Tensor absmax_scales;  // f32 [ceil(blocks / 256)]
+  at::Tensor absmax_codes;   // u8 [blocks]: (absmax - mean) / scale as an index into Nf4ScaleMap()
+  at::Tensor absmax_scales;  // f32 [ceil(blocks / 256)]: the largest |absmax - mean| of each 256
   at::Tensor absmax_mean;    // f32 [1]
   bool double_quantized() const { return !absmax.defined(); }
   int64_t blocks() const { return (numel + block_size - 1) / block_size; }
@@ -43,6 +45,10 @@ struct Nf4Tensor {
 };
 
 bool IsValidNf4BlockSize(int64_t block_size);
+
+// bitsandbytes' signed dynamic 8-bit map (create_dynamic_map(signed=True, max_exponent_bits=7,
+// total_bits=8)): f32 [256], sorted, from -0.99296875 to 1. Made once; read-only.
+const at::Tensor& Nf4ScaleMap();
 
 // `weight` is f32, bf16 or f16 on the CPU; any shape.
 Nf4Tensor QuantizeNf4(const at::Tensor& weight, int64_t block_size, bool double_quant);
