@@ -9,6 +9,7 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/session.h"
+#include "engine/image_tokens.h"
 #include "engine/tokenizer.h"
 #include "text/stage_tokenizer.h"
 
@@ -50,14 +51,35 @@ std::vector<PreviewExample> Examples(const Batch& batch) {
   return out;
 }
 
-// The text with the loss-carrying runs in green on a terminal, between [[ and ]] otherwise.
+// "<|image_pad|>" repeated N times as "<|image_pad|>×N": an image's tokens, counted.
+std::string CollapseImagePads(const std::string& text) {
+  const std::string pad = kImagePadToken;
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    size_t count = 0;
+    while (at + (count + 1) * pad.size() <= text.size() &&
+           text.compare(at + count * pad.size(), pad.size(), pad) == 0) {
+      ++count;
+    }
+    if (count >= 2) {
+      out += pad + "\u00d7" + std::to_string(count);
+      at += count * pad.size();
+    } else {
+      out += text[at++];
+    }
+  }
+  return out;
+}
+
+// The text with the loss-carrying runs in green on a terminal, between [[ and ]] otherwise; an
+// image's run of pad tokens as one, counted.
 std::string MarkedText(const PreviewExample& example, const Tokenizer& tokenizer, bool colour) {
   std::string text;
   for (size_t begin = 0; begin < example.ids.size();) {
     size_t end = begin;
     while (end < example.ids.size() && example.loss[end] == example.loss[begin]) ++end;
-    const std::string run = tokenizer.DecodeWithSpecialTokens(
-        std::vector<int64_t>(example.ids.begin() + begin, example.ids.begin() + end));
+    const std::string run = CollapseImagePads(tokenizer.DecodeWithSpecialTokens(
+        std::vector<int64_t>(example.ids.begin() + begin, example.ids.begin() + end)));
     if (!example.loss[begin]) {
       text += run;
     } else {

@@ -61,6 +61,15 @@ TEST(PreviewTest, PrintsExamplesWithTheirLossMask) {
   EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out"));  // nothing written
 }
 
+TEST(PreviewTest, AnImagesTokensShowAsOneCountedPad) {
+  const std::string pipeline = std::string(testing::kSourceDir) + "/pipelines/qwen2_vl_r3.pbtxt";
+  auto r = RunEngine({"preview", pipeline, "--stage=llm", "-n", "1"}, "/");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr(
+                         "<|vision_start|><|image_pad|>\u00d74<|vision_end|>What digit is this?"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("46 tokens, 4 carry loss"));
+}
+
 TEST(PreviewTest, BadCommandLinesAndStagesAreErrors) {
   testing::TempDir tmp;
   const auto pipeline = tmp.Write("p.pbtxt", ChatPipeline());
