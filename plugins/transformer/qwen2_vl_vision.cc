@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -191,16 +192,35 @@ at::Tensor Qwen2VlVisionBlockImpl::Attention(const at::Tensor& x, const at::Tens
   const at::Tensor q = rotate(qkv_parts[0]), k = rotate(qkv_parts[1]);
   const at::Tensor v = qkv_parts[2].transpose(0, 1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  std::vector<at::Tensor> outputs;
-  int64_t start = 0;
-  for (int64_t length : frame_lengths) {
-    const at::Tensor qf = q.narrow(1, start, length), kf = k.narrow(1, start, length);
-    const at::Tensor scores = at::matmul(qf, kf.transpose(1, 2)) * scale;
-    const at::Tensor weights = at::softmax(scores, -1, at::kFloat).to(qf.scalar_type());
-    outputs.push_back(at::matmul(weights, v.narrow(1, start, length)));
-    start += length;
+  // Softmax attention of q, k, v ([..., heads, positions, head_dim]) within themselves.
+  auto attend = [&](const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf) {
+    const at::Tensor scores = at::matmul(qf, kf.transpose(-1, -2)) * scale;
+    return at::matmul(at::softmax(scores, -1, at::kFloat).to(qf.scalar_type()), vf);
+  };
+  const int64_t first = frame_lengths.empty() ? 0 : frame_lengths.front();
+  const bool equal = std::all_of(frame_lengths.begin(), frame_lengths.end(),
+                                 [&](int64_t length) { return length == first; });
+  at::Tensor attended;  // [heads, n, head_dim]
+  if (equal && first > 0) {
+    // Frames of one size (a batch of same-sized images): one batched product per step, the same
+    // arithmetic as frame by frame.
+    const int64_t frames = n / first;
+    auto by_frame = [&](const at::Tensor& t) {
+      return t.reshape({heads, frames, first, head_dim}).transpose(0, 1);
+    };
+    attended =
+        attend(by_frame(q), by_frame(k), by_frame(v)).transpose(0, 1).reshape({heads, n, head_dim});
+  } else {
+    std::vector<at::Tensor> outputs;
+    int64_t start = 0;
+    for (int64_t length : frame_lengths) {
+      outputs.push_back(attend(q.narrow(1, start, length), k.narrow(1, start, length),
+                               v.narrow(1, start, length)));
+      start += length;
+    }
+    attended = at::cat(outputs, 1);
   }
-  return proj->forward(at::cat(outputs, 1).transpose(0, 1).reshape({n, heads * head_dim}));
+  return proj->forward(attended.transpose(0, 1).reshape({n, heads * head_dim}));
 }
 
 at::Tensor Qwen2VlVisionBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,

@@ -84,6 +84,11 @@ TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
   const at::Tensor expected = f.Get("image_features");
   ASSERT_EQ(features.sizes(), expected.sizes());
   EXPECT_LE((features - expected).abs().max().item<double>(), 1e-4);
+  // Images of one size (the camera and the logo, 4x4 patches each) take the batched path: the
+  // same features.
+  const at::Tensor same_size =
+      f.module->visual->forward(f.Get("pixel_values").narrow(0, 32, 32), {grids[2], grids[3]});
+  EXPECT_LE((same_size - expected.narrow(0, 8, 8)).abs().max().item<double>(), 1e-4);
   // One attention over every image's patches is another model.
   const at::Tensor one_block =
       f.module->visual->forward(f.Get("pixel_values"), {ImageGrid{1, 8, 8}});
