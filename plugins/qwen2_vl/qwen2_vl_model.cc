@@ -1,6 +1,7 @@
 // The `qwen2_vl` model loader: Qwen2-VL (Qwen2VLForConditionalGeneration, qwen2_vl_model.h) from a
 // Hugging Face model directory (`pretrained`: config.json and its safetensors, sharded or not, in
-// their stored dtype) or from a config.json alone (`config`: Hugging Face's random initialisation).
+// their stored dtype, with the hub's tensor names or transformers 5's) or from a config.json alone
+// (`config`: Hugging Face's random initialisation).
 //
 // Batches need "input_ids" (i64 [B, L]) and may carry "labels" (-100 where nothing is predicted;
 // input_ids when absent), "attention_mask" (0 at padding) and the images of each row as
@@ -167,7 +168,8 @@ class Qwen2VlLoader : public ModelLoaderPlugin {
       }
       std::set<std::string> optional;
       if (config.text.tie_word_embeddings) optional.insert("lm_head.weight");
-      ENGINE_RETURN_IF_ERROR(LoadWeights(dir, parts, optional, &context));
+      ENGINE_RETURN_IF_ERROR(
+          LoadWeights(dir, parts, optional, &context, Qwen2VlTransformers5Names()));
       return std::unique_ptr<Model>(std::move(model));
     });
   }

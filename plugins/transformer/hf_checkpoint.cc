@@ -47,8 +47,31 @@ using Shards = std::map<std::filesystem::path, std::shared_ptr<const safetensors
 // file's tensors), and every such file opened once.
 struct Checkpoint {
   std::map<std::string, std::filesystem::path> where;  // tensor name -> its file
+  std::map<std::string, std::string> stored;           // renamed tensors: name -> name in its file
   Shards files;
+
+  const std::string& StoredName(const std::string& name) const {
+    auto it = stored.find(name);
+    return it == stored.end() ? name : it->second;
+  }
 };
+
+// Tensors whose names start with a renamed prefix take the module's prefix instead.
+void RenamePrefixes(const PrefixRenames& renames, Checkpoint* checkpoint) {
+  std::map<std::string, std::filesystem::path> where;
+  for (const auto& [name, file] : checkpoint->where) {
+    std::string module_name = name;
+    for (const auto& [stored_prefix, module_prefix] : renames) {
+      if (name.compare(0, stored_prefix.size(), stored_prefix) == 0) {
+        module_name = module_prefix + name.substr(stored_prefix.size());
+        checkpoint->stored[module_name] = name;
+        break;
+      }
+    }
+    where[module_name] = file;
+  }
+  checkpoint->where = std::move(where);
+}
 
 StatusOr<Checkpoint> OpenCheckpoint(const std::filesystem::path& dir) {
   Checkpoint checkpoint;
@@ -160,8 +183,10 @@ Status CheckMemory(const std::filesystem::path& dir, int64_t needed) {
 }  // namespace
 
 Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
-                   const std::set<std::string>& optional, const ModelContext* context) {
-  ENGINE_ASSIGN_OR_RETURN(const Checkpoint checkpoint, OpenCheckpoint(dir));
+                   const std::set<std::string>& optional, const ModelContext* context,
+                   const PrefixRenames& renames) {
+  ENGINE_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
+  RenamePrefixes(renames, &checkpoint);
   std::map<std::string, at::Tensor> targets;
   for (auto& p : module.named_parameters(/*recurse=*/true)) targets[p.key()] = p.value();
   for (auto& b : module.named_buffers(/*recurse=*/true)) targets[b.key()] = b.value();
@@ -184,7 +209,8 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
       if (optional.count(name)) continue;
       return NotFoundError("'" + dir.string() + "' has no tensor '" + name + "'");
     }
-    ENGINE_RETURN_IF_ERROR(ReadInto(dir, name, *checkpoint.files.at(it->second), target));
+    ENGINE_RETURN_IF_ERROR(
+        ReadInto(dir, checkpoint.StoredName(name), *checkpoint.files.at(it->second), target));
     // Let go of our handle, so that a layer quantized by the hook frees its dense weight now.
     target = at::Tensor();
     if (auto layer = linears.find(name); linear_loaded && layer != linears.end()) {

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/model.h"
 #include "engine/status.h"
@@ -26,9 +28,13 @@ StatusOr<nlohmann::json> ReadJsonFile(const std::filesystem::path& path);
 // is called for each engine::Linear right after its weight is read, and before anything is read
 // the memory the load needs (the tensors, the layers context->quantizes at about 4 bits) is
 // compared with what the host has left (engine/host_memory.h): a load that cannot fit is a
-// FAILED_PRECONDITION error saying both.
+// FAILED_PRECONDITION error saying both. `renames` reads another layout of the same model.
+// (checkpoint prefix, module prefix) pairs: a checkpoint tensor whose name starts with the first
+// is read into the module's tensor named with the second instead (the first pair that matches).
+using PrefixRenames = std::vector<std::pair<std::string, std::string>>;
+
 Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
                    const std::set<std::string>& optional = {},
-                   const ModelContext* context = nullptr);
+                   const ModelContext* context = nullptr, const PrefixRenames& renames = {});
 
 }  // namespace engine::transformer

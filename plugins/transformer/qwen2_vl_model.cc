@@ -40,6 +40,12 @@ StatusOr<nlohmann::json> FlatConfig(const nlohmann::json& json, const std::strin
 
 }  // namespace
 
+const PrefixRenames& Qwen2VlTransformers5Names() {
+  static const PrefixRenames renames = {{"model.language_model.", "model."},
+                                        {"model.visual.", "visual."}};
+  return renames;
+}
+
 nlohmann::json Qwen2VlConfig::ToJson(const std::string& dtype) const {
   nlohmann::json json = text.ToJson(dtype);
   json["architectures"] = {"Qwen2VLForConditionalGeneration"};

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "hf_checkpoint.h"
 #include "llama_modules.h"
 #include "qwen2_vl_vision.h"
 
@@ -37,6 +38,11 @@ struct Qwen2VlConfig {
 // (vision_config.hidden_size) is not the decoder's hidden_size, and any key the two parts do not
 // read.
 StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& json, const std::string& where);
+
+// How transformers 5 names Qwen2-VL's tensors (model.language_model.*, model.visual.*) against
+// the hub's names this module has (model.*, visual.*), for LoadWeights: a checkpoint in either
+// layout loads.
+const PrefixRenames& Qwen2VlTransformers5Names();
 
 class Qwen2VlModule : public torch::nn::Module {
  public:

@@ -19,6 +19,7 @@
 #include "engine/safetensors.h"
 #include "hf_checkpoint.h"
 #include "qwen2_vl_positions.h"
+#include "testing/temp_dir.h"
 #include "testing/test_paths.h"
 
 namespace engine::transformer {
@@ -186,6 +187,30 @@ TEST(Qwen2VlModelTest, ImageTokensThatDoNotMatchTheImagesAreErrors) {
   ASSERT_FALSE(positions.ok());
   EXPECT_THAT(positions.status().message(),
               HasSubstr("row 0: image 1 has 6 image tokens where its 1x4x4 patches need 4"));
+}
+
+// transformers 5 names the tensors model.language_model.* and model.visual.*: a directory in that
+// layout loads into the same model.
+TEST(Qwen2VlModelTest, TransformersFiveTensorNamesLoadTheSameModel) {
+  const Fixture f = LoadFixture();
+  testing::TempDir dir;
+  std::filesystem::copy_file(kFixture / "config.json", dir.path() / "config.json");
+  auto weights = safetensors::File::Open(kFixture / "model.safetensors");
+  ASSERT_TRUE(weights.ok());
+  safetensors::NamedTensors renamed;
+  for (const auto& info : (*weights)->tensors()) {
+    std::string name = info.name;
+    if (name.rfind("model.", 0) == 0) name = "model.language_model." + name.substr(6);
+    if (name.rfind("visual.", 0) == 0) name = "model." + name;
+    renamed.emplace_back(name, *(*weights)->Get(info.name));
+  }
+  ASSERT_TRUE(safetensors::Write(dir.path() / "model.safetensors", renamed).ok());
+  Qwen2VlModule module(f.config);
+  Status loaded = LoadWeights(dir.path(), module, {}, nullptr, Qwen2VlTransformers5Names());
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  for (const auto& p : f.module->named_parameters()) {
+    EXPECT_TRUE(at::equal(p.value(), module.named_parameters()[p.key()])) << p.key();
+  }
 }
 
 // transformers 5 nests the language model's keys under text_config, with rope_parameters.
