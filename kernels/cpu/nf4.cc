@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
 #include <type_traits>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -414,6 +417,22 @@ const at::Tensor& Nf4ScaleMap() {
   return map;
 }
 
+namespace {
+
+// The map on `device`, copied there once (the dequantize asks for it on every tile). Kept for the
+// process's life, never destroyed after the device's runtime is gone.
+const at::Tensor& ScaleMapOn(const at::Device& device) {
+  if (device.is_cpu()) return Nf4ScaleMap();
+  static std::mutex mutex;
+  static auto* copies = new std::map<std::string, at::Tensor>();
+  std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& copy = (*copies)[device.str()];
+  if (!copy.defined()) copy = Nf4ScaleMap().to(device);
+  return copy;
+}
+
+}  // namespace
+
 at::Tensor Nf4BlockScales(const Nf4Tensor& q) { return Nf4BlockScales(q, 0, q.blocks()); }
 
 at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
@@ -422,7 +441,7 @@ at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
       at::arange(first, end, at::TensorOptions(at::kLong).device(q.absmax_codes.device()))
           .div_(kNf4DoubleQuantBlock, "floor");
   const at::Tensor codes = q.absmax_codes.narrow(0, first, end - first).to(at::kLong);
-  return Nf4ScaleMap().to(codes.device()).index_select(0, codes) *
+  return ScaleMapOn(codes.device()).index_select(0, codes) *
              q.absmax_scales.index_select(0, group).to(at::kFloat) +
          q.absmax_mean.to(at::kFloat);
 }

@@ -54,7 +54,7 @@ StatusOr<std::vector<ExampleImage>> ChatImages::Check(const std::vector<std::str
     const std::filesystem::path path = base_dir_ / name;
     StatusOr<std::string> bytes = ReadFile(path);
     if (!bytes.ok()) return bytes.status().WithContext(where);
-    StatusOr<RgbImage> image = ReadRgbImage(path);
+    StatusOr<RgbImage> image = DecodeRgbImage(*bytes, path);
     if (!image.ok()) return image.status().WithContext(where);
     StatusOr<ImageGrid> grid = processor_.GridFor(image->height, image->width);
     if (!grid.ok()) return grid.status().WithContext(where + ": image '" + path.string() + "'");

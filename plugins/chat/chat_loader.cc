@@ -47,6 +47,7 @@
 #include "engine/paths.h"
 #include "engine/tokenizer.h"
 #include "read_file.h"
+#include "text/stage_tokenizer.h"
 
 namespace engine::plugins {
 namespace {
@@ -252,12 +253,8 @@ StatusOr<std::shared_ptr<ChatImages>> MakeChatImages(const ChatOptions& options,
                                                      const Tokenizer& tokenizer,
                                                      const std::filesystem::path& data_path) {
   const bool named = !options.images().processor().empty();
-  const std::filesystem::path chat_config = ChatConfigPath(options, context);
   const std::filesystem::path path =
-      named
-          ? ResolvePath(context.base_dir, options.images().processor())
-          : (std::filesystem::is_directory(chat_config) ? chat_config : chat_config.parent_path()) /
-                kImageProcessorFile;
+      ImageProcessorPath(options.tokenizer(), options.images().processor(), context.base_dir);
   if (!named && !std::filesystem::exists(path)) return std::shared_ptr<ChatImages>();
   ENGINE_ASSIGN_OR_RETURN(Qwen2VlImageProcessor processor, Qwen2VlImageProcessor::Read(path));
   if (options.images().min_pixels() > 0) processor.min_pixels = options.images().min_pixels();

@@ -118,10 +118,9 @@ class LlamaLoader : public ModelLoaderPlugin {
       if (!pretrained) {
         InitializeWeights(model->module(), resolved.config.initializer_range);
       } else {
-        std::set<std::string> optional;
-        if (resolved.config.tie_word_embeddings) optional.insert("lm_head.weight");
-        ENGINE_RETURN_IF_ERROR(
-            LoadWeights(resolved.pretrained_dir, model->module(), optional, &context));
+        ENGINE_RETURN_IF_ERROR(LoadWeights(resolved.pretrained_dir, model->module(),
+                                           model->causal_lm().lm.OptionalCheckpointTensors(),
+                                           &context));
       }
       return std::unique_ptr<Model>(std::move(model));
     });

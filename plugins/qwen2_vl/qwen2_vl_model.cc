@@ -161,15 +161,12 @@ class Qwen2VlLoader : public ModelLoaderPlugin {
       }
       Qwen2VlModule& parts = model->qwen2_vl();
       if (!pretrained) {
-        InitializeWeights(*parts.lm.model, config.text.initializer_range);
-        if (parts.lm.lm_head) InitializeWeights(*parts.lm.lm_head, config.text.initializer_range);
+        parts.lm.InitializeWeights();
         parts.visual->Initialize();
         return std::unique_ptr<Model>(std::move(model));
       }
-      std::set<std::string> optional;
-      if (config.text.tie_word_embeddings) optional.insert("lm_head.weight");
-      ENGINE_RETURN_IF_ERROR(
-          LoadWeights(dir, parts, optional, &context, Qwen2VlTransformers5Names()));
+      ENGINE_RETURN_IF_ERROR(LoadWeights(dir, parts, parts.lm.OptionalCheckpointTensors(), &context,
+                                         Qwen2VlTransformers5Names()));
       return std::unique_ptr<Model>(std::move(model));
     });
   }

@@ -60,10 +60,23 @@ const char* ActivationName(Activation activation) {
       return "gelu_pytorch_tanh";
     case Activation::kRelu:
       return "relu";
+    case Activation::kQuickGelu:
+      return "quick_gelu";
     case Activation::kSilu:
       break;
   }
   return "silu";
+}
+
+std::optional<Activation> ActivationFromName(const std::string& name) {
+  static const std::pair<const char*, Activation> kNames[] = {
+      {"silu", Activation::kSilu}, {"swish", Activation::kSilu},
+      {"gelu", Activation::kGelu}, {"gelu_pytorch_tanh", Activation::kGeluTanh},
+      {"relu", Activation::kRelu}, {"quick_gelu", Activation::kQuickGelu}};
+  for (const auto& [spelling, activation] : kNames) {
+    if (name == spelling) return activation;
+  }
+  return std::nullopt;
 }
 
 namespace {

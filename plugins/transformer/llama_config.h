@@ -5,6 +5,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,9 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 0;
 };
 
-// The MLP's activation (config.json's hidden_act).
-enum class Activation { kSilu, kGelu, kGeluTanh, kRelu };
+// An MLP's activation (config.json's hidden_act): the decoders' (silu, gelu, gelu_pytorch_tanh,
+// relu) and Qwen2-VL's vision tower's (quick_gelu: x * sigmoid(1.702 x)).
+enum class Activation { kSilu, kGelu, kGeluTanh, kRelu, kQuickGelu };
 
 // The architectures this decoder computes, as config.json's model_type names them.
 inline constexpr const char* kDecoderModelTypes[] = {"llama", "mistral", "qwen2", "qwen3"};
@@ -103,5 +105,7 @@ StatusOr<LlamaConfig> Qwen2VlTextConfigFromJson(const nlohmann::json& json,
 
 // "silu", "gelu", ... as config.json spells them.
 const char* ActivationName(Activation activation);
+// The activation config.json's hidden_act names ("swish" is silu); nothing for another name.
+std::optional<Activation> ActivationFromName(const std::string& name);
 
 }  // namespace engine::transformer

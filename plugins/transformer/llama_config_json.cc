@@ -198,17 +198,11 @@ class ConfigReader : private JsonKeyReader {
     const nlohmann::json& v = Take("hidden_act");
     if (v.is_null()) return Status::Ok();
     const std::string name = v.is_string() ? v.get<std::string>() : v.dump();
-    const std::pair<const char*, Activation> known[] = {
-        {"silu", Activation::kSilu},
-        {"swish", Activation::kSilu},
-        {"gelu", Activation::kGelu},
-        {"gelu_pytorch_tanh", Activation::kGeluTanh},
-        {"relu", Activation::kRelu}};
-    for (const auto& [spelling, activation] : known) {
-      if (name == spelling) {
-        c_.hidden_act = activation;
-        return Status::Ok();
-      }
+    // quick_gelu is the vision towers'; no decoder family this loader reads uses it.
+    const std::optional<Activation> activation = ActivationFromName(name);
+    if (activation && *activation != Activation::kQuickGelu) {
+      c_.hidden_act = *activation;
+      return Status::Ok();
     }
     return InvalidArgumentError(
         where_ + ": hidden_act '" + name +

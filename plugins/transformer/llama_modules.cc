@@ -35,20 +35,6 @@ at::Scalar Lowest(at::ScalarType dtype) {
   }
 }
 
-at::Tensor Activate(const at::Tensor& x, Activation activation) {
-  switch (activation) {
-    case Activation::kGelu:
-      return at::gelu(x);
-    case Activation::kGeluTanh:
-      return at::gelu(x, "tanh");
-    case Activation::kRelu:
-      return at::relu(x);
-    case Activation::kSilu:
-      break;
-  }
-  return at::silu(x);
-}
-
 // [batch, kv_heads, positions, dim] -> [batch, kv_heads * groups, positions, dim].
 at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
   if (groups == 1) return x;
@@ -59,6 +45,22 @@ at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
 }
 
 }  // namespace
+
+at::Tensor Activate(const at::Tensor& x, Activation activation) {
+  switch (activation) {
+    case Activation::kGelu:
+      return at::gelu(x);
+    case Activation::kGeluTanh:
+      return at::gelu(x, "tanh");
+    case Activation::kRelu:
+      return at::relu(x);
+    case Activation::kQuickGelu:
+      return x * at::sigmoid(1.702 * x);
+    case Activation::kSilu:
+      break;
+  }
+  return at::silu(x);
+}
 
 RmsNormImpl::RmsNormImpl(int64_t size, double eps) : eps_(eps) {
   weight = register_parameter("weight", at::ones({size}));
@@ -242,6 +244,17 @@ CausalLm::CausalLm(torch::nn::Module& owner, const LlamaConfig& config) {
   if (!config.tie_word_embeddings) {
     lm_head = owner.register_module("lm_head", Projection(config.hidden_size, config.vocab_size));
   }
+}
+
+void CausalLm::InitializeWeights() {
+  const double range = model->config().initializer_range;
+  transformer::InitializeWeights(*model, range);
+  if (lm_head) transformer::InitializeWeights(*lm_head, range);
+}
+
+std::set<std::string> CausalLm::OptionalCheckpointTensors() const {
+  if (lm_head) return {};
+  return {"lm_head.weight"};
 }
 
 at::Tensor CausalLm::Logits(const at::Tensor& hidden) {

@@ -18,6 +18,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "engine/linear.h"
@@ -32,6 +34,9 @@ struct LayerCache {
   at::Tensor value;
 };
 using KvCache = std::vector<LayerCache>;
+
+// `activation` applied elementwise, as transformers' ACT2FN computes it.
+at::Tensor Activate(const at::Tensor& x, Activation activation);
 
 class RmsNormImpl : public torch::nn::Module {
  public:
@@ -158,6 +163,10 @@ struct CausalLm {
   // sequence runs again for every token (for checking the cache).
   at::Tensor Generate(const at::Tensor& prefix, int64_t max_new_tokens, int64_t eos_id,
                       bool use_cache);
+  // Hugging Face's initialisation (InitializeWeights) of the decoder and head.
+  void InitializeWeights();
+  // The tensors a checkpoint of this model may lack: lm_head.weight when it is tied.
+  std::set<std::string> OptionalCheckpointTensors() const;
 
   LlamaDecoder model{nullptr};
   engine::Linear lm_head{nullptr};

@@ -103,6 +103,8 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
                                            std::vector<int64_t>* next_positions) {
   at::Tensor embeds = lm.model->Embed(input_ids);
   const at::Tensor image_tokens = input_ids.eq(config_.image_token_id);
+  // The positions need the ids on the host anyway: one copy serves the count below too.
+  const at::Tensor host_ids = input_ids.cpu();
   std::vector<ImageGrid> grids;
   for (const auto& row : row_grids) grids.insert(grids.end(), row.begin(), row.end());
   int64_t expected_tokens = 0, patches = 0;
@@ -111,7 +113,7 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
         g.patches() / (config_.vision.spatial_merge_size * config_.vision.spatial_merge_size);
     patches += g.patches();
   }
-  const int64_t found_tokens = image_tokens.sum().item<int64_t>();
+  const int64_t found_tokens = host_ids.eq(config_.image_token_id).sum().item<int64_t>();
   if (found_tokens != expected_tokens) {
     return InvalidArgumentError("the batch has " + std::to_string(found_tokens) +
                                 " image tokens but its " + std::to_string(grids.size()) +
@@ -132,8 +134,8 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
   ENGINE_ASSIGN_OR_RETURN(
       MultimodalPositions positions,
       ComputeMultimodalPositions(
-          input_ids.cpu(), attention_mask.defined() ? attention_mask.cpu() : at::Tensor(),
-          row_grids, config_.image_token_id, config_.vision.spatial_merge_size));
+          host_ids, attention_mask.defined() ? attention_mask.cpu() : at::Tensor(), row_grids,
+          config_.image_token_id, config_.vision.spatial_merge_size));
   DecoderInputs inputs;
   inputs.attention_mask = attention_mask;
   inputs.position_ids = positions.position_ids.to(input_ids.device());

@@ -9,6 +9,7 @@
 
 #include "engine/activation_checkpoint.h"
 #include "engine/json_key_reader.h"
+#include "llama_modules.h"
 
 namespace engine::transformer {
 namespace {
@@ -28,34 +29,6 @@ at::Tensor ApplyNorm(torch::nn::LayerNorm& norm, const at::Tensor& x) {
   return at::layer_norm(x.to(at::kFloat), norm->options.normalized_shape(),
                         norm->weight.to(at::kFloat), norm->bias.to(at::kFloat),
                         norm->options.eps());
-}
-
-at::Tensor Activate(const at::Tensor& x, VisionActivation activation) {
-  switch (activation) {
-    case VisionActivation::kQuickGelu:
-      return x * at::sigmoid(1.702 * x);
-    case VisionActivation::kGelu:
-      return at::gelu(x);
-    case VisionActivation::kGeluTanh:
-      return at::gelu(x, "tanh");
-    case VisionActivation::kSilu:
-      return at::silu(x);
-  }
-  return x;
-}
-
-const char* ActivationName(VisionActivation activation) {
-  switch (activation) {
-    case VisionActivation::kQuickGelu:
-      return "quick_gelu";
-    case VisionActivation::kGelu:
-      return "gelu";
-    case VisionActivation::kGeluTanh:
-      return "gelu_pytorch_tanh";
-    case VisionActivation::kSilu:
-      return "silu";
-  }
-  return "";
 }
 
 at::Tensor RotateHalf(const at::Tensor& x) {
@@ -142,19 +115,14 @@ StatusOr<Qwen2VlVisionConfig> Qwen2VlVisionConfigFromJson(const nlohmann::json& 
     }
   }
   if (const nlohmann::json& act = keys.Take("hidden_act"); !act.is_null()) {
-    bool known = false;
-    for (VisionActivation a : {VisionActivation::kQuickGelu, VisionActivation::kGelu,
-                               VisionActivation::kGeluTanh, VisionActivation::kSilu}) {
-      if (act == ActivationName(a)) {
-        c.hidden_act = a;
-        known = true;
-      }
-    }
-    if (!known) {
+    const std::optional<Activation> activation =
+        ActivationFromName(act.is_string() ? act.get<std::string>() : act.dump());
+    if (!activation || *activation == Activation::kRelu) {
       return keys.Error("hidden_act", act.dump() +
                                           " is not supported by this engine (supported: "
                                           "quick_gelu, gelu, gelu_pytorch_tanh, silu)");
     }
+    c.hidden_act = *activation;
   }
   if (const nlohmann::json& range = keys.Take("initializer_range"); range.is_number()) {
     c.initializer_range = range.get<double>();

@@ -24,10 +24,9 @@
 #include "engine/linear.h"
 #include "engine/qwen2_vl_image_processor.h"
 #include "engine/status.h"
+#include "llama_config.h"
 
 namespace engine::transformer {
-
-enum class VisionActivation { kQuickGelu, kGelu, kGeluTanh, kSilu };
 
 struct Qwen2VlVisionConfig {
   int64_t depth = 32;
@@ -39,7 +38,7 @@ struct Qwen2VlVisionConfig {
   int64_t patch_size = 14;
   int64_t spatial_merge_size = 2;
   int64_t temporal_patch_size = 2;
-  VisionActivation hidden_act = VisionActivation::kQuickGelu;
+  Activation hidden_act = Activation::kQuickGelu;
   double initializer_range = 0.02;
 
   int64_t head_dim() const { return embed_dim / num_heads; }

@@ -174,21 +174,15 @@ class VlmLoader : public ModelLoaderPlugin {
       // LibTorch's (Kaiming-uniform) defaults, whose larger scale carries the image signal through
       // the untrained tower from the first step.
       auto& parts = static_cast<VlmModule&>(model->module());
-      InitializeWeights(*parts.lm.model, text.config.initializer_range);
-      if (parts.lm.lm_head) InitializeWeights(*parts.lm.lm_head, text.config.initializer_range);
+      parts.lm.InitializeWeights();
       if (!text.pretrained_dir.empty()) {
         // Only the language model's tensors: a view holding the decoder and head by their names.
         torch::nn::Module language_model;
         language_model.register_module("model", parts.lm.model.ptr());
-        std::set<std::string> optional;
-        if (parts.lm.lm_head) {
-          language_model.register_module("lm_head", parts.lm.lm_head.ptr());
-        } else {
-          optional.insert("lm_head.weight");
-        }
+        if (parts.lm.lm_head) language_model.register_module("lm_head", parts.lm.lm_head.ptr());
         // The view's names are the model's own, so the stage's quantizer can act as they load.
-        ENGINE_RETURN_IF_ERROR(
-            LoadWeights(text.pretrained_dir, language_model, optional, &context));
+        ENGINE_RETURN_IF_ERROR(LoadWeights(text.pretrained_dir, language_model,
+                                           parts.lm.OptionalCheckpointTensors(), &context));
       }
       return std::unique_ptr<Model>(std::move(model));
     });
@@ -228,9 +222,9 @@ class VlmLoader : public ModelLoaderPlugin {
         model = std::make_unique<VlmModel>(vision, text, options.gradient_checkpointing(),
                                            token_labels, eos_id);
       }
-      std::set<std::string> optional;
-      if (text.tie_word_embeddings) optional.insert("lm_head.weight");
-      ENGINE_RETURN_IF_ERROR(LoadWeights(dir, model->module(), optional, &context));
+      auto& parts = static_cast<VlmModule&>(model->module());
+      ENGINE_RETURN_IF_ERROR(
+          LoadWeights(dir, parts, parts.lm.OptionalCheckpointTensors(), &context));
       return std::unique_ptr<Model>(std::move(model));
     });
   }

@@ -1,8 +1,8 @@
 // PNG and JPEG files read into 8-bit RGB pixels, as Pillow's Image.open(...).convert("RGB") gives
 // them (what transformers' image processors see), with libpng and libjpeg-turbo.
 //
-//   ENGINE_ASSIGN_OR_RETURN(ImageHeader header, ReadImageHeader(path));  // size, without pixels
 //   ENGINE_ASSIGN_OR_RETURN(RgbImage image, ReadRgbImage(path));
+//   ENGINE_ASSIGN_OR_RETURN(RgbImage image, DecodeRgbImage(bytes, path));  // bytes read already
 //
 // Conversions are Pillow's: greyscale is repeated into the three channels, a palette is looked
 // up, alpha (an alpha channel or a PNG's tRNS transparency) is dropped, not composited, and 16-bit
@@ -27,21 +27,16 @@ namespace engine {
 // Pillow refuses images above twice its MAX_IMAGE_PIXELS (89,478,485).
 inline constexpr int64_t kMaxImagePixels = 178956970;
 
-struct ImageHeader {
-  int64_t width = 0;
-  int64_t height = 0;
-  std::string source_mode;  // Pillow's name for what the file holds: "RGB", "L", "RGBA", ...
-};
-
 struct RgbImage {
   int64_t width = 0;
   int64_t height = 0;
-  std::string source_mode;
+  std::string source_mode;      // Pillow's name for what the file holds: "RGB", "L", "RGBA", ...
   std::vector<uint8_t> pixels;  // height x width x 3, row by row
 };
 
-StatusOr<ImageHeader> ReadImageHeader(const std::filesystem::path& path);
 StatusOr<RgbImage> ReadRgbImage(const std::filesystem::path& path);
+// The same for a file's bytes; `path` names it in errors.
+StatusOr<RgbImage> DecodeRgbImage(const std::string& bytes, const std::filesystem::path& path);
 
 // Whether a file of this mode loses something on the way to RGB (alpha) or gains channels
 // (greyscale), for the plan's account of conversions.

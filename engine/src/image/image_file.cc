@@ -37,7 +37,7 @@ StatusOr<ImageFormat> SniffFormat(FILE* file, const std::filesystem::path& path)
                               (read == 0 ? "empty" : "neither a PNG nor a JPEG file"));
 }
 
-Status CheckSize(const ImageHeader& header, const std::filesystem::path& path) {
+Status CheckSize(const RgbImage& header, const std::filesystem::path& path) {
   if (header.width <= 0 || header.height <= 0) {
     return InvalidArgumentError(Quoted(path) + " has no pixels");
   }
@@ -98,8 +98,7 @@ std::string PngMode(int color_type, int bit_depth) {
   }
 }
 
-Status ReadPng(FILE* file, const std::filesystem::path& path, ImageHeader* header,
-               std::vector<uint8_t>* pixels) {
+Status ReadPng(FILE* file, const std::filesystem::path& path, RgbImage* image) {
   auto read = std::make_unique<PngRead>();
   read->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, read.get(), PngError, PngWarning);
   if (read->png == nullptr || (read->info = png_create_info_struct(read->png)) == nullptr) {
@@ -112,11 +111,10 @@ Status ReadPng(FILE* file, const std::filesystem::path& path, ImageHeader* heade
   png_read_info(read->png, read->info);
   const int color_type = png_get_color_type(read->png, read->info);
   const int bit_depth = png_get_bit_depth(read->png, read->info);
-  header->width = png_get_image_width(read->png, read->info);
-  header->height = png_get_image_height(read->png, read->info);
-  header->source_mode = PngMode(color_type, bit_depth);
-  ENGINE_RETURN_IF_ERROR(CheckSize(*header, path));
-  if (pixels == nullptr) return Status::Ok();
+  image->width = png_get_image_width(read->png, read->info);
+  image->height = png_get_image_height(read->png, read->info);
+  image->source_mode = PngMode(color_type, bit_depth);
+  ENGINE_RETURN_IF_ERROR(CheckSize(*image, path));
 
   if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(read->png);
   if (bit_depth < 8) png_set_expand_gray_1_2_4_to_8(read->png);
@@ -128,23 +126,23 @@ Status ReadPng(FILE* file, const std::filesystem::path& path, ImageHeader* heade
   const int channels = png_get_channels(read->png, read->info);
   const int depth = png_get_bit_depth(read->png, read->info);
   const size_t row_bytes = png_get_rowbytes(read->png, read->info);
-  const auto width = header->width;
-  pixels->assign(static_cast<size_t>(width * header->height * 3), 0);
+  const auto width = image->width;
+  image->pixels.assign(static_cast<size_t>(width * image->height * 3), 0);
   if (passes == 1) {
     read->row.resize(row_bytes);
-    for (int64_t y = 0; y < header->height; ++y) {
+    for (int64_t y = 0; y < image->height; ++y) {
       png_read_row(read->png, read->row.data(), nullptr);
-      RowToRgb(read->row.data(), channels, depth, width, pixels->data() + y * width * 3);
+      RowToRgb(read->row.data(), channels, depth, width, image->pixels.data() + y * width * 3);
     }
   } else {
     // Interlaced images arrive in passes over the whole image.
-    read->row.resize(row_bytes * static_cast<size_t>(header->height));
-    read->rows.resize(static_cast<size_t>(header->height));
+    read->row.resize(row_bytes * static_cast<size_t>(image->height));
+    read->rows.resize(static_cast<size_t>(image->height));
     for (size_t y = 0; y < read->rows.size(); ++y) read->rows[y] = read->row.data() + y * row_bytes;
     png_read_image(read->png, read->rows.data());
-    for (int64_t y = 0; y < header->height; ++y) {
+    for (int64_t y = 0; y < image->height; ++y) {
       RowToRgb(read->rows[static_cast<size_t>(y)], channels, depth, width,
-               pixels->data() + y * width * 3);
+               image->pixels.data() + y * width * 3);
     }
   }
   return Status::Ok();
@@ -185,8 +183,7 @@ struct JpegRead {
   }
 };
 
-Status ReadJpeg(FILE* file, const std::filesystem::path& path, ImageHeader* header,
-                std::vector<uint8_t>* pixels) {
+Status ReadJpeg(FILE* file, const std::filesystem::path& path, RgbImage* image) {
   auto read = std::make_unique<JpegRead>();
   read->info.err = jpeg_std_error(&read->errors.manager);
   read->errors.manager.error_exit = JpegErrorExit;
@@ -199,24 +196,24 @@ Status ReadJpeg(FILE* file, const std::filesystem::path& path, ImageHeader* head
   read->created = true;
   jpeg_stdio_src(&read->info, file);
   jpeg_read_header(&read->info, TRUE);
-  header->width = read->info.image_width;
-  header->height = read->info.image_height;
+  image->width = read->info.image_width;
+  image->height = read->info.image_height;
   const J_COLOR_SPACE space = read->info.jpeg_color_space;
   if (space == JCS_CMYK || space == JCS_YCCK) {
     return InvalidArgumentError(Quoted(path) +
                                 " is a CMYK JPEG; this engine reads greyscale and colour (YCbCr, "
                                 "RGB) JPEGs: convert it to RGB");
   }
-  header->source_mode = space == JCS_GRAYSCALE ? "L" : "RGB";
-  ENGINE_RETURN_IF_ERROR(CheckSize(*header, path));
-  if (pixels == nullptr) return Status::Ok();
+  image->source_mode = space == JCS_GRAYSCALE ? "L" : "RGB";
+  ENGINE_RETURN_IF_ERROR(CheckSize(*image, path));
 
   read->info.out_color_space = JCS_RGB;
   jpeg_start_decompress(&read->info);
-  const auto width = header->width;
-  pixels->assign(static_cast<size_t>(width * header->height * 3), 0);
+  const auto width = image->width;
+  image->pixels.assign(static_cast<size_t>(width * image->height * 3), 0);
   while (read->info.output_scanline < read->info.output_height) {
-    JSAMPROW row = pixels->data() + static_cast<int64_t>(read->info.output_scanline) * width * 3;
+    JSAMPROW row =
+        image->pixels.data() + static_cast<int64_t>(read->info.output_scanline) * width * 3;
     jpeg_read_scanlines(&read->info, &row, 1);
   }
   jpeg_finish_decompress(&read->info);
@@ -226,32 +223,30 @@ Status ReadJpeg(FILE* file, const std::filesystem::path& path, ImageHeader* head
   return Status::Ok();
 }
 
-Status Read(const std::filesystem::path& path, ImageHeader* header, std::vector<uint8_t>* pixels) {
-  FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (file == nullptr) {
-    return NotFoundError(Quoted(path) + " cannot be opened: " + std::strerror(errno));
-  }
-  ENGINE_ASSIGN_OR_RETURN(ImageFormat format, SniffFormat(file.get(), path));
-  return format == ImageFormat::kPng ? ReadPng(file.get(), path, header, pixels)
-                                     : ReadJpeg(file.get(), path, header, pixels);
+StatusOr<RgbImage> Decode(FILE* file, const std::filesystem::path& path) {
+  ENGINE_ASSIGN_OR_RETURN(ImageFormat format, SniffFormat(file, path));
+  RgbImage image;
+  ENGINE_RETURN_IF_ERROR(format == ImageFormat::kPng ? ReadPng(file, path, &image)
+                                                     : ReadJpeg(file, path, &image));
+  return image;
 }
 
 }  // namespace
 
-StatusOr<ImageHeader> ReadImageHeader(const std::filesystem::path& path) {
-  ImageHeader header;
-  ENGINE_RETURN_IF_ERROR(Read(path, &header, nullptr));
-  return header;
+StatusOr<RgbImage> ReadRgbImage(const std::filesystem::path& path) {
+  FilePtr file(std::fopen(path.c_str(), "rb"));
+  if (file == nullptr) {
+    return NotFoundError(Quoted(path) + " cannot be opened: " + std::strerror(errno));
+  }
+  return Decode(file.get(), path);
 }
 
-StatusOr<RgbImage> ReadRgbImage(const std::filesystem::path& path) {
-  ImageHeader header;
-  RgbImage image;
-  ENGINE_RETURN_IF_ERROR(Read(path, &header, &image.pixels));
-  image.width = header.width;
-  image.height = header.height;
-  image.source_mode = header.source_mode;
-  return image;
+StatusOr<RgbImage> DecodeRgbImage(const std::string& bytes, const std::filesystem::path& path) {
+  if (bytes.empty()) return InvalidArgumentError(Quoted(path) + " is empty");
+  // The decoders read through stdio; fmemopen gives them the bytes in memory as a file.
+  FilePtr file(fmemopen(const_cast<char*>(bytes.data()), bytes.size(), "rb"));
+  if (file == nullptr) return InternalError(Quoted(path) + ": " + std::strerror(errno));
+  return Decode(file.get(), path);
 }
 
 }  // namespace engine

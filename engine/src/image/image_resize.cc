@@ -83,7 +83,9 @@ void Pass(const uint8_t* in, uint8_t* out, const Taps& taps, int64_t out_size, i
 std::vector<uint8_t> ResizeBicubicLikePillow(const std::vector<uint8_t>& rgb, int64_t width,
                                              int64_t height, int64_t out_width,
                                              int64_t out_height) {
-  std::vector<uint8_t> current = rgb;
+  // What the vertical pass reads: the input, or the horizontal pass's rows.
+  const std::vector<uint8_t>* current = &rgb;
+  std::vector<uint8_t> horizontal_rows;
   int64_t current_width = width;
   // Pillow resizes horizontally first, over only the rows the vertical pass will read.
   const Taps vertical = ComputeTaps(height, out_height);
@@ -95,19 +97,19 @@ std::vector<uint8_t> ResizeBicubicLikePillow(const std::vector<uint8_t>& rgb, in
   if (horizontal_pass) {
     const Taps horizontal = ComputeTaps(width, out_width);
     const int64_t rows = last_row - first_row;
-    std::vector<uint8_t> out(rows * out_width * 3);
-    Pass(rgb.data() + first_row * width * 3, out.data(), horizontal, out_width, rows, width * 3, 3,
-         out_width * 3, 3);
-    current = std::move(out);
+    horizontal_rows.resize(rows * out_width * 3);
+    Pass(rgb.data() + first_row * width * 3, horizontal_rows.data(), horizontal, out_width, rows,
+         width * 3, 3, out_width * 3, 3);
+    current = &horizontal_rows;
     current_width = out_width;
     row_offset = first_row;
   }
-  if (!vertical_pass) return current;
+  if (!vertical_pass) return *current;
   // Column by column: a "line" is a column (step 3 between them), pixels are rows apart.
   std::vector<uint8_t> out(out_height * current_width * 3);
   Taps shifted = vertical;
   for (int64_t& first : shifted.first) first -= row_offset;
-  Pass(current.data(), out.data(), shifted, out_height, current_width, 3, current_width * 3, 3,
+  Pass(current->data(), out.data(), shifted, out_height, current_width, 3, current_width * 3, 3,
        current_width * 3);
   return out;
 }

@@ -146,10 +146,11 @@ StatusOr<ImageGrid> Qwen2VlImageProcessor::GridFor(int64_t height, int64_t width
 StatusOr<at::Tensor> Qwen2VlImageProcessor::Patches(const RgbImage& image) const {
   ENGINE_ASSIGN_OR_RETURN(auto size, ResizedSize(image.height, image.width));
   const auto [height, width] = size;
-  const std::vector<uint8_t> pixels =
-      height == image.height && width == image.width
-          ? image.pixels
-          : ResizeBicubicLikePillow(image.pixels, image.width, image.height, width, height);
+  std::vector<uint8_t> resized;
+  if (height != image.height || width != image.width) {
+    resized = ResizeBicubicLikePillow(image.pixels, image.width, image.height, width, height);
+  }
+  const std::vector<uint8_t>& pixels = resized.empty() ? image.pixels : resized;
   // transformers rescales in f64 and stores f32, then normalises in f32.
   std::vector<float> values(pixels.size());
   for (size_t i = 0; i < pixels.size(); ++i) {

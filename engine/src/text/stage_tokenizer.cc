@@ -27,10 +27,22 @@ std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage
   return tokenizer;
 }
 
+std::filesystem::path ImageProcessorPath(const proto::TokenizerOptions& tokenizer,
+                                         const std::string& named,
+                                         const std::filesystem::path& base_dir) {
+  if (!named.empty()) return ResolvePath(base_dir, named);
+  std::filesystem::path config =
+      ResolvePath(base_dir, tokenizer.config().empty() ? tokenizer.path() : tokenizer.config());
+  if (!std::filesystem::is_directory(config)) config = config.parent_path();
+  return config / kImageProcessorFile;
+}
+
 std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
                                               const std::filesystem::path& base_dir) {
   const auto tokenizer = StageTokenizerOptions(stage);
   if (!tokenizer || tokenizer->kind() != proto::TokenizerOptions::HF_JSON) return {};
+  // The data's `images { processor }`, read by reflection: the loader's options type is its own.
+  std::string named;
   const google::protobuf::Message& options = *stage.data.options;
   const auto* images = options.GetDescriptor()->FindFieldByName("images");
   if (images != nullptr && images->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
@@ -40,14 +52,10 @@ std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
     const auto* processor = image_options.GetDescriptor()->FindFieldByName("processor");
     if (processor != nullptr &&
         processor->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
-      const std::string value = image_options.GetReflection()->GetString(image_options, processor);
-      if (!value.empty()) return ResolvePath(base_dir, value);
+      named = image_options.GetReflection()->GetString(image_options, processor);
     }
   }
-  std::filesystem::path config =
-      ResolvePath(base_dir, tokenizer->config().empty() ? tokenizer->path() : tokenizer->config());
-  if (!std::filesystem::is_directory(config)) config = config.parent_path();
-  return config / kImageProcessorFile;
+  return ImageProcessorPath(*tokenizer, named, base_dir);
 }
 
 StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(

@@ -20,9 +20,13 @@ namespace engine {
 // Nothing when the loader has no such field.
 std::optional<proto::TokenizerOptions> StageTokenizerOptions(const ResolvedStage& stage);
 
-// The image processor's preprocessor_config.json of an HF_JSON tokenizer's data: the data's
-// `images { processor }` (the chat loader's), or the one beside the tokenizer's config. Empty for
-// other kinds; the file may not exist.
+// The image processor's preprocessor_config.json for data read with `tokenizer`: `named` (the
+// chat loader's `images { processor }`; empty: none) resolved against `base_dir`, or the one beside
+// the tokenizer's config (its `config`, or its tokenizer.json). The file may not exist.
+std::filesystem::path ImageProcessorPath(const proto::TokenizerOptions& tokenizer,
+                                         const std::string& named,
+                                         const std::filesystem::path& base_dir);
+// The same for a stage's data; empty when its tokenizer is not HF_JSON.
 std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
                                               const std::filesystem::path& base_dir);
 

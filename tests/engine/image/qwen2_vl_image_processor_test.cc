@@ -65,14 +65,17 @@ TEST(ImageFileTest, ReadsPngAndJpegWithTheirModes) {
        {Expected{"chelsea.png", 84, 56, "RGB"}, Expected{"rocket.jpg", 60, 40, "RGB"},
         Expected{"camera.png", 70, 70, "L"}, Expected{"logo.png", 30, 30, "RGBA"}}) {
     SCOPED_TRACE(e.name);
-    auto header = ReadImageHeader(kFixture / "images" / e.name);
-    ASSERT_TRUE(header.ok()) << header.status().message();
-    EXPECT_EQ(header->width, e.width);
-    EXPECT_EQ(header->height, e.height);
-    EXPECT_EQ(header->source_mode, e.mode);
     auto image = ReadRgbImage(kFixture / "images" / e.name);
     ASSERT_TRUE(image.ok()) << image.status().message();
+    EXPECT_EQ(image->width, e.width);
+    EXPECT_EQ(image->height, e.height);
+    EXPECT_EQ(image->source_mode, e.mode);
     EXPECT_EQ(image->pixels.size(), static_cast<size_t>(e.width * e.height * 3));
+    // Decoded from bytes in memory, the same image.
+    const auto path = kFixture / "images" / e.name;
+    auto from_bytes = DecodeRgbImage(testing::ReadText(path), path);
+    ASSERT_TRUE(from_bytes.ok()) << from_bytes.status().message();
+    EXPECT_EQ(from_bytes->pixels, image->pixels);
   }
   // Greyscale is repeated into the three channels; the logo's transparent corner keeps its black.
   auto camera = ReadRgbImage(kFixture / "images" / "camera.png");
@@ -100,12 +103,13 @@ TEST(ImageFileTest, BadFilesAreErrorsNamingTheFile) {
         Case{"header_only.jpg", jpeg.substr(0, 3), "is not a readable JPEG file"}}) {
     SCOPED_TRACE(c.name);
     const auto path = dir.Write(c.name, c.content);
-    auto image = ReadRgbImage(path);
-    ASSERT_FALSE(image.ok());
-    EXPECT_THAT(image.status().message(), HasSubstr("image '" + path.string() + "'"));
-    EXPECT_THAT(image.status().message(), HasSubstr(c.message));
+    for (auto image : {ReadRgbImage(path), DecodeRgbImage(c.content, path)}) {
+      ASSERT_FALSE(image.ok());
+      EXPECT_THAT(image.status().message(), HasSubstr("image '" + path.string() + "'"));
+      EXPECT_THAT(image.status().message(), HasSubstr(c.message));
+    }
   }
-  auto missing = ReadImageHeader(dir.path() / "missing.png");
+  auto missing = ReadRgbImage(dir.path() / "missing.png");
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("missing.png' cannot be opened"));
 }

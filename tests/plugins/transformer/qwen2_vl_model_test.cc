@@ -71,7 +71,7 @@ TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
   const Fixture f = LoadFixture();
   EXPECT_EQ(f.config.vision.depth, 2);
   EXPECT_EQ(f.config.vision.embed_dim, 32);
-  EXPECT_EQ(f.config.vision.hidden_act, VisionActivation::kQuickGelu);
+  EXPECT_EQ(f.config.vision.hidden_act, Activation::kQuickGelu);
   EXPECT_EQ(f.config.image_token_id, 264);
   EXPECT_EQ(f.config.text.mrope_section, (std::vector<int64_t>{2, 1, 1}));
 }
