@@ -5,9 +5,15 @@
 //
 //   build/bin/lm_step_bench --precision fp32|bf16-mixed [--steps 60] [--batch 32] [--seq 128]
 //                           [--hidden 128] [--layers 2] [--data data/fortunes.txt]
+//                           [--trace FILE]
+//
+// --trace writes LibTorch's profile of the whole run (chrome://tracing JSON; each op's time, the
+// step's parts included) to FILE; bench/trace_summary.py sums it per op.
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "bench_util.h"
@@ -45,7 +51,7 @@ std::string LmPipeline(const std::filesystem::path& out, const std::string& data
 int main(int argc, char** argv) {
   FLAGS_minloglevel = google::GLOG_ERROR;
   engine::ConfigureAllocatorForTraining();
-  std::string data = "data/fortunes.txt", precision = "fp32";
+  std::string data = "data/fortunes.txt", precision = "fp32", trace;
   int steps = 60, batch = 32, seq = 128, hidden = 128, layers = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i], value = argv[i + 1];
@@ -56,11 +62,15 @@ int main(int argc, char** argv) {
     if (arg == "--seq") seq = std::stoi(value);
     if (arg == "--hidden") hidden = std::stoi(value);
     if (arg == "--layers") layers = std::stoi(value);
+    if (arg == "--trace") trace = value;
   }
   data = std::filesystem::absolute(data).string();
   const auto dir = std::filesystem::temp_directory_path() / "engine-lm-step-bench";
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+  if (!trace.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(trace);
   const engine::StageResult result = engine::bench::RunStage(
       dir, LmPipeline(dir / "out", data, precision, steps, batch, seq, hidden, layers));
+  profile.reset();  // writes the trace
   std::error_code removed;
   engine::RemoveTree(dir, removed);
   const double tokens = static_cast<double>(result.steps) * batch * seq;

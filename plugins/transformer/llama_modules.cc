@@ -13,6 +13,7 @@
 #include "engine/activation_checkpoint.h"
 #include "engine/linear.h"
 #include "engine/torch_compat.h"
+#include "kernel_ops.h"
 
 namespace engine::transformer {
 namespace {
@@ -67,6 +68,7 @@ RmsNormImpl::RmsNormImpl(int64_t size, double eps) : eps_(eps) {
 }
 
 at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
+  if (KernelRmsNormTakes(x, weight)) return KernelRmsNorm(x, weight, eps_);
   const at::Tensor f = x.to(at::kFloat);
   const at::Tensor normed = f * at::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return weight * normed.to(x.scalar_type());
@@ -143,11 +145,16 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionConte
     cache->key = k;
     cache->value = v;
   }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  at::Tensor attended;
+  if (context.full_is_causal && k.size(2) == positions && KernelAttentionTakes(q, k, v)) {
+    // Causal, nothing cached before: the engine's kernel, grouped heads read in place.
+    attended = KernelCausalAttention(q, k, v, scale, slides_ ? config_.sliding_window : 0);
+    return o_proj->forward(attended.transpose(1, 2).reshape({batch, positions, heads * d}));
+  }
   k = RepeatKv(k, heads / kv_heads);
   v = RepeatKv(v, heads / kv_heads);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const at::Tensor& mask = slides_ ? context.sliding_mask : context.full_mask;
-  at::Tensor attended;
   if (context.fused) {
     const bool causal = slides_ ? context.sliding_is_causal : context.full_is_causal;
     at::Tensor& bias = slides_ ? context.sliding_bias : context.full_bias;
@@ -181,7 +188,11 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& config) : activation_(config.hidde
 }
 
 at::Tensor LlamaMlpImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(Activate(gate_proj->forward(x), activation_) * up_proj->forward(x));
+  const at::Tensor gate = gate_proj->forward(x), up = up_proj->forward(x);
+  if (activation_ == Activation::kSilu && KernelSwiGluTakes(gate, up)) {
+    return down_proj->forward(KernelSwiGlu(gate, up));
+  }
+  return down_proj->forward(Activate(gate, activation_) * up);
 }
 
 LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& config, int64_t layer) {

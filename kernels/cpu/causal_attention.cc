@@ -1,0 +1,220 @@
+#include "engine_kernels/causal_attention.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "cpu_kernel_support.h"
+
+namespace engine::kernels {
+namespace {
+
+struct AttentionDims {
+  int64_t t = 0, tp = 0;  // positions, padded to a multiple of 8
+  int64_t d = 0, dp = 0;  // head dim, padded likewise
+  int64_t window = 0;
+  float scale = 1;
+};
+
+// Query rows per block: a block's scores ([kRowBlock][positions] f32) stay in L2 up to a few
+// thousand positions.
+constexpr int64_t kRowBlock = 32;
+
+#define ENGINE_KERNEL_TILES "causal_attention_tiles.inc"
+#include "per_isa.inc"
+
+using ForwardHeadFn = void (*)(const AttentionDims&, const float*, const float*, const float*,
+                               float*, float*, float*);
+using BackwardHeadFn = void (*)(const AttentionDims&, const float*, const float*, const float*,
+                                const float*, const float*, const float*, const float*, float*,
+                                float*, float*, float*, float*, float*);
+
+// One head of a [batch, heads, positions, dim] tensor, converted to f32 into a zero-padded
+// [tp][dp] buffer, or [dp][tp] when `transposed`.
+void PackHead(const at::Tensor& x, int64_t b, int64_t h, const AttentionDims& dims, bool transposed,
+              float* dst) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "PackHead", [&] {
+    const scalar_t* src = x.data_ptr<scalar_t>() + b * x.stride(0) + h * x.stride(1);
+    const int64_t row_stride = x.stride(2), t = dims.t, d = dims.d, tp = dims.tp, dp = dims.dp;
+    if (!transposed) {
+      for (int64_t i = 0; i < t; ++i) {
+        const scalar_t* __restrict__ row = src + i * row_stride;
+        float* __restrict__ out = dst + i * dp;
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          std::memcpy(out, row, static_cast<size_t>(d) * sizeof(float));
+        } else {
+          for (int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(row[c]);
+        }
+      }
+      return;
+    }
+    // Eight positions at a time, so that each destination row gets eight adjacent writes.
+    int64_t i = 0;
+    for (; i + 8 <= t; i += 8) {
+      for (int64_t c = 0; c < d; ++c) {
+        float* __restrict__ out = dst + c * tp + i;
+        for (int64_t r = 0; r < 8; ++r) out[r] = static_cast<float>(src[(i + r) * row_stride + c]);
+      }
+    }
+    for (; i < t; ++i) {
+      for (int64_t c = 0; c < d; ++c) dst[c * tp + i] = static_cast<float>(src[i * row_stride + c]);
+    }
+  });
+}
+
+// The inverse of PackHead (not transposed), into x's dtype.
+void UnpackHead(const float* src, const AttentionDims& dims, const at::Tensor& x, int64_t b,
+                int64_t h) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "UnpackHead", [&] {
+    scalar_t* dst = x.data_ptr<scalar_t>() + b * x.stride(0) + h * x.stride(1);
+    const int64_t row_stride = x.stride(2), d = dims.d, dp = dims.dp;
+    for (int64_t i = 0; i < dims.t; ++i) {
+      scalar_t* __restrict__ row = dst + i * row_stride;
+      const float* __restrict__ in = src + i * dp;
+      if constexpr (std::is_same_v<scalar_t, float>) {
+        std::memcpy(row, in, static_cast<size_t>(d) * sizeof(float));
+      } else {
+        for (int64_t c = 0; c < d; ++c) row[c] = static_cast<scalar_t>(in[c]);
+      }
+    }
+  });
+}
+
+AttentionDims DimsOf(const at::Tensor& q, double scale, int64_t window) {
+  AttentionDims dims;
+  dims.t = q.size(2);
+  dims.tp = (dims.t + 7) / 8 * 8;
+  dims.d = q.size(3);
+  dims.dp = (dims.d + 7) / 8 * 8;
+  dims.window = window;
+  dims.scale = static_cast<float>(scale);
+  return dims;
+}
+
+// [batch, heads, positions, dim] stored as [batch, positions, heads, dim].
+at::Tensor EmptyHeadsLast(const at::Tensor& like, int64_t heads, at::ScalarType dtype) {
+  return at::empty({like.size(0), like.size(2), heads, like.size(3)}, like.options().dtype(dtype))
+      .transpose(1, 2);
+}
+
+void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+              "causal attention takes [batch, heads, positions, dim] tensors");
+  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2) &&
+                  q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+              "causal attention: q ", q.sizes(), " and k/v ", k.sizes(), "/", v.sizes(),
+              " do not fit (heads a multiple of key/value heads)");
+  TORCH_CHECK(CausalAttentionSupports(q, k, v),
+              "causal attention needs CPU f32/bf16/f16 tensors with unit last stride");
+}
+
+// The per-thread buffers of one key/value group.
+struct GroupBuffers {
+  explicit GroupBuffers(const AttentionDims& dims, bool backward)
+      : head(static_cast<size_t>(dims.tp * dims.dp)),
+        block(static_cast<size_t>(kRowBlock * dims.tp)) {
+    const int count = backward ? 10 : 3;
+    storage.assign(static_cast<size_t>(count) * head + (backward ? 2 : 1) * block + dims.tp, 0.0f);
+  }
+  float* Head(int index) { return storage.data() + index * head; }
+  float* Block(int index, int heads) { return storage.data() + heads * head + index * block; }
+  size_t head, block;
+  std::vector<float> storage;
+};
+
+}  // namespace
+
+bool CausalAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  for (const at::Tensor* x : {&q, &k, &v}) {
+    const at::ScalarType dtype = x->scalar_type();
+    if (!x->device().is_cpu() || x->dim() != 4 || x->stride(3) != 1 ||
+        (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, double scale, int64_t window) {
+  CheckShapes(q, k, v);
+  const AttentionDims dims = DimsOf(q, scale, window);
+  const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(1);
+  const int64_t groups = heads / kv_heads;
+  CausalAttentionOutput result;
+  result.out = EmptyHeadsLast(q, heads, v.scalar_type());
+  result.lse = at::empty({batch, heads, dims.t}, q.options().dtype(at::kFloat));
+  float* lse = result.lse.data_ptr<float>();
+  const ForwardHeadFn forward = ENGINE_PICK_ISA(ForwardHead);
+  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    GroupBuffers buffers(dims, /*backward=*/false);
+    float *kt = buffers.Head(0), *vv = buffers.Head(1), *qo = buffers.Head(2);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / kv_heads, g = item % kv_heads;
+      PackHead(k, b, g, dims, /*transposed=*/true, kt);
+      PackHead(v, b, g, dims, /*transposed=*/false, vv);
+      for (int64_t h = g * groups; h < (g + 1) * groups; ++h) {
+        PackHead(q, b, h, dims, /*transposed=*/false, qo);
+        // The output overwrites the packed queries: each block reads only its own rows first.
+        forward(dims, qo, kt, vv, qo, lse + (b * heads + h) * dims.t, buffers.Block(0, 3));
+        UnpackHead(qo, dims, result.out, b, h);
+      }
+    }
+  });
+  return result;
+}
+
+CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const at::Tensor& q,
+                                             const at::Tensor& k, const at::Tensor& v,
+                                             const CausalAttentionOutput& forward, double scale,
+                                             int64_t window) {
+  CheckShapes(q, k, v);
+  TORCH_CHECK(grad_out.sizes() == q.sizes() && CausalAttentionSupports(grad_out, k, v),
+              "causal attention: the output gradient ", grad_out.sizes(), " does not fit q ",
+              q.sizes());
+  const AttentionDims dims = DimsOf(q, scale, window);
+  const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(1);
+  const int64_t groups = heads / kv_heads;
+  CausalAttentionGrads grads;
+  grads.q = EmptyHeadsLast(q, heads, q.scalar_type());
+  grads.k = EmptyHeadsLast(k, kv_heads, k.scalar_type());
+  grads.v = EmptyHeadsLast(v, kv_heads, v.scalar_type());
+  const at::Tensor lse_tensor = forward.lse.contiguous();
+  const float* lse = lse_tensor.data_ptr<float>();
+  const BackwardHeadFn backward = ENGINE_PICK_ISA(BackwardHead);
+  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    GroupBuffers buffers(dims, /*backward=*/true);
+    float *kk = buffers.Head(0), *kt = buffers.Head(1), *vt = buffers.Head(2);
+    float *dk = buffers.Head(3), *dv = buffers.Head(4), *qq = buffers.Head(5);
+    float *oo = buffers.Head(6), *dout = buffers.Head(7), *dq = buffers.Head(8);
+    float* delta = buffers.Block(2, 10);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / kv_heads, g = item % kv_heads;
+      PackHead(k, b, g, dims, /*transposed=*/false, kk);
+      PackHead(k, b, g, dims, /*transposed=*/true, kt);
+      PackHead(v, b, g, dims, /*transposed=*/true, vt);
+      std::memset(dk, 0, buffers.head * sizeof(float));
+      std::memset(dv, 0, buffers.head * sizeof(float));
+      for (int64_t h = g * groups; h < (g + 1) * groups; ++h) {
+        PackHead(q, b, h, dims, /*transposed=*/false, qq);
+        PackHead(forward.out, b, h, dims, /*transposed=*/false, oo);
+        PackHead(grad_out, b, h, dims, /*transposed=*/false, dout);
+        backward(dims, qq, kk, kt, vt, oo, dout, lse + (b * heads + h) * dims.t, dq, dk, dv,
+                 buffers.Block(0, 10), buffers.Block(1, 10), delta);
+        UnpackHead(dq, dims, grads.q, b, h);
+      }
+      UnpackHead(dk, dims, grads.k, b, g);
+      UnpackHead(dv, dims, grads.v, b, g);
+    }
+  });
+  return grads;
+}
+
+}  // namespace engine::kernels

@@ -1,0 +1,49 @@
+// Causal self-attention in one pass per head, forward and backward (CPU), for training without a
+// KV cache: softmax(q k^T * scale, masked to keys j <= i, and j > i - window when window > 0) v,
+// with grouped key/value heads read in place (no repeated copy).
+//
+// Eager LibTorch materialises the [batch, heads, positions, positions] scores and passes over them
+// five times forward and six times backward (scale, mask, softmax, cast, and their gradients), and
+// multiplies the masked half too. Here each head's queries go through in blocks of rows: scores,
+// softmax and the value product stay in a block-sized buffer, masked keys are never multiplied,
+// and the backward recomputes the probabilities from the saved log-sum-exp (FlashAttention's
+// scheme) instead of keeping them. Arithmetic is f32 whatever the inputs' dtypes; results agree
+// with the math path to f32 rounding (tests/kernels/causal_attention_test.cc).
+//
+// Shapes: q [batch, heads, positions, dim]; k, v [batch, kv_heads, positions, dim], heads a
+// multiple of kv_heads; any strides with the last one 1; each f32, bf16 or f16, on the CPU. The
+// output has v's dtype, stored [batch, positions, heads, dim] and returned as its
+// [batch, heads, positions, dim] view (so that merging the heads is free); lse is
+// [batch, heads, positions] f32. Gradients come back in each input's dtype, as views of the same
+// layout. A violated precondition throws c10::Error. Parallel over (batch, kv_head) through ATen's
+// thread pool; vectorised with AVX2/FMA where the CPU has them. No state is kept.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace engine::kernels {
+
+struct CausalAttentionOutput {
+  at::Tensor out;  // [batch, heads, positions, dim], v's dtype
+  at::Tensor lse;  // [batch, heads, positions] f32: log of each query's softmax denominator
+};
+
+struct CausalAttentionGrads {
+  at::Tensor q, k, v;
+};
+
+// Whether the kernel takes these inputs (CPU, supported dtypes and shapes); else use ATen ops.
+bool CausalAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, double scale, int64_t window);
+
+// grad_out: the gradient of `out`, [batch, heads, positions, dim], any strides.
+CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const at::Tensor& q,
+                                             const at::Tensor& k, const at::Tensor& v,
+                                             const CausalAttentionOutput& forward, double scale,
+                                             int64_t window);
+
+}  // namespace engine::kernels

@@ -1,0 +1,150 @@
+// The decoder with the engine's CPU kernels (causal attention, SwiGLU, RMSNorm) against the same
+// decoder on ATen ops (ENGINE_CPU_KERNELS=0): logits and every parameter's gradient, in f32 and
+// under bf16 autocast, with grouped heads, a sliding window and gradient checkpointing; and the
+// paths the kernels leave to ATen (padding masks, the KV cache) still agree.
+#include "kernel_ops.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "engine/precision_context.h"
+#include "llama_config.h"
+#include "llama_modules.h"
+
+namespace engine::transformer {
+namespace {
+
+LlamaConfig Small(int64_t window) {
+  LlamaConfig c;
+  c.vocab_size = 67;
+  c.hidden_size = 64;
+  c.intermediate_size = 92;  // not a multiple of 8
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 128;
+  c.sliding_window = window;
+  c.sliding_layers = {true, false};  // one layer slides, one sees everything
+  return c;
+}
+
+class Lm : public torch::nn::Module {
+ public:
+  explicit Lm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.2); }
+  CausalLm lm;
+};
+
+struct TrainingRun {
+  at::Tensor logits;
+  std::map<std::string, at::Tensor> grads;
+};
+
+// Logits and gradients of the mean next-token loss, with the kernels on or off.
+TrainingRun Train(Lm& model, const at::Tensor& ids, const DecoderInputs& inputs, bool kernels,
+                  const PrecisionContext& precision, bool checkpointing = false) {
+  if (kernels) {
+    unsetenv("ENGINE_CPU_KERNELS");
+  } else {
+    setenv("ENGINE_CPU_KERNELS", "0", 1);
+  }
+  model.zero_grad();
+  TrainingRun run;
+  {
+    auto scope = precision.Enter();
+    const at::Tensor embeds = model.lm.model->Embed(ids);
+    run.logits = model.lm.Logits(model.lm.model->Forward(embeds, inputs, nullptr, checkpointing));
+  }
+  const at::Tensor loss = at::cross_entropy_loss(
+      run.logits.narrow(1, 0, ids.size(1) - 1).reshape({-1, run.logits.size(-1)}).to(at::kFloat),
+      ids.narrow(1, 1, ids.size(1) - 1).reshape({-1}));
+  loss.backward();
+  for (const auto& p : model.named_parameters()) run.grads[p.key()] = p.value().grad().clone();
+  unsetenv("ENGINE_CPU_KERNELS");
+  return run;
+}
+
+void ExpectRunsAgree(const TrainingRun& got, const TrainingRun& want, double tolerance,
+                     const std::string& what) {
+  const auto relative = [](const at::Tensor& a, const at::Tensor& b) {
+    return ((a.to(at::kDouble) - b.to(at::kDouble)).abs().max() /
+            b.to(at::kDouble).abs().max().clamp_min(1e-12))
+        .item<double>();
+  };
+  EXPECT_LE(relative(got.logits, want.logits), tolerance) << what << ": logits";
+  for (const auto& [name, grad] : want.grads) {
+    EXPECT_LE(relative(got.grads.at(name), grad), tolerance) << what << ": " << name;
+  }
+}
+
+TEST(KernelOpsTest, DecoderEqualsTheAtenPathInF32) {
+  for (int64_t window : {0, 9}) {
+    at::manual_seed(4);
+    Lm model(Small(window));
+    const at::Tensor ids = at::randint(0, 67, {3, 37}, at::kLong);
+    const PrecisionContext f32 = PrecisionContext::None();
+    const TrainingRun aten = Train(model, ids, {}, false, f32);
+    const TrainingRun kernels = Train(model, ids, {}, true, f32);
+    // The kernels ran: their sums go in another order, so the values are not bit-identical.
+    EXPECT_FALSE(at::equal(kernels.logits, aten.logits));
+    // fp32: the same arithmetic to rounding (1e-5 of each tensor's largest value).
+    ExpectRunsAgree(kernels, aten, 1e-5, "window " + std::to_string(window));
+    const TrainingRun checkpointed = Train(model, ids, {}, true, f32, /*checkpointing=*/true);
+    ExpectRunsAgree(checkpointed, kernels, 1e-6, "checkpointed, window " + std::to_string(window));
+  }
+}
+
+TEST(KernelOpsTest, DecoderUnderBf16AutocastStaysWithinBf16OfTheAtenPath) {
+  at::manual_seed(6);
+  Lm model(Small(0));
+  const at::Tensor ids = at::randint(0, 67, {2, 45}, at::kLong);
+  const PrecisionContext bf16 = PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16);
+  const TrainingRun aten = Train(model, ids, {}, false, bf16);
+  const TrainingRun kernels = Train(model, ids, {}, true, bf16);
+  EXPECT_EQ(kernels.logits.scalar_type(), aten.logits.scalar_type());
+  // The ATen path rounds to bf16 after each op, the kernels once per op: a few bf16 steps apart.
+  ExpectRunsAgree(kernels, aten, 0.05, "bf16 autocast");
+  // Both are within bf16 of the f32 model.
+  const TrainingRun f32 = Train(model, ids, {}, true, PrecisionContext::None());
+  ExpectRunsAgree(kernels, f32, 0.05, "bf16 kernels against f32");
+}
+
+TEST(KernelOpsTest, PaddedRowsAndTheCacheKeepTheAtenAttention) {
+  at::manual_seed(8);
+  Lm model(Small(0));
+  const at::Tensor ids = at::randint(0, 67, {2, 6}, at::kLong);
+  DecoderInputs padded;
+  padded.attention_mask =
+      at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, at::kLong).view({2, 6});
+  const PrecisionContext f32 = PrecisionContext::None();
+  ExpectRunsAgree(Train(model, ids, padded, true, f32), Train(model, ids, padded, false, f32), 1e-5,
+                  "left-padded rows");
+  // Generation: the prompt through the kernel, later tokens through the cache, equal to the
+  // uncached full forwards.
+  at::NoGradGuard no_grad;
+  const at::Tensor prompt = model.lm.model->Embed(ids);
+  const at::Tensor with_cache = model.lm.Generate(prompt, 5, -1, /*use_cache=*/true);
+  const at::Tensor without = model.lm.Generate(prompt, 5, -1, /*use_cache=*/false);
+  EXPECT_TRUE(at::equal(with_cache, without));
+}
+
+TEST(KernelOpsTest, SwitchesTurnTheKernelsOff) {
+  const at::Tensor q = at::randn({1, 2, 4, 8});
+  EXPECT_TRUE(KernelAttentionTakes(q, q, q));
+  setenv("ENGINE_ATTENTION", "math", 1);
+  EXPECT_FALSE(KernelAttentionTakes(q, q, q));
+  unsetenv("ENGINE_ATTENTION");
+  setenv("ENGINE_CPU_KERNELS", "0", 1);
+  EXPECT_FALSE(KernelAttentionTakes(q, q, q));
+  EXPECT_FALSE(KernelSwiGluTakes(q, q));
+  EXPECT_FALSE(KernelRmsNormTakes(q, at::ones({8})));
+  unsetenv("ENGINE_CPU_KERNELS");
+  EXPECT_TRUE(KernelSwiGluTakes(q, q));
+  EXPECT_TRUE(KernelRmsNormTakes(q, at::ones({8})));
+}
+
+}  // namespace
+}  // namespace engine::transformer
