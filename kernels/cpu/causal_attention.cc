@@ -87,6 +87,66 @@ void UnpackHead(const float* src, const AttentionDims& dims, const at::Tensor& x
   });
 }
 
+// Rotary embedding of packed rows in place (transformers' rotate_half form): with h = dim / 2,
+// x[c] <- x[c] cos[c] - x[c + h] sin[c] and x[c + h] <- x[c + h] cos[c + h] + x[c] sin[c + h];
+// `inverse` applies the transpose instead, which takes a gradient back through the rotation.
+void RotateRows(float* x, const AttentionDims& dims, const float* cos, const float* sin,
+                bool inverse) {
+  const int64_t half = dims.d / 2;
+  for (int64_t i = 0; i < dims.t; ++i) {
+    float* __restrict__ row = x + i * dims.dp;
+    const float* __restrict__ c = cos + i * dims.d;
+    const float* __restrict__ s = sin + i * dims.d;
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = row[j], b = row[j + half];
+      if (inverse) {
+        row[j] = a * c[j] + b * s[j + half];
+        row[j + half] = b * c[j + half] - a * s[j];
+      } else {
+        row[j] = a * c[j] - b * s[j];
+        row[j + half] = b * c[j + half] + a * s[j + half];
+      }
+    }
+  }
+}
+
+// [tp][dp] -> [dp][tp].
+void Transpose(const float* x, const AttentionDims& dims, float* out) {
+  for (int64_t i = 0; i < dims.t; ++i) {
+    for (int64_t c = 0; c < dims.d; ++c) out[c * dims.tp + i] = x[i * dims.dp + c];
+  }
+}
+
+// The tables of batch row b, or null pointers without rotary.
+struct RotaryRows {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
+class RotaryTables {
+ public:
+  RotaryTables(const CausalAttentionRotary* rotary, const AttentionDims& dims, int64_t batch) {
+    if (rotary == nullptr) return;
+    TORCH_CHECK(dims.d % 2 == 0, "rotary attention needs an even head dim, got ", dims.d);
+    cos_ = rotary->cos.to(at::kFloat).contiguous();
+    sin_ = rotary->sin.to(at::kFloat).contiguous();
+    TORCH_CHECK(cos_.dim() == 3 && cos_.sizes() == sin_.sizes() && cos_.size(1) == dims.t &&
+                    cos_.size(2) == dims.d && (cos_.size(0) == 1 || cos_.size(0) == batch),
+                "rotary tables ", cos_.sizes(), " do not fit ", batch, " rows of ", dims.t,
+                " positions x ", dims.d);
+    batch_stride_ = cos_.size(0) == 1 ? 0 : dims.t * dims.d;
+  }
+  bool active() const { return cos_.defined(); }
+  RotaryRows Rows(int64_t b) const {
+    if (!active()) return {};
+    return {cos_.data_ptr<float>() + b * batch_stride_, sin_.data_ptr<float>() + b * batch_stride_};
+  }
+
+ private:
+  at::Tensor cos_, sin_;
+  int64_t batch_stride_ = 0;
+};
+
 AttentionDims DimsOf(const at::Tensor& q, double scale, int64_t window) {
   AttentionDims dims;
   dims.t = q.size(2);
@@ -120,7 +180,7 @@ struct GroupBuffers {
   explicit GroupBuffers(const AttentionDims& dims, bool backward)
       : head(static_cast<size_t>(dims.tp * dims.dp)),
         block(static_cast<size_t>(kRowBlock * dims.tp)) {
-    const int count = backward ? 10 : 3;
+    const int count = backward ? 10 : 4;
     storage.assign(static_cast<size_t>(count) * head + (backward ? 2 : 1) * block + dims.tp, 0.0f);
   }
   float* Head(int index) { return storage.data() + index * head; }
@@ -143,11 +203,13 @@ bool CausalAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at:
 }
 
 CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tensor& k,
-                                             const at::Tensor& v, double scale, int64_t window) {
+                                             const at::Tensor& v, double scale, int64_t window,
+                                             const CausalAttentionRotary* rotary) {
   CheckShapes(q, k, v);
   const AttentionDims dims = DimsOf(q, scale, window);
   const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(1);
   const int64_t groups = heads / kv_heads;
+  const RotaryTables tables(rotary, dims, batch);
   CausalAttentionOutput result;
   result.out = EmptyHeadsLast(q, heads, v.scalar_type());
   result.lse = at::empty({batch, heads, dims.t}, q.options().dtype(at::kFloat));
@@ -156,14 +218,23 @@ CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tens
   at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
     GroupBuffers buffers(dims, /*backward=*/false);
     float *kt = buffers.Head(0), *vv = buffers.Head(1), *qo = buffers.Head(2);
+    float* kk = buffers.Head(3);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / kv_heads, g = item % kv_heads;
-      PackHead(k, b, g, dims, /*transposed=*/true, kt);
+      const RotaryRows rows = tables.Rows(b);
+      if (tables.active()) {
+        PackHead(k, b, g, dims, /*transposed=*/false, kk);
+        RotateRows(kk, dims, rows.cos, rows.sin, /*inverse=*/false);
+        Transpose(kk, dims, kt);
+      } else {
+        PackHead(k, b, g, dims, /*transposed=*/true, kt);
+      }
       PackHead(v, b, g, dims, /*transposed=*/false, vv);
       for (int64_t h = g * groups; h < (g + 1) * groups; ++h) {
         PackHead(q, b, h, dims, /*transposed=*/false, qo);
+        if (tables.active()) RotateRows(qo, dims, rows.cos, rows.sin, /*inverse=*/false);
         // The output overwrites the packed queries: each block reads only its own rows first.
-        forward(dims, qo, kt, vv, qo, lse + (b * heads + h) * dims.t, buffers.Block(0, 3));
+        forward(dims, qo, kt, vv, qo, lse + (b * heads + h) * dims.t, buffers.Block(0, 4));
         UnpackHead(qo, dims, result.out, b, h);
       }
     }
@@ -174,7 +245,8 @@ CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tens
 CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const at::Tensor& q,
                                              const at::Tensor& k, const at::Tensor& v,
                                              const CausalAttentionOutput& forward, double scale,
-                                             int64_t window) {
+                                             int64_t window, const CausalAttentionRotary* rotary,
+                                             const CausalAttentionGrads* into) {
   CheckShapes(q, k, v);
   TORCH_CHECK(grad_out.sizes() == q.sizes() && CausalAttentionSupports(grad_out, k, v),
               "causal attention: the output gradient ", grad_out.sizes(), " does not fit q ",
@@ -182,10 +254,19 @@ CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const a
   const AttentionDims dims = DimsOf(q, scale, window);
   const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(1);
   const int64_t groups = heads / kv_heads;
+  const RotaryTables tables(rotary, dims, batch);
   CausalAttentionGrads grads;
-  grads.q = EmptyHeadsLast(q, heads, q.scalar_type());
-  grads.k = EmptyHeadsLast(k, kv_heads, k.scalar_type());
-  grads.v = EmptyHeadsLast(v, kv_heads, v.scalar_type());
+  if (into != nullptr) {
+    TORCH_CHECK(into->q.sizes() == q.sizes() && into->k.sizes() == k.sizes() &&
+                    into->v.sizes() == v.sizes() &&
+                    CausalAttentionSupports(into->q, into->k, into->v),
+                "causal attention: gradient destinations do not fit the inputs");
+    grads = *into;
+  } else {
+    grads.q = EmptyHeadsLast(q, heads, q.scalar_type());
+    grads.k = EmptyHeadsLast(k, kv_heads, k.scalar_type());
+    grads.v = EmptyHeadsLast(v, kv_heads, v.scalar_type());
+  }
   const at::Tensor lse_tensor = forward.lse.contiguous();
   const float* lse = lse_tensor.data_ptr<float>();
   const BackwardHeadFn backward = ENGINE_PICK_ISA(BackwardHead);
@@ -197,19 +278,28 @@ CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const a
     float* delta = buffers.Block(2, 10);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / kv_heads, g = item % kv_heads;
+      const RotaryRows rows = tables.Rows(b);
       PackHead(k, b, g, dims, /*transposed=*/false, kk);
-      PackHead(k, b, g, dims, /*transposed=*/true, kt);
+      if (tables.active()) {
+        RotateRows(kk, dims, rows.cos, rows.sin, /*inverse=*/false);
+        Transpose(kk, dims, kt);
+      } else {
+        PackHead(k, b, g, dims, /*transposed=*/true, kt);
+      }
       PackHead(v, b, g, dims, /*transposed=*/true, vt);
       std::memset(dk, 0, buffers.head * sizeof(float));
       std::memset(dv, 0, buffers.head * sizeof(float));
       for (int64_t h = g * groups; h < (g + 1) * groups; ++h) {
         PackHead(q, b, h, dims, /*transposed=*/false, qq);
+        if (tables.active()) RotateRows(qq, dims, rows.cos, rows.sin, /*inverse=*/false);
         PackHead(forward.out, b, h, dims, /*transposed=*/false, oo);
         PackHead(grad_out, b, h, dims, /*transposed=*/false, dout);
         backward(dims, qq, kk, kt, vt, oo, dout, lse + (b * heads + h) * dims.t, dq, dk, dv,
                  buffers.Block(0, 10), buffers.Block(1, 10), delta);
+        if (tables.active()) RotateRows(dq, dims, rows.cos, rows.sin, /*inverse=*/true);
         UnpackHead(dq, dims, grads.q, b, h);
       }
+      if (tables.active()) RotateRows(dk, dims, rows.cos, rows.sin, /*inverse=*/true);
       UnpackHead(dk, dims, grads.k, b, g);
       UnpackHead(dv, dims, grads.v, b, g);
     }

@@ -124,8 +124,33 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, int64_t offset, Laye
                  cache);
 }
 
+int64_t LlamaAttentionImpl::Window() const { return slides_ ? config_.sliding_window : 0; }
+
+at::Tensor LlamaAttentionImpl::KernelForward(const at::Tensor& x, const AttentionContext& context) {
+  const int64_t batch = x.size(0), positions = x.size(1), d = config_.head_dim();
+  const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const at::Tensor qkv = ForwardConcatenated({q_proj.get(), k_proj.get(), v_proj.get()}, x);
+  at::Tensor attended;
+  if (qkv.defined()) {
+    attended = KernelPackedCausalAttention(qkv, heads, kv_heads, scale, Window(), &context.rotary);
+  } else {  // adapters or quantized weights: the projections one by one
+    const auto heads_of = [&](engine::Linear& projection, int64_t count) {
+      return projection->forward(x).view({batch, positions, count, d}).transpose(1, 2);
+    };
+    attended = KernelCausalAttention(heads_of(q_proj, heads), heads_of(k_proj, kv_heads),
+                                     heads_of(v_proj, kv_heads), scale, Window(), &context.rotary);
+  }
+  return o_proj->forward(attended.transpose(1, 2).reshape({batch, positions, heads * d}));
+}
+
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionContext& context,
                                        LayerCache* cache) {
+  // Causal, no cache to fill, no per-head norm between projection and rotary: projections,
+  // rotary and attention in the engine's kernels.
+  if (cache == nullptr && !q_norm && context.full_is_causal && KernelAttentionAvailable(x)) {
+    return KernelForward(x, context);
+  }
   const int64_t batch = x.size(0), positions = x.size(1), d = config_.head_dim();
   const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
   at::Tensor q = q_proj->forward(x).view({batch, positions, heads, d});
@@ -149,7 +174,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionConte
   at::Tensor attended;
   if (context.full_is_causal && k.size(2) == positions && KernelAttentionTakes(q, k, v)) {
     // Causal, nothing cached before: the engine's kernel, grouped heads read in place.
-    attended = KernelCausalAttention(q, k, v, scale, slides_ ? config_.sliding_window : 0);
+    attended = KernelCausalAttention(q, k, v, scale, Window());
     return o_proj->forward(attended.transpose(1, 2).reshape({batch, positions, heads * d}));
   }
   k = RepeatKv(k, heads / kv_heads);
@@ -188,6 +213,14 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& config) : activation_(config.hidde
 }
 
 at::Tensor LlamaMlpImpl::forward(const at::Tensor& x) {
+  if (activation_ == Activation::kSilu && x.device().is_cpu()) {
+    const at::Tensor gate_up = ForwardConcatenated({gate_proj.get(), up_proj.get()}, x);
+    if (gate_up.defined()) {
+      if (KernelPackedSwiGluTakes(gate_up)) return down_proj->forward(KernelPackedSwiGlu(gate_up));
+      const int64_t i = gate_up.size(-1) / 2;
+      return down_proj->forward(at::silu(gate_up.narrow(-1, 0, i)) * gate_up.narrow(-1, i, i));
+    }
+  }
   const at::Tensor gate = gate_proj->forward(x), up = up_proj->forward(x);
   if (activation_ == Activation::kSilu && KernelSwiGluTakes(gate, up)) {
     return down_proj->forward(KernelSwiGlu(gate, up));

@@ -98,6 +98,11 @@ class LlamaAttentionImpl : public torch::nn::Module {
   std::shared_ptr<RmsNormImpl> q_norm, k_norm;  // Qwen3 only (null otherwise)
 
  private:
+  // Keys within this many positions on a sliding layer; 0 elsewhere.
+  int64_t Window() const;
+  // The causal, uncached forward through the engine's kernels (kernel_ops.h).
+  at::Tensor KernelForward(const at::Tensor& x, const AttentionContext& context);
+
   LlamaConfig config_;
   bool slides_;
 };

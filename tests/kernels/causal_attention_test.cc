@@ -123,6 +123,53 @@ TEST(CausalAttentionKernelTest, MixedInputDtypesGiveTheValuesDtype) {
   EXPECT_EQ(grads.v.scalar_type(), at::kBFloat16);
 }
 
+// transformers' apply_rotary_pos_emb: x cos + rotate_half(x) sin, tables [rows, positions, dim].
+at::Tensor Rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+}
+
+TEST(CausalAttentionKernelTest, RotaryTablesRotateQueriesAndKeysAndTheirGradients) {
+  for (int64_t table_rows : {1, 2}) {  // shared positions, or per row (Qwen2-VL's M-RoPE)
+    at::manual_seed(12);
+    const Case c{2, 4, 2, 19, 16, 0};
+    // The projections as one fused [batch, positions, (heads + 2 kv_heads) * dim] tensor.
+    const int64_t width = (c.heads + 2 * c.kv_heads) * c.dim;
+    const at::Tensor qkv = at::randn({c.batch, c.positions, width});
+    const auto heads_of = [&](const at::Tensor& fused, int64_t first, int64_t count) {
+      return fused.narrow(2, first * c.dim, count * c.dim)
+          .view({c.batch, c.positions, count, c.dim})
+          .transpose(1, 2);
+    };
+    const at::Tensor q = heads_of(qkv, 0, c.heads), k = heads_of(qkv, c.heads, c.kv_heads),
+                     v = heads_of(qkv, c.heads + c.kv_heads, c.kv_heads);
+    const at::Tensor angles = at::rand({table_rows, c.positions, c.dim / 2}) * 6;
+    const at::Tensor emb = at::cat({angles, angles}, -1);
+    CausalAttentionRotary rotary{emb.cos(), emb.sin()};
+    const at::Tensor grad_out = at::randn({c.batch, c.heads, c.positions, c.dim});
+
+    const CausalAttentionOutput got = CausalAttentionForward(q, k, v, 0.25, 0, &rotary);
+    at::Tensor grad_qkv = at::empty_like(qkv);
+    const CausalAttentionGrads into{heads_of(grad_qkv, 0, c.heads),
+                                    heads_of(grad_qkv, c.heads, c.kv_heads),
+                                    heads_of(grad_qkv, c.heads + c.kv_heads, c.kv_heads)};
+    CausalAttentionBackward(grad_out, q, k, v, got, 0.25, 0, &rotary, &into);
+
+    at::Tensor fused = qkv.to(at::kDouble).requires_grad_();
+    const at::Tensor cos = rotary.cos.to(at::kDouble), sin = rotary.sin.to(at::kDouble);
+    const at::Tensor want =
+        MathAttention(Rotate(heads_of(fused, 0, c.heads), cos, sin),
+                      Rotate(heads_of(fused, c.heads, c.kv_heads), cos, sin),
+                      heads_of(fused, c.heads + c.kv_heads, c.kv_heads), 0.25, 0);
+    const at::Tensor want_grad =
+        torch::autograd::grad({want}, {fused}, {grad_out.to(at::kDouble)})[0];
+    EXPECT_LE((got.out.to(at::kDouble) - want).abs().max().item<double>(), 1e-5) << table_rows;
+    EXPECT_LE((grad_qkv.to(at::kDouble) - want_grad).abs().max().item<double>(), 1e-5)
+        << table_rows;
+  }
+}
+
 TEST(CausalAttentionKernelTest, RefusesWhatItDoesNotTake) {
   const at::Tensor q = at::randn({1, 3, 4, 8}), k = at::randn({1, 2, 4, 8});
   EXPECT_THROW(CausalAttentionForward(q, k, k, 1.0, 0), c10::Error);  // 3 heads over 2 kv heads
@@ -130,6 +177,11 @@ TEST(CausalAttentionKernelTest, RefusesWhatItDoesNotTake) {
   EXPECT_FALSE(CausalAttentionSupports(ints, k, k));
   EXPECT_FALSE(CausalAttentionSupports(k.transpose(2, 3), k, k));  // last stride not 1
   EXPECT_THROW(CausalAttentionForward(ints, k, k, 1.0, 0), c10::Error);
+  const at::Tensor odd = at::randn({1, 2, 4, 7});
+  CausalAttentionRotary rotary{at::ones({1, 4, 7}), at::zeros({1, 4, 7})};
+  EXPECT_THROW(CausalAttentionForward(odd, odd, odd, 1.0, 0, &rotary), c10::Error);
+  CausalAttentionRotary short_tables{at::ones({1, 3, 8}), at::zeros({1, 3, 8})};
+  EXPECT_THROW(CausalAttentionForward(k, k, k, 1.0, 0, &short_tables), c10::Error);
 }
 
 }  // namespace

@@ -47,10 +47,30 @@ TEST(SwiGluKernelTest, EqualsSiluTimesUpForwardAndBackward) {
   EXPECT_EQ(out[2].item<float>(), 0.0f);
 }
 
+TEST(SwiGluKernelTest, HalvesOfOneFusedProjectionInAndOut) {
+  at::manual_seed(3);
+  const at::Tensor gate_up = at::randn({2, 5, 2 * 37});
+  const at::Tensor gate = gate_up.narrow(-1, 0, 37), up = gate_up.narrow(-1, 37, 37);
+  ASSERT_TRUE(SwiGluSupports(gate, up));
+  const at::Tensor grad = at::randn({2, 5, 37});
+  at::Tensor fused_grad = at::empty_like(gate_up);
+  const SwiGluGrads into{fused_grad.narrow(-1, 0, 37), fused_grad.narrow(-1, 37, 37)};
+  SwiGluBackward(grad, gate, up, &into);
+  const at::Tensor out = SwiGluForward(gate, up);
+  EXPECT_TRUE(out.is_contiguous());
+
+  at::Tensor fused = gate_up.to(at::kDouble).requires_grad_();
+  const at::Tensor want = at::silu(fused.narrow(-1, 0, 37)) * fused.narrow(-1, 37, 37);
+  const at::Tensor want_grad = torch::autograd::grad({want}, {fused}, {grad.to(at::kDouble)})[0];
+  EXPECT_LE(MaxError(out, want.detach()), 2e-6);
+  EXPECT_LE(MaxError(fused_grad, want_grad), 2e-6);
+}
+
 TEST(SwiGluKernelTest, RefusesMismatchedInputs) {
   EXPECT_FALSE(SwiGluSupports(at::ones({2, 3}), at::ones({3, 2})));
   EXPECT_FALSE(SwiGluSupports(at::ones({2, 3}), at::ones({2, 3}, at::kBFloat16)));
   EXPECT_FALSE(SwiGluSupports(at::ones({3, 2}).t(), at::ones({2, 3})));
+  EXPECT_FALSE(SwiGluSupports(at::ones({2, 4, 3}).narrow(1, 0, 2), at::ones({2, 2, 3})));
   EXPECT_THROW(SwiGluForward(at::ones({2, 3}), at::ones({3})), c10::Error);
 }
 

@@ -191,6 +191,36 @@ TEST(LoraTest, MergingIntoAQuantizedBaseIsExplicit) {
   EXPECT_GT((merged - unmerged).abs().max().item<float>(), 0.0f);
 }
 
+// Dense layers on one input go through one product: the same outputs and gradients as each
+// forward; anything with its own path (an adapter, a quantized weight, a bias on some only) is
+// left to the layers one by one.
+TEST(ForwardConcatenatedTest, EqualsTheLayersSideBySideOrDeclines) {
+  at::manual_seed(13);
+  Linear a(16, 8, true), b(16, 4, true), c(16, 4, false), d(16, 4, true);
+  const at::Tensor x = at::randn({3, 5, 16});
+  const at::Tensor together = ForwardConcatenated({a.get(), b.get()}, x);
+  ASSERT_TRUE(together.defined());
+  const at::Tensor apart = at::cat({a->forward(x), b->forward(x)}, -1);
+  EXPECT_TRUE(at::allclose(together, apart, 1e-6, 1e-6));
+  const at::Tensor grad = at::randn_like(together);
+  together.backward(grad);
+  const at::Tensor weight_grad = a->weight.grad().clone(), bias_grad = b->bias.grad().clone();
+  a->zero_grad();
+  b->zero_grad();
+  apart.backward(grad);
+  EXPECT_TRUE(at::allclose(weight_grad, a->weight.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(bias_grad, b->bias.grad(), 1e-5, 1e-6));
+
+  EXPECT_FALSE(ForwardConcatenated({a.get(), c.get()}, x).defined());  // a bias on one only
+  ASSERT_TRUE(d->Quantize(QuantizeWith("nf4", "compute_dtype: FP32", d->weight.detach())).ok());
+  EXPECT_FALSE(ForwardConcatenated({a.get(), d.get()}, x).defined());
+  const auto& lora = Lora();
+  auto adapter = lora.Create(*testing::Options(lora, "r: 2 lora_alpha: 4"), *b);
+  ASSERT_TRUE(adapter.ok());
+  ASSERT_TRUE(b->AddAdapter(*adapter).ok());
+  EXPECT_FALSE(ForwardConcatenated({a.get(), b.get()}, x).defined());
+}
+
 TEST(QuantizationOptionsTest, BadOptionsAreRefusedByField) {
   EXPECT_THAT(ValidationErrors(Lora(), "r: 0"), ::testing::ElementsAre(HasSubstr("r: is 0")));
   EXPECT_THAT(ValidationErrors(Lora(), "lora_dropout: 1"),

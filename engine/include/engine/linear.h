@@ -140,6 +140,14 @@ class LinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Linear);
 
+// The outputs of `layers` for one input side by side ([..., sum of out_features], in the layers'
+// order) from one product with their concatenated weights: what each forward computes, in one
+// matmul instead of several (wider products run closer to the CPU's peak, and the backward gives x
+// one gradient instead of a sum). Undefined when they cannot go together: a quantized layer, an
+// unmerged adapter, other input sizes, dtypes or devices, or biases on some layers only; the
+// caller then runs them one by one.
+at::Tensor ForwardConcatenated(const std::vector<LinearImpl*>& layers, const at::Tensor& x);
+
 // x @ W^T for a quantized W, in W's compute dtype, without materialising the whole dense weight
 // (row tiles are dequantized and multiplied in turn). Differentiable in x only.
 at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedWeight> weight);

@@ -155,6 +155,28 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   return y;
 }
 
+at::Tensor ForwardConcatenated(const std::vector<LinearImpl*>& layers, const at::Tensor& x) {
+  if (layers.empty()) return at::Tensor();
+  const LinearImpl& first = *layers.front();
+  std::vector<at::Tensor> weights, biases;
+  for (const LinearImpl* layer : layers) {
+    const bool plain =
+        layer->quantized() == nullptr && (layer->adapters().empty() || layer->merged());
+    if (!plain || !layer->weight.defined() || layer->in_features() != first.in_features() ||
+        layer->weight.scalar_type() != first.weight.scalar_type() ||
+        layer->weight.device() != first.weight.device() ||
+        layer->bias.defined() != first.bias.defined()) {
+      return at::Tensor();
+    }
+    weights.push_back(layer->weight);
+    if (layer->bias.defined()) biases.push_back(layer->bias);
+  }
+  const at::Tensor weight = at::cat(weights, 0);
+  if (biases.empty()) return at::matmul(x, weight.t());
+  const at::Tensor bias = at::cat(biases, 0);
+  return x.dim() == 2 ? at::addmm(bias, x, weight.t()) : at::matmul(x, weight.t()) + bias;
+}
+
 void LinearImpl::RegisterQuantizedTensors() {
   for (const auto& [name, tensor] : quantized_->tensors()) register_buffer(name, tensor);
 }

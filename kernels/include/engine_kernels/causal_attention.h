@@ -34,16 +34,30 @@ struct CausalAttentionGrads {
   at::Tensor q, k, v;
 };
 
+// Rotary position embedding applied to q and k as they are read (transformers' rotate_half form:
+// x cos + rotate_half(x) sin), so that the caller passes the projections as they are. cos and sin:
+// [1 or batch, positions, dim], any float dtype (read as f32); dim even.
+struct CausalAttentionRotary {
+  at::Tensor cos, sin;
+};
+
 // Whether the kernel takes these inputs (CPU, supported dtypes and shapes); else use ATen ops.
 bool CausalAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
+// `rotary`: null, or the tables to rotate q and k with.
 CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tensor& k,
-                                             const at::Tensor& v, double scale, int64_t window);
+                                             const at::Tensor& v, double scale, int64_t window,
+                                             const CausalAttentionRotary* rotary = nullptr);
 
-// grad_out: the gradient of `out`, [batch, heads, positions, dim], any strides.
+// grad_out: the gradient of `out`, [batch, heads, positions, dim], unit last stride. The same
+// `rotary` as the forward's; the gradients are those of the unrotated q and k. `into`: null, or
+// tensors of q's, k's and v's shapes (unit last stride, e.g. views into one [batch, positions,
+// (heads + 2 kv_heads) * dim] gradient of a fused projection) to write the gradients into.
 CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const at::Tensor& q,
                                              const at::Tensor& k, const at::Tensor& v,
                                              const CausalAttentionOutput& forward, double scale,
-                                             int64_t window);
+                                             int64_t window,
+                                             const CausalAttentionRotary* rotary = nullptr,
+                                             const CausalAttentionGrads* into = nullptr);
 
 }  // namespace engine::kernels

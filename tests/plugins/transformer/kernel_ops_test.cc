@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cstdlib>
 #include <map>
@@ -14,6 +15,7 @@
 #include "engine/precision_context.h"
 #include "llama_config.h"
 #include "llama_modules.h"
+#include "rotary.h"
 
 namespace engine::transformer {
 namespace {
@@ -129,6 +131,34 @@ TEST(KernelOpsTest, PaddedRowsAndTheCacheKeepTheAtenAttention) {
   const at::Tensor with_cache = model.lm.Generate(prompt, 5, -1, /*use_cache=*/true);
   const at::Tensor without = model.lm.Generate(prompt, 5, -1, /*use_cache=*/false);
   EXPECT_TRUE(at::equal(with_cache, without));
+}
+
+// The unpacked form (projections one by one, as with adapters or quantized weights): the kernel
+// rotates q and k itself, and their gradients are those of the unrotated projections.
+TEST(KernelOpsTest, SeparateProjectionsWithRotaryEqualRotaryThenMathAttention) {
+  at::manual_seed(10);
+  LlamaConfig config = Small(0);
+  const int64_t batch = 2, positions = 11, d = config.head_dim();
+  const auto heads = [&](int64_t count) {
+    return at::randn({batch, positions, count, d}).transpose(1, 2).requires_grad_();
+  };
+  const at::Tensor q = heads(4), k = heads(2), v = heads(2);
+  const RotaryTables rotary = BuildRotaryTables(
+      config, at::arange(positions, at::kLong).unsqueeze(0).expand({batch, positions}), at::kFloat);
+  const at::Tensor got = KernelCausalAttention(q, k, v, 0.125, 0, &rotary);
+  const at::Tensor grad = at::randn_like(got);
+  const auto got_grads = torch::autograd::grad({got}, {q, k, v}, {grad});
+
+  const at::Tensor kr = ApplyRotary(k, rotary).repeat_interleave(2, 1);
+  const at::Tensor scores = at::matmul(ApplyRotary(q, rotary), kr.transpose(2, 3)) * 0.125;
+  const at::Tensor mask = at::ones({positions, positions}, at::kBool).triu(1);
+  const at::Tensor want =
+      at::matmul(at::softmax(scores.masked_fill(mask, -INFINITY), -1), v.repeat_interleave(2, 1));
+  const auto want_grads = torch::autograd::grad({want}, {q, k, v}, {grad});
+  EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(at::allclose(got_grads[i], want_grads[i], 1e-5, 1e-5)) << "input " << i;
+  }
 }
 
 TEST(KernelOpsTest, SwitchesTurnTheKernelsOff) {
