@@ -23,36 +23,20 @@
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "best_time.h"
 #include "core/allocator.h"
 #include "engine/linear.h"
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
 #include "nf4_weight.h"
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Best(int repeats, const std::function<void()>& fn) {
-  fn();  // warm caches and allocators
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto start = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
-
-}  // namespace
+using engine::bench::BestSeconds;
 
 // Long by design: the benchmark reads as its report, one measured figure after another, in the
 // order it prints them.
@@ -81,12 +65,12 @@ int main(int argc, char** argv) {
   for (c10::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
     const int64_t bytes = dense.numel() * static_cast<int64_t>(c10::elementSize(dtype));
     std::vector<char> src(bytes, 1), dst(bytes);
-    const double copy = Best(repeats, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+    const double copy = BestSeconds(repeats, [&] { std::memcpy(dst.data(), src.data(), bytes); });
     // Tile by tile, 1 MiB of output each, as the 4-bit matmul dequantizes (engine/src/core/
     // linear.cc): what the engine pays, without the page faults of one huge fresh output.
     const int64_t tile =
         std::max<int64_t>(1, (int64_t{1} << 20) / (cols * c10::elementSize(dtype)));
-    const double dq = Best(repeats, [&] {
+    const double dq = BestSeconds(repeats, [&] {
       for (int64_t r = 0; r < rows; r += tile) {
         (void)engine::kernels::DequantizeNf4Range(q, r * cols, std::min(rows, r + tile) * cols,
                                                   dtype);
@@ -103,18 +87,19 @@ int main(int argc, char** argv) {
     const at::Tensor w = dense.to(dtype);
     const at::Tensor x = at::randn({tokens, cols}).to(dtype);
     const at::Tensor dy = at::randn({tokens, rows}).to(dtype);
-    const double quantized = Best(repeats, [&] { (void)engine::QuantizedMatmul(x, weight); });
-    const double plain = Best(repeats, [&] { (void)at::matmul(x, w.t()); });
+    const double quantized =
+        BestSeconds(repeats, [&] { (void)engine::QuantizedMatmul(x, weight); });
+    const double plain = BestSeconds(repeats, [&] { (void)at::matmul(x, w.t()); });
     std::printf("%-22s %10.3f %10.3f %8.2f\n",
                 (std::string("forward ") + c10::toString(dtype)).c_str(), quantized * 1e3,
                 plain * 1e3, plain / quantized);
     const at::Tensor xg = x.detach().requires_grad_();
-    const double quantized_bw = Best(repeats, [&] {
+    const double quantized_bw = BestSeconds(repeats, [&] {
       xg.mutable_grad().reset();
       engine::QuantizedMatmul(xg, weight).backward(dy);
     });
     const at::Tensor wg = w.detach();
-    const double plain_bw = Best(repeats, [&] {
+    const double plain_bw = BestSeconds(repeats, [&] {
       xg.mutable_grad().reset();
       at::matmul(xg, wg.t()).backward(dy);
     });
@@ -131,14 +116,14 @@ int main(int argc, char** argv) {
     at::Tensor m = at::zeros({params}), v = at::zeros({params});
     at::Tensor low = at::empty({params}, at::kBFloat16);
     engine::kernels::AdamWHyper hyper;
-    const double fused = Best(repeats, [&] {
+    const double fused = BestSeconds(repeats, [&] {
       ++hyper.step;
       engine::kernels::FusedAdamW(master, grad, m, v, hyper, 1.0, low);
     });
     at::Tensor p = master.clone();
     torch::optim::AdamW optimizer({p}, torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
     at::Tensor low_peer;
-    const double peer = Best(repeats, [&] {
+    const double peer = BestSeconds(repeats, [&] {
       p.mutable_grad() = grad.to(at::kFloat);
       optimizer.step();
       low_peer = p.to(at::kBFloat16);
@@ -153,13 +138,13 @@ int main(int argc, char** argv) {
     // weight) against the cast path it replaced (cast to f32, unscale, f32 sum for the check, the
     // fused update on f32, copy down).
     const double inverse_scale = 1.0 / 1024;
-    const double fed = Best(repeats, [&] {
+    const double fed = BestSeconds(repeats, [&] {
       ++hyper.step;
       if (engine::kernels::AllFinite(grad)) {
         engine::kernels::FusedAdamW(master, grad, m, v, hyper, inverse_scale, low);
       }
     });
-    const double cast = Best(repeats, [&] {
+    const double cast = BestSeconds(repeats, [&] {
       ++hyper.step;
       at::Tensor g32 = grad.to(at::kFloat);
       g32.mul_(inverse_scale);
