@@ -59,7 +59,7 @@ class LlamaModel : public Model, public TextGenerator {
     const at::Tensor hidden =
         lm.model->Forward(lm.model->Embed(tokens.ids), inputs, nullptr, checkpointing_ && training);
     ModelOutput out;
-    ScoreCausalLm(lm.Logits(hidden), tokens, !training, answers_, eos_id_, &out);
+    ScoreCausalLm(lm, hidden, tokens, !training, answers_, eos_id_, &out);
     if (!training) {
       ENGINE_RETURN_IF_ERROR(ScoreGeneratedAnswers(lm, at::Tensor(), batch, eos_id_, &out));
     }

@@ -53,7 +53,7 @@ class Qwen2VlModel : public Model, public TextGenerator, public ImageTextGenerat
                             module_->Hidden(tokens.ids, tokens.attention_mask, images.pixel_values,
                                             images.row_grids, checkpointing_ && training));
     ModelOutput out;
-    ScoreCausalLm(module_->lm.Logits(hidden), tokens, !training, answers_, eos_id_, &out);
+    ScoreCausalLm(module_->lm, hidden, tokens, !training, answers_, eos_id_, &out);
     return out;
   }
 

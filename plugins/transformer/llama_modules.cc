@@ -306,6 +306,13 @@ at::Tensor CausalLm::Logits(const at::Tensor& hidden) {
   return at::matmul(hidden, model->embed_tokens->weight.t());
 }
 
+at::Tensor CausalLm::DenseHeadWeight() const {
+  if (!lm_head) return model->embed_tokens->weight;
+  const bool adapters = !lm_head->adapters().empty() && !lm_head->merged();
+  if (lm_head->quantized() != nullptr || adapters || lm_head->bias.defined()) return at::Tensor();
+  return lm_head->weight;
+}
+
 at::Tensor CausalLm::Generate(const at::Tensor& prefix, int64_t max_new_tokens, int64_t eos_id,
                               bool use_cache) {
   at::NoGradGuard no_grad;

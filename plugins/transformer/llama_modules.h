@@ -162,6 +162,9 @@ struct CausalLm {
   CausalLm(torch::nn::Module& owner, const LlamaConfig& config);
 
   at::Tensor Logits(const at::Tensor& hidden);
+  // The head as one dense weight [vocab, hidden] (the embeddings when tied) when Logits is just
+  // hidden @ weight^T; undefined when the head is quantized, has unmerged adapters or a bias.
+  at::Tensor DenseHeadWeight() const;
   // Greedy decoding after `prefix` ([batch, positions, hidden] embeddings): up to max_new_tokens
   // ids per row, [batch, generated]. Rows stop at `eos_id` (the rest of a stopped row repeats it).
   // With use_cache the prefix runs once and each new token attends to the cache; without, the whole

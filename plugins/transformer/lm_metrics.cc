@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "lm_head_loss.h"
+
 namespace engine::transformer {
 
 at::Tensor WithoutContext(const at::Tensor& attention_mask) {
@@ -24,33 +26,16 @@ StatusOr<BatchTokens> TokensOf(const Batch& batch, bool token_labels) {
   return tokens;
 }
 
-void ScoreCausalLm(const at::Tensor& logits, const BatchTokens& tokens, bool evaluating,
-                   bool answers, int64_t eos_id, ModelOutput* out) {
-  CausalLmLoss(logits, tokens.targets, evaluating, out, eos_id);
-  if (evaluating && answers) {
-    TeacherForcedExactMatch(logits, tokens.targets, tokens.attention_mask, out);
-  }
-}
+namespace {
 
-void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
-                  ModelOutput* out, int64_t eos_id) {
-  const int64_t vocab = logits.size(-1);
-  const at::Tensor predicted = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, vocab});
-  const at::Tensor targets = labels.narrow(1, 1, labels.size(1) - 1).reshape({-1});
+// In evaluation: perplexity, token accuracy and eos accuracy of the next-token `predicted` ids
+// ([n]) against `targets` ([n], kIgnoreIndex where nothing is predicted).
+void NextTokenMetrics(double mean_loss, int64_t count, const at::Tensor& predicted,
+                      const at::Tensor& targets, int64_t eos_id, ModelOutput* out) {
   const at::Tensor counted = targets.ne(kIgnoreIndex);
-  const int64_t count = counted.sum().item<int64_t>();
-  out->loss_count = count;
-  if (count == 0) {
-    out->loss = predicted.sum().to(at::kFloat) * 0.0;
-    return;
-  }
-  out->loss = at::cross_entropy_loss(predicted.to(at::kFloat), targets, {}, at::Reduction::Mean,
-                                     kIgnoreIndex);
-  if (!evaluating) return;
-  const double mean = out->loss.item<double>();
-  out->metrics["perplexity"] = {mean * static_cast<double>(count), static_cast<double>(count),
+  out->metrics["perplexity"] = {mean_loss * static_cast<double>(count), static_cast<double>(count),
                                 true};
-  const at::Tensor hits = predicted.argmax(-1).eq(targets) & counted;
+  const at::Tensor hits = predicted.eq(targets) & counted;
   out->metrics["token_accuracy"] = {hits.sum().item<double>(), static_cast<double>(count)};
   if (eos_id >= 0) {
     // Every batch reports it, with a zero count when it holds no eos target, so that the metrics
@@ -59,6 +44,57 @@ void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evalu
     out->metrics["eos_accuracy"] = {(hits & stops).sum().item<double>(),
                                     stops.sum().item<double>()};
   }
+}
+
+}  // namespace
+
+at::Tensor NextTokenPredictions(const at::Tensor& logits) {
+  return logits.narrow(1, 0, logits.size(1) - 1).argmax(-1);
+}
+
+void ScoreCausalLm(CausalLm& lm, const at::Tensor& hidden, const BatchTokens& tokens,
+                   bool evaluating, bool answers, int64_t eos_id, ModelOutput* out) {
+  const at::Tensor weight = lm.DenseHeadWeight();
+  if (!weight.defined()) {
+    const at::Tensor logits = lm.Logits(hidden);
+    CausalLmLoss(logits, tokens.targets, evaluating, out, eos_id);
+    if (evaluating && answers) {
+      TeacherForcedExactMatch(NextTokenPredictions(logits), tokens.targets, tokens.attention_mask,
+                              out);
+    }
+    return;
+  }
+  const int64_t rows = hidden.size(0), positions = hidden.size(1) - 1;
+  const at::Tensor targets = tokens.targets.narrow(1, 1, positions).reshape({-1});
+  const HeadLoss scored = ChunkedHeadCrossEntropy(
+      hidden.narrow(1, 0, positions).reshape({-1, hidden.size(2)}), weight, targets, kIgnoreIndex,
+      /*predictions=*/evaluating);
+  out->loss = scored.loss;
+  out->loss_count = scored.count;
+  if (!evaluating || scored.count == 0) return;
+  NextTokenMetrics(scored.loss.item<double>(), scored.count, scored.predicted, targets, eos_id,
+                   out);
+  if (answers) {
+    TeacherForcedExactMatch(scored.predicted.view({rows, positions}), tokens.targets,
+                            tokens.attention_mask, out);
+  }
+}
+
+void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evaluating,
+                  ModelOutput* out, int64_t eos_id) {
+  const int64_t vocab = logits.size(-1);
+  const at::Tensor predicted = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, vocab});
+  const at::Tensor targets = labels.narrow(1, 1, labels.size(1) - 1).reshape({-1});
+  const int64_t count = targets.ne(kIgnoreIndex).sum().item<int64_t>();
+  out->loss_count = count;
+  if (count == 0) {
+    out->loss = predicted.sum().to(at::kFloat) * 0.0;
+    return;
+  }
+  out->loss = at::cross_entropy_loss(predicted.to(at::kFloat), targets, {}, at::Reduction::Mean,
+                                     kIgnoreIndex);
+  if (!evaluating) return;
+  NextTokenMetrics(out->loss.item<double>(), count, predicted.argmax(-1), targets, eos_id, out);
 }
 
 void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t eos_id,
@@ -83,12 +119,12 @@ void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t 
   out->metrics["exact_match"] = {matches, static_cast<double>(g.size(0))};
 }
 
-void TeacherForcedExactMatch(const at::Tensor& logits, const at::Tensor& labels,
+void TeacherForcedExactMatch(const at::Tensor& predicted, const at::Tensor& labels,
                              const at::Tensor& attention_mask, ModelOutput* out) {
-  const int64_t rows = logits.size(0), positions = logits.size(1) - 1;
+  const int64_t rows = predicted.size(0), positions = predicted.size(1);
   const at::Tensor targets = labels.narrow(1, 1, positions);
   const at::Tensor counted = targets.ne(kIgnoreIndex);
-  const at::Tensor wrong = logits.narrow(1, 0, positions).argmax(-1).ne(targets) & counted;
+  const at::Tensor wrong = predicted.ne(targets) & counted;
   // One slot per (row, example of the row); unpacked rows have one example each.
   at::Tensor example = at::zeros_like(targets);
   int64_t per_row = 1;

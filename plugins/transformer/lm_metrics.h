@@ -25,10 +25,16 @@ struct BatchTokens {
 };
 StatusOr<BatchTokens> TokensOf(const Batch& batch, bool token_labels);
 
-// CausalLmLoss of `logits` against the targets, and in evaluation, when the labels mark answers
-// (`answers`), TeacherForcedExactMatch.
-void ScoreCausalLm(const at::Tensor& logits, const BatchTokens& tokens, bool evaluating,
-                   bool answers, int64_t eos_id, ModelOutput* out);
+// The next-token loss of the model's final `hidden` states ([batch, positions, hidden]) and, in
+// evaluation, CausalLmLoss's metrics and, when the labels mark answers (`answers`),
+// TeacherForcedExactMatch. A dense head scores chunk by chunk without building the logits
+// (lm_head_loss.h); a quantized head or one with adapters goes through lm.Logits.
+void ScoreCausalLm(CausalLm& lm, const at::Tensor& hidden, const BatchTokens& tokens,
+                   bool evaluating, bool answers, int64_t eos_id, ModelOutput* out);
+
+// The argmax id at every position but the last ([batch, positions - 1]): each position's
+// prediction of the next token.
+at::Tensor NextTokenPredictions(const at::Tensor& logits);
 
 // Next-token cross-entropy: logits [batch, positions, vocab] at position t predict labels at t + 1.
 // Fills loss (the mean over predicted tokens) and loss_count; in evaluation also "perplexity"
@@ -50,7 +56,8 @@ void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t 
 // sees the same tokens as teacher forcing), so this is the exact match of greedy generation at
 // the cost of one forward. Examples are rows, or the numbered examples of packed rows when
 // `attention_mask` (undefined: none) numbers them.
-void TeacherForcedExactMatch(const at::Tensor& logits, const at::Tensor& labels,
+// `predicted`: NextTokenPredictions of the logits, [batch, positions - 1].
+void TeacherForcedExactMatch(const at::Tensor& predicted, const at::Tensor& labels,
                              const at::Tensor& attention_mask, ModelOutput* out);
 
 // When `batch` holds "prompt_length" and "answer_ids" (as digits_captions makes them): greedy

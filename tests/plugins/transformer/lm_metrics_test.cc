@@ -58,17 +58,18 @@ TEST(CausalLmMetricsTest, TeacherForcedExactMatchCountsExamplesWithEveryAnswerTo
       at::tensor(std::vector<int64_t>{1, 1, 1, 1, 2, 2, 2, 0}, at::kLong).unsqueeze(0);
   const at::Tensor logits = Predicting({0, 2, 3, 0, 0, 2, 0, 0});
   ModelOutput packed;
-  TeacherForcedExactMatch(logits, labels, mask, &packed);
+  TeacherForcedExactMatch(NextTokenPredictions(logits), labels, mask, &packed);
   EXPECT_DOUBLE_EQ(packed.metrics.at("exact_match").sum, 1);
   EXPECT_DOUBLE_EQ(packed.metrics.at("exact_match").count, 2);
   // As one example (no mask), one wrong token fails it.
   ModelOutput whole;
-  TeacherForcedExactMatch(logits, labels, at::Tensor(), &whole);
+  TeacherForcedExactMatch(NextTokenPredictions(logits), labels, at::Tensor(), &whole);
   EXPECT_DOUBLE_EQ(whole.metrics.at("exact_match").sum, 0);
   EXPECT_DOUBLE_EQ(whole.metrics.at("exact_match").count, 1);
   // A right prediction of the second answer makes both count.
   ModelOutput both;
-  TeacherForcedExactMatch(Predicting({0, 2, 3, 0, 0, 1, 0, 0}), labels, mask, &both);
+  TeacherForcedExactMatch(NextTokenPredictions(Predicting({0, 2, 3, 0, 0, 1, 0, 0})), labels, mask,
+                          &both);
   EXPECT_DOUBLE_EQ(both.metrics.at("exact_match").value(), 1.0);
 }
 

@@ -1,0 +1,137 @@
+#include "lm_head_loss.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+namespace engine::transformer {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kChunkBytes = int64_t{128} << 20;
+
+// The dtype the head's matmul runs in: autocast's for the hidden states' device when it is on
+// (as matmul would cast), else the hidden states' own.
+at::ScalarType ComputeDtype(const at::Tensor& hidden) {
+  if (hidden.device().is_cpu() && at::autocast::is_cpu_enabled()) {
+    return at::autocast::get_autocast_cpu_dtype();
+  }
+  if (hidden.device().is_cuda() && at::autocast::is_enabled()) {
+    return at::autocast::get_autocast_gpu_dtype();
+  }
+  return hidden.scalar_type();
+}
+
+struct ChunkedResult {
+  at::Tensor loss_sum, predicted, grad_hidden, grad_weight;
+};
+
+// The loop of ChunkedHeadCrossEntropy; gradients (already divided by `count`) when asked.
+ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
+                        const at::Tensor& targets, int64_t ignore_index, int64_t count,
+                        bool predictions, bool grad_hidden, bool grad_weight, int64_t chunk_rows) {
+  const at::ScalarType compute = ComputeDtype(hidden);
+  // The casts autocast would make, made once here; its keys are then off so that nothing is cast
+  // (or cached) again per chunk.
+  const at::Tensor h = hidden.to(compute), w = weight.to(compute);
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(
+      c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
+  const int64_t rows = hidden.size(0), vocab = weight.size(0);
+  const int64_t chunk =
+      chunk_rows > 0 ? chunk_rows : std::clamp<int64_t>(kChunkBytes / (vocab * 4), 1, rows);
+  const auto f32 = hidden.options().dtype(at::kFloat);
+  ChunkedResult result;
+  result.loss_sum = at::zeros({}, f32);
+  if (predictions) result.predicted = at::empty({rows}, targets.options());
+  if (grad_hidden) result.grad_hidden = at::empty(hidden.sizes(), hidden.options());
+  if (grad_weight) result.grad_weight = at::zeros(weight.sizes(), f32);
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t n = std::min(chunk, rows - r);
+    const at::Tensor hc = h.narrow(0, r, n);
+    const at::Tensor logits = at::matmul(hc, w.t()).to(at::kFloat);
+    const at::Tensor t = targets.narrow(0, r, n);
+    const at::Tensor valid = t.ne(ignore_index);
+    const at::Tensor index = t.masked_fill(valid.logical_not(), 0).unsqueeze(1);
+    const at::Tensor lse = at::logsumexp(logits, -1, /*keepdim=*/true);
+    const at::Tensor picked = logits.gather(1, index);
+    result.loss_sum.add_(((lse - picked).squeeze(1) * valid).sum());
+    if (predictions) result.predicted.narrow(0, r, n).copy_(logits.argmax(-1));
+    if (!grad_hidden && !grad_weight) continue;
+    // d loss / d logits = (softmax - onehot(target)) / count on counted rows, 0 on the others.
+    at::Tensor g = (logits - lse).exp_();
+    g.scatter_add_(1, index, at::full({n, 1}, -1.0, f32));
+    g.mul_((valid.to(at::kFloat) / static_cast<double>(count)).unsqueeze(1));
+    const at::Tensor gc = g.to(compute);
+    if (grad_hidden) result.grad_hidden.narrow(0, r, n).copy_(at::matmul(gc, w));
+    if (grad_weight) result.grad_weight.add_(at::matmul(gc.t(), hc));
+  }
+  return result;
+}
+
+class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
+                               const at::Tensor& weight, const at::Tensor& targets,
+                               int64_t ignore_index, int64_t count, bool predictions,
+                               bool grad_hidden, bool grad_weight, int64_t chunk_rows) {
+    ChunkedResult result = RunChunks(hidden, weight, targets, ignore_index, count, predictions,
+                                     grad_hidden, grad_weight, chunk_rows);
+    ctx->save_for_backward({result.grad_hidden, result.grad_weight});
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    const at::Tensor loss = result.loss_sum / static_cast<double>(count);
+    if (!predictions) return {loss};
+    ctx->mark_non_differentiable({result.predicted});
+    return {loss, result.predicted};
+  }
+
+  // Scales the gradients made in the forward in place (a copy would double the head's gradient at
+  // its peak), so the node's backward runs once: a second (retain_graph) is an error, not a
+  // silently rescaled gradient.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!ctx->saved_data.count("used"),
+                "the chunked head cross-entropy's backward runs once (it scales its gradients in "
+                "place); compute the loss again instead of retaining its graph");
+    ctx->saved_data["used"] = true;
+    variable_list saved = ctx->get_saved_variables();
+    variable_list result(9);
+    if (!grads[0].defined()) return result;
+    const at::Tensor& scale = grads[0];
+    if (saved[0].defined()) result[0] = saved[0].mul_(scale.to(saved[0].scalar_type()));
+    if (saved[1].defined()) {
+      const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+      result[1] = saved[1].mul_(scale).to(dtype);
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+HeadLoss ChunkedHeadCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, int64_t ignore_index, bool predictions,
+                                 int64_t chunk_rows) {
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1) &&
+                  targets.dim() == 1 && targets.size(0) == hidden.size(0),
+              "chunked cross-entropy: hidden ", hidden.sizes(), ", weight ", weight.sizes(),
+              " and targets ", targets.sizes(), " do not fit");
+  HeadLoss result;
+  result.count = targets.ne(ignore_index).sum().item<int64_t>();
+  if (result.count == 0) {
+    result.loss = (hidden.sum() + weight.sum()).to(at::kFloat) * 0.0;
+    return result;
+  }
+  const bool grads = at::GradMode::is_enabled();
+  const variable_list out = ChunkedCrossEntropyFunction::apply(
+      hidden, weight, targets, ignore_index, result.count, predictions,
+      grads && hidden.requires_grad(), grads && weight.requires_grad(), chunk_rows);
+  result.loss = out[0];
+  if (predictions) result.predicted = out[1];
+  return result;
+}
+
+}  // namespace engine::transformer
