@@ -74,12 +74,15 @@ int main(int argc, char** argv) {
   std::printf("%lld tokens, hidden %lld, vocabulary %lld, f32; whole logits: %.0f MB\n",
               static_cast<long long>(s.tokens), static_cast<long long>(s.hidden),
               static_cast<long long>(s.vocab), s.tokens * s.vocab * 4 / 1e6);
+  // This program's own path (popen's shell would read /proc/self/exe as itself).
+  char path[4096] = {0};
+  if (readlink("/proc/self/exe", path, sizeof(path) - 1) <= 0) return 1;
+  const std::string self = path;
   double peak[2] = {0, 0}, seconds[2] = {0, 0}, loss[2] = {0, 0};
   for (int chunked = 0; chunked < 2; ++chunked) {
-    const std::string command = std::string("/proc/self/exe --tokens ") + std::to_string(s.tokens) +
-                                " --hidden " + std::to_string(s.hidden) + " --vocab " +
-                                std::to_string(s.vocab) + " --side " +
-                                (chunked ? "chunked" : "whole");
+    const std::string command = self + " --tokens " + std::to_string(s.tokens) + " --hidden " +
+                                std::to_string(s.hidden) + " --vocab " + std::to_string(s.vocab) +
+                                " --side " + (chunked ? "chunked" : "whole");
     FILE* child = popen(command.c_str(), "r");
     if (child == nullptr ||
         std::fscanf(child, "%lf %lf %lf", &peak[chunked], &seconds[chunked], &loss[chunked]) != 3) {

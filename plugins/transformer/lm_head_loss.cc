@@ -27,6 +27,23 @@ at::ScalarType ComputeDtype(const at::Tensor& hidden) {
   return hidden.scalar_type();
 }
 
+// Vocabulary rows per product when a chunk's weight gradient is not in f32: the product's
+// temporary stays ~50 MB instead of the whole head's size.
+constexpr int64_t kVocabSlice = 16384;
+
+// grad_weight (f32, [vocab, hidden]) += g^T h, without a temporary of grad_weight's size.
+void AddWeightGrad(const at::Tensor& g, const at::Tensor& h, at::Tensor& grad_weight) {
+  if (g.scalar_type() == at::kFloat) {
+    grad_weight.addmm_(g.t(), h);
+    return;
+  }
+  const int64_t vocab = grad_weight.size(0);
+  for (int64_t v = 0; v < vocab; v += kVocabSlice) {
+    const int64_t n = std::min(kVocabSlice, vocab - v);
+    grad_weight.narrow(0, v, n).add_(at::mm(g.narrow(1, v, n).t(), h));
+  }
+}
+
 struct ChunkedResult {
   at::Tensor loss_sum, predicted, grad_hidden, grad_weight;
 };
@@ -68,7 +85,7 @@ ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
     g.mul_((valid.to(at::kFloat) / static_cast<double>(count)).unsqueeze(1));
     const at::Tensor gc = g.to(compute);
     if (grad_hidden) result.grad_hidden.narrow(0, r, n).copy_(at::matmul(gc, w));
-    if (grad_weight) result.grad_weight.add_(at::matmul(gc.t(), hc));
+    if (grad_weight) AddWeightGrad(gc, hc, result.grad_weight);
   }
   return result;
 }
