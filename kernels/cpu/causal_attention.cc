@@ -21,6 +21,8 @@ struct AttentionDims {
   int64_t d = 0, dp = 0;  // head dim, padded likewise
   int64_t window = 0;
   float scale = 1;
+  // Per query of one batch row, (first, end) of the keys it sees; null: causal within window.
+  const int32_t* ranges = nullptr;
 };
 
 // Query rows per block: a block's scores ([kRowBlock][positions] f32) stay in L2 up to a few
@@ -175,6 +177,28 @@ void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) 
               "causal attention needs CPU f32/bf16/f16 tensors with unit last stride");
 }
 
+// The ranges' data after checking them: [batch, positions, 2] int32, contiguous, on the CPU, each
+// (first, end) within [0, positions]. Null when undefined.
+const int32_t* CheckedRanges(const at::Tensor& ranges, const at::Tensor& q) {
+  if (!ranges.defined()) return nullptr;
+  TORCH_CHECK(ranges.device().is_cpu() && ranges.scalar_type() == at::kInt &&
+                  ranges.is_contiguous() && ranges.dim() == 3 && ranges.size(0) == q.size(0) &&
+                  ranges.size(1) == q.size(2) && ranges.size(2) == 2,
+              "causal attention: key ranges must be contiguous CPU int32 [", q.size(0), ", ",
+              q.size(2), ", 2], got ", ranges.sizes(), " ", ranges.scalar_type());
+  TORCH_CHECK(ranges.numel() == 0 ||
+                  (ranges.min().item<int32_t>() >= 0 && ranges.max().item<int32_t>() <= q.size(2)),
+              "causal attention: key ranges outside [0, ", q.size(2), "]");
+  return ranges.data_ptr<int32_t>();
+}
+
+// `dims` with batch row b's ranges.
+AttentionDims RowDims(const AttentionDims& dims, const int32_t* ranges, int64_t b) {
+  AttentionDims row = dims;
+  if (ranges != nullptr) row.ranges = ranges + b * dims.t * 2;
+  return row;
+}
+
 // The per-thread buffers of one key/value group.
 struct GroupBuffers {
   explicit GroupBuffers(const AttentionDims& dims, bool backward)
@@ -204,9 +228,11 @@ bool CausalAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at:
 
 CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, double scale, int64_t window,
-                                             const CausalAttentionRotary* rotary) {
+                                             const CausalAttentionRotary* rotary,
+                                             const at::Tensor& key_ranges) {
   CheckShapes(q, k, v);
   const AttentionDims dims = DimsOf(q, scale, window);
+  const int32_t* ranges = CheckedRanges(key_ranges, q);
   const int64_t batch = q.size(0), heads = q.size(1), kv_heads = k.size(1);
   const int64_t groups = heads / kv_heads;
   const RotaryTables tables(rotary, dims, batch);
@@ -234,7 +260,8 @@ CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tens
         PackHead(q, b, h, dims, /*transposed=*/false, qo);
         if (tables.active()) RotateRows(qo, dims, rows.cos, rows.sin, /*inverse=*/false);
         // The output overwrites the packed queries: each block reads only its own rows first.
-        forward(dims, qo, kt, vv, qo, lse + (b * heads + h) * dims.t, buffers.Block(0, 4));
+        forward(RowDims(dims, ranges, b), qo, kt, vv, qo, lse + (b * heads + h) * dims.t,
+                buffers.Block(0, 4));
         UnpackHead(qo, dims, result.out, b, h);
       }
     }
@@ -246,8 +273,10 @@ CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const a
                                              const at::Tensor& k, const at::Tensor& v,
                                              const CausalAttentionOutput& forward, double scale,
                                              int64_t window, const CausalAttentionRotary* rotary,
+                                             const at::Tensor& key_ranges,
                                              const CausalAttentionGrads* into) {
   CheckShapes(q, k, v);
+  const int32_t* ranges = CheckedRanges(key_ranges, q);
   TORCH_CHECK(grad_out.sizes() == q.sizes() && CausalAttentionSupports(grad_out, k, v),
               "causal attention: the output gradient ", grad_out.sizes(), " does not fit q ",
               q.sizes());
@@ -294,8 +323,8 @@ CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const a
         if (tables.active()) RotateRows(qq, dims, rows.cos, rows.sin, /*inverse=*/false);
         PackHead(forward.out, b, h, dims, /*transposed=*/false, oo);
         PackHead(grad_out, b, h, dims, /*transposed=*/false, dout);
-        backward(dims, qq, kk, kt, vt, oo, dout, lse + (b * heads + h) * dims.t, dq, dk, dv,
-                 buffers.Block(0, 10), buffers.Block(1, 10), delta);
+        backward(RowDims(dims, ranges, b), qq, kk, kt, vt, oo, dout, lse + (b * heads + h) * dims.t,
+                 dq, dk, dv, buffers.Block(0, 10), buffers.Block(1, 10), delta);
         if (tables.active()) RotateRows(dq, dims, rows.cos, rows.sin, /*inverse=*/true);
         UnpackHead(dq, dims, grads.q, b, h);
       }

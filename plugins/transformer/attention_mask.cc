@@ -31,6 +31,21 @@ at::Tensor BuildAttentionMask(const at::Tensor& padding, int64_t positions, int6
   return masked;
 }
 
+at::Tensor KeyRanges(const at::Tensor& mask, int64_t batch) {
+  const int64_t positions = mask.size(2), keys = mask.size(3);
+  const at::Tensor visible = mask.logical_not().squeeze(1).expand({batch, positions, keys}).cpu();
+  const at::Tensor count = visible.sum(-1);
+  // argmax finds the first true; over the flipped keys, the last.
+  const at::Tensor as_int = visible.to(at::kInt);
+  const at::Tensor first = as_int.argmax(-1);
+  const at::Tensor end = keys - as_int.flip(-1).argmax(-1);
+  const at::Tensor none = count.eq(0);
+  if (!count.eq(end - first).logical_or(none).all().item<bool>()) return at::Tensor();
+  return at::stack({first.masked_fill(none, 0), end.masked_fill(none, 0)}, -1)
+      .to(at::kInt)
+      .contiguous();
+}
+
 at::Tensor PositionIds(const at::Tensor& padding, int64_t positions, int64_t offset,
                        const at::Device& device) {
   if (!padding.defined()) {

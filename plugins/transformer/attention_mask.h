@@ -21,6 +21,12 @@ namespace engine::transformer {
 at::Tensor BuildAttentionMask(const at::Tensor& padding, int64_t positions, int64_t offset,
                               int64_t window, const at::Device& device);
 
+// The keys each query sees under `mask` (BuildAttentionMask's, no offset) as one range per query:
+// int32 [batch, positions, 2] (first, end) on the CPU, (0, 0) for a query that sees none, for the
+// attention kernel. Undefined when some query's keys are not one contiguous run (padding between
+// real tokens), which the kernel cannot take.
+at::Tensor KeyRanges(const at::Tensor& mask, int64_t batch);
+
 // The positions of a padded batch's new tokens, i64 [batch, positions]: each row counts its own
 // real tokens (cumsum(mask) - 1, 0 at padding), so that a left-padded row computes what it would
 // unpadded. Undefined `padding`: offset, offset + 1, ... for every row ([1, positions]).

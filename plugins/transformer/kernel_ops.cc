@@ -20,11 +20,15 @@ bool KernelsOn() {
   return choice == nullptr || std::string(choice) != "0";
 }
 
-bool AttentionKernelChosen() {
+}  // namespace
+
+bool KernelAttentionSwitchedOn() {
   const char* choice = std::getenv("ENGINE_ATTENTION");
   return KernelsOn() &&
          (choice == nullptr || (std::string(choice) != "math" && std::string(choice) != "sdpa"));
 }
+
+namespace {
 
 // A gradient as the kernels read it (an expanded gradient of a sum is not).
 at::Tensor Dense(const at::Tensor& grad) { return grad.is_contiguous() ? grad : grad.contiguous(); }
@@ -60,23 +64,26 @@ HeadViews SplitHeads(const at::Tensor& qkv, int64_t heads, int64_t kv_heads) {
   return {part(0, heads), part(heads, kv_heads), part(heads + kv_heads, kv_heads)};
 }
 
-// Inputs: q, k, v (separate), or qkv with heads and kv_heads (packed). The rotary tables are
-// optional so that, absent, they are no inputs of the node (an undefined tensor argument would be).
+// Inputs: q, k, v (separate), or qkv with heads and kv_heads (packed). The rotary tables and key
+// ranges are optional so that, absent, they are no inputs of the node (an undefined tensor
+// argument would be).
 class CausalAttentionFunction : public torch::autograd::Function<CausalAttentionFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs, int64_t heads,
                                int64_t kv_heads, double scale, int64_t window,
                                const c10::optional<at::Tensor>& cos,
-                               const c10::optional<at::Tensor>& sin) {
+                               const c10::optional<at::Tensor>& sin,
+                               const c10::optional<at::Tensor>& key_ranges) {
     const bool packed = inputs.size() == 1;
     const HeadViews views = packed ? SplitHeads(inputs[0], heads, kv_heads)
                                    : HeadViews{inputs[0], inputs[1], inputs[2]};
     const kernels::CausalAttentionRotary tables{cos.value_or(at::Tensor()),
                                                 sin.value_or(at::Tensor())};
-    kernels::CausalAttentionOutput result =
-        kernels::CausalAttentionForward(views.q, views.k, views.v, scale, window, OrNull(tables));
+    const at::Tensor ranges = key_ranges.value_or(at::Tensor());
+    kernels::CausalAttentionOutput result = kernels::CausalAttentionForward(
+        views.q, views.k, views.v, scale, window, OrNull(tables), ranges);
     variable_list saved = inputs.vec();
-    saved.insert(saved.end(), {result.out, result.lse, tables.cos, tables.sin});
+    saved.insert(saved.end(), {result.out, result.lse, tables.cos, tables.sin, ranges});
     ctx->save_for_backward(saved);
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["kv_heads"] = kv_heads;
@@ -87,9 +94,9 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const bool packed = saved.size() == 5;
+    const bool packed = saved.size() == 6;
     const size_t n = packed ? 1 : 3;
-    variable_list result(n + 6);
+    variable_list result(n + 7);
     if (!grads[0].defined()) return result;
     at::Tensor grad = grads[0];
     if (grad.stride(-1) != 1) grad = grad.contiguous();
@@ -98,6 +105,7 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     const HeadViews views =
         packed ? SplitHeads(saved[0], heads, kv_heads) : HeadViews{saved[0], saved[1], saved[2]};
     const kernels::CausalAttentionRotary tables{saved[n + 2], saved[n + 3]};
+    const at::Tensor& ranges = saved[n + 4];
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t window = ctx->saved_data["window"].toInt();
     const kernels::CausalAttentionOutput forward{saved[n], saved[n + 1]};
@@ -106,11 +114,11 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
       const HeadViews into = SplitHeads(grad_qkv, heads, kv_heads);
       const kernels::CausalAttentionGrads destinations{into.q, into.k, into.v};
       kernels::CausalAttentionBackward(grad, views.q, views.k, views.v, forward, scale, window,
-                                       OrNull(tables), &destinations);
+                                       OrNull(tables), ranges, &destinations);
       result[0] = grad_qkv;
     } else {
       const kernels::CausalAttentionGrads got = kernels::CausalAttentionBackward(
-          grad, views.q, views.k, views.v, forward, scale, window, OrNull(tables));
+          grad, views.q, views.k, views.v, forward, scale, window, OrNull(tables), ranges);
       result[0] = got.q;
       result[1] = got.k;
       result[2] = got.v;
@@ -175,27 +183,31 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 }  // namespace
 
 bool KernelAttentionAvailable(const at::Tensor& x) {
-  return AttentionKernelChosen() && x.device().is_cpu() &&
+  return KernelAttentionSwitchedOn() && x.device().is_cpu() &&
          (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 ||
           x.scalar_type() == at::kHalf);
 }
 
 bool KernelAttentionTakes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return AttentionKernelChosen() && kernels::CausalAttentionSupports(q, k, v);
+  return KernelAttentionSwitchedOn() && kernels::CausalAttentionSupports(q, k, v);
 }
 
 at::Tensor KernelCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 double scale, int64_t window, const RotaryTables* rotary) {
+                                 double scale, int64_t window, const RotaryTables* rotary,
+                                 const at::Tensor& key_ranges) {
   const kernels::CausalAttentionRotary tables = KernelTables(rotary);
   return CausalAttentionFunction::apply(at::TensorList({q, k, v}), q.size(1), k.size(1), scale,
-                                        window, Optional(tables.cos), Optional(tables.sin))[0];
+                                        window, Optional(tables.cos), Optional(tables.sin),
+                                        Optional(key_ranges))[0];
 }
 
 at::Tensor KernelPackedCausalAttention(const at::Tensor& qkv, int64_t heads, int64_t kv_heads,
-                                       double scale, int64_t window, const RotaryTables* rotary) {
+                                       double scale, int64_t window, const RotaryTables* rotary,
+                                       const at::Tensor& key_ranges) {
   const kernels::CausalAttentionRotary tables = KernelTables(rotary);
   return CausalAttentionFunction::apply(at::TensorList(qkv), heads, kv_heads, scale, window,
-                                        Optional(tables.cos), Optional(tables.sin))[0];
+                                        Optional(tables.cos), Optional(tables.sin),
+                                        Optional(key_ranges))[0];
 }
 
 bool KernelSwiGluTakes(const at::Tensor& gate, const at::Tensor& up) {

@@ -20,25 +20,30 @@
 
 namespace engine::transformer {
 
+// Whether the switches leave the attention kernel on (ENGINE_CPU_KERNELS, ENGINE_ATTENTION).
+bool KernelAttentionSwitchedOn();
+
 // Whether the attention kernel would take projections of `x` (the CPU, a floating dtype, the
 // switches on): asked before projecting, so that nothing is computed twice.
 bool KernelAttentionAvailable(const at::Tensor& x);
 
 // Causal self-attention: softmax(q k^T * scale over keys j <= i, and j > i - window when
-// window > 0) v, with q and k rotated by `rotary` first when it is given. q [batch, heads,
+// window > 0; or over the keys `key_ranges` gives each query, KeyRanges below) v, with q and k
+// rotated by `rotary` first when it is given. q [batch, heads,
 // positions, dim], k and v [batch, kv_heads, positions, dim] -> [batch, heads, positions, dim] in
 // v's dtype (a view of a [batch, positions, heads, dim] tensor, so merging the heads is free). The
 // node saves its inputs, the output and each query's log-sum-exp, not the probabilities; the
 // backward recomputes them.
 bool KernelAttentionTakes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 at::Tensor KernelCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 double scale, int64_t window,
-                                 const RotaryTables* rotary = nullptr);
+                                 double scale, int64_t window, const RotaryTables* rotary = nullptr,
+                                 const at::Tensor& key_ranges = at::Tensor());
 
 // The same on one fused projection qkv [batch, positions, (heads + 2 kv_heads) * head_dim]
 // (queries, then keys, then values), whose gradient comes back as one tensor.
 at::Tensor KernelPackedCausalAttention(const at::Tensor& qkv, int64_t heads, int64_t kv_heads,
-                                       double scale, int64_t window, const RotaryTables* rotary);
+                                       double scale, int64_t window, const RotaryTables* rotary,
+                                       const at::Tensor& key_ranges = at::Tensor());
 
 // silu(gate) * up.
 bool KernelSwiGluTakes(const at::Tensor& gate, const at::Tensor& up);

@@ -89,6 +89,14 @@ AttentionContext BuildAttentionContext(const LlamaConfig& config, const DecoderI
     context.sliding_mask = BuildAttentionMask(inputs.attention_mask, positions, inputs.offset,
                                               config.sliding_window, device);
   }
+  if (inputs.attention_mask.defined() && inputs.offset == 0 && device.is_cpu() &&
+      KernelAttentionSwitchedOn()) {
+    const int64_t batch = inputs.attention_mask.size(0);
+    if (context.full_mask.defined()) context.full_ranges = KeyRanges(context.full_mask, batch);
+    if (context.sliding_mask.defined()) {
+      context.sliding_ranges = KeyRanges(context.sliding_mask, batch);
+    }
+  }
   context.full_is_causal = !inputs.attention_mask.defined() && inputs.offset == 0 && positions > 1;
   context.sliding_is_causal =
       context.full_is_causal && (config.sliding_window <= 0 || positions <= config.sliding_window);
@@ -130,16 +138,20 @@ at::Tensor LlamaAttentionImpl::KernelForward(const at::Tensor& x, const Attentio
   const int64_t batch = x.size(0), positions = x.size(1), d = config_.head_dim();
   const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  // Padded or packed rows: their ranges (which hold the window too); else causal in the window.
+  const at::Tensor& ranges = slides_ ? context.sliding_ranges : context.full_ranges;
   const at::Tensor qkv = ForwardConcatenated({q_proj.get(), k_proj.get(), v_proj.get()}, x);
   at::Tensor attended;
   if (qkv.defined()) {
-    attended = KernelPackedCausalAttention(qkv, heads, kv_heads, scale, Window(), &context.rotary);
+    attended =
+        KernelPackedCausalAttention(qkv, heads, kv_heads, scale, Window(), &context.rotary, ranges);
   } else {  // adapters or quantized weights: the projections one by one
     const auto heads_of = [&](engine::Linear& projection, int64_t count) {
       return projection->forward(x).view({batch, positions, count, d}).transpose(1, 2);
     };
-    attended = KernelCausalAttention(heads_of(q_proj, heads), heads_of(k_proj, kv_heads),
-                                     heads_of(v_proj, kv_heads), scale, Window(), &context.rotary);
+    attended =
+        KernelCausalAttention(heads_of(q_proj, heads), heads_of(k_proj, kv_heads),
+                              heads_of(v_proj, kv_heads), scale, Window(), &context.rotary, ranges);
   }
   return o_proj->forward(attended.transpose(1, 2).reshape({batch, positions, heads * d}));
 }
@@ -148,7 +160,9 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionConte
                                        LayerCache* cache) {
   // Causal, no cache to fill, no per-head norm between projection and rotary: projections,
   // rotary and attention in the engine's kernels.
-  if (cache == nullptr && !q_norm && context.full_is_causal && KernelAttentionAvailable(x)) {
+  const bool kernel_mask =
+      context.full_is_causal || (slides_ ? context.sliding_ranges : context.full_ranges).defined();
+  if (cache == nullptr && !q_norm && kernel_mask && KernelAttentionAvailable(x)) {
     return KernelForward(x, context);
   }
   const int64_t batch = x.size(0), positions = x.size(1), d = config_.head_dim();

@@ -74,6 +74,9 @@ struct AttentionContext {
   // The masks as biases added to the scores (0, or the dtype's lowest), made once per dtype by the
   // first layer that needs them.
   mutable at::Tensor full_bias, sliding_bias;
+  // Padded or packed rows without a cache on the CPU: the masks as one key range per query
+  // (KeyRanges) for the attention kernel; undefined otherwise, or where a range cannot say it.
+  at::Tensor full_ranges, sliding_ranges;
 };
 
 // Whether attention runs through LibTorch's fused scaled_dot_product_attention (LibTorch 2.1 and

@@ -8,8 +8,10 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace engine::kernels {
 namespace {
@@ -154,7 +156,7 @@ TEST(CausalAttentionKernelTest, RotaryTablesRotateQueriesAndKeysAndTheirGradient
     const CausalAttentionGrads into{heads_of(grad_qkv, 0, c.heads),
                                     heads_of(grad_qkv, c.heads, c.kv_heads),
                                     heads_of(grad_qkv, c.heads + c.kv_heads, c.kv_heads)};
-    CausalAttentionBackward(grad_out, q, k, v, got, 0.25, 0, &rotary, &into);
+    CausalAttentionBackward(grad_out, q, k, v, got, 0.25, 0, &rotary, at::Tensor(), &into);
 
     at::Tensor fused = qkv.to(at::kDouble).requires_grad_();
     const at::Tensor cos = rotary.cos.to(at::kDouble), sin = rotary.sin.to(at::kDouble);
@@ -168,6 +170,49 @@ TEST(CausalAttentionKernelTest, RotaryTablesRotateQueriesAndKeysAndTheirGradient
     EXPECT_LE((grad_qkv.to(at::kDouble) - want_grad).abs().max().item<double>(), 1e-5)
         << table_rows;
   }
+}
+
+// Key ranges (what padded and packed rows become): each query's keys from its range, and a query
+// with an empty range averaging every value, as the math path's lowest-value fill gives it.
+TEST(CausalAttentionKernelTest, KeyRangesAndQueriesThatSeeNothing) {
+  at::manual_seed(14);
+  const Case c{2, 4, 2, 11, 16, 0};
+  const Inputs in = RandomInputs(c, at::kFloat);
+  // Row 0 packs two examples (positions 0-4, 5-8) and two padding queries (which see all real
+  // keys up to 8); row 1 is left-padded: its first three queries see nothing.
+  std::vector<int32_t> flat;
+  for (int64_t i = 0; i < 11; ++i) {
+    const int32_t first = i < 5 ? 0 : (i < 9 ? 5 : 0), end = i < 9 ? i + 1 : 9;
+    flat.insert(flat.end(), {first, end});
+  }
+  for (int64_t i = 0; i < 11; ++i) {
+    flat.insert(flat.end(), {i < 3 ? 0 : 3, i < 3 ? 0 : static_cast<int32_t>(i) + 1});
+  }
+  const at::Tensor ranges = at::tensor(flat, at::kInt).view({2, 11, 2});
+  const CausalAttentionOutput got =
+      CausalAttentionForward(in.q, in.k, in.v, 0.25, 0, nullptr, ranges);
+  const CausalAttentionGrads grads =
+      CausalAttentionBackward(in.grad_out, in.q, in.k, in.v, got, 0.25, 0, nullptr, ranges);
+
+  at::Tensor q = in.q.to(at::kDouble).requires_grad_(), k = in.k.to(at::kDouble).requires_grad_(),
+             v = in.v.to(at::kDouble).requires_grad_();
+  const at::Tensor cols = at::arange(11).view({1, 1, 11});
+  const at::Tensor first = ranges.select(2, 0).unsqueeze(2), end = ranges.select(2, 1).unsqueeze(2);
+  const at::Tensor masked = (cols < first).logical_or(cols >= end).unsqueeze(1);  // [2, 1, 11, 11]
+  const at::Tensor scores = at::matmul(q, k.repeat_interleave(2, 1).transpose(2, 3)) * 0.25;
+  const at::Tensor want =
+      at::matmul(at::softmax(scores.masked_fill(masked, std::numeric_limits<double>::lowest()), -1),
+                 v.repeat_interleave(2, 1));
+  const auto want_grads = torch::autograd::grad({want}, {q, k, v}, {in.grad_out.to(at::kDouble)});
+  EXPECT_LE((got.out.to(at::kDouble) - want).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((grads.q.to(at::kDouble) - want_grads[0]).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((grads.k.to(at::kDouble) - want_grads[1]).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((grads.v.to(at::kDouble) - want_grads[2]).abs().max().item<double>(), 1e-5);
+
+  const at::Tensor outside = ranges.clone().fill_(12);
+  EXPECT_THROW(CausalAttentionForward(in.q, in.k, in.v, 0.25, 0, nullptr, outside), c10::Error);
+  EXPECT_THROW(CausalAttentionForward(in.q, in.k, in.v, 0.25, 0, nullptr, ranges.to(at::kLong)),
+               c10::Error);
 }
 
 TEST(CausalAttentionKernelTest, RefusesWhatItDoesNotTake) {

@@ -44,20 +44,27 @@ struct CausalAttentionRotary {
 // Whether the kernel takes these inputs (CPU, supported dtypes and shapes); else use ATen ops.
 bool CausalAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
-// `rotary`: null, or the tables to rotate q and k with.
+// `rotary`: null, or the tables to rotate q and k with. `key_ranges`: undefined for the causal
+// mask (within `window`), or which keys each query sees instead: [batch, positions, 2] int32,
+// (first, end) per query (padded and packed rows, made by the caller from its mask). A query with
+// first >= end sees no key; like the math path's lowest-value fill, it then averages every value
+// with one weight, and its scores get no gradient.
 CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, double scale, int64_t window,
-                                             const CausalAttentionRotary* rotary = nullptr);
+                                             const CausalAttentionRotary* rotary = nullptr,
+                                             const at::Tensor& key_ranges = at::Tensor());
 
 // grad_out: the gradient of `out`, [batch, heads, positions, dim], unit last stride. The same
-// `rotary` as the forward's; the gradients are those of the unrotated q and k. `into`: null, or
-// tensors of q's, k's and v's shapes (unit last stride, e.g. views into one [batch, positions,
-// (heads + 2 kv_heads) * dim] gradient of a fused projection) to write the gradients into.
+// `rotary` and `key_ranges` as the forward's; the gradients are those of the unrotated q and k.
+// `into`: null, or tensors of q's, k's and v's shapes (unit last stride, e.g. views into one
+// [batch, positions, (heads + 2 kv_heads) * dim] gradient of a fused projection) to write the
+// gradients into.
 CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const at::Tensor& q,
                                              const at::Tensor& k, const at::Tensor& v,
                                              const CausalAttentionOutput& forward, double scale,
                                              int64_t window,
                                              const CausalAttentionRotary* rotary = nullptr,
+                                             const at::Tensor& key_ranges = at::Tensor(),
                                              const CausalAttentionGrads* into = nullptr);
 
 }  // namespace engine::kernels

@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "attention_mask.h"
 #include "engine/precision_context.h"
 #include "llama_config.h"
 #include "llama_modules.h"
@@ -114,16 +115,23 @@ TEST(KernelOpsTest, DecoderUnderBf16AutocastStaysWithinBf16OfTheAtenPath) {
   ExpectRunsAgree(kernels, f32, 0.05, "bf16 kernels against f32");
 }
 
-TEST(KernelOpsTest, PaddedRowsAndTheCacheKeepTheAtenAttention) {
+TEST(KernelOpsTest, PaddedAndPackedRowsEqualTheAtenPathAndTheCacheKeepsIt) {
   at::manual_seed(8);
   Lm model(Small(0));
   const at::Tensor ids = at::randint(0, 67, {2, 6}, at::kLong);
-  DecoderInputs padded;
-  padded.attention_mask =
-      at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, at::kLong).view({2, 6});
   const PrecisionContext f32 = PrecisionContext::None();
-  ExpectRunsAgree(Train(model, ids, padded, true, f32), Train(model, ids, padded, false, f32), 1e-5,
-                  "left-padded rows");
+  // Left padding (the first two queries of row 0 see nothing), then packed examples with trailing
+  // padding.
+  for (const std::vector<int64_t>& mask :
+       {std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+        std::vector<int64_t>{1, 1, 2, 2, 2, 0, 1, 1, 1, 2, 2, 2}}) {
+    DecoderInputs inputs;
+    inputs.attention_mask = at::tensor(mask, at::kLong).view({2, 6});
+    const TrainingRun kernels = Train(model, ids, inputs, true, f32);
+    const TrainingRun aten = Train(model, ids, inputs, false, f32);
+    EXPECT_FALSE(at::equal(kernels.logits, aten.logits));  // the kernel ran
+    ExpectRunsAgree(kernels, aten, 1e-5, "mask " + std::to_string(mask[0]));
+  }
   // Generation: the prompt through the kernel, later tokens through the cache, equal to the
   // uncached full forwards.
   at::NoGradGuard no_grad;
@@ -131,6 +139,20 @@ TEST(KernelOpsTest, PaddedRowsAndTheCacheKeepTheAtenAttention) {
   const at::Tensor with_cache = model.lm.Generate(prompt, 5, -1, /*use_cache=*/true);
   const at::Tensor without = model.lm.Generate(prompt, 5, -1, /*use_cache=*/false);
   EXPECT_TRUE(at::equal(with_cache, without));
+}
+
+TEST(KernelOpsTest, KeyRangesOnlyWhereEveryQuerySeesOneRun) {
+  const at::Tensor packed = BuildAttentionMask(
+      at::tensor(std::vector<int64_t>{1, 1, 2, 2, 0}, at::kLong).view({1, 5}), 5, 0, 0, at::kCPU);
+  const at::Tensor ranges = KeyRanges(packed, 1);
+  ASSERT_TRUE(ranges.defined());
+  // The padding query at the end sees every real key before it.
+  EXPECT_TRUE(at::equal(ranges.flatten(),
+                        at::tensor(std::vector<int32_t>{0, 1, 0, 2, 2, 3, 2, 4, 0, 4}, at::kInt)));
+  // A hole inside a row (padding between real tokens): no range says it, so no ranges.
+  const at::Tensor holed = BuildAttentionMask(
+      at::tensor(std::vector<int64_t>{1, 0, 1, 1}, at::kLong).view({1, 4}), 4, 0, 0, at::kCPU);
+  EXPECT_FALSE(KeyRanges(holed, 1).defined());
 }
 
 // The unpacked form (projections one by one, as with adapters or quantized weights): the kernel
