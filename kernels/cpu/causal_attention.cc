@@ -125,6 +125,15 @@ struct RotaryRows {
   const float* sin = nullptr;
 };
 
+// Group g's keys of batch row b, rotated when `rows` has tables, packed both ways: [tp][dp] into
+// `kk`, [dp][tp] into `kt`.
+void PackKeys(const at::Tensor& k, int64_t b, int64_t g, const AttentionDims& dims,
+              const RotaryRows& rows, float* kk, float* kt) {
+  PackHead(k, b, g, dims, /*transposed=*/false, kk);
+  if (rows.cos != nullptr) RotateRows(kk, dims, rows.cos, rows.sin, /*inverse=*/false);
+  Transpose(kk, dims, kt);
+}
+
 class RotaryTables {
  public:
   RotaryTables(const CausalAttentionRotary* rotary, const AttentionDims& dims, int64_t batch) {
@@ -248,13 +257,7 @@ CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tens
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / kv_heads, g = item % kv_heads;
       const RotaryRows rows = tables.Rows(b);
-      if (tables.active()) {
-        PackHead(k, b, g, dims, /*transposed=*/false, kk);
-        RotateRows(kk, dims, rows.cos, rows.sin, /*inverse=*/false);
-        Transpose(kk, dims, kt);
-      } else {
-        PackHead(k, b, g, dims, /*transposed=*/true, kt);
-      }
+      PackKeys(k, b, g, dims, rows, kk, kt);
       PackHead(v, b, g, dims, /*transposed=*/false, vv);
       for (int64_t h = g * groups; h < (g + 1) * groups; ++h) {
         PackHead(q, b, h, dims, /*transposed=*/false, qo);
@@ -308,13 +311,7 @@ CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const a
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / kv_heads, g = item % kv_heads;
       const RotaryRows rows = tables.Rows(b);
-      PackHead(k, b, g, dims, /*transposed=*/false, kk);
-      if (tables.active()) {
-        RotateRows(kk, dims, rows.cos, rows.sin, /*inverse=*/false);
-        Transpose(kk, dims, kt);
-      } else {
-        PackHead(k, b, g, dims, /*transposed=*/true, kt);
-      }
+      PackKeys(k, b, g, dims, rows, kk, kt);
       PackHead(v, b, g, dims, /*transposed=*/true, vt);
       std::memset(dk, 0, buffers.head * sizeof(float));
       std::memset(dv, 0, buffers.head * sizeof(float));
