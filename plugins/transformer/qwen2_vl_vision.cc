@@ -6,13 +6,30 @@
 #include <cmath>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "engine/activation_checkpoint.h"
 #include "engine/json_key_reader.h"
+#include "kernel_ops.h"
 #include "llama_modules.h"
 
 namespace engine::transformer {
 namespace {
+
+// Every patch's keys: its frame's patches, as int32 [1, patches, 2] (first, end) for the
+// attention kernel.
+at::Tensor FrameKeyRanges(const std::vector<int64_t>& frame_lengths) {
+  std::vector<int32_t> ranges;
+  int64_t start = 0;
+  for (int64_t length : frame_lengths) {
+    for (int64_t i = 0; i < length; ++i) {
+      ranges.push_back(static_cast<int32_t>(start));
+      ranges.push_back(static_cast<int32_t>(start + length));
+    }
+    start += length;
+  }
+  return at::tensor(ranges, at::kInt).view({1, start, 2});
+}
 
 constexpr double kNormEps = 1e-6;
 constexpr double kRotaryTheta = 10000.0;
@@ -151,6 +168,17 @@ at::Tensor Qwen2VlVisionBlockImpl::Attention(const at::Tensor& x, const at::Tens
                                              const at::Tensor& sin,
                                              const std::vector<int64_t>& frame_lengths) {
   const int64_t n = x.size(0), heads = config_.num_heads, head_dim = config_.head_dim();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (KernelAttentionAvailable(x)) {
+    // The engine's kernel: every patch sees its own frame's patches (one key range each), the
+    // rotary embedding applied as q and k are read.
+    const RotaryTables tables{cos.squeeze(1).unsqueeze(0).unsqueeze(0),
+                              sin.squeeze(1).unsqueeze(0).unsqueeze(0)};
+    const at::Tensor attended =
+        KernelPackedCausalAttention(qkv->forward(x).unsqueeze(0), heads, heads, scale, 0, &tables,
+                                    FrameKeyRanges(frame_lengths));
+    return proj->forward(attended.squeeze(0).transpose(0, 1).reshape({n, heads * head_dim}));
+  }
   const std::vector<at::Tensor> qkv_parts =
       qkv->forward(x).reshape({n, 3, heads, head_dim}).permute({1, 0, 2, 3}).unbind(0);
   auto rotate = [&](const at::Tensor& t) {
@@ -159,7 +187,6 @@ at::Tensor Qwen2VlVisionBlockImpl::Attention(const at::Tensor& x, const at::Tens
   };
   const at::Tensor q = rotate(qkv_parts[0]), k = rotate(qkv_parts[1]);
   const at::Tensor v = qkv_parts[2].transpose(0, 1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   // Softmax attention of q, k, v ([..., heads, positions, head_dim]) within themselves.
   auto attend = [&](const at::Tensor& qf, const at::Tensor& kf, const at::Tensor& vf) {
     const at::Tensor scores = at::matmul(qf, kf.transpose(-1, -2)) * scale;

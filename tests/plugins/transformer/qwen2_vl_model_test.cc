@@ -13,6 +13,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "engine/precision_context.h"
@@ -76,24 +78,30 @@ TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
   EXPECT_EQ(f.config.text.mrope_section, (std::vector<int64_t>{2, 1, 1}));
 }
 
+// Through the engine's attention kernel (one key range per frame) and through ATen's products
+// (ENGINE_CPU_KERNELS=0: batched for frames of one size, frame by frame otherwise).
 TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
   const Fixture f = LoadFixture();
   at::NoGradGuard no_grad;
   std::vector<ImageGrid> grids;
   for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
-  const at::Tensor features = f.module->visual->forward(f.Get("pixel_values"), grids);
   const at::Tensor expected = f.Get("image_features");
-  ASSERT_EQ(features.sizes(), expected.sizes());
-  EXPECT_LE((features - expected).abs().max().item<double>(), 1e-4);
-  // Images of one size (the camera and the logo, 4x4 patches each) take the batched path: the
-  // same features.
-  const at::Tensor same_size =
-      f.module->visual->forward(f.Get("pixel_values").narrow(0, 32, 32), {grids[2], grids[3]});
-  EXPECT_LE((same_size - expected.narrow(0, 8, 8)).abs().max().item<double>(), 1e-4);
-  // One attention over every image's patches is another model.
-  const at::Tensor one_block =
-      f.module->visual->forward(f.Get("pixel_values"), {ImageGrid{1, 8, 8}});
-  EXPECT_GT((one_block - expected).abs().max().item<double>(), 1e-2);
+  for (bool kernels : {true, false}) {
+    if (!kernels) setenv("ENGINE_CPU_KERNELS", "0", 1);
+    const at::Tensor features = f.module->visual->forward(f.Get("pixel_values"), grids);
+    ASSERT_EQ(features.sizes(), expected.sizes());
+    EXPECT_LE((features - expected).abs().max().item<double>(), 1e-4) << "kernels " << kernels;
+    // Images of one size (the camera and the logo, 4x4 patches each): the same features.
+    const at::Tensor same_size =
+        f.module->visual->forward(f.Get("pixel_values").narrow(0, 32, 32), {grids[2], grids[3]});
+    EXPECT_LE((same_size - expected.narrow(0, 8, 8)).abs().max().item<double>(), 1e-4)
+        << "kernels " << kernels;
+    // One attention over every image's patches is another model.
+    const at::Tensor one_block =
+        f.module->visual->forward(f.Get("pixel_values"), {ImageGrid{1, 8, 8}});
+    EXPECT_GT((one_block - expected).abs().max().item<double>(), 1e-2) << "kernels " << kernels;
+    unsetenv("ENGINE_CPU_KERNELS");
+  }
 }
 
 TEST(Qwen2VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
@@ -167,6 +175,29 @@ TEST(Qwen2VlModelTest, VisionTowerCheckpointingGivesTheSameGradientsInF32AndBf16
       EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << "bf16=" << bf16 << " tensor " << i;
       EXPECT_GT(plain[i].abs().sum().item<double>(), 0) << "bf16=" << bf16 << " tensor " << i;
     }
+  }
+}
+
+// The kernel's frames (keys after the query as well as before) give ATen's gradients.
+TEST(Qwen2VlModelTest, VisionTowerKernelGradientsEqualTheAtenPath) {
+  const Fixture f = LoadFixture();
+  f.module->train();
+  std::vector<ImageGrid> grids;
+  for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
+  auto gradients = [&](bool kernels) {
+    if (!kernels) setenv("ENGINE_CPU_KERNELS", "0", 1);
+    f.module->zero_grad();
+    f.module->visual->forward(f.Get("pixel_values"), grids).pow(2).mean().backward();
+    unsetenv("ENGINE_CPU_KERNELS");
+    std::vector<at::Tensor> grads;
+    for (const auto& p : f.module->visual->parameters()) grads.push_back(p.grad().clone());
+    return grads;
+  };
+  const auto with_kernels = gradients(true), aten = gradients(false);
+  for (size_t i = 0; i < aten.size(); ++i) {
+    const double scale = aten[i].abs().max().item<double>();
+    EXPECT_LE((with_kernels[i] - aten[i]).abs().max().item<double>(), 1e-5 * std::max(scale, 1e-6))
+        << "tensor " << i;
   }
 }
 
