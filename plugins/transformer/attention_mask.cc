@@ -35,10 +35,11 @@ at::Tensor KeyRanges(const at::Tensor& mask, int64_t batch) {
   const int64_t positions = mask.size(2), keys = mask.size(3);
   const at::Tensor visible = mask.logical_not().squeeze(1).expand({batch, positions, keys}).cpu();
   const at::Tensor count = visible.sum(-1);
-  // argmax finds the first true; over the flipped keys, the last.
-  const at::Tensor as_int = visible.to(at::kInt);
-  const at::Tensor first = as_int.argmax(-1);
-  const at::Tensor end = keys - as_int.flip(-1).argmax(-1);
+  // argmax finds the first true; over the flipped keys, the last. Bytes: the copies are the
+  // mask's size, not four times it.
+  const at::Tensor as_bytes = visible.to(at::kByte);
+  const at::Tensor first = as_bytes.argmax(-1);
+  const at::Tensor end = keys - as_bytes.flip(-1).argmax(-1);
   const at::Tensor none = count.eq(0);
   if (!count.eq(end - first).logical_or(none).all().item<bool>()) return at::Tensor();
   return at::stack({first.masked_fill(none, 0), end.masked_fill(none, 0)}, -1)
