@@ -226,9 +226,8 @@ struct GroupBuffers {
 
 bool CausalAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   for (const at::Tensor* x : {&q, &k, &v}) {
-    const at::ScalarType dtype = x->scalar_type();
     if (!x->device().is_cpu() || x->dim() != 4 || x->stride(3) != 1 ||
-        (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)) {
+        !IsLowOrF32(x->scalar_type())) {
       return false;
     }
   }

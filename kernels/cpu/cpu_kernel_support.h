@@ -25,7 +25,7 @@ inline bool CpuHasAvx2Fma() {
 #define ENGINE_PICK_ISA(fn) (baseline::fn)
 #endif
 
-inline bool IsF32OrLower(at::ScalarType dtype) {
+inline bool IsLowOrF32(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
 }
 

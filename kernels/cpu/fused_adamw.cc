@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_kernel_support.h"
 #include "engine_kernels/adamw_coefficients.h"
 
 #define ENGINE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
@@ -97,10 +98,6 @@ ENGINE_SIMD_CLONES bool UnscaleSpan(G* g, int64_t n, float inverse) {
     g[i] = static_cast<G>(static_cast<float>(g[i]) * inverse);
   }
   return non_finite == 0;
-}
-
-bool IsLowOrF32(c10::ScalarType t) {
-  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
 // Where the kernels run: the CPU, and CUDA devices where this build wires the CUDA kernels in.

@@ -27,7 +27,7 @@ struct RowLayout {
 
 RowLayout RowsOf(const at::Tensor& t) {
   RowLayout layout;
-  if (t.dim() < 1 || !t.device().is_cpu() || !IsF32OrLower(t.scalar_type())) return layout;
+  if (t.dim() < 1 || !t.device().is_cpu() || !IsLowOrF32(t.scalar_type())) return layout;
   const int64_t last = t.dim() - 1;
   layout.cols = t.size(last);
   layout.rows = layout.cols > 0 ? t.numel() / layout.cols : 0;

@@ -1,11 +1,12 @@
 #include "lm_head_loss.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+
+#include "engine/torch_compat.h"
 
 namespace engine::transformer {
 namespace {
@@ -18,13 +19,10 @@ constexpr int64_t kChunkBytes = int64_t{128} << 20;
 // The dtype the head's matmul runs in: autocast's for the hidden states' device when it is on
 // (as matmul would cast), else the hidden states' own.
 at::ScalarType ComputeDtype(const at::Tensor& hidden) {
-  if (hidden.device().is_cpu() && at::autocast::is_cpu_enabled()) {
-    return at::autocast::get_autocast_cpu_dtype();
-  }
-  if (hidden.device().is_cuda() && at::autocast::is_enabled()) {
-    return at::autocast::get_autocast_gpu_dtype();
-  }
-  return hidden.scalar_type();
+  const c10::DeviceType device = hidden.device().type();
+  const bool autocast_device = device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA;
+  return autocast_device && compat::AutocastEnabled(device) ? compat::AutocastDtype(device)
+                                                            : hidden.scalar_type();
 }
 
 // Vocabulary rows per product when a chunk's weight gradient is not in f32: the product's

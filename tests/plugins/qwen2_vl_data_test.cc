@@ -130,6 +130,23 @@ class Qwen2VlDataTest : public ::testing::Test {
     EXPECT_TRUE(batch.ok()) << batch.status().message();
     return *batch;
   }
+  // The qwen2_vl loader's model of the fixture checkpoint for `data`, in eval mode (null after a
+  // test failure).
+  static std::unique_ptr<Model> FixtureModel(const Dataset& data) {
+    const auto& loader =
+        testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
+    auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
+    OptionErrors errors;
+    loader.ValidateOptions(*options, &errors);
+    EXPECT_TRUE(errors.empty());
+    ModelContext context;
+    context.data = &data.spec();
+    auto model = loader.Create(*options, context);
+    EXPECT_TRUE(model.ok()) << model.status().message();
+    if (!model.ok()) return nullptr;
+    (*model)->module().eval();
+    return std::move(*model);
+  }
   static int64_t RowWithImages(const Batch& batch, int64_t images) {
     const at::Tensor grids = batch.at("image_grid_thw");
     for (int64_t row = 0; row < grids.size(0); ++row) {
@@ -177,20 +194,11 @@ TEST_F(Qwen2VlDataTest, LoaderGivesTheIdsAndPixelsOfTransformersProcessor) {
 TEST_F(Qwen2VlDataTest, ModelOnTheLoadersBatchGivesTheLossOfTransformersLogits) {
   auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"));
   ASSERT_TRUE(data.ok()) << data.status().message();
-  const auto& loader =
-      testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
-  auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
-  OptionErrors errors;
-  loader.ValidateOptions(*options, &errors);
-  ASSERT_TRUE(errors.empty());
-  ModelContext context;
-  context.data = &(*data)->spec();
-  auto model = loader.Create(*options, context);
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  (*model)->module().eval();
+  const std::unique_ptr<Model> model = FixtureModel(**data);
+  ASSERT_NE(model, nullptr);
   at::NoGradGuard no_grad;
   const Batch batch = Everything(**data);
-  auto out = (*model)->Forward(batch);
+  auto out = model->Forward(batch);
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_TRUE(std::isfinite(out->loss.item<double>()));
 
@@ -221,15 +229,9 @@ TEST_F(Qwen2VlDataTest, ModelOnTheLoadersBatchGivesTheLossOfTransformersLogits) 
 TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
   auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"));
   ASSERT_TRUE(data.ok()) << data.status().message();
-  const auto& loader =
-      testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
-  auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
-  ModelContext context;
-  context.data = &(*data)->spec();
-  auto model = loader.Create(*options, context);
-  ASSERT_TRUE(model.ok()) << model.status().message();
-  (*model)->module().eval();
-  auto* generator = dynamic_cast<ImageTextGenerator*>(model->get());
+  const std::unique_ptr<Model> model = FixtureModel(**data);
+  ASSERT_NE(model, nullptr);
+  auto* generator = dynamic_cast<ImageTextGenerator*>(model.get());
   ASSERT_NE(generator, nullptr);
   const Batch batch = Everything(**data);
   const int64_t rows = batch.at("input_ids").size(0);
@@ -269,7 +271,7 @@ TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
     full["labels"][row].narrow(0, n, 4).copy_((*generated)[row]);
     full["attention_mask"][row].narrow(0, 0, n + 4).fill_(1);
   }
-  auto out = (*model)->Forward(full);
+  auto out = model->Forward(full);
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->metrics.at("exact_match").count, rows);
   EXPECT_EQ(out->metrics.at("exact_match").sum, rows);
@@ -279,20 +281,14 @@ TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
 // one per row: each keeps its images, attends only within itself and counts its multimodal
 // positions from 0.
 TEST_F(Qwen2VlDataTest, PackedRowsWithImagesGiveTheLossOfTheirConversationsOneByOne) {
-  const auto& loader =
-      testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
-  auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
   auto loss = [&](const std::string& extra, int64_t expected_rows) {
     auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"), extra);
     EXPECT_TRUE(data.ok()) << data.status().message();
     EXPECT_EQ((*data)->size(Split::kTrain), expected_rows);
-    ModelContext context;
-    context.data = &(*data)->spec();
-    auto model = loader.Create(*options, context);
-    EXPECT_TRUE(model.ok()) << model.status().message();
-    (*model)->module().eval();
+    const std::unique_ptr<Model> model = FixtureModel(**data);
+    if (model == nullptr) return std::make_pair(0.0, int64_t{0});
     at::NoGradGuard no_grad;
-    auto out = (*model)->Forward(Everything(**data));
+    auto out = model->Forward(Everything(**data));
     EXPECT_TRUE(out.ok()) << out.status().message();
     return std::make_pair(out->loss.item<double>(), out->loss_count);
   };
