@@ -1,13 +1,20 @@
 // Each precision policy's training step time relative to fp32, on the same model, in one run.
 //
 //   build/bin/precision_bench [--data data/digits.csv.gz] [--hidden 1024] [--repeats 3]
+//                             [--policies fp32,bf16-mixed] [--trace FILE]
 //
 // The engine trains an MLP (two hidden layers of --hidden units, batch 32) on the digits images
 // under each policy this device can run, and prints seconds per step (best of --repeats) and the
 // ratio to fp32, with the step by phase below each row. Policies the device cannot run are listed
-// with the reason. `auto` shows what it chose.
+// with the reason. `auto` shows what it chose. --policies runs only those (the ratio needs fp32
+// among them); --trace writes LibTorch's profile of every run to FILE (bench/trace_summary.py).
+
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "bench_util.h"
@@ -22,12 +29,17 @@ int main(int argc, char** argv) {
   std::string data = "data/digits.csv.gz";
   int hidden = 1024;
   int repeats = 3;
+  std::string policies = "fp32,bf16-mixed,bf16-true,fp16-mixed,fp16-true,auto", trace;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string arg = argv[i];
     if (arg == "--data") data = argv[i + 1];
     if (arg == "--hidden") hidden = std::atoi(argv[i + 1]);
     if (arg == "--repeats") repeats = std::atoi(argv[i + 1]);
+    if (arg == "--policies") policies = argv[i + 1];
+    if (arg == "--trace") trace = argv[i + 1];
   }
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+  if (!trace.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(trace);
   data = std::filesystem::absolute(data).string();
   const auto dir = std::filesystem::temp_directory_path() / "engine-precision-bench";
   const engine::DeviceCapability device = engine::ProbeDevice("cpu");
@@ -39,8 +51,8 @@ int main(int argc, char** argv) {
   const std::string layers =
       " hidden_units: " + std::to_string(hidden) + " hidden_units: " + std::to_string(hidden);
   double fp32 = 0;
-  for (const std::string policy :
-       {"fp32", "bf16-mixed", "bf16-true", "fp16-mixed", "fp16-true", "auto"}) {
+  std::stringstream listed(policies);
+  for (std::string policy; std::getline(listed, policy, ',');) {
     const bool fp16 = policy.rfind("fp16", 0) == 0;
     if (fp16 && !(device.fp16 && device.fp16_autocast)) {
       std::printf("%-12s %-12s %12s  (this device cannot compute in fp16)\n", policy.c_str(), "-",
@@ -69,9 +81,10 @@ int main(int argc, char** argv) {
     }
     if (policy == "fp32") fp32 = best;
     std::printf("%-12s %-12s %12.3f %10.2f %10.4f\n", policy.c_str(), ran.c_str(), best * 1e3,
-                best / fp32, accuracy);
+                fp32 > 0 ? best / fp32 : 0.0, accuracy);
     engine::bench::PrintStepPhases(phases, best_seconds, steps);
   }
+  profile.reset();  // writes the trace
   std::error_code removed;
   engine::RemoveTree(dir, removed);
   return 0;

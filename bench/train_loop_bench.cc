@@ -25,6 +25,7 @@
 
 #include "bench_util.h"
 #include "core/allocator.h"
+#include "core/cpu_threads.h"
 #include "core/logging.h"
 #include "engine/remove_tree.h"
 
@@ -124,6 +125,8 @@ int main(int argc, char** argv) {
   torch::Tensor features = torch::rand({1438, 64});
   torch::Tensor labels = torch::randint(0, 10, {1438}, torch::kLong);
 
+  // Both sides with the threads the engine's stages take (they set them for the process).
+  engine::ApplyCpuThreads(engine::ChooseCpuThreads(engine::ReadCpuThreadFacts(0, 1)));
   std::printf("threads %d, LibTorch %s, allocator: %s\n", torch::get_num_threads(), TORCH_VERSION,
               configured ? "engine settings" : "glibc defaults");
   std::printf("%-14s %6s %10s %10s %12s %10s %7s\n", "mlp hidden", "steps", "engine s", "stage s",

@@ -39,7 +39,7 @@ fi
 # --- Debian packages -------------------------------------------------------------------------
 packages=(
   g++ cmake ninja-build ccache
-  libtorch-dev libopenblas0-pthread libgloo-dev
+  libtorch-dev libopenblas0-openmp libgloo-dev
   protobuf-compiler libprotobuf-dev
   libgoogle-glog-dev libgflags-dev
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config libxxhash-dev
@@ -66,10 +66,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     "${missing[@]}"
 fi
+# OpenBLAS's OpenMP build shares LibTorch's OpenMP threads; the pthreads build keeps threads of
+# its own on every core, which fight LibTorch's (4x slower fp32 steps on 2 cores), so where both
+# are installed the OpenMP one must be the system's BLAS.
+openblas_omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
+for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
+  if [ "$(readlink -f "/usr/lib/x86_64-linux-gnu/$lib" 2>/dev/null)" != \
+       "$(readlink -f "$openblas_omp/$lib")" ]; then
+    "${sudo[@]}" update-alternatives --quiet --set "$lib-x86_64-linux-gnu" "$openblas_omp/$lib"
+  fi
+done
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
 case "$blas" in
-  *openblas*) ;;
-  *) echo "warning: libblas.so.3 is $blas, not OpenBLAS; fp32 matmul will be about 20x slower" >&2 ;;
+  *openblas-openmp*) ;;
+  *) echo "warning: libblas.so.3 is $blas, not OpenBLAS's OpenMP build; fp32 matmul will be" \
+       "slower, or fight LibTorch for the cores" >&2 ;;
 esac
 
 # --- Data, taken out of Debian packages (downloaded, unpacked in a temporary directory) ---------
@@ -176,6 +187,8 @@ case "$mode" in
     ;;
   test)
     say "ctest"
+    # ctest runs $jobs tests at once: one thread each, where every engine would take every core.
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
     # shellcheck disable=SC2086
     exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900 ${CTEST_ARGS:-}
     ;;

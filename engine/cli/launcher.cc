@@ -120,6 +120,7 @@ struct RankGroup {
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   if (rank != 0) {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "engine/atomic_file.h"
+#include "core/cgroup.h"
 
 namespace engine {
 namespace {
@@ -23,22 +23,10 @@ std::optional<int64_t> MeminfoBytes(const std::string& text, const std::string& 
   return std::nullopt;
 }
 
-// A /proc or /sys file's text; empty when it cannot be read.
-std::string ReadSmallFile(const std::string& path) {
-  StatusOr<std::string> text = ReadFile(path);
-  return text.ok() ? *text : std::string();
-}
-
 // memory.max - memory.current of this process's cgroup (v2), when it has a limit.
 std::optional<int64_t> CgroupHeadroom() {
-  const std::string cgroup = ReadSmallFile("/proc/self/cgroup");  // "0::/path"
-  const size_t at = cgroup.find("0::");
-  if (at == std::string::npos) return std::nullopt;
-  std::string path = cgroup.substr(at + 3);
-  path = path.substr(0, path.find('\n'));
-  const std::string dir = "/sys/fs/cgroup" + (path == "/" ? "" : path);
-  const std::string max = ReadSmallFile(dir + "/memory.max");
-  const std::string current = ReadSmallFile(dir + "/memory.current");
+  const std::string max = CgroupFile("memory.max");
+  const std::string current = CgroupFile("memory.current");
   if (max.empty() || max.rfind("max", 0) == 0 || current.empty()) return std::nullopt;
   return std::max<int64_t>(0, std::atoll(max.c_str()) - std::atoll(current.c_str()));
 }

@@ -26,6 +26,8 @@ StatusOr<DistEnv> ReadDistEnv() {
   ENGINE_ASSIGN_OR_RETURN(env.world_size, IntegerVariable("WORLD_SIZE", 1, 1, 1 << 20));
   ENGINE_ASSIGN_OR_RETURN(env.rank, IntegerVariable("RANK", 0, 0, 1 << 20));
   ENGINE_ASSIGN_OR_RETURN(env.local_rank, IntegerVariable("LOCAL_RANK", env.rank, 0, 1 << 20));
+  ENGINE_ASSIGN_OR_RETURN(env.local_world_size,
+                          IntegerVariable("LOCAL_WORLD_SIZE", env.world_size, 1, 1 << 20));
   ENGINE_ASSIGN_OR_RETURN(env.master_port, IntegerVariable("MASTER_PORT", 29500, 1, 65535));
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
     env.master_addr = addr;

@@ -13,6 +13,8 @@ struct DistEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // Ranks on this host: LOCAL_WORLD_SIZE (torchrun, `engine run --nproc`), else every rank.
+  int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
 };

@@ -258,6 +258,8 @@ class PlanBuilder {
     plan->world_size = ddp ? env->world_size : 1;
     plan->rank = ddp ? env->rank : 0;
     plan->dist_env = *env;
+    plan->cpu_threads = ChooseCpuThreads(
+        ReadCpuThreadFacts(parallel.num_threads(), ddp ? env->local_world_size : 1));
     plan->process_group = ddp && (env->world_size > 1 || env->from_environment);
     if (ddp && !PlanBackend(stage, plan)) return false;
     // Every rank takes every world_size-th example of the epoch's order, the same number each: the

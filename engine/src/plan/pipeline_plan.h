@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_threads.h"
 #include "dist/data_parallel.h"
 #include "dist/dist_env.h"
 #include "engine/data.h"
@@ -60,6 +61,8 @@ struct StagePlan {
   int rank = 0;
   int64_t shard_examples = 0;
   DistEnv dist_env;
+  // LibTorch's intra-op threads for this stage (core/cpu_threads.h).
+  CpuThreadPlan cpu_threads;
   // Whether the stage trains in a c10d process group: a DDP stage with several ranks, or one whose
   // ranks the environment set (torchrun with one process), and the group's backend.
   bool process_group = false;

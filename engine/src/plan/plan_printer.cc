@@ -304,7 +304,8 @@ void ModelLines(const StagePlan& s, std::ostringstream& out) {
   const ResolvedStage& st = *s.stage;
   const int64_t frozen = s.total_parameters - s.trainable_parameters;
   out << "  device      " << st.device.device << " (" << st.device.reason << "), world size "
-      << s.world_size << "\n";
+      << s.world_size << ", " << s.cpu_threads.threads << " CPU thread"
+      << (s.cpu_threads.threads == 1 ? "" : "s") << " (" << s.cpu_threads.reason << ")\n";
   out << "  model       " << st.model.entry->name << " " << st.model.entry->version << ": "
       << WithThousands(s.total_parameters) << " parameters, "
       << WithThousands(s.trainable_parameters) << " trainable in " << s.trainable_tensors
@@ -434,6 +435,7 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
       st.from_stage ? nlohmann::json(s.parent_architecture) : nlohmann::json(nullptr);
   js["device"] = {{"device", st.device.device}, {"reason", st.device.reason}};
   js["world_size"] = s.world_size;
+  js["cpu_threads"] = {{"threads", s.cpu_threads.threads}, {"reason", s.cpu_threads.reason}};
   js["rank"] = s.rank;
   js["shard_examples"] = s.shard_examples;
   js["process_group"] =

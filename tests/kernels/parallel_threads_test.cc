@@ -1,0 +1,48 @@
+// The kernels run on LibTorch's threads (the library is built with OpenMP, as LibTorch's OpenMP
+// backend needs), and give the same bits on one thread and on two.
+#include "engine_kernels/parallel_threads.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include "engine_kernels/causal_attention.h"
+#include "engine_kernels/swiglu.h"
+
+namespace engine::kernels {
+namespace {
+
+// Runs `body` with LibTorch's intra-op threads set to `threads`, then restores them.
+template <typename Body>
+auto WithThreads(int threads, Body body) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(threads);
+  auto result = body();
+  at::set_num_threads(before);
+  return result;
+}
+
+TEST(ParallelThreadsTest, TheKernelsParallelForUsesLibTorchsThreadCount) {
+  EXPECT_EQ(WithThreads(2, [] { return ParallelForThreads(64); }), 2);
+  EXPECT_EQ(WithThreads(1, [] { return ParallelForThreads(64); }), 1);
+}
+
+TEST(ParallelThreadsTest, AttentionAndSwiGluGiveTheSameBitsOnOneAndTwoThreads) {
+  at::manual_seed(5);
+  const at::Tensor q = at::randn({2, 4, 70, 16}), k = at::randn({2, 2, 70, 16}),
+                   v = at::randn({2, 2, 70, 16}), grad = at::randn({2, 4, 70, 16});
+  const auto attention = [&] {
+    const CausalAttentionOutput out = CausalAttentionForward(q, k, v, 0.25, 0);
+    const CausalAttentionGrads grads = CausalAttentionBackward(grad, q, k, v, out, 0.25, 0);
+    return std::vector<at::Tensor>{out.out, grads.q, grads.k, grads.v};
+  };
+  const std::vector<at::Tensor> one = WithThreads(1, attention), two = WithThreads(2, attention);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
+
+  const at::Tensor gate = at::randn({300, 96}), up = at::randn({300, 96});
+  const auto swiglu = [&] { return SwiGluForward(gate, up); };
+  EXPECT_TRUE(at::equal(WithThreads(1, swiglu), WithThreads(2, swiglu)));
+}
+
+}  // namespace
+}  // namespace engine::kernels
