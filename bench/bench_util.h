@@ -71,11 +71,11 @@ inline std::string DigitsMlpPipeline(const std::filesystem::path& out, const std
 inline void PrintStepPhases(const StepPhaseSeconds& p, double engine_seconds, int64_t steps) {
   const double per_step = 1e3 / static_cast<double>(std::max<int64_t>(1, steps));
   const double other =
-      engine_seconds - p.batch - p.forward - p.backward - p.loss_read - p.update - p.callbacks;
+      engine_seconds - p.batch - p.forward - p.backward - p.host_read - p.update - p.callbacks;
   std::printf(
-      "  engine ms/step: batch %.3f, forward %.3f, backward %.3f, loss read %.3f, update %.3f, "
+      "  engine ms/step: batch %.3f, forward %.3f, backward %.3f, host read %.3f, update %.3f, "
       "callbacks %.3f, other %.3f\n",
-      p.batch * per_step, p.forward * per_step, p.backward * per_step, p.loss_read * per_step,
+      p.batch * per_step, p.forward * per_step, p.backward * per_step, p.host_read * per_step,
       p.update * per_step, p.callbacks * per_step, other * per_step);
 }
 

@@ -2,11 +2,13 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/norm.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <torch/nn/module.h>
 
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "engine/dtype.h"
 #include "engine/module_tensors.h"
@@ -82,7 +84,7 @@ void PrecisionRuntime::ZeroGrad() {
   }
 }
 
-bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
+at::Tensor PrecisionRuntime::UnscaleAndFlag(double divisor) {
   at::NoGradGuard no_grad;
   const double factor = 1.0 / (scale_ * divisor);
   feeds_.assign(parameters_.size(), GradientFeed());
@@ -108,35 +110,50 @@ bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
     at::Tensor sum = grad.sum(at::kFloat);
     total = total.defined() ? total + sum : sum;
   }
-  // One read of each: a single synchronisation with the device per step.
-  return (!found.defined() || found.item<int>() == 0) &&
-         (!total.defined() || std::isfinite(total.item<double>()));
+  // found counts flagged gradients; total - total is 0 when the sums are finite, else nan.
+  at::Tensor flag;
+  if (found.defined()) flag = found.to(at::kFloat).sum();
+  if (total.defined()) flag = flag.defined() ? flag + (total - total) : total - total;
+  return flag.defined() ? flag : at::zeros({}, at::kFloat);
+}
+
+bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
+  return UnscaleAndFlag(divisor).item<double>() == 0;
+}
+
+at::Tensor PrecisionRuntime::GradNormSquared() const {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> norms;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (Fed(i)) {
+      norms.push_back(at::norm(feeds_[i].grad, 2, at::kFloat) * feeds_[i].scale);
+    } else if (const at::Tensor& g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
+      norms.push_back(at::norm(g, 2, at::kFloat));
+    }
+  }
+  if (norms.empty()) return at::zeros({}, at::kFloat);
+  const at::Device device = norms.front().device();
+  for (at::Tensor& n : norms) n = n.to(device);
+  return at::stack(norms).to(at::kDouble).square().sum();
 }
 
 double PrecisionRuntime::ClipGradients(double max_norm) {
+  const double total = std::sqrt(GradNormSquared().item<double>());
+  ApplyClip(total, max_norm);
+  return total;
+}
+
+void PrecisionRuntime::ApplyClip(double total_norm, double max_norm) {
   at::NoGradGuard no_grad;
-  double total_sq = 0;
+  if (!(max_norm > 0 && std::isfinite(total_norm) && total_norm > max_norm)) return;
+  const double clip = max_norm / (total_norm + 1e-6);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (Fed(i)) {
-      const double n = at::norm(feeds_[i].grad, 2, at::kFloat).item<double>() * feeds_[i].scale;
-      total_sq += n * n;
-    } else if (const at::Tensor& g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
-      const double n = g.norm().item<double>();
-      total_sq += n * n;
+      feeds_[i].scale *= clip;
+    } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
+      g.mul_(clip);
     }
   }
-  const double total = std::sqrt(total_sq);
-  if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
-    const double clip = max_norm / (total + 1e-6);
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      if (Fed(i)) {
-        feeds_[i].scale *= clip;
-      } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
-        g.mul_(clip);
-      }
-    }
-  }
-  return total;
 }
 
 void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {

@@ -57,10 +57,18 @@ class PrecisionRuntime {
 
   void ZeroGrad();
   // Prepares the step's gradients for the optimizer, divided by loss_scale() * divisor (see above),
-  // and returns whether all of them are finite.
+  // and returns a scalar on their device that is 0 when all of them are finite: queued work, read
+  // by the caller together with the step's other scalars (one synchronisation per step).
+  at::Tensor UnscaleAndFlag(double divisor);
+  // UnscaleAndFlag, read at once: whether every gradient is finite.
   bool UnscaleAndCheck(double divisor);
-  // After a finite UnscaleAndCheck: scales the gradients so that their global L2 norm (unscaled) is
-  // at most `max_norm` (0: no clipping); returns the norm before.
+  // After UnscaleAndFlag: the squared global L2 norm of the unscaled gradients, a scalar on their
+  // device (queued, like the flag).
+  at::Tensor GradNormSquared() const;
+  // After a finite UnscaleAndFlag whose norm the caller read: scales the gradients so that their
+  // global L2 norm is at most `max_norm` (0: no clipping).
+  void ApplyClip(double total_norm, double max_norm);
+  // GradNormSquared read at once, then ApplyClip; returns the norm before clipping.
   double ClipGradients(double max_norm);
   // The optimizer's update at `lr` from the prepared gradients; the low-precision parameters hold
   // the updated masters afterwards.

@@ -11,10 +11,12 @@
 namespace engine {
 
 struct StepPhaseSeconds {
-  double batch = 0;      // taking the next batch from the prefetcher (and moving it to the device)
-  double forward = 0;    // the model's forward, loss included, in the precision context
-  double backward = 0;   // backward and the loss accumulation over micro-batches
-  double loss_read = 0;  // reading the step's loss on the host, and checking it is finite
+  double batch = 0;     // taking the next batch from the prefetcher (and moving it to the device)
+  double forward = 0;   // the model's forward, loss included, in the precision context
+  double backward = 0;  // backward and the loss accumulation over micro-batches
+  // The one read of the step's loss, non-finite flag and gradient norm (train/step_scalars.h);
+  // on a GPU it also waits for the step's queued work.
+  double host_read = 0;
   double update = 0;     // unscaling and the non-finite check, clipping, the optimizer step
   double callbacks = 0;  // the step_end event
 };

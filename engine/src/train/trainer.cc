@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
 
@@ -10,6 +9,7 @@
 #include <functional>
 #include <random>
 
+#include "core/cpu_threads.h"
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
 #include "core/logging.h"
@@ -32,6 +32,7 @@
 #include "train/parent_weights.h"
 #include "train/precision_runtime.h"
 #include "train/stage_checkpoint.h"
+#include "train/step_scalars.h"
 #include "train/training_state.h"
 
 namespace engine {
@@ -182,11 +183,7 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  void ApplyThreadCount() {
-    if (config_.parallel().num_threads() > 0) {
-      at::set_num_threads(static_cast<int>(config_.parallel().num_threads()));
-    }
-  }
+  void ApplyThreadCount() { ApplyCpuThreads(plan_.cpu_threads); }
 
   Status BeginStage() {
     Event begin = MakeEvent(EventType::kStageBegin);
@@ -396,11 +393,13 @@ class StageTrainer : public CallbackActions {
                                      " had no loss terms (every example was masked)");
     }
     const double divisor = single ? 1.0 : static_cast<double>(accumulated.count);
-    double loss = 0;
-    {
-      PhaseTimer timer(&phases_.loss_read);
-      loss = accumulated.sum.item<double>() / divisor;
+    if (gradient_averager_ != nullptr) {
+      // Every rank ends with the same (still loss-scaled) gradients, so all of them see the same
+      // overflow and skip the same steps.
+      ENGINE_RETURN_IF_ERROR(gradient_averager_->Finish().WithContext(context_));
     }
+    const StepScalars read = PrepareAndReadGradients(accumulated.sum, divisor);
+    const double loss = read.loss_sum / divisor;
     if (!std::isfinite(loss)) {
       return FailedPreconditionError(
           context_ + ": the training loss became " + std::to_string(loss) + " at step " +
@@ -409,16 +408,36 @@ class StageTrainer : public CallbackActions {
           "optimizer.max_grad_norm" +
           (plan_.precision.autocast ? std::string(", or compute in a wider dtype") : ""));
     }
-    if (gradient_averager_ != nullptr) {
-      // Every rank ends with the same (still loss-scaled) gradients, so all of them see the same
-      // overflow and skip the same steps.
-      ENGINE_RETURN_IF_ERROR(gradient_averager_->Finish().WithContext(context_));
-    }
-    ENGINE_ASSIGN_OR_RETURN(double grad_norm, UpdateWeights(divisor, scale));
+    ENGINE_ASSIGN_OR_RETURN(double grad_norm, UpdateWeights(read, scale));
     ++step_;
     examples_ += accumulated.count;
     last_loss_ = loss;
     return EmitStepEnd(loss, grad_norm);
+  }
+
+  // What a step reads from the device, in one copy (train/step_scalars.h).
+  struct StepScalars {
+    double loss_sum = 0;
+    bool finite = true;
+    double grad_norm = -1;  // -1: not computed (no clipping, or gradients not finite)
+  };
+
+  // Unscales the gradients by `divisor` (and the loss scale), queues their non-finite flag and,
+  // where the stage clips, their norm, and reads those with the loss in one synchronisation.
+  StepScalars PrepareAndReadGradients(const at::Tensor& loss_sum, double divisor) {
+    at::Tensor flag, norm_squared;
+    {
+      PhaseTimer timer(&phases_.update);
+      flag = precision_->UnscaleAndFlag(divisor);
+      if (config_.optimizer().max_grad_norm() > 0) norm_squared = precision_->GradNormSquared();
+    }
+    PhaseTimer timer(&phases_.host_read);
+    const std::vector<double> values = ReadStepScalars({loss_sum, flag, norm_squared});
+    StepScalars read;
+    read.loss_sum = values[0];
+    read.finite = values[1] == 0;
+    if (read.finite && norm_squared.defined()) read.grad_norm = std::sqrt(values[2]);
+    return read;
   }
 
   // Forward and backward over each micro-batch. Each micro-batch's mean loss is weighted by its
@@ -448,17 +467,14 @@ class StageTrainer : public CallbackActions {
     return accumulated;
   }
 
-  // Unscales the gradients by `divisor` (and the loss scale), clips and steps the optimizer when
-  // they are finite; skips the step (fp16 with loss scaling) or fails when they are not. Returns
-  // the gradient norm, or -1 when it was not computed.
-  StatusOr<double> UpdateWeights(double divisor, double scale) {
+  // Clips and steps the optimizer when the step's gradients are finite; skips the step (fp16 with
+  // loss scaling) or fails when they are not. Returns the gradient norm, or -1 when it was not
+  // computed.
+  StatusOr<double> UpdateWeights(const StepScalars& read, double scale) {
     PhaseTimer timer(&phases_.update);
-    const bool finite = precision_->UnscaleAndCheck(divisor);
-    double grad_norm = -1;
+    const bool finite = read.finite;
     if (finite) {
-      if (config_.optimizer().max_grad_norm() > 0) {
-        grad_norm = precision_->ClipGradients(config_.optimizer().max_grad_norm());
-      }
+      precision_->ApplyClip(read.grad_norm, config_.optimizer().max_grad_norm());
       const double lr = LearningRateAt(config_.optimizer(), step_, plan_.total_steps);
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
         precision_->Step(*optimizer_, lr);
@@ -483,7 +499,7 @@ class StageTrainer : public CallbackActions {
           FormatNumber(precision_->loss_scale()) +
           "; the gradients do not fit fp16. Use bf16-mixed (where the device has bf16) or fp32");
     }
-    return grad_norm;
+    return read.grad_norm;
   }
 
   Status EmitStepEnd(double loss, double grad_norm) {

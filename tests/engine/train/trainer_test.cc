@@ -3,8 +3,14 @@
 
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/equal.h>
+#include <ATen/record_function.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "pipeline/pipeline_loader.h"
 #include "run/pipeline_runner.h"
@@ -12,6 +18,7 @@
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
 #include "train/checkpoint.h"
+#include "train/step_scalars.h"
 
 namespace engine {
 namespace {
@@ -116,11 +123,62 @@ TEST_F(TrainerTest, StepPhasesAccountForTheTrainingTime) {
   ASSERT_EQ(outcomes_.size(), 1u);
   const StageResult& r = outcomes_[0].result;
   const StepPhaseSeconds& p = r.step_phases;
-  for (double phase : {p.batch, p.forward, p.backward, p.loss_read, p.update}) {
+  for (double phase : {p.batch, p.forward, p.backward, p.host_read, p.update}) {
     EXPECT_GT(phase, 0.0);
   }
   EXPECT_EQ(p.callbacks, 0.0) << "no callbacks, no step_end event to time";
-  EXPECT_LE(p.batch + p.forward + p.backward + p.loss_read + p.update, r.train_seconds);
+  EXPECT_LE(p.batch + p.forward + p.backward + p.host_read + p.update, r.train_seconds);
+}
+
+// The host reads seen by LibTorch's profiler callbacks, in order: each step's scalars
+// (kReadStepScalarsScope) and every item() (a synchronisation with the device each).
+class HostReadRecorder {
+ public:
+  HostReadRecorder()
+      : handle_(at::addGlobalCallback(at::RecordFunctionCallback(&Record).needsInputs(false))) {
+    Reads().clear();
+  }
+  ~HostReadRecorder() { at::removeCallback(handle_); }
+  static std::vector<std::string>& Reads() {
+    static std::vector<std::string> reads;
+    return reads;
+  }
+
+ private:
+  static std::unique_ptr<at::ObserverContext> Record(const at::RecordFunction& fn) {
+    static std::mutex mutex;
+    const std::string name = fn.name();
+    if (name == kReadStepScalarsScope || name == "aten::_local_scalar_dense") {
+      std::lock_guard<std::mutex> lock(mutex);
+      Reads().push_back(name);
+    }
+    return nullptr;
+  }
+  at::CallbackHandle handle_;
+};
+
+TEST_F(TrainerTest, EachStepReadsItsScalarsFromTheDeviceInOneCopy) {
+  // bf16 gradients handed to f32 masters, clipping and accumulation: every part of the step that
+  // reads a number (loss, non-finite flags, gradient norm) reads it in the one copy.
+  std::vector<std::string> reads;
+  {
+    HostReadRecorder recorder;
+    Run("reads",
+        testing::DigitsStage("s",
+                             testing::Precision("bf16-mixed") +
+                                 "schedule { max_steps: 6 gradient_accumulation_steps: 2 } "
+                                 "optimizer { max_grad_norm: 0.5 }",
+                             "hidden_units: 32"),
+        "s");
+    reads = HostReadRecorder::Reads();
+  }
+  ASSERT_EQ(outcomes_.size(), 1u);
+  const auto first = std::find(reads.begin(), reads.end(), kReadStepScalarsScope);
+  const auto last = std::find(reads.rbegin(), reads.rend(), kReadStepScalarsScope);
+  ASSERT_NE(first, reads.end());
+  EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 6);
+  // Steps 2 to 6 lie between the first step's read and the last one's.
+  EXPECT_EQ(std::count(first, last.base(), std::string("aten::_local_scalar_dense")), 0);
 }
 
 TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
