@@ -169,6 +169,12 @@ AttentionDims DimsOf(const at::Tensor& q, double scale, int64_t window) {
   return dims;
 }
 
+// (batch row, key/value head) pairs per parallel task: a pair is `groups` query heads' scores and
+// weighted sums, about t * t / 2 * d steps each when causal (a window or key ranges only lower it).
+int64_t GroupGrain(const AttentionDims& dims, int64_t groups) {
+  return GrainFor(groups * dims.t * dims.t * dims.d);
+}
+
 // [batch, heads, positions, dim] stored as [batch, positions, heads, dim].
 at::Tensor EmptyHeadsLast(const at::Tensor& like, int64_t heads, at::ScalarType dtype) {
   return at::empty({like.size(0), like.size(2), heads, like.size(3)}, like.options().dtype(dtype))
@@ -249,7 +255,7 @@ CausalAttentionOutput CausalAttentionForward(const at::Tensor& q, const at::Tens
   result.lse = at::empty({batch, heads, dims.t}, q.options().dtype(at::kFloat));
   float* lse = result.lse.data_ptr<float>();
   const ForwardHeadFn forward = ENGINE_PICK_ISA(ForwardHead);
-  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, batch * kv_heads, GroupGrain(dims, groups), [&](int64_t begin, int64_t end) {
     GroupBuffers buffers(dims, /*backward=*/false);
     float *kt = buffers.Head(0), *vv = buffers.Head(1), *qo = buffers.Head(2);
     float* kk = buffers.Head(3);
@@ -301,7 +307,7 @@ CausalAttentionGrads CausalAttentionBackward(const at::Tensor& grad_out, const a
   const at::Tensor lse_tensor = forward.lse.contiguous();
   const float* lse = lse_tensor.data_ptr<float>();
   const BackwardHeadFn backward = ENGINE_PICK_ISA(BackwardHead);
-  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, batch * kv_heads, GroupGrain(dims, groups), [&](int64_t begin, int64_t end) {
     GroupBuffers buffers(dims, /*backward=*/true);
     float *kk = buffers.Head(0), *kt = buffers.Head(1), *vt = buffers.Head(2);
     float *dk = buffers.Head(3), *dv = buffers.Head(4), *qq = buffers.Head(5);

@@ -6,6 +6,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace engine::kernels {
@@ -24,6 +25,13 @@ inline bool CpuHasAvx2Fma() {
 #else
 #define ENGINE_PICK_ISA(fn) (baseline::fn)
 #endif
+
+// Items per at::parallel_for task, for items of `work_per_item` elementary steps each: about
+// ATen's grain of 32K elements per task, so that small tensors stay on one thread instead of
+// paying a parallel region's start and join for microseconds of work.
+inline int64_t GrainFor(int64_t work_per_item) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, work_per_item));
+}
 
 inline bool IsLowOrF32(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;

@@ -22,6 +22,8 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu_kernel_support.h"
+
 #define ENGINE_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 
 namespace engine::kernels {
@@ -299,7 +301,7 @@ void DequantizeRangeTyped(const uint8_t* packed, const float* scales, int64_t bl
                           int64_t end, T* out) {
   const int64_t first = begin / block, last = (end - 1) / block;
   const bool vectorised = WholeBlocksVectorised();
-  at::parallel_for(first, last + 1, 16, [&](int64_t b0, int64_t b1) {
+  at::parallel_for(first, last + 1, GrainFor(block), [&](int64_t b0, int64_t b1) {
     int64_t b = b0;
     while (b < b1) {
       const int64_t lo = std::max(begin, b * block), hi = std::min(end, (b + 1) * block);
@@ -366,7 +368,7 @@ Nf4Tensor QuantizeNf4(const at::Tensor& weight, int64_t block_size, bool double_
   const int64_t numel = q.numel;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "QuantizeNf4", [&] {
     const scalar_t* data = w.data_ptr<scalar_t>();
-    at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+    at::parallel_for(0, blocks, GrainFor(block_size), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const float inverse = scales[b] > 0 ? 1.0f / scales[b] : 0.0f;
         QuantizeBlock(data, b * block_size, std::min(numel, (b + 1) * block_size), inverse, packed);

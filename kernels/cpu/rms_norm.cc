@@ -20,9 +20,6 @@ namespace {
 
 constexpr int64_t kWeightGradChunks = 32;
 
-// Rows per parallel task: about 32K elements of work each.
-int64_t RowGrain(int64_t size) { return std::max<int64_t>(1, (int64_t{1} << 15) / size); }
-
 }  // namespace
 
 bool RmsNormSupports(const at::Tensor& x, const at::Tensor& weight) {
@@ -47,7 +44,7 @@ RmsNormOutput RmsNormForward(const at::Tensor& x, const at::Tensor& weight, doub
   const float* w = ReadF32(weight, 0, size, weight_buffer.data());
   const auto sum_squares = ENGINE_PICK_ISA(SumSquares);
   const auto normalize = ENGINE_PICK_ISA(NormalizeRow);
-  at::parallel_for(0, rows, RowGrain(size), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, GrainFor(size), [&](int64_t begin, int64_t end) {
     std::vector<float> in(static_cast<size_t>(size)), out(static_cast<size_t>(size));
     for (int64_t row = begin; row < end; ++row) {
       const float* xr = ReadF32(x, row * size, size, in.data());
@@ -83,7 +80,8 @@ RmsNormGrads RmsNormBackward(const at::Tensor& grad, const at::Tensor& x, const 
   const int64_t chunks = std::min<int64_t>(rows, kWeightGradChunks);
   std::vector<float> partial(static_cast<size_t>(std::max<int64_t>(chunks, 1) * size), 0.0f);
   const auto backward = ENGINE_PICK_ISA(NormalizeRowBackward);
-  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+  const int64_t rows_per_chunk = (rows + chunks - 1) / std::max<int64_t>(chunks, 1);
+  at::parallel_for(0, chunks, GrainFor(rows_per_chunk * size), [&](int64_t begin, int64_t end) {
     std::vector<float> dy(static_cast<size_t>(size)), in(static_cast<size_t>(size)),
         dx(static_cast<size_t>(size));
     for (int64_t chunk = begin; chunk < end; ++chunk) {

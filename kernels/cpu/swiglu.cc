@@ -16,7 +16,6 @@ namespace {
 
 // Elements per f32 scratch span (16 KB each, in L1 with its neighbours).
 constexpr int64_t kSpan = 4096;
-constexpr int64_t kGrain = 1 << 15;
 
 // A tensor's elements as rows: `cols` of unit stride each, rows `stride` apart (a contiguous
 // tensor, or a slice of its last dimension such as one half of a fused gate/up projection).
@@ -42,8 +41,7 @@ RowLayout RowsOf(const at::Tensor& t) {
 // Calls body(row, first column, count) over spans of every row, in parallel over rows.
 template <typename Body>
 void ForRowSpans(const RowLayout& layout, Body body) {
-  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(layout.cols, 1));
-  at::parallel_for(0, layout.rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, layout.rows, GrainFor(layout.cols), [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       for (int64_t col = 0; col < layout.cols; col += kSpan) {
         body(row, col, std::min(kSpan, layout.cols - col));
