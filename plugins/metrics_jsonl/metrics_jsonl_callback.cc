@@ -4,6 +4,8 @@
 //
 //   {"event":"step_end","time":1795000000.1,"pipeline":"p","stage":"train","step":10,"epoch":0,
 //    "elapsed_seconds":0.5,"metrics":{"loss":0.41,"lr":0.003},"rss_bytes":...}
+// Step and stage ends carry the process's memory: resident bytes, and on a GPU the bytes allocated
+// now and at most so far (cuda_allocated_bytes, cuda_peak_allocated_bytes).
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -55,7 +57,10 @@ class MetricsJsonl : public Callback {
     if (e.type == EventType::kStepEnd || e.type == EventType::kStageEnd) {
       line["rss_bytes"] = e.memory.rss_bytes;
       line["peak_rss_bytes"] = e.memory.peak_rss_bytes;
-      if (e.memory.cuda) line["cuda_allocated_bytes"] = e.memory.cuda_allocated_bytes;
+      if (e.memory.cuda) {
+        line["cuda_allocated_bytes"] = e.memory.cuda_allocated_bytes;
+        line["cuda_peak_allocated_bytes"] = e.memory.cuda_peak_allocated_bytes;
+      }
     }
     if (!e.path.empty()) line["path"] = e.path;
     if (!e.plan_json.empty()) line["plan"] = nlohmann::json::parse(e.plan_json, nullptr, false);

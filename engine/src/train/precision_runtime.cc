@@ -17,30 +17,46 @@
 
 namespace engine {
 
-StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const PrecisionPlan& plan,
-                                                                    torch::nn::Module& module,
-                                                                    c10::Device device) {
-  std::map<std::string, const TensorPlan*> by_name;
-  for (const TensorPlan& t : plan.tensors) by_name[t.name] = &t;
-  auto lookup = [&](const std::string& name) -> StatusOr<const TensorPlan*> {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
+namespace {
+
+// The plan's entry for each tensor, by name.
+class TensorPlans {
+ public:
+  explicit TensorPlans(const PrecisionPlan& plan) {
+    for (const TensorPlan& t : plan.tensors) by_name_[t.name] = &t;
+  }
+  StatusOr<const TensorPlan*> Find(const std::string& name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) {
       return InternalError("the precision plan has no entry for tensor '" + name + "'");
     }
     return it->second;
-  };
-  {
-    at::NoGradGuard no_grad;
-    for (ModuleTensor& item : ModuleTensors(module)) {
-      ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(item.name));
-      if (item.tensor.scalar_type() != t->storage) {
-        item.tensor.set_data(item.tensor.to(t->storage));
-      }
-    }
   }
+
+ private:
+  std::map<std::string, const TensorPlan*> by_name_;
+};
+
+}  // namespace
+
+Status PrecisionRuntime::CastStorage(const PrecisionPlan& plan, torch::nn::Module& module) {
+  const TensorPlans plans(plan);
+  at::NoGradGuard no_grad;
+  for (ModuleTensor& item : ModuleTensors(module)) {
+    ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, plans.Find(item.name));
+    if (item.tensor.scalar_type() != t->storage) item.tensor.set_data(item.tensor.to(t->storage));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const PrecisionPlan& plan,
+                                                                    torch::nn::Module& module,
+                                                                    c10::Device device) {
+  const TensorPlans plans(plan);
+  ENGINE_RETURN_IF_ERROR(CastStorage(plan, module));
   // The census after the casts must be the plan.
   for (const TensorCensusEntry& e : TakeCensus(module)) {
-    ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, lookup(e.name));
+    ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, plans.Find(e.name));
     if (e.dtype != t->storage) {
       return InternalError("tensor '" + e.name + "' is " + std::string(DtypeShortName(e.dtype)) +
                            " after applying the precision plan, which says " +
@@ -55,7 +71,7 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
   at::NoGradGuard no_grad;
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;
-    const TensorPlan* t = by_name[item.key()];
+    ENGINE_ASSIGN_OR_RETURN(const TensorPlan* t, plans.Find(item.key()));
     if (!t->trainable) {
       return InternalError("tensor '" + item.key() +
                            "' trains, but the precision plan has it frozen");

@@ -37,9 +37,12 @@ namespace engine {
 
 class PrecisionRuntime {
  public:
-  // Casts every tensor of `module` (already on `device`) to its planned storage dtype, checks the
-  // result with a fresh census, and makes f32 masters for trainable tensors stored in low
-  // precision.
+  // Casts every tensor of `module` to its planned storage dtype where it is: before the module is
+  // placed on a GPU, so that an f32 model trained in bf16 never holds both copies there.
+  static Status CastStorage(const PrecisionPlan& plan, torch::nn::Module& module);
+  // CastStorage (nothing left to do after an earlier call) on `module`, already on `device`;
+  // checks the result with a fresh census, and makes f32 masters for trainable tensors stored in
+  // low precision.
   static StatusOr<std::unique_ptr<PrecisionRuntime>> Apply(const PrecisionPlan& plan,
                                                            torch::nn::Module& module,
                                                            c10::Device device);

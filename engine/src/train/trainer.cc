@@ -148,6 +148,7 @@ class StageTrainer : public CallbackActions {
   // The model on the stage's device under its precision plan (printing the census).
   Status PlaceAndApplyPrecision() {
     ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
+      ENGINE_RETURN_IF_ERROR(PrecisionRuntime::CastStorage(plan_.precision, module_));
       module_.to(device_);
       return Status::Ok();
     }));
