@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "engine_kernels/causal_attention.h"
+#include "engine_kernels/fused_adamw.h"
+#include "engine_kernels/nf4.h"
 #include "engine_kernels/swiglu.h"
 
 namespace engine::kernels {
@@ -42,6 +44,29 @@ TEST(ParallelThreadsTest, AttentionAndSwiGluGiveTheSameBitsOnOneAndTwoThreads) {
   const at::Tensor gate = at::randn({300, 96}), up = at::randn({300, 96});
   const auto swiglu = [&] { return SwiGluForward(gate, up); };
   EXPECT_TRUE(at::equal(WithThreads(1, swiglu), WithThreads(2, swiglu)));
+}
+
+TEST(ParallelThreadsTest, Nf4AndTheFusedAdamWGiveTheSameBitsOnOneAndTwoThreads) {
+  at::manual_seed(6);
+  const at::Tensor weight = at::randn({300, 256});
+  const auto dequantize = [&] {
+    return DequantizeNf4(QuantizeNf4(weight, 64, /*double_quant=*/true), at::kBFloat16);
+  };
+  EXPECT_TRUE(at::equal(WithThreads(1, dequantize), WithThreads(2, dequantize)));
+
+  const int64_t n = 100003;  // several tasks of the parallel loop, and a ragged end
+  const at::Tensor master = at::randn({n}), grad = at::randn({n}).to(at::kBFloat16);
+  const auto step = [&] {
+    at::Tensor p = master.clone(), m = at::zeros({n}), v = at::zeros({n});
+    at::Tensor low = at::empty({n}, at::kBFloat16);
+    AdamWHyper hyper;
+    hyper.lr = 0.01;
+    hyper.step = 1;
+    FusedAdamW(p, grad, m, v, hyper, /*grad_scale=*/0.5, low);
+    return std::vector<at::Tensor>{p, m, v, low};
+  };
+  const std::vector<at::Tensor> one = WithThreads(1, step), two = WithThreads(2, step);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
 }
 
 }  // namespace
