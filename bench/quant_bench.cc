@@ -8,8 +8,10 @@
 //               bytes; ratio = memcpy time / dequant time (1.00: dequantizing at memory-copy
 //               speed).
 //   matmul:     x [tokens, cols] @ W^T through engine::QuantizedMatmul (tiles dequantized into the
-//               compute dtype, then GEMM) against at::matmul with the dense W already in that
-//               dtype; ratio = dense time / 4-bit time (forward only, and forward + input grad).
+//               compute dtype, then GEMM; up to 16 tokens, straight from the codes where that is
+//               faster) against at::matmul with the dense W already in that dtype; ratio = dense
+//               time / 4-bit time (forward only, and forward + input grad). Up to 16 tokens a
+//               "tiles" row times the tiled path too (ENGINE_CPU_KERNELS=0).
 //   adamw:      one step over --params f32 masters with bf16 gradients: the fused kernel (reads
 //               the bf16 gradient, writes master, moments and the bf16 copy in one pass) against
 //               torch::optim::AdamW plus the casts it needs (gradient to f32 before, weight to
@@ -25,12 +27,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "best_time.h"
 #include "core/allocator.h"
+#include "engine/few_rows_matmul.h"
 #include "engine/linear.h"
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
@@ -93,6 +97,15 @@ int main(int argc, char** argv) {
     std::printf("%-22s %10.3f %10.3f %8.2f\n",
                 (std::string("forward ") + c10::toString(dtype)).c_str(), quantized * 1e3,
                 plain * 1e3, plain / quantized);
+    if (tokens <= engine::FewRowsMatmul::kMaxRows) {
+      // The same through the dequantized tiles, which the few-rows path replaces.
+      ::setenv("ENGINE_CPU_KERNELS", "0", 1);
+      const double tiled = BestSeconds(repeats, [&] { (void)engine::QuantizedMatmul(x, weight); });
+      ::unsetenv("ENGINE_CPU_KERNELS");
+      std::printf("%-22s %10.3f %10.3f %8.2f   (few rows from the codes: %.2fx the tiles)\n",
+                  (std::string("  tiles ") + c10::toString(dtype)).c_str(), tiled * 1e3,
+                  plain * 1e3, plain / tiled, tiled / quantized);
+    }
     const at::Tensor xg = x.detach().requires_grad_();
     const double quantized_bw = BestSeconds(repeats, [&] {
       xg.mutable_grad().reset();

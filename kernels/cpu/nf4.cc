@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -214,6 +215,28 @@ __attribute__((target("ssse3"))) ByteTables ConvertedTables(float scale) {
                     _mm_load_si128(reinterpret_cast<const __m128i*>(values + 8)));
 }
 
+// The f32 scale of each block from plain pointers, decoded as Nf4BlockScales decodes it (the
+// code's map value times its group's scale, then the mean added: two f32 roundings), so that a
+// kernel decodes the scales of its own rows instead of a pass of ATen operations over all of them.
+struct BlockScaleReader {
+  const float* absmax = nullptr;  // set when not double-quantized
+  const uint8_t* codes = nullptr;
+  const float* map = nullptr;
+  const float* nested = nullptr;
+  float mean = 0;
+
+  void Read(int64_t first, int64_t count, float* out) const {
+    if (absmax != nullptr) {
+      std::copy(absmax + first, absmax + first + count, out);
+      return;
+    }
+    for (int64_t b = first; b < first + count; ++b) {
+      const float product = map[codes[b]] * nested[b / kNf4DoubleQuantBlock];
+      *out++ = product + mean;
+    }
+  }
+};
+
 bool HasAvx2() {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   return avx2;
@@ -262,6 +285,96 @@ __attribute__((target("avx2"))) void DequantizeWholeBlocks(const uint8_t* bytes,
 }
 
 bool WholeBlocksVectorised() { return HasAvx2(); }
+
+// The 8 entries of `table_low` / `table_high` (16 values: one block's dequantized codebook) that
+// 4 packed bytes select, first element in the high nibble.
+inline __attribute__((target("avx2"))) __m256 Lookup8(const uint8_t* bytes, __m256 table_low,
+                                                      __m256 table_high) {
+  int32_t four;
+  std::memcpy(&four, bytes, 4);
+  const __m128i each_twice =
+      _mm_shuffle_epi8(_mm_cvtsi32_si128(four),
+                       _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m256i codes =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(each_twice),
+                                         _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0)),
+                       _mm256_set1_epi32(15));
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(table_low, codes),
+                          _mm256_permutevar8x32_ps(table_high, codes),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
+}
+
+// Rounded to the nearest bf16, ties to even (as Bf16Tables rounds), still as f32.
+inline __attribute__((target("avx2"))) __m256 RoundToBf16(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+  return _mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(-65536)));
+}
+
+// y[k * rows + r] = x_k . W_r for rows r of [begin, end) (`scales` from row `begin` on) and the M
+// rows of x from `x` on (f32, `cols` apart): each group of 8 weights decoded once, in registers,
+// and multiplied into all M rows; f32 products and sums, in an order fixed by `cols` alone.
+template <bool kBf16, int M>
+__attribute__((target("avx2,fma"))) void FewRowsTile(const uint8_t* packed, const float* scales,
+                                                     int64_t block, int64_t cols, const float* x,
+                                                     int64_t rows, int64_t begin, int64_t end,
+                                                     float* y) {
+  const __m256 codebook_low = _mm256_loadu_ps(kNf4Codebook.data());
+  const __m256 codebook_high = _mm256_loadu_ps(kNf4Codebook.data() + 8);
+  const int64_t blocks_per_row = cols / block;
+  for (int64_t r = begin; r < end; ++r) {
+    const uint8_t* row = packed + r * cols / 2;
+    const float* row_scales = scales + (r - begin) * blocks_per_row;
+    __m256 acc[M];
+    for (int k = 0; k < M; ++k) acc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks_per_row; ++b) {
+      // The block's 16 weight values, as DequantizeAligned8 / Bf16Tables make them.
+      const __m256 scale = _mm256_set1_ps(row_scales[b]);
+      __m256 table_low = _mm256_mul_ps(codebook_low, scale);
+      __m256 table_high = _mm256_mul_ps(codebook_high, scale);
+      if constexpr (kBf16) {
+        table_low = RoundToBf16(table_low);
+        table_high = RoundToBf16(table_high);
+      }
+      for (int64_t c = b * block; c < (b + 1) * block; c += 8) {
+        const __m256 w = Lookup8(row + c / 2, table_low, table_high);
+        for (int k = 0; k < M; ++k) {
+          acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + k * cols + c), acc[k]);
+        }
+      }
+    }
+    for (int k = 0; k < M; ++k) {
+      float lanes[8];
+      _mm256_storeu_ps(lanes, acc[k]);
+      y[k * rows + r] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                        ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    }
+  }
+}
+
+// y [n, rows] (f32) = x [n, cols] @ W^T, in groups of up to 8 rows of x, rows of W in parallel.
+template <bool kBf16>
+void MatmulRowsTyped(const Nf4Tensor& q, const BlockScaleReader& scales, const float* x, int64_t n,
+                     float* y) {
+  const int64_t rows = q.shape[0], cols = q.shape[1], block = q.block_size;
+  const int64_t blocks_per_row = cols / block;
+  const uint8_t* packed = q.packed.data_ptr<uint8_t>();
+  using Tile = void (*)(const uint8_t*, const float*, int64_t, int64_t, const float*, int64_t,
+                        int64_t, int64_t, float*);
+  static constexpr Tile kTiles[8] = {
+      FewRowsTile<kBf16, 1>, FewRowsTile<kBf16, 2>, FewRowsTile<kBf16, 3>, FewRowsTile<kBf16, 4>,
+      FewRowsTile<kBf16, 5>, FewRowsTile<kBf16, 6>, FewRowsTile<kBf16, 7>, FewRowsTile<kBf16, 8>};
+  at::parallel_for(0, rows, GrainFor(cols * (n + 1)), [&](int64_t begin, int64_t end) {
+    std::vector<float> task_scales(static_cast<size_t>((end - begin) * blocks_per_row));
+    scales.Read(begin * blocks_per_row, (end - begin) * blocks_per_row, task_scales.data());
+    for (int64_t first = 0; first < n; first += 8) {
+      const int64_t m = std::min<int64_t>(8, n - first);
+      kTiles[m - 1](packed, task_scales.data(), block, cols, x + first * cols, rows, begin, end,
+                    y + first * rows);
+    }
+  });
+}
 #else
 template <typename T>
 int64_t DequantizeVectorised(const uint8_t*, int64_t, float, T*) {
@@ -272,6 +385,9 @@ template <typename T>
 void DequantizeWholeBlocks(const uint8_t*, const float*, int64_t, int64_t, T*) {}
 
 bool WholeBlocksVectorised() { return false; }
+
+template <bool kBf16>
+void MatmulRowsTyped(const Nf4Tensor&, const BlockScaleReader&, const float*, int64_t, float*) {}
 #endif
 
 template <typename T>
@@ -511,6 +627,45 @@ at::Tensor DequantizeNf4RangeOffCpu(const Nf4Tensor& q, int64_t begin, int64_t e
   }
 #endif
   return DequantizeNf4RangeWithAten(q, begin, end, dtype);
+}
+
+bool Nf4MatmulRowsSupports(const Nf4Tensor& q, const at::Tensor& x, c10::ScalarType dtype) {
+  return WholeBlocksVectorised() && CpuHasAvx2Fma() && q.packed.device().is_cpu() &&
+         q.shape.size() == 2 && q.block_size % 8 == 0 && q.shape[1] % q.block_size == 0 &&
+         x.dim() == 2 && x.size(1) == q.shape[1] && x.device().is_cpu() &&
+         (dtype == at::kFloat || dtype == at::kBFloat16);
+}
+
+at::Tensor Nf4MatmulRows(const at::Tensor& x, const Nf4Tensor& q, c10::ScalarType dtype) {
+  TORCH_CHECK(Nf4MatmulRowsSupports(q, x, dtype), "Nf4MatmulRows takes a CPU x [n, ",
+              q.shape.size() == 2 ? q.shape[1] : -1, "] and f32 or bf16 compute on an AVX2 CPU, ",
+              "with rows of whole blocks; got x ", x.sizes(), " and ", dtype);
+  const int64_t n = x.size(0), rows = q.shape[0];
+  // x rounded to the compute dtype, as the tiled path's GEMM takes it; then read as f32.
+  const at::Tensor xf = x.to(dtype).to(at::kFloat).contiguous();
+  // A precision policy may have cast the stored scales; they are read as f32.
+  BlockScaleReader scales;
+  at::Tensor absmax, nested, codes;
+  if (!q.double_quantized()) {
+    absmax = q.absmax.to(at::kFloat).contiguous();
+    scales.absmax = absmax.data_ptr<float>();
+  } else {
+    nested = q.absmax_scales.to(at::kFloat).contiguous();
+    codes = q.absmax_codes.contiguous();
+    scales.codes = codes.data_ptr<uint8_t>();
+    scales.map = ScaleMapOn(at::kCPU).data_ptr<float>();
+    scales.nested = nested.data_ptr<float>();
+    scales.mean = q.absmax_mean.to(at::kFloat).item<float>();
+  }
+  at::Tensor y = at::empty({n, rows}, at::TensorOptions().dtype(at::kFloat));
+  if (n > 0 && rows > 0) {
+    if (dtype == at::kFloat) {
+      MatmulRowsTyped<false>(q, scales, xf.data_ptr<float>(), n, y.data_ptr<float>());
+    } else {
+      MatmulRowsTyped<true>(q, scales, xf.data_ptr<float>(), n, y.data_ptr<float>());
+    }
+  }
+  return y.to(dtype);
 }
 
 at::Tensor DequantizeNf4(const Nf4Tensor& q, c10::ScalarType dtype) {

@@ -17,12 +17,14 @@
 #include <utility>
 #include <vector>
 
+#include "engine/few_rows_matmul.h"
 #include "engine/linear.h"
 #include "engine_kernels/nf4.h"
 
 namespace engine::plugins {
 
-class Nf4Weight : public QuantizedWeight {
+// FewRowsMatmul: the product with a few CPU rows straight from the codes (Nf4MatmulRows).
+class Nf4Weight : public QuantizedWeight, public FewRowsMatmul {
  public:
   Nf4Weight(kernels::Nf4Tensor q, c10::ScalarType compute) : q_(std::move(q)), compute_(compute) {}
 
@@ -33,6 +35,7 @@ class Nf4Weight : public QuantizedWeight {
   at::Tensor DequantizeRows(int64_t begin, int64_t end, c10::ScalarType dtype) const override;
   std::vector<std::pair<std::string, at::Tensor>> tensors() const override;
   StatusOr<std::shared_ptr<QuantizedWeight>> QuantizeLike(const at::Tensor& dense) const override;
+  at::Tensor MatmulFewRows(const at::Tensor& x) const override;
 
   const kernels::Nf4Tensor& codes() const { return q_; }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine_kernels/causal_attention.h"
+#include "engine_kernels/cpu_kernels_switch.h"
 #include "engine_kernels/rms_norm.h"
 #include "engine_kernels/swiglu.h"
 
@@ -15,10 +16,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool KernelsOn() {
-  const char* choice = std::getenv("ENGINE_CPU_KERNELS");
-  return choice == nullptr || std::string(choice) != "0";
-}
+bool KernelsOn() { return kernels::CpuKernelsSwitchedOn(); }
 
 }  // namespace
 

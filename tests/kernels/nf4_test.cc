@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace engine::kernels {
 namespace {
 
@@ -173,6 +175,63 @@ TEST(Nf4Test, RefusesBadBlockSizesAndDtypes) {
     }
   }
   EXPECT_THROW(QuantizeNf4(at::zeros({64}, at::kLong), 64, false), c10::Error);
+}
+
+// The few-rows matmul computes what a GEMM on the dequantized weight computes: W exactly as
+// DequantizeNf4 gives it, x rounded to the compute dtype, f32 sums (here against an f64
+// reference), the result rounded to the compute dtype.
+TEST(Nf4Test, FewRowsMatmulEqualsTheProductWithTheDequantizedWeight) {
+  at::manual_seed(8);
+  for (const bool double_quant : {false, true}) {
+    for (const int64_t block : {32, 64, 128}) {
+      const at::Tensor weight = at::randn({40, 256});
+      const Nf4Tensor q = QuantizeNf4(weight, block, double_quant);
+      for (const c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        for (const int64_t n : {1, 3, 8, 11}) {  // one group of x rows, several, and a remainder
+          const at::Tensor x = at::randn({n, 256});
+          ASSERT_TRUE(Nf4MatmulRowsSupports(q, x, dtype));
+          const at::Tensor got = Nf4MatmulRows(x, q, dtype);
+          ASSERT_EQ(got.scalar_type(), dtype);
+          ASSERT_EQ(got.sizes(), (std::vector<int64_t>{n, 40}));
+          const at::Tensor want =
+              at::matmul(x.to(dtype).to(at::kDouble), DequantizeNf4(q, dtype).to(at::kDouble).t());
+          // f32 sums of 256 products of O(1): 1e-4 absolute; bf16: one rounding of the result.
+          const double tolerance = dtype == at::kFloat ? 1e-4 : 1.0 / 128;
+          const at::Tensor error = (got.to(at::kDouble) - want).abs() /
+                                   (dtype == at::kFloat ? at::ones_like(want) : want.abs() + 1);
+          EXPECT_LE(error.max().item<double>(), tolerance)
+              << "block " << block << " double_quant " << double_quant << " " << dtype << " n "
+              << n;
+        }
+      }
+    }
+  }
+}
+
+// One-hot rows of x pick columns of W: every decoded weight, bit for bit, in both dtypes.
+TEST(Nf4Test, FewRowsMatmulDecodesEveryWeightAsDequantizeDoes) {
+  at::manual_seed(9);
+  const Nf4Tensor q = QuantizeNf4(at::randn({24, 128}) * 3, 64, /*double_quant=*/true);
+  for (const c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor dense = DequantizeNf4(q, dtype);
+    for (int64_t first = 0; first < 128; first += 8) {
+      const at::Tensor x = at::eye(128).narrow(0, first, 8);  // 8 rows: columns first..first+7
+      EXPECT_TRUE(at::equal(Nf4MatmulRows(x, q, dtype), dense.narrow(1, first, 8).t()))
+          << dtype << " columns from " << first;
+    }
+  }
+}
+
+TEST(Nf4Test, FewRowsMatmulRefusesWhatItDoesNotTake) {
+  const Nf4Tensor q = QuantizeNf4(at::randn({8, 128}), 64, true);
+  EXPECT_FALSE(Nf4MatmulRowsSupports(q, at::randn({2, 128}), at::kHalf));
+  EXPECT_FALSE(Nf4MatmulRowsSupports(q, at::randn({2, 64}), at::kFloat));
+  EXPECT_FALSE(Nf4MatmulRowsSupports(q, at::randn({2, 2, 128}), at::kFloat));
+  const Nf4Tensor flat = QuantizeNf4(at::randn({96}), 32, false);  // not 2-D
+  EXPECT_FALSE(Nf4MatmulRowsSupports(flat, at::randn({1, 96}), at::kFloat));
+  const Nf4Tensor ragged = QuantizeNf4(at::randn({4, 96}), 64, false);  // rows split blocks
+  EXPECT_FALSE(Nf4MatmulRowsSupports(ragged, at::randn({1, 96}), at::kFloat));
+  EXPECT_THROW(Nf4MatmulRows(at::randn({2, 64}), q, at::kFloat), c10::Error);
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "engine/adapter.h"
+#include "engine/few_rows_matmul.h"
 #include "engine/linear.h"
 #include "engine/quantizer.h"
 #include "plugins/plugin_test_util.h"
@@ -100,6 +103,31 @@ TEST(QuantizedLinearTest, ComputeDtypeIsTheDeclaredOneWhateverTheInput) {
   EXPECT_EQ(y.scalar_type(), at::kFloat);
   EXPECT_FALSE(at::equal(y, reference));
   EXPECT_TRUE(at::allclose(y, reference, 5e-2, 5e-2));
+}
+
+// A generated token (or a few): the nf4 weight multiplies straight from its codes
+// (FewRowsMatmul), and gives what the dequantized tiles give. ENGINE_CPU_KERNELS=0 takes the tiles.
+TEST(QuantizedLinearTest, FewRowsFromTheCodesEqualTheTiledProduct) {
+  at::manual_seed(4);
+  for (const std::string compute : {"FP32", "BF16"}) {
+    Linear layer(512, 1024, /*with_bias=*/true);  // 1 MB of dense bf16: more than one tile
+    ASSERT_TRUE(
+        layer->Quantize(QuantizeWith("nf4", "compute_dtype: " + compute, layer->weight.detach()))
+            .ok());
+    ASSERT_NE(dynamic_cast<const FewRowsMatmul*>(layer->quantized().get()), nullptr);
+    const at::Tensor x = at::randn({1, 3, 512});
+    const at::Tensor direct = layer->forward(x);
+    ::setenv("ENGINE_CPU_KERNELS", "0", 1);
+    const at::Tensor tiled = layer->forward(x);
+    ::unsetenv("ENGINE_CPU_KERNELS");
+    ASSERT_EQ(direct.sizes(), tiled.sizes());
+    // f32: the same products summed in another order. bf16: one rounding of the product.
+    const double tolerance = compute == "FP32" ? 1e-5 : 1.0 / 128;
+    EXPECT_TRUE(at::allclose(direct, tiled, tolerance, tolerance)) << compute;
+    if (compute == "FP32") {  // (bf16's rounding hides the order of the sums)
+      EXPECT_FALSE(at::equal(direct, tiled)) << "the tiled path ran both times";
+    }
+  }
 }
 
 TEST(QuantizedLinearTest, Int8RowsAreWithinHalfAStep) {

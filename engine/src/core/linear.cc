@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/few_rows_matmul.h"
 #include "engine/module_tensors.h"
 
 namespace engine {
@@ -32,6 +33,12 @@ int64_t TileRows(const QuantizedWeight& w, c10::ScalarType dtype, const at::Devi
 // format's, whatever region the caller is in.
 at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  if (x2d.size(0) <= FewRowsMatmul::kMaxRows && x2d.device().is_cpu()) {
+    if (const auto* direct = dynamic_cast<const FewRowsMatmul*>(&w)) {
+      at::Tensor y = direct->MatmulFewRows(x2d);
+      if (y.defined()) return y;
+    }
+  }
   const c10::ScalarType dtype = w.compute_dtype();
   const at::Tensor x = x2d.to(dtype);
   const int64_t rows = w.rows(), tile = TileRows(w, dtype, x.device());
@@ -83,6 +90,8 @@ int64_t QuantizedWeight::storage_bytes() const {
   for (const auto& [name, t] : tensors()) bytes += t.nbytes();
   return bytes;
 }
+
+FewRowsMatmul::~FewRowsMatmul() = default;
 
 double QuantizedWeight::bits_per_parameter() const {
   const double elements = static_cast<double>(rows()) * static_cast<double>(cols());

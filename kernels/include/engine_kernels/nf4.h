@@ -73,6 +73,15 @@ at::Tensor DequantizeNf4RangeWithAten(const Nf4Tensor& q, int64_t begin, int64_t
 // The whole dense tensor in its shape.
 at::Tensor DequantizeNf4(const Nf4Tensor& q, c10::ScalarType dtype);
 
+// y [n, rows] = x [n, cols] @ W^T for a 2-D W [rows, cols] stored as `q`, in `dtype` (f32 or
+// bf16: W exactly as DequantizeNf4Range gives it, x rounded to `dtype`, products and sums in f32,
+// y rounded to `dtype`), without a dense copy of W: each row of W is decoded into a buffer that
+// stays in L1 and multiplied there into every row of x. For a few rows of x (a generated token, a
+// small batch), where dequantizing tiles for a GEMM costs a dense copy of W per call. Supports:
+// CPU tensors, an AVX2 + FMA CPU, rows of whole blocks.
+bool Nf4MatmulRowsSupports(const Nf4Tensor& q, const at::Tensor& x, c10::ScalarType dtype);
+at::Tensor Nf4MatmulRows(const at::Tensor& x, const Nf4Tensor& q, c10::ScalarType dtype);
+
 // The code (0-15) nearest to each value of `normalized` (f32), i.e. what QuantizeNf4 stores.
 at::Tensor Nf4NearestCodes(const at::Tensor& normalized);
 
