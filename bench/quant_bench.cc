@@ -36,6 +36,7 @@
 #include "core/allocator.h"
 #include "engine/few_rows_matmul.h"
 #include "engine/linear.h"
+#include "engine_kernels/cpu_kernels_switch.h"
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
 #include "nf4_weight.h"
@@ -99,9 +100,9 @@ int main(int argc, char** argv) {
                 plain * 1e3, plain / quantized);
     if (tokens <= engine::FewRowsMatmul::kMaxRows) {
       // The same through the dequantized tiles, which the few-rows path replaces.
-      ::setenv("ENGINE_CPU_KERNELS", "0", 1);
+      ::setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
       const double tiled = BestSeconds(repeats, [&] { (void)engine::QuantizedMatmul(x, weight); });
-      ::unsetenv("ENGINE_CPU_KERNELS");
+      ::unsetenv(engine::kernels::kCpuKernelsVariable);
       std::printf("%-22s %10.3f %10.3f %8.2f   (few rows from the codes: %.2fx the tiles)\n",
                   (std::string("  tiles ") + c10::toString(dtype)).c_str(), tiled * 1e3,
                   plain * 1e3, plain / tiled, tiled / quantized);

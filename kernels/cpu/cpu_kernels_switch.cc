@@ -6,7 +6,7 @@
 namespace engine::kernels {
 
 bool CpuKernelsSwitchedOn() {
-  const char* choice = std::getenv("ENGINE_CPU_KERNELS");
+  const char* choice = std::getenv(kCpuKernelsVariable);
   return choice == nullptr || std::strcmp(choice, "0") != 0;
 }
 

@@ -79,6 +79,43 @@ const PairTable& Pairs() {
   return table;
 }
 
+// The f32 scale of each CPU block, decoded as AtenBlockScales decodes it (the code's map value
+// times its group's scale, then the mean added: two f32 roundings) but one block at a time, so
+// that a kernel decodes the scales of its own rows instead of a pass of ATen operations over all
+// of them. A precision policy may have cast the stored scales; they are read as f32.
+class BlockScaleReader {
+ public:
+  explicit BlockScaleReader(const Nf4Tensor& q) {
+    if (!q.double_quantized()) {
+      absmax_ = q.absmax.to(at::kFloat).contiguous();
+      return;
+    }
+    nested_ = q.absmax_scales.to(at::kFloat).contiguous();
+    codes_ = q.absmax_codes.contiguous();
+    mean_ = q.absmax_mean.to(at::kFloat).item<float>();
+  }
+
+  void Read(int64_t first, int64_t count, float* out) const {
+    if (absmax_.defined()) {
+      const float* absmax = absmax_.data_ptr<float>();
+      std::copy(absmax + first, absmax + first + count, out);
+      return;
+    }
+    const float* map = Nf4ScaleMap().data_ptr<float>();
+    const float* nested = nested_.data_ptr<float>();
+    const uint8_t* codes = codes_.data_ptr<uint8_t>();
+    for (int64_t b = first; b < first + count; ++b) {
+      const float product = map[codes[b]] * nested[b / kNf4DoubleQuantBlock];
+      *out++ = product + mean_;
+    }
+  }
+
+ private:
+  at::Tensor absmax_;  // not double-quantized
+  at::Tensor nested_, codes_;
+  float mean_ = 0;
+};
+
 #if defined(__x86_64__)
 // f32 outputs, AVX2: eight elements (four packed bytes) at a time. The block's codebook times its
 // scale is two 8-float tables; each nibble picks its value with two lane permutes and a blend. The
@@ -214,28 +251,6 @@ __attribute__((target("ssse3"))) ByteTables ConvertedTables(float scale) {
   return SplitBytes(_mm_load_si128(reinterpret_cast<const __m128i*>(values)),
                     _mm_load_si128(reinterpret_cast<const __m128i*>(values + 8)));
 }
-
-// The f32 scale of each block from plain pointers, decoded as Nf4BlockScales decodes it (the
-// code's map value times its group's scale, then the mean added: two f32 roundings), so that a
-// kernel decodes the scales of its own rows instead of a pass of ATen operations over all of them.
-struct BlockScaleReader {
-  const float* absmax = nullptr;  // set when not double-quantized
-  const uint8_t* codes = nullptr;
-  const float* map = nullptr;
-  const float* nested = nullptr;
-  float mean = 0;
-
-  void Read(int64_t first, int64_t count, float* out) const {
-    if (absmax != nullptr) {
-      std::copy(absmax + first, absmax + first + count, out);
-      return;
-    }
-    for (int64_t b = first; b < first + count; ++b) {
-      const float product = map[codes[b]] * nested[b / kNf4DoubleQuantBlock];
-      *out++ = product + mean;
-    }
-  }
-};
 
 bool HasAvx2() {
   static const bool avx2 = __builtin_cpu_supports("avx2");
@@ -549,11 +564,8 @@ const at::Tensor& ScaleMapOn(const at::Device& device) {
   return copy;
 }
 
-}  // namespace
-
-at::Tensor Nf4BlockScales(const Nf4Tensor& q) { return Nf4BlockScales(q, 0, q.blocks()); }
-
-at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
+// The scales of blocks [first, end) from ATen operations, on any device (the portable path).
+at::Tensor AtenBlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
   if (!q.double_quantized()) return q.absmax.narrow(0, first, end - first);
   const at::Tensor group =
       at::arange(first, end, at::TensorOptions(at::kLong).device(q.absmax_codes.device()))
@@ -562,6 +574,19 @@ at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
   return ScaleMapOn(codes.device()).index_select(0, codes) *
              q.absmax_scales.index_select(0, group).to(at::kFloat) +
          q.absmax_mean.to(at::kFloat);
+}
+
+}  // namespace
+
+at::Tensor Nf4BlockScales(const Nf4Tensor& q) { return Nf4BlockScales(q, 0, q.blocks()); }
+
+at::Tensor Nf4BlockScales(const Nf4Tensor& q, int64_t first, int64_t end) {
+  if (!q.double_quantized() || !q.absmax_codes.device().is_cpu()) {
+    return AtenBlockScales(q, first, end);
+  }
+  at::Tensor scales = at::empty({end - first}, at::TensorOptions().dtype(at::kFloat));
+  BlockScaleReader(q).Read(first, end - first, scales.data_ptr<float>());
+  return scales;
 }
 
 at::Tensor DequantizeNf4Range(const Nf4Tensor& q, int64_t begin, int64_t end,
@@ -596,7 +621,7 @@ at::Tensor DequantizeNf4RangeWithAten(const Nf4Tensor& q, int64_t begin, int64_t
   if (begin == end) return at::empty({0}, at::TensorOptions(dtype).device(device));
   const int64_t first = begin / q.block_size;
   const at::Tensor scales =
-      Nf4BlockScales(q, first, (end - 1) / q.block_size + 1).to(at::kFloat).contiguous();
+      AtenBlockScales(q, first, (end - 1) / q.block_size + 1).to(at::kFloat).contiguous();
   const int64_t first_byte = begin / 2;
   const at::Tensor bytes = q.packed.narrow(0, first_byte, (end + 1) / 2 - first_byte).to(at::kLong);
   const at::Tensor codes = at::stack({bytes.div(16, "floor"), bytes.remainder(16)}, 1)
@@ -643,20 +668,7 @@ at::Tensor Nf4MatmulRows(const at::Tensor& x, const Nf4Tensor& q, c10::ScalarTyp
   const int64_t n = x.size(0), rows = q.shape[0];
   // x rounded to the compute dtype, as the tiled path's GEMM takes it; then read as f32.
   const at::Tensor xf = x.to(dtype).to(at::kFloat).contiguous();
-  // A precision policy may have cast the stored scales; they are read as f32.
-  BlockScaleReader scales;
-  at::Tensor absmax, nested, codes;
-  if (!q.double_quantized()) {
-    absmax = q.absmax.to(at::kFloat).contiguous();
-    scales.absmax = absmax.data_ptr<float>();
-  } else {
-    nested = q.absmax_scales.to(at::kFloat).contiguous();
-    codes = q.absmax_codes.contiguous();
-    scales.codes = codes.data_ptr<uint8_t>();
-    scales.map = ScaleMapOn(at::kCPU).data_ptr<float>();
-    scales.nested = nested.data_ptr<float>();
-    scales.mean = q.absmax_mean.to(at::kFloat).item<float>();
-  }
+  const BlockScaleReader scales(q);
   at::Tensor y = at::empty({n, rows}, at::TensorOptions().dtype(at::kFloat));
   if (n > 0 && rows > 0) {
     if (dtype == at::kFloat) {

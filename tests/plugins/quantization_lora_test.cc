@@ -12,6 +12,7 @@
 #include "engine/few_rows_matmul.h"
 #include "engine/linear.h"
 #include "engine/quantizer.h"
+#include "engine_kernels/cpu_kernels_switch.h"
 #include "plugins/plugin_test_util.h"
 
 namespace engine {
@@ -117,9 +118,9 @@ TEST(QuantizedLinearTest, FewRowsFromTheCodesEqualTheTiledProduct) {
     ASSERT_NE(dynamic_cast<const FewRowsMatmul*>(layer->quantized().get()), nullptr);
     const at::Tensor x = at::randn({1, 3, 512});
     const at::Tensor direct = layer->forward(x);
-    ::setenv("ENGINE_CPU_KERNELS", "0", 1);
+    ::setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
     const at::Tensor tiled = layer->forward(x);
-    ::unsetenv("ENGINE_CPU_KERNELS");
+    ::unsetenv(engine::kernels::kCpuKernelsVariable);
     ASSERT_EQ(direct.sizes(), tiled.sizes());
     // f32: the same products summed in another order. bf16: one rounding of the product.
     const double tolerance = compute == "FP32" ? 1e-5 : 1.0 / 128;

@@ -11,7 +11,7 @@
 #include <set>
 #include <utility>
 
-#include "core/cgroup.h"
+#include "core/system_files.h"
 
 namespace engine {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "core/cgroup.h"
+#include "core/system_files.h"
 
 namespace engine {
 namespace {

@@ -3,16 +3,19 @@
 //
 // The step path, in order:
 //   ZeroGrad -> forward under context() -> backward of loss * loss_scale()
-//   -> UnscaleAndCheck: every gradient is checked for non-finite values; a parameter without a
+//   -> UnscaleAndFlag: every gradient is checked for non-finite values; a parameter without a
 //      master is divided by the loss scale in place; a master's low-precision gradient is handed
 //      to the optimizer as it is, with the factor still to apply (GradientFeed)
-//   -> (skipped step, or ClipGradients and Step: the optimizer on optimizer_parameters(), which
+//   -> GradNormSquared where the stage clips; the flag and the norm are read with the loss in
+//      one copy (train/step_scalars.h)
+//   -> (skipped step, or ApplyClip and Step: the optimizer on optimizer_parameters(), which
 //      unscales each fed gradient into the master's f32 before any arithmetic and writes the
 //      updated master back into the low-precision parameter) -> UpdateScale.
+// UnscaleAndCheck and ClipGradients are the same with their reads done at once.
 //
 // The optimizer's arithmetic and state therefore always have the dtype of the weights it updates
 // (F6); with AdamW the cast, unscale, update and write-back are one fused pass (on the CPU, and on
-// CUDA where LibTorch has it), and the non-finite checks cost one device read per step.
+// CUDA where LibTorch has it), and the checks and the norm cost no device read of their own.
 //
 // Thread safety: the training thread only. context() may be captured and entered on other threads.
 #pragma once

@@ -5,6 +5,8 @@
 
 namespace engine::kernels {
 
+inline constexpr char kCpuKernelsVariable[] = "ENGINE_CPU_KERNELS";
+
 bool CpuKernelsSwitchedOn();
 
 }  // namespace engine::kernels

@@ -14,6 +14,7 @@
 
 #include "attention_mask.h"
 #include "engine/precision_context.h"
+#include "engine_kernels/cpu_kernels_switch.h"
 #include "llama_config.h"
 #include "llama_modules.h"
 #include "rotary.h"
@@ -50,9 +51,9 @@ struct TrainingRun {
 TrainingRun Train(Lm& model, const at::Tensor& ids, const DecoderInputs& inputs, bool kernels,
                   const PrecisionContext& precision, bool checkpointing = false) {
   if (kernels) {
-    unsetenv("ENGINE_CPU_KERNELS");
+    unsetenv(engine::kernels::kCpuKernelsVariable);
   } else {
-    setenv("ENGINE_CPU_KERNELS", "0", 1);
+    setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
   }
   model.zero_grad();
   TrainingRun run;
@@ -66,7 +67,7 @@ TrainingRun Train(Lm& model, const at::Tensor& ids, const DecoderInputs& inputs,
       ids.narrow(1, 1, ids.size(1) - 1).reshape({-1}));
   loss.backward();
   for (const auto& p : model.named_parameters()) run.grads[p.key()] = p.value().grad().clone();
-  unsetenv("ENGINE_CPU_KERNELS");
+  unsetenv(engine::kernels::kCpuKernelsVariable);
   return run;
 }
 
@@ -189,11 +190,11 @@ TEST(KernelOpsTest, SwitchesTurnTheKernelsOff) {
   setenv("ENGINE_ATTENTION", "math", 1);
   EXPECT_FALSE(KernelAttentionTakes(q, q, q));
   unsetenv("ENGINE_ATTENTION");
-  setenv("ENGINE_CPU_KERNELS", "0", 1);
+  setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
   EXPECT_FALSE(KernelAttentionTakes(q, q, q));
   EXPECT_FALSE(KernelSwiGluTakes(q, q));
   EXPECT_FALSE(KernelRmsNormTakes(q, at::ones({8})));
-  unsetenv("ENGINE_CPU_KERNELS");
+  unsetenv(engine::kernels::kCpuKernelsVariable);
   EXPECT_TRUE(KernelSwiGluTakes(q, q));
   EXPECT_TRUE(KernelRmsNormTakes(q, at::ones({8})));
 }

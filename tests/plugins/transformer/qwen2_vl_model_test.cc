@@ -19,6 +19,7 @@
 
 #include "engine/precision_context.h"
 #include "engine/safetensors.h"
+#include "engine_kernels/cpu_kernels_switch.h"
 #include "hf_checkpoint.h"
 #include "qwen2_vl_positions.h"
 #include "testing/temp_dir.h"
@@ -87,7 +88,7 @@ TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
   for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
   const at::Tensor expected = f.Get("image_features");
   for (bool kernels : {true, false}) {
-    if (!kernels) setenv("ENGINE_CPU_KERNELS", "0", 1);
+    if (!kernels) setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
     const at::Tensor features = f.module->visual->forward(f.Get("pixel_values"), grids);
     ASSERT_EQ(features.sizes(), expected.sizes());
     EXPECT_LE((features - expected).abs().max().item<double>(), 1e-4) << "kernels " << kernels;
@@ -100,7 +101,7 @@ TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
     const at::Tensor one_block =
         f.module->visual->forward(f.Get("pixel_values"), {ImageGrid{1, 8, 8}});
     EXPECT_GT((one_block - expected).abs().max().item<double>(), 1e-2) << "kernels " << kernels;
-    unsetenv("ENGINE_CPU_KERNELS");
+    unsetenv(engine::kernels::kCpuKernelsVariable);
   }
 }
 
@@ -185,10 +186,10 @@ TEST(Qwen2VlModelTest, VisionTowerKernelGradientsEqualTheAtenPath) {
   std::vector<ImageGrid> grids;
   for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
   auto gradients = [&](bool kernels) {
-    if (!kernels) setenv("ENGINE_CPU_KERNELS", "0", 1);
+    if (!kernels) setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
     f.module->zero_grad();
     f.module->visual->forward(f.Get("pixel_values"), grids).pow(2).mean().backward();
-    unsetenv("ENGINE_CPU_KERNELS");
+    unsetenv(engine::kernels::kCpuKernelsVariable);
     std::vector<at::Tensor> grads;
     for (const auto& p : f.module->visual->parameters()) grads.push_back(p.grad().clone());
     return grads;

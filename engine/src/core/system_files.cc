@@ -1,4 +1,4 @@
-#include "core/cgroup.h"
+#include "core/system_files.h"
 
 #include "engine/atomic_file.h"
 

@@ -1,7 +1,8 @@
-// The files of this process's control group (cgroup v2), where containers put their limits:
-// memory.max for host_memory.cc, cpu.max for cpu_threads.cc.
+// The operating system's small text files that describe this process and machine: /proc
+// (meminfo), /sys (CPU topology), and this process's control group (cgroup v2), where containers
+// put their limits (memory.max, cpu.max). For host_memory.cc and cpu_threads.cc.
 //
-// Thread-safe; reads /proc/self/cgroup and the one file asked for.
+// Thread-safe; each call reads the files it names.
 #pragma once
 
 #include <string>
