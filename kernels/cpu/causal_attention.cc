@@ -6,6 +6,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -201,10 +202,11 @@ const int32_t* CheckedRanges(const at::Tensor& ranges, const at::Tensor& q) {
                   ranges.size(1) == q.size(2) && ranges.size(2) == 2,
               "causal attention: key ranges must be contiguous CPU int32 [", q.size(0), ", ",
               q.size(2), ", 2], got ", ranges.sizes(), " ", ranges.scalar_type());
-  TORCH_CHECK(ranges.numel() == 0 ||
-                  (ranges.min().item<int32_t>() >= 0 && ranges.max().item<int32_t>() <= q.size(2)),
+  const int32_t* data = ranges.data_ptr<int32_t>();
+  const auto [low, high] = std::minmax_element(data, data + ranges.numel());
+  TORCH_CHECK(ranges.numel() == 0 || (*low >= 0 && *high <= q.size(2)),
               "causal attention: key ranges outside [0, ", q.size(2), "]");
-  return ranges.data_ptr<int32_t>();
+  return data;
 }
 
 // `dims` with batch row b's ranges.

@@ -92,7 +92,8 @@ class BlockScaleReader {
     }
     nested_ = q.absmax_scales.to(at::kFloat).contiguous();
     codes_ = q.absmax_codes.contiguous();
-    mean_ = q.absmax_mean.to(at::kFloat).item<float>();
+    // A host tensor of one value, read in place.
+    mean_ = *q.absmax_mean.to(at::kFloat).contiguous().data_ptr<float>();
   }
 
   void Read(int64_t first, int64_t count, float* out) const {

@@ -41,7 +41,9 @@ at::Tensor KeyRanges(const at::Tensor& mask, int64_t batch) {
   const at::Tensor first = as_bytes.argmax(-1);
   const at::Tensor end = keys - as_bytes.flip(-1).argmax(-1);
   const at::Tensor none = count.eq(0);
-  if (!count.eq(end - first).logical_or(none).all().item<bool>()) return at::Tensor();
+  // `visible` is a host copy: read in place, without an operator call per forward.
+  const at::Tensor contiguous_rows = count.eq(end - first).logical_or(none).all();
+  if (!*contiguous_rows.data_ptr<bool>()) return at::Tensor();
   return at::stack({first.masked_fill(none, 0), end.masked_fill(none, 0)}, -1)
       .to(at::kInt)
       .contiguous();

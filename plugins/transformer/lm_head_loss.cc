@@ -46,9 +46,10 @@ struct ChunkedResult {
   at::Tensor loss_sum, predicted, grad_hidden, grad_weight;
 };
 
-// The loop of ChunkedHeadCrossEntropy; gradients (already divided by `count`) when asked.
+// The loop of ChunkedHeadCrossEntropy; gradients (already divided by `divisor`, the f32 count of
+// targets, at least 1) when asked.
 ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
-                        const at::Tensor& targets, int64_t ignore_index, int64_t count,
+                        const at::Tensor& targets, int64_t ignore_index, const at::Tensor& divisor,
                         bool predictions, bool grad_hidden, bool grad_weight, int64_t chunk_rows) {
   const at::ScalarType compute = ComputeDtype(hidden);
   // The casts autocast would make, made once here; its keys are then off so that nothing is cast
@@ -80,7 +81,7 @@ ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
     // d loss / d logits = (softmax - onehot(target)) / count on counted rows, 0 on the others.
     at::Tensor g = (logits - lse).exp_();
     g.scatter_add_(1, index, at::full({n, 1}, -1.0, f32));
-    g.mul_((valid.to(at::kFloat) / static_cast<double>(count)).unsqueeze(1));
+    g.mul_((valid.to(at::kFloat) / divisor).unsqueeze(1));
     const at::Tensor gc = g.to(compute);
     if (grad_hidden) result.grad_hidden.narrow(0, r, n).copy_(at::matmul(gc, w));
     if (grad_weight) AddWeightGrad(gc, hc, result.grad_weight);
@@ -92,13 +93,13 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
                                const at::Tensor& weight, const at::Tensor& targets,
-                               int64_t ignore_index, int64_t count, bool predictions,
+                               int64_t ignore_index, const at::Tensor& divisor, bool predictions,
                                bool grad_hidden, bool grad_weight, int64_t chunk_rows) {
-    ChunkedResult result = RunChunks(hidden, weight, targets, ignore_index, count, predictions,
+    ChunkedResult result = RunChunks(hidden, weight, targets, ignore_index, divisor, predictions,
                                      grad_hidden, grad_weight, chunk_rows);
     ctx->save_for_backward({result.grad_hidden, result.grad_weight});
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
-    const at::Tensor loss = result.loss_sum / static_cast<double>(count);
+    const at::Tensor loss = result.loss_sum / divisor;
     if (!predictions) return {loss};
     ctx->mark_non_differentiable({result.predicted});
     return {loss, result.predicted};
@@ -135,15 +136,13 @@ HeadLoss ChunkedHeadCrossEntropy(const at::Tensor& hidden, const at::Tensor& wei
               "chunked cross-entropy: hidden ", hidden.sizes(), ", weight ", weight.sizes(),
               " and targets ", targets.sizes(), " do not fit");
   HeadLoss result;
-  result.count = targets.ne(ignore_index).sum().item<int64_t>();
-  if (result.count == 0) {
-    result.loss = (hidden.sum() + weight.sum()).to(at::kFloat) * 0.0;
-    return result;
-  }
+  // Counted where the targets are, never read here: with no target the loss is 0 / 1.
+  result.count = targets.ne(ignore_index).sum();
+  const at::Tensor divisor = result.count.clamp_min(1).to(at::kFloat);
   const bool grads = at::GradMode::is_enabled();
   const variable_list out = ChunkedCrossEntropyFunction::apply(
-      hidden, weight, targets, ignore_index, result.count, predictions,
-      grads && hidden.requires_grad(), grads && weight.requires_grad(), chunk_rows);
+      hidden, weight, targets, ignore_index, divisor, predictions, grads && hidden.requires_grad(),
+      grads && weight.requires_grad(), chunk_rows);
   result.loss = out[0];
   if (predictions) result.predicted = out[1];
   return result;

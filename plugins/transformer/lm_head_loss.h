@@ -24,8 +24,9 @@ namespace engine::transformer {
 
 struct HeadLoss {
   at::Tensor loss;       // f32 scalar: the mean over targets other than `ignore_index`
-  int64_t count = 0;     // those targets; with none the loss is a zero tied to the inputs
-  at::Tensor predicted;  // [rows] argmax ids, when asked for and count > 0; undefined otherwise
+  at::Tensor count;      // those targets, an int64 scalar on their device, never read here (a
+                         // device synchronisation); with none the loss is a zero tied to the inputs
+  at::Tensor predicted;  // [rows] argmax ids, when asked for; undefined otherwise
 };
 
 // hidden [rows, hidden], weight [vocab, hidden] (the head's dense weight, no bias), targets [rows]

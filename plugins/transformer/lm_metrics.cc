@@ -70,9 +70,13 @@ void ScoreCausalLm(CausalLm& lm, const at::Tensor& hidden, const BatchTokens& to
       hidden.narrow(1, 0, positions).reshape({-1, hidden.size(2)}), weight, targets, kIgnoreIndex,
       /*predictions=*/evaluating);
   out->loss = scored.loss;
-  out->loss_count = scored.count;
-  if (!evaluating || scored.count == 0) return;
-  NextTokenMetrics(scored.loss.item<double>(), scored.count, scored.predicted, targets, eos_id,
+  if (!evaluating) {
+    out->loss_count_tensor = scored.count;  // read by the trainer with its step's scalars
+    return;
+  }
+  out->loss_count = scored.count.item<int64_t>();
+  if (out->loss_count == 0) return;
+  NextTokenMetrics(scored.loss.item<double>(), out->loss_count, scored.predicted, targets, eos_id,
                    out);
   if (answers) {
     TeacherForcedExactMatch(scored.predicted.view({rows, positions}), tokens.targets,
@@ -85,16 +89,20 @@ void CausalLmLoss(const at::Tensor& logits, const at::Tensor& labels, bool evalu
   const int64_t vocab = logits.size(-1);
   const at::Tensor predicted = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, vocab});
   const at::Tensor targets = labels.narrow(1, 1, labels.size(1) - 1).reshape({-1});
-  const int64_t count = targets.ne(kIgnoreIndex).sum().item<int64_t>();
-  out->loss_count = count;
-  if (count == 0) {
-    out->loss = predicted.sum().to(at::kFloat) * 0.0;
+  const at::Tensor count = targets.ne(kIgnoreIndex).sum();
+  // The sum over the count (at least 1, so no target gives a zero tied to the logits) is the mean
+  // cross_entropy computes, without reading the count here.
+  out->loss = at::cross_entropy_loss(predicted.to(at::kFloat), targets, {}, at::Reduction::Sum,
+                                     kIgnoreIndex) /
+              count.clamp_min(1).to(at::kFloat);
+  if (!evaluating) {
+    out->loss_count_tensor = count;
     return;
   }
-  out->loss = at::cross_entropy_loss(predicted.to(at::kFloat), targets, {}, at::Reduction::Mean,
-                                     kIgnoreIndex);
-  if (!evaluating) return;
-  NextTokenMetrics(out->loss.item<double>(), count, predicted.argmax(-1), targets, eos_id, out);
+  out->loss_count = count.item<int64_t>();
+  if (out->loss_count == 0) return;
+  NextTokenMetrics(out->loss.item<double>(), out->loss_count, predicted.argmax(-1), targets, eos_id,
+                   out);
 }
 
 void ExactMatch(const at::Tensor& generated, const at::Tensor& answers, int64_t eos_id,

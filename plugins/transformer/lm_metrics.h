@@ -37,7 +37,9 @@ void ScoreCausalLm(CausalLm& lm, const at::Tensor& hidden, const BatchTokens& to
 at::Tensor NextTokenPredictions(const at::Tensor& logits);
 
 // Next-token cross-entropy: logits [batch, positions, vocab] at position t predict labels at t + 1.
-// Fills loss (the mean over predicted tokens) and loss_count; in evaluation also "perplexity"
+// Fills loss (the mean over predicted tokens) and, in training, loss_count_tensor (the count stays
+// on the device; the trainer reads it with its step's scalars), in evaluation loss_count and also
+// "perplexity"
 // (exp of the mean negative log-likelihood), "token_accuracy" and, with an `eos_id` (the data's
 // end of sequence: a chat template's end-of-turn token), "eos_accuracy": the share of the targets
 // that are eos which the model predicts (argmax), i.e. how often it would stop where the text

@@ -62,7 +62,10 @@ at::Tensor InverseFrequencies(const LlamaConfig& config, int64_t seq_len,
 
 RotaryTables BuildRotaryTables(const LlamaConfig& config, const at::Tensor& position_ids,
                                at::ScalarType dtype) {
-  const int64_t seq_len = position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
+  // Only dynamic scaling depends on the length, and reading it synchronises with the device.
+  const bool dynamic = config.rope_scaling.type == RopeScaling::Type::kDynamic;
+  const int64_t seq_len =
+      dynamic && position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
   const at::Tensor inv_freq = InverseFrequencies(config, seq_len, position_ids.device());
   // [(3,) batch, positions, dim / 2]: one f32 product per angle, as transformers' outer product.
   const at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq;

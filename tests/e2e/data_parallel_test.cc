@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "engine/safetensors.h"
+#include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -92,6 +93,37 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   EXPECT_THAT(r4.out, HasSubstr("8 examples x 2 accumulation x 2 ranks = 32 examples per step"));
   ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
                     tmp.path() / "four/s/final/model.safetensors", /*exactly=*/false);
+}
+
+TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnds) {
+  // The ranks' conversations hold different numbers of assistant tokens (counted on the device):
+  // the gradients are the mean over every token of both ranks, so the ranks stay equal, and equal
+  // one rank with all of the conversations; so does the loss each rank reports.
+  testing::TempDir tmp;
+  const auto stage = [](int batch) {
+    return testing::ChatLlamaStage(
+        "s",
+        "precision { plugin: \"fp32\" } optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 } "
+        "schedule { epochs: 3 batch_size: " +
+            std::to_string(batch) +
+            " } parallel { device: \"cpu\" strategy: DDP } callback { plugin: \"progress\" "
+            "options { [type.googleapis.com/engine.plugins.ProgressOptions] { every_steps: 1 } } "
+            "}");
+  };
+  const auto one = tmp.Write("one.pbtxt", "output_dir: \"one\"\n" + stage(4));
+  const auto two = tmp.Write("two.pbtxt", "output_dir: \"two\"\n" + stage(2));
+  auto r1 = testing::RunEngine({"run", one.string()});
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_THAT(r2.out, HasSubstr("2 examples x 1 accumulation x 2 ranks = 4 examples per step"));
+  ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
+                    tmp.path() / "two/s/final/model.safetensors", /*exactly=*/false);
+  for (const std::string step : {"1/3", "2/3", "3/3"}) {
+    std::smatch loss;
+    ASSERT_TRUE(std::regex_search(r1.err, loss, std::regex("step " + step + " loss [0-9.]+")));
+    EXPECT_THAT(r2.err, HasSubstr(loss.str()));
+  }
 }
 
 int FreePort() {

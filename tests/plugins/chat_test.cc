@@ -190,10 +190,10 @@ TEST(ChatLoaderTest, PaddedBatchLossIsTheTokenWeightedMeanOfItsExamples) {
   for (int64_t i = 0; i < (*data)->size(Split::kTrain); ++i) {
     auto one = (*model)->Forward(*(*data)->GetBatch(Split::kTrain, {i}));
     ASSERT_TRUE(one.ok());
-    weighted += one->loss.item<double>() * static_cast<double>(one->loss_count);
-    count += one->loss_count;
+    weighted += one->loss.item<double>() * static_cast<double>(LossCountOf(*one));
+    count += LossCountOf(*one);
   }
-  EXPECT_EQ(whole->loss_count, count);
+  EXPECT_EQ(LossCountOf(*whole), count);
   EXPECT_NEAR(whole->loss.item<double>(), weighted / static_cast<double>(count), 1e-5);
 }
 
@@ -237,8 +237,8 @@ TEST(ChatLoaderTest, PackedRowsGiveTheLossAndGradientsOfTheirConversationsOneByO
   for (int64_t i = 0; i < (*single)->size(Split::kTrain); ++i) {
     auto one = (*model)->Forward(*(*single)->GetBatch(Split::kTrain, {i}));
     ASSERT_TRUE(one.ok());
-    losses.emplace_back(one->loss, one->loss_count);
-    count += one->loss_count;
+    losses.emplace_back(one->loss, LossCountOf(*one));
+    count += LossCountOf(*one);
   }
   at::Tensor weighted = at::zeros({}, at::kDouble);
   for (const auto& [loss, n] : losses) {
@@ -248,7 +248,7 @@ TEST(ChatLoaderTest, PackedRowsGiveTheLossAndGradientsOfTheirConversationsOneByO
   weighted.backward();
   const auto single_grads = TakeGradients(module);
 
-  EXPECT_EQ(whole->loss_count, count);
+  EXPECT_EQ(LossCountOf(*whole), count);
   EXPECT_NEAR(whole->loss.item<double>(), weighted.item<double>(), 1e-5);
   ASSERT_EQ(packed_grads.size(), single_grads.size());
   for (const auto& [name, grad] : packed_grads) {

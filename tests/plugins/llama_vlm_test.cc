@@ -63,7 +63,8 @@ std::pair<double, at::Tensor> SummedLossAndGradient(Model& model, const Batch& b
   model.module().zero_grad();
   auto out = model.Forward(batch);
   EXPECT_TRUE(out.ok()) << out.status().message();
-  const at::Tensor summed = out->loss * static_cast<double>(out->loss_count);
+  EXPECT_GT(LossCountOf(*out), 0);
+  const at::Tensor summed = out->loss * static_cast<double>(LossCountOf(*out));
   summed.backward();
   std::vector<at::Tensor> grads;
   for (const auto& p : model.module().parameters()) grads.push_back(p.grad().flatten().clone());
@@ -126,7 +127,7 @@ TEST(LlamaLoaderTest, SizesFromDataAndRoundTripThroughItsOwnDirectory) {
   auto b = loaded->Forward(batch);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(at::equal(a->loss, b->loss));
-  EXPECT_EQ(a->loss_count, 3 * 5);
+  EXPECT_EQ(LossCountOf(*a), 3 * 5);
   EXPECT_TRUE(a->metrics.at("perplexity").exp_of_mean);
   EXPECT_NEAR(a->metrics.at("perplexity").value(), std::exp(a->loss.item<double>()), 1e-3);
 }
@@ -187,7 +188,7 @@ TEST(VlmLoaderTest, NamesImageFirstLayoutAndExactMatch) {
   auto out = model->Forward(batch);
   ASSERT_TRUE(out.ok()) << out.status().message();
   // Only the labelled text tokens count; image positions never do.
-  EXPECT_EQ(out->loss_count, 4 * 3);
+  EXPECT_EQ(LossCountOf(*out), 4 * 3);
   ASSERT_EQ(out->metrics.count("exact_match"), 1u);
   EXPECT_EQ(out->metrics.at("exact_match").count, 4);
   // The image reaches the text: other pixels, another loss.

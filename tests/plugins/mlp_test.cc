@@ -70,7 +70,7 @@ TEST(MlpTest, ForwardGivesLossAndAccuracy) {
   auto out = (*model)->Forward(batch);
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->loss.dim(), 0);
-  EXPECT_EQ(out->loss_count, 6);
+  EXPECT_EQ(LossCountOf(*out), 6);
   // A fresh classifier over 10 classes is close to uniform: loss near log(10).
   EXPECT_NEAR(out->loss.item<double>(), std::log(10.0), 1.0);
   EXPECT_EQ(out->metrics.at("accuracy").count, 6);

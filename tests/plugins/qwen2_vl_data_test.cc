@@ -219,7 +219,7 @@ TEST_F(Qwen2VlDataTest, ModelOnTheLoadersBatchGivesTheLossOfTransformersLogits) 
       ++counted;
     }
   }
-  EXPECT_EQ(out->loss_count, counted);
+  EXPECT_EQ(LossCountOf(*out), counted);
   EXPECT_NEAR(out->loss.item<double>(), nll / static_cast<double>(counted), 1e-4);
 }
 
@@ -290,7 +290,7 @@ TEST_F(Qwen2VlDataTest, PackedRowsWithImagesGiveTheLossOfTheirConversationsOneBy
     at::NoGradGuard no_grad;
     auto out = model->Forward(Everything(**data));
     EXPECT_TRUE(out.ok()) << out.status().message();
-    return std::make_pair(out->loss.item<double>(), out->loss_count);
+    return std::make_pair(out->loss.item<double>(), LossCountOf(*out));
   };
   const auto one_by_one = loss("max_length: 128", 2);
   const auto packed = loss("max_length: 128 packing: true", 1);

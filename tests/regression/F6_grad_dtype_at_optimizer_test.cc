@@ -50,7 +50,7 @@ TEST(F6GradDtypeAtOptimizerTest, TheEnginesStepGivesTheOptimizerItsOwnDtype) {
   auto optimizer = MakeOptimizer(config, (*runtime)->optimizer_parameters());
   at::Tensor w = module.named_parameters()["w"];
   w.mutable_grad() = at::full({4}, 0.5, at::kBFloat16);  // what backward gives a bf16 weight
-  ASSERT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck());
   EXPECT_NO_THROW((*runtime)->Step(*optimizer, 0.1));
   for (const auto& [name, state] : optimizer->State()) {
     EXPECT_EQ(state.scalar_type(), at::kFloat) << name;
@@ -69,7 +69,7 @@ TEST(F6GradDtypeAtOptimizerTest, TheEnginesStepGivesTheOptimizerItsOwnDtype) {
   sgd.mutable_sgd()->set_momentum(0.9);
   auto plain = MakeOptimizer(sgd, (*runtime)->optimizer_parameters());
   w.mutable_grad() = at::full({4}, 0.5, at::kBFloat16);
-  ASSERT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck());
   EXPECT_NO_THROW((*runtime)->Step(*plain, 0.1));
   for (const auto& [name, state] : plain->State()) {
     EXPECT_EQ(state.scalar_type(), at::kFloat) << name;

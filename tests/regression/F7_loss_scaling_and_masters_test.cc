@@ -69,7 +69,7 @@ TEST(F7LossScalingAndMastersTest, AnOverflowSkipsTheStepHalvesTheScaleAndTrainin
     (*runtime)->ZeroGrad();
     at::Tensor loss = layer->forward(at::ones({3, 4})).pow(2).mean() + 10;
     (loss * (*runtime)->loss_scale()).backward();
-    const bool finite = (*runtime)->UnscaleAndCheck(1.0);
+    const bool finite = (*runtime)->UnscaleAndCheck();
     if (finite) (*runtime)->Step(*optimizer, 0.1);
     (*runtime)->UpdateScale(!finite);
     return finite;

@@ -43,10 +43,22 @@ struct ModelOutput {
   // accumulates.
   at::Tensor loss;
   int64_t loss_count = 0;
+  // Set instead of loss_count by a model that counts its terms on the device (the tokens that are
+  // not masked): that count as a 0-dim integer tensor there, with `loss` still its mean (0, tied
+  // to the inputs, when nothing counts). The engine reads it with the step's other scalars, in the
+  // step's one synchronisation, where reading it in Forward would cost one per micro-batch.
+  at::Tensor loss_count_tensor;
   // Metrics summed over the batch, e.g. {"accuracy", {correct, examples}}. The engine reads them
   // only when evaluating, so a model may skip them in training mode.
   std::map<std::string, Metric> metrics;
 };
+
+// The number of loss terms `output` reports: loss_count, or loss_count_tensor read from the device
+// (a synchronisation) where the model left the count there.
+inline int64_t LossCountOf(const ModelOutput& output) {
+  return output.loss_count_tensor.defined() ? output.loss_count_tensor.item<int64_t>()
+                                            : output.loss_count;
+}
 
 class Model {
  public:

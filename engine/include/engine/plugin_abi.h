@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 /* The plugin interface version this SDK speaks. */
-#define ENGINE_PLUGIN_API_VERSION 2
+#define ENGINE_PLUGIN_API_VERSION 3
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

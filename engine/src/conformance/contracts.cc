@@ -203,7 +203,11 @@ CheckResult ModelContract(const Subject& s) {
   if (!out_a.ok()) return Fail("Forward: " + out_a.status().message());
   if (!out_b.ok()) return Fail("Forward: " + out_b.status().message());
   if (!out_a->loss.defined() || out_a->loss.dim() != 0) return Fail("the loss is not a scalar");
-  if (out_a->loss_count <= 0) return Fail("loss_count is not positive");
+  if (const at::Tensor& count = out_a->loss_count_tensor;
+      count.defined() && (count.dim() != 0 || !at::isIntegralType(count.scalar_type(), false))) {
+    return Fail("loss_count_tensor is not an integer scalar");
+  }
+  if (LossCountOf(*out_a) <= 0) return Fail("loss_count is not positive");
   if (!std::isfinite(out_a->loss.item<double>())) return Fail("the loss is not finite");
   if (!at::equal(out_a->loss, out_b->loss)) {
     return Fail(
@@ -292,8 +296,7 @@ CheckResult PrecisionContract(const Subject& s) {
     at::Tensor loss = layer->forward(x).to(at::kFloat).pow(2).mean();
     (loss * (*runtime)->loss_scale()).backward();
   }
-  if (!(*runtime)->UnscaleAndCheck(1.0))
-    return Fail("the gradients of a small step are not finite");
+  if (!(*runtime)->UnscaleAndCheck()) return Fail("the gradients of a small step are not finite");
   const std::vector<NamedParameter>& updated = (*runtime)->optimizer_parameters();
   const std::vector<GradientFeed>& feeds = (*runtime)->feeds();
   for (size_t i = 0; i < updated.size(); ++i) {

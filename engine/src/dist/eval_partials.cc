@@ -8,8 +8,9 @@
 namespace engine {
 
 void EvalPartials::Add(const ModelOutput& output) {
-  loss_sum += output.loss.item<double>() * static_cast<double>(output.loss_count);
-  loss_count += static_cast<double>(output.loss_count);
+  const auto count = static_cast<double>(LossCountOf(output));
+  loss_sum += output.loss.item<double>() * count;
+  loss_count += count;
   for (const auto& [name, metric] : output.metrics) {
     metrics[name].sum += metric.sum;
     metrics[name].count += metric.count;

@@ -100,9 +100,9 @@ void PrecisionRuntime::ZeroGrad() {
   }
 }
 
-at::Tensor PrecisionRuntime::UnscaleAndFlag(double divisor) {
+at::Tensor PrecisionRuntime::UnscaleAndFlag() {
   at::NoGradGuard no_grad;
-  const double factor = 1.0 / (scale_ * divisor);
+  const double factor = 1.0 / scale_;
   feeds_.assign(parameters_.size(), GradientFeed());
   at::Tensor found;  // one int32 on the gradients' device that the kernels set on inf or nan
   at::Tensor total;  // where no kernel takes a gradient: an f32 sum each, any inf or nan shows
@@ -133,9 +133,7 @@ at::Tensor PrecisionRuntime::UnscaleAndFlag(double divisor) {
   return flag.defined() ? flag : at::zeros({}, at::kFloat);
 }
 
-bool PrecisionRuntime::UnscaleAndCheck(double divisor) {
-  return UnscaleAndFlag(divisor).item<double>() == 0;
-}
+bool PrecisionRuntime::UnscaleAndCheck() { return UnscaleAndFlag().item<double>() == 0; }
 
 at::Tensor PrecisionRuntime::GradNormSquared() const {
   at::NoGradGuard no_grad;
@@ -153,21 +151,22 @@ at::Tensor PrecisionRuntime::GradNormSquared() const {
   return at::stack(norms).to(at::kDouble).square().sum();
 }
 
-double PrecisionRuntime::ClipGradients(double max_norm) {
-  const double total = std::sqrt(GradNormSquared().item<double>());
-  ApplyClip(total, max_norm);
+double PrecisionRuntime::ClipGradients(double max_norm, double divisor) {
+  const double total = std::sqrt(GradNormSquared().item<double>()) / divisor;
+  ApplyClip(total, max_norm, divisor);
   return total;
 }
 
-void PrecisionRuntime::ApplyClip(double total_norm, double max_norm) {
+void PrecisionRuntime::ApplyClip(double total_norm, double max_norm, double divisor) {
   at::NoGradGuard no_grad;
-  if (!(max_norm > 0 && std::isfinite(total_norm) && total_norm > max_norm)) return;
-  const double clip = max_norm / (total_norm + 1e-6);
+  const bool clips = max_norm > 0 && std::isfinite(total_norm) && total_norm > max_norm;
+  const double factor = (clips ? max_norm / (total_norm + 1e-6) : 1.0) / divisor;
+  if (factor == 1.0) return;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (Fed(i)) {
-      feeds_[i].scale *= clip;
+      feeds_[i].scale *= factor;
     } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
-      g.mul_(clip);
+      g.mul_(factor);
     }
   }
 }

@@ -8,9 +8,10 @@
 //      to the optimizer as it is, with the factor still to apply (GradientFeed)
 //   -> GradNormSquared where the stage clips; the flag and the norm are read with the loss in
 //      one copy (train/step_scalars.h)
-//   -> (skipped step, or ApplyClip and Step: the optimizer on optimizer_parameters(), which
-//      unscales each fed gradient into the master's f32 before any arithmetic and writes the
-//      updated master back into the low-precision parameter) -> UpdateScale.
+//   -> (skipped step, or ApplyClip, which also divides by a count read with the norm, and Step:
+//      the optimizer on optimizer_parameters(), which unscales each fed gradient into the
+//      master's f32 before any arithmetic and writes the updated master back into the
+//      low-precision parameter) -> UpdateScale.
 // UnscaleAndCheck and ClipGradients are the same with their reads done at once.
 //
 // The optimizer's arithmetic and state therefore always have the dtype of the weights it updates
@@ -62,20 +63,23 @@ class PrecisionRuntime {
   int64_t consecutive_skipped_steps() const { return consecutive_skips_; }
 
   void ZeroGrad();
-  // Prepares the step's gradients for the optimizer, divided by loss_scale() * divisor (see above),
-  // and returns a scalar on their device that is 0 when all of them are finite: queued work, read
-  // by the caller together with the step's other scalars (one synchronisation per step).
-  at::Tensor UnscaleAndFlag(double divisor);
+  // Prepares the step's gradients for the optimizer, divided by loss_scale() (see above), and
+  // returns a scalar on their device that is 0 when all of them are finite: queued work, read by
+  // the caller together with the step's other scalars (one synchronisation per step).
+  at::Tensor UnscaleAndFlag();
   // UnscaleAndFlag, read at once: whether every gradient is finite.
-  bool UnscaleAndCheck(double divisor);
+  bool UnscaleAndCheck();
   // After UnscaleAndFlag: the squared global L2 norm of the unscaled gradients, a scalar on their
   // device (queued, like the flag).
   at::Tensor GradNormSquared() const;
-  // After a finite UnscaleAndFlag whose norm the caller read: scales the gradients so that their
-  // global L2 norm is at most `max_norm` (0: no clipping).
-  void ApplyClip(double total_norm, double max_norm);
-  // GradNormSquared read at once, then ApplyClip; returns the norm before clipping.
-  double ClipGradients(double max_norm);
+  // After a finite UnscaleAndFlag whose norm the caller read: divides the gradients by `divisor`
+  // (the step's count of loss terms, read with the norm, where micro-batches or ranks were
+  // weighted by theirs) and scales them so that their global L2 norm, `total_norm` after that
+  // division, is at most `max_norm` (0: no clipping), in one pass.
+  void ApplyClip(double total_norm, double max_norm, double divisor = 1.0);
+  // GradNormSquared read at once, then ApplyClip; returns the norm before clipping (after the
+  // division).
+  double ClipGradients(double max_norm, double divisor = 1.0);
   // The optimizer's update at `lr` from the prepared gradients; the low-precision parameters hold
   // the updated masters afterwards.
   void Step(Optimizer& optimizer, double lr);

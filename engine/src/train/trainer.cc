@@ -376,31 +376,46 @@ class StageTrainer : public CallbackActions {
     });
   }
 
-  // What the micro-batches of one step gave: the summed (weighted) loss and its number of terms.
+  // What the micro-batches of one step gave: the summed loss and its number of terms, those the
+  // models counted on the host and those they left on the device (read with the step's other
+  // scalars).
   struct AccumulatedLoss {
     at::Tensor sum;
     int64_t count = 0;
+    at::Tensor device_count;
   };
 
   // One optimizer step over micro-batches [first, last) of the epoch, taken from `prefetcher`.
+  // Micro-batches are weighted by their numbers of loss terms and the gradients divided by the
+  // total (known after the step's read), so that the step follows the mean over all of its terms,
+  // on all ranks. A single micro-batch on one rank is that mean already, and is not weighted.
   Status TrainStep(BatchPrefetcher& prefetcher, size_t first, size_t last) {
     precision_->ZeroGrad();
-    const bool single = last - first == 1;
+    const bool data_parallel = gradient_averager_ != nullptr;
+    const bool weighted = last - first > 1 || data_parallel;
     const double scale = precision_->loss_scale();
     ENGINE_ASSIGN_OR_RETURN(AccumulatedLoss accumulated,
-                            AccumulateGradients(prefetcher, first, last, scale));
-    if (accumulated.count == 0) {
-      return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
-                                     " had no loss terms (every example was masked)");
-    }
-    const double divisor = single ? 1.0 : static_cast<double>(accumulated.count);
-    if (gradient_averager_ != nullptr) {
+                            AccumulateGradients(prefetcher, first, last, scale, weighted));
+    RankSums ranks;
+    if (data_parallel) {
       // Every rank ends with the same (still loss-scaled) gradients, so all of them see the same
       // overflow and skip the same steps.
       ENGINE_RETURN_IF_ERROR(gradient_averager_->Finish().WithContext(context_));
+      ENGINE_ASSIGN_OR_RETURN(ranks, AverageOverRanks(accumulated));
     }
-    const StepScalars read = PrepareAndReadGradients(accumulated.sum, divisor);
-    const double loss = read.loss_sum / divisor;
+    StepScalars read = PrepareAndReadGradients(accumulated, ranks);
+    read.divisor = 1;
+    if (data_parallel) {
+      read.divisor = read.ranks_count;
+    } else if (weighted) {
+      read.divisor = static_cast<double>(read.count);
+    }
+    if (read.divisor == 0 || (!data_parallel && read.count == 0)) {
+      return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
+                                     " had no loss terms (every example was masked)");
+    }
+    if (read.grad_norm >= 0) read.grad_norm /= read.divisor;
+    const double loss = read.loss_sum / read.divisor;
     if (!std::isfinite(loss)) {
       return FailedPreconditionError(
           context_ + ": the training loss became " + std::to_string(loss) + " at step " +
@@ -411,59 +426,95 @@ class StageTrainer : public CallbackActions {
     }
     ENGINE_ASSIGN_OR_RETURN(double grad_norm, UpdateWeights(read, scale));
     ++step_;
-    examples_ += accumulated.count;
+    examples_ += read.count;
     last_loss_ = loss;
     return EmitStepEnd(loss, grad_norm);
   }
 
+  // Under DDP: the ranks' summed losses and counts of loss terms, each averaged over the ranks (on
+  // the device, not read). The averaged gradients divided by that count follow the mean over every
+  // term of every rank, so the ranks stay equal however unevenly their examples are masked, and
+  // every rank reports (and judges) the same loss.
+  struct RankSums {
+    at::Tensor loss_sum, count;
+  };
+  StatusOr<RankSums> AverageOverRanks(const AccumulatedLoss& accumulated) {
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(data_parallel_->device());
+    at::Tensor sums = at::zeros({2}, f32);
+    if (accumulated.sum.defined()) sums[0].copy_(accumulated.sum);
+    sums[1].fill_(static_cast<double>(accumulated.count));
+    if (accumulated.device_count.defined()) sums[1].add_(accumulated.device_count);
+    ENGINE_RETURN_IF_ERROR(data_parallel_->StartSum(sums)->Wait().WithContext(context_));
+    sums.div_(static_cast<double>(data_parallel_->world_size()));
+    return RankSums{sums[0], sums[1]};
+  }
+
   // What a step reads from the device, in one copy (train/step_scalars.h).
   struct StepScalars {
-    double loss_sum = 0;
+    double loss_sum = 0;     // this rank's, or under DDP the ranks' mean
+    int64_t count = 0;       // this rank's loss terms, host and device counts together
+    double ranks_count = 0;  // under DDP: the ranks' mean count
     bool finite = true;
     double grad_norm = -1;  // -1: not computed (no clipping, or gradients not finite)
+    double divisor = 1;     // what the gradients are still to be divided by
   };
 
-  // Unscales the gradients by `divisor` (and the loss scale), queues their non-finite flag and,
-  // where the stage clips, their norm, and reads those with the loss in one synchronisation.
-  StepScalars PrepareAndReadGradients(const at::Tensor& loss_sum, double divisor) {
+  // Unscales the gradients by the loss scale, queues their non-finite flag and, where the stage
+  // clips, their norm, and reads those with the loss and the counts left on the device in one
+  // synchronisation.
+  StepScalars PrepareAndReadGradients(const AccumulatedLoss& accumulated, const RankSums& ranks) {
     at::Tensor flag, norm_squared;
     {
       PhaseTimer timer(&phases_.update);
-      flag = precision_->UnscaleAndFlag(divisor);
+      flag = precision_->UnscaleAndFlag();
       if (config_.optimizer().max_grad_norm() > 0) norm_squared = precision_->GradNormSquared();
     }
     PhaseTimer timer(&phases_.host_read);
-    const std::vector<double> values = ReadStepScalars({loss_sum, flag, norm_squared});
+    const at::Tensor& loss_sum = ranks.loss_sum.defined() ? ranks.loss_sum : accumulated.sum;
+    const std::vector<double> values =
+        ReadStepScalars({loss_sum, flag, norm_squared, accumulated.device_count, ranks.count});
     StepScalars read;
-    read.loss_sum = values[0];
+    read.loss_sum = loss_sum.defined() ? values[0] : 0;
+    read.count = accumulated.count;
+    if (accumulated.device_count.defined()) read.count += static_cast<int64_t>(values[3]);
+    if (ranks.count.defined()) read.ranks_count = values[4];
     read.finite = values[1] == 0;
     if (read.finite && norm_squared.defined()) read.grad_norm = std::sqrt(values[2]);
     return read;
   }
 
-  // Forward and backward over each micro-batch. Each micro-batch's mean loss is weighted by its
-  // number of loss terms, and the summed gradient later divided by the step's total, so the step
-  // follows the mean over all of its terms. With a single micro-batch that is the plain mean, and
-  // the weighting is skipped.
+  // Forward and backward over each micro-batch; `weighted`: each micro-batch's mean loss
+  // multiplied by its number of loss terms.
   StatusOr<AccumulatedLoss> AccumulateGradients(BatchPrefetcher& prefetcher, size_t first,
-                                                size_t last, double scale) {
-    const bool single = last - first == 1;
+                                                size_t last, double scale, bool weighted) {
     AccumulatedLoss accumulated;
     for (size_t i = first; i < last; ++i) {
       ENGINE_ASSIGN_OR_RETURN(Batch batch, NextBatch(prefetcher));
       ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
-      if (output.loss_count <= 0) continue;
+      // A count on the device is not known here: its micro-batch runs even when it holds no
+      // terms (its loss is then 0, and so are its gradients).
+      const at::Tensor& device_count = output.loss_count_tensor;
+      if (!device_count.defined() && output.loss_count <= 0) continue;
       if (gradient_averager_ != nullptr && i + 1 == last) gradient_averager_->ArmForLastBackward();
       PhaseTimer timer(&phases_.backward);
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
-        at::Tensor weighted =
-            single ? output.loss : output.loss * static_cast<double>(output.loss_count);
-        (scale != 1.0 ? weighted * scale : weighted).backward();
+        at::Tensor term_sum = output.loss;
+        if (weighted) {
+          term_sum = device_count.defined() ? output.loss * device_count
+                                            : output.loss * static_cast<double>(output.loss_count);
+        }
+        (scale != 1.0 ? term_sum * scale : term_sum).backward();
         accumulated.sum =
-            accumulated.sum.defined() ? accumulated.sum + weighted.detach() : weighted.detach();
+            accumulated.sum.defined() ? accumulated.sum + term_sum.detach() : term_sum.detach();
         return Status::Ok();
       }));
-      accumulated.count += output.loss_count;
+      if (device_count.defined()) {
+        accumulated.device_count = accumulated.device_count.defined()
+                                       ? accumulated.device_count + device_count
+                                       : device_count;
+      } else {
+        accumulated.count += output.loss_count;
+      }
     }
     return accumulated;
   }
@@ -475,7 +526,7 @@ class StageTrainer : public CallbackActions {
     PhaseTimer timer(&phases_.update);
     const bool finite = read.finite;
     if (finite) {
-      precision_->ApplyClip(read.grad_norm, config_.optimizer().max_grad_norm());
+      precision_->ApplyClip(read.grad_norm, config_.optimizer().max_grad_norm(), read.divisor);
       const double lr = LearningRateAt(config_.optimizer(), step_, plan_.total_steps);
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
         precision_->Step(*optimizer_, lr);

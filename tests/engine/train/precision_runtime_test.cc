@@ -50,7 +50,8 @@ TEST(PrecisionRuntimeTest, Bf16TrueCastsStorageAndKeepsF32Masters) {
   // master's f32 and the bf16 weight to write back; the update lands back in bf16.
   at::Tensor w = module->named_parameters()["w"];
   w.mutable_grad() = at::full({4}, 2.0, at::kBFloat16);
-  ASSERT_TRUE((*runtime)->UnscaleAndCheck(4.0));
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck());
+  (*runtime)->ApplyClip(/*total_norm=*/0, /*max_norm=*/0, /*divisor=*/4.0);
   ASSERT_EQ((*runtime)->feeds().size(), 1u);
   EXPECT_TRUE((*runtime)->feeds()[0].grad.is_same(w.grad()));
   EXPECT_DOUBLE_EQ((*runtime)->feeds()[0].scale, 0.25);
@@ -85,11 +86,11 @@ TEST(PrecisionRuntimeTest, DynamicLossScaling) {
   EXPECT_EQ((*runtime)->loss_scale(), 1024);
   at::Tensor w = module->named_parameters()["w"];
   w.mutable_grad() = at::full({4}, 2048.0);
-  EXPECT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  EXPECT_TRUE((*runtime)->UnscaleAndCheck());
   EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), 2.0f);
   // An overflow: skipped, counted, scale halved; three clean steps grow it back.
   w.mutable_grad() = at::full({4}, INFINITY);
-  EXPECT_FALSE((*runtime)->UnscaleAndCheck(1.0));
+  EXPECT_FALSE((*runtime)->UnscaleAndCheck());
   (*runtime)->UpdateScale(true);
   EXPECT_EQ((*runtime)->loss_scale(), 512);
   EXPECT_EQ((*runtime)->skipped_steps(), 1);
@@ -98,7 +99,7 @@ TEST(PrecisionRuntimeTest, DynamicLossScaling) {
   EXPECT_EQ((*runtime)->loss_scale(), 1024);
   EXPECT_EQ((*runtime)->consecutive_skipped_steps(), 0);
   w.mutable_grad() = at::full({4}, NAN);
-  EXPECT_FALSE((*runtime)->UnscaleAndCheck(1.0));
+  EXPECT_FALSE((*runtime)->UnscaleAndCheck());
 }
 
 // The fused step (bf16 gradient, factor and write-back in one kernel pass) against the unfused
@@ -122,8 +123,8 @@ TEST(PrecisionRuntimeTest, FusedStepEqualsCastUnscaleUpdateCopy) {
     (*runtime)->ZeroGrad();
     const at::Tensor scaled = at::linspace(-300, 500, 40000, at::kFloat).to(at::kBFloat16);
     w.mutable_grad() = scaled.clone();
-    ASSERT_TRUE((*runtime)->UnscaleAndCheck(2.0));
-    const double norm = (*runtime)->ClipGradients(0.5);
+    ASSERT_TRUE((*runtime)->UnscaleAndCheck());
+    const double norm = (*runtime)->ClipGradients(0.5, /*divisor=*/2.0);
     (*runtime)->Step(*fused, 0.01);
 
     at::Tensor g = scaled.to(at::kFloat) * (1.0 / 512);
@@ -146,7 +147,7 @@ TEST(PrecisionRuntimeTest, ClipGradientsOnParametersWithoutMasters) {
   at::Tensor a = module->named_parameters()["a"], b = module->named_parameters()["b"];
   a.mutable_grad() = at::tensor({3.0f, 0.0f});
   b.mutable_grad() = at::tensor({4.0f});
-  ASSERT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck());
   EXPECT_NEAR((*runtime)->ClipGradients(1.0), 5.0, 1e-6);
   EXPECT_NEAR(a.grad()[0].item<float>(), 0.6, 1e-5);
   EXPECT_NEAR(b.grad()[0].item<float>(), 0.8, 1e-5);
@@ -177,7 +178,7 @@ TEST(PrecisionRuntimeTest, OptimizerStateMustMatchTheMasters) {
   config.mutable_adamw();
   auto adamw = MakeOptimizer(config, (*runtime)->optimizer_parameters());
   module->named_parameters()["w"].mutable_grad() = at::ones({4}, at::kBFloat16);
-  ASSERT_TRUE((*runtime)->UnscaleAndCheck(1.0));
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck());
   (*runtime)->Step(*adamw, 0.1);
   EXPECT_TRUE((*runtime)->VerifyOptimizerState(*adamw).ok());
 

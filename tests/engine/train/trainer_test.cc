@@ -181,6 +181,57 @@ TEST_F(TrainerTest, EachStepReadsItsScalarsFromTheDeviceInOneCopy) {
   EXPECT_EQ(std::count(first, last.base(), std::string("aten::_local_scalar_dense")), 0);
 }
 
+TEST_F(TrainerTest, AccumulatingMicroBatchesOfUnequalTokenCountsEqualsTheLargerBatch) {
+  // The count of each micro-batch stays on the device until the step's read; the gradients are
+  // divided by the step's total after it. 4 training conversations: one step per epoch.
+  const std::string optimizer = "optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 } ";
+  auto big = Run("big",
+                 testing::ChatLlamaStage("s", testing::Precision("fp32") + optimizer +
+                                                  "schedule { epochs: 2 batch_size: 4 }"),
+                 "s");
+  auto accumulated = Run("acc",
+                         testing::ChatLlamaStage("s", testing::Precision("fp32") + optimizer +
+                                                          "schedule { epochs: 2 batch_size: 2 "
+                                                          "gradient_accumulation_steps: 2 }"),
+                         "s");
+  ASSERT_EQ(outcomes_.size(), 2u);
+  ASSERT_EQ(outcomes_[0].result.steps, 2);
+  ASSERT_EQ(outcomes_[1].result.steps, 2);
+  ExpectSameWeights(big, accumulated, /*bitwise=*/false, 1e-6);
+  EXPECT_NEAR(outcomes_[1].result.final_train_loss, outcomes_[0].result.final_train_loss, 1e-5);
+}
+
+TEST_F(TrainerTest, ACausalLmStepReadsTheDeviceOnce) {
+  // A 4-bit base with LoRA in bf16-mixed, clipping and accumulation: the model's loss-term counts,
+  // rotary tables and masks read nothing; the step's one copy reads the counts with the loss.
+  // (A CPU run sees item() calls, the reads that would wait for a GPU; host copies of device
+  // tensors are another kind of read this test cannot see.)
+  std::vector<std::string> reads;
+  {
+    HostReadRecorder recorder;
+    Run("lm_reads",
+        testing::ChatLlamaStage(
+            "s", testing::Precision("bf16-mixed") +
+                     "quantizer { plugin: \"nf4\" options { "
+                     "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: "
+                     "\"model.layers.*\" } } }\n"
+                     "adapter { plugin: \"lora\" options { "
+                     "[type.googleapis.com/engine.plugins.LoraOptions] { r: 4 target_modules: "
+                     "\"model.layers.*\" } } }\n"
+                     "trainable { include: \"*.lora_A.*\" include: \"*.lora_B.*\" }\n"
+                     "schedule { max_steps: 4 batch_size: 1 gradient_accumulation_steps: 2 } "
+                     "optimizer { max_grad_norm: 0.5 }"),
+        "s");
+    reads = HostReadRecorder::Reads();
+  }
+  ASSERT_EQ(outcomes_.size(), 1u);
+  const auto first = std::find(reads.begin(), reads.end(), kReadStepScalarsScope);
+  const auto last = std::find(reads.rbegin(), reads.rend(), kReadStepScalarsScope);
+  ASSERT_NE(first, reads.end());
+  EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 4);
+  EXPECT_EQ(std::count(first, last.base(), std::string("aten::_local_scalar_dense")), 0);
+}
+
 TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
   Run("periodic",
       Stage("s",

@@ -36,6 +36,11 @@ TEST(CausalLmMetricsTest, EosAccuracyCountsTheEosTargetsPredicted) {
   ModelOutput training;
   CausalLmLoss(Predicting({1, kEos, 2, 0, 0}), labels, /*evaluating=*/false, &training, kEos);
   EXPECT_TRUE(training.metrics.empty());
+  // Training leaves the count on the device for the trainer; the loss is the same mean.
+  EXPECT_EQ(training.loss_count, 0);
+  ASSERT_TRUE(training.loss_count_tensor.defined());
+  EXPECT_EQ(training.loss_count_tensor.item<int64_t>(), 4);
+  EXPECT_EQ(training.loss.item<float>(), out.loss.item<float>());
 }
 
 TEST(CausalLmMetricsTest, IgnoredTargetsAreNeitherCountedNorScored) {
