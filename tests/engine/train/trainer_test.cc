@@ -1,6 +1,7 @@
 // The training loop on the real digits data: determinism, accumulation, checkpoints and events.
 #include "train/trainer.h"
 
+#include <ATen/Context.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/equal.h>
 #include <ATen/record_function.h>
@@ -56,6 +57,9 @@ class TrainerTest : public ::testing::Test {
     if (!weights.ok()) return {};
     return *(*weights)->GetAll();
   }
+
+  // Defined with the host-read tests below.
+  std::vector<std::string> ReadsOfFourCausalLmSteps(const std::string& device);
 
   testing::TempDir dir_;
   PluginRegistry registry_;
@@ -131,11 +135,12 @@ TEST_F(TrainerTest, StepPhasesAccountForTheTrainingTime) {
 }
 
 // The host reads seen by LibTorch's profiler callbacks, in order: each step's scalars
-// (kReadStepScalarsScope) and every item() (a synchronisation with the device each).
+// (kReadStepScalarsScope), every item() and every copy from a device to the host (a
+// synchronisation with the device each), except the copy inside the step's read itself.
 class HostReadRecorder {
  public:
   HostReadRecorder()
-      : handle_(at::addGlobalCallback(at::RecordFunctionCallback(&Record).needsInputs(false))) {
+      : handle_(at::addGlobalCallback(at::RecordFunctionCallback(&Start, &End).needsInputs(true))) {
     Reads().clear();
   }
   ~HostReadRecorder() { at::removeCallback(handle_); }
@@ -145,17 +150,46 @@ class HostReadRecorder {
   }
 
  private:
-  static std::unique_ptr<at::ObserverContext> Record(const at::RecordFunction& fn) {
+  static int& InStepRead() {
+    thread_local int depth = 0;
+    return depth;
+  }
+  static void Add(const std::string& read) {
     static std::mutex mutex;
+    std::lock_guard<std::mutex> lock(mutex);
+    Reads().push_back(read);
+  }
+  static bool CopiesToTheHost(const at::RecordFunction& fn) {
+    const auto inputs = fn.inputs();
+    return inputs.size() >= 2 && inputs[0].isTensor() && inputs[1].isTensor() &&
+           inputs[0].toTensor().is_cpu() && !inputs[1].toTensor().is_cpu();
+  }
+  static std::unique_ptr<at::ObserverContext> Start(const at::RecordFunction& fn) {
     const std::string name = fn.name();
-    if (name == kReadStepScalarsScope || name == "aten::_local_scalar_dense") {
-      std::lock_guard<std::mutex> lock(mutex);
-      Reads().push_back(name);
+    if (name == kReadStepScalarsScope) {
+      Add(name);
+      ++InStepRead();
+    } else if (InStepRead() == 0 && name == "aten::_local_scalar_dense") {
+      Add(name);
+    } else if (InStepRead() == 0 && name == "aten::copy_" && CopiesToTheHost(fn)) {
+      Add("device to host copy");
     }
     return nullptr;
   }
+  static void End(const at::RecordFunction& fn, at::ObserverContext*) {
+    if (fn.name() == std::string(kReadStepScalarsScope)) --InStepRead();
+  }
   at::CallbackHandle handle_;
 };
+
+// What happened between the first and the last step's read: none of them is a read of its own.
+int64_t ReadsBetweenTheSteps(const std::vector<std::string>& reads) {
+  const auto first = std::find(reads.begin(), reads.end(), kReadStepScalarsScope);
+  const auto last = std::find(reads.rbegin(), reads.rend(), kReadStepScalarsScope);
+  if (first == reads.end()) return -1;
+  return std::distance(first, last.base()) -
+         std::count(first, last.base(), std::string(kReadStepScalarsScope));
+}
 
 TEST_F(TrainerTest, EachStepReadsItsScalarsFromTheDeviceInOneCopy) {
   // bf16 gradients handed to f32 masters, clipping and accumulation: every part of the step that
@@ -173,12 +207,9 @@ TEST_F(TrainerTest, EachStepReadsItsScalarsFromTheDeviceInOneCopy) {
     reads = HostReadRecorder::Reads();
   }
   ASSERT_EQ(outcomes_.size(), 1u);
-  const auto first = std::find(reads.begin(), reads.end(), kReadStepScalarsScope);
-  const auto last = std::find(reads.rbegin(), reads.rend(), kReadStepScalarsScope);
-  ASSERT_NE(first, reads.end());
   EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 6);
   // Steps 2 to 6 lie between the first step's read and the last one's.
-  EXPECT_EQ(std::count(first, last.base(), std::string("aten::_local_scalar_dense")), 0);
+  EXPECT_EQ(ReadsBetweenTheSteps(reads), 0);
 }
 
 TEST_F(TrainerTest, AccumulatingMicroBatchesOfUnequalTokenCountsEqualsTheLargerBatch) {
@@ -201,35 +232,43 @@ TEST_F(TrainerTest, AccumulatingMicroBatchesOfUnequalTokenCountsEqualsTheLargerB
   EXPECT_NEAR(outcomes_[1].result.final_train_loss, outcomes_[0].result.final_train_loss, 1e-5);
 }
 
+// The reads of 4 steps of a 4-bit Llama with LoRA in bf16-mixed, with clipping and accumulation,
+// on `device`: the model's loss-term counts, rotary tables and masks read nothing; the step's one
+// copy reads the counts with the loss.
+std::vector<std::string> TrainerTest::ReadsOfFourCausalLmSteps(const std::string& device) {
+  HostReadRecorder recorder;
+  Run("lm_reads_" + device,
+      testing::ChatLlamaStage(
+          "s", testing::Precision("bf16-mixed") +
+                   "quantizer { plugin: \"nf4\" options { "
+                   "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: "
+                   "\"model.layers.*\" } } }\n"
+                   "adapter { plugin: \"lora\" options { "
+                   "[type.googleapis.com/engine.plugins.LoraOptions] { r: 4 target_modules: "
+                   "\"model.layers.*\" } } }\n"
+                   "trainable { include: \"*.lora_A.*\" include: \"*.lora_B.*\" }\n"
+                   "schedule { max_steps: 4 batch_size: 1 gradient_accumulation_steps: 2 } "
+                   "optimizer { max_grad_norm: 0.5 } parallel { device: \"" +
+                   device + "\" }"),
+      "s");
+  return HostReadRecorder::Reads();
+}
+
 TEST_F(TrainerTest, ACausalLmStepReadsTheDeviceOnce) {
-  // A 4-bit base with LoRA in bf16-mixed, clipping and accumulation: the model's loss-term counts,
-  // rotary tables and masks read nothing; the step's one copy reads the counts with the loss.
-  // (A CPU run sees item() calls, the reads that would wait for a GPU; host copies of device
-  // tensors are another kind of read this test cannot see.)
-  std::vector<std::string> reads;
-  {
-    HostReadRecorder recorder;
-    Run("lm_reads",
-        testing::ChatLlamaStage(
-            "s", testing::Precision("bf16-mixed") +
-                     "quantizer { plugin: \"nf4\" options { "
-                     "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: "
-                     "\"model.layers.*\" } } }\n"
-                     "adapter { plugin: \"lora\" options { "
-                     "[type.googleapis.com/engine.plugins.LoraOptions] { r: 4 target_modules: "
-                     "\"model.layers.*\" } } }\n"
-                     "trainable { include: \"*.lora_A.*\" include: \"*.lora_B.*\" }\n"
-                     "schedule { max_steps: 4 batch_size: 1 gradient_accumulation_steps: 2 } "
-                     "optimizer { max_grad_norm: 0.5 }"),
-        "s");
-    reads = HostReadRecorder::Reads();
-  }
+  // On the CPU every item() is seen (the reads that would wait for a GPU); copies cannot be told
+  // from a GPU's there: the next test sees those.
+  const std::vector<std::string> reads = ReadsOfFourCausalLmSteps("cpu");
   ASSERT_EQ(outcomes_.size(), 1u);
-  const auto first = std::find(reads.begin(), reads.end(), kReadStepScalarsScope);
-  const auto last = std::find(reads.rbegin(), reads.rend(), kReadStepScalarsScope);
-  ASSERT_NE(first, reads.end());
   EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 4);
-  EXPECT_EQ(std::count(first, last.base(), std::string("aten::_local_scalar_dense")), 0);
+  EXPECT_EQ(ReadsBetweenTheSteps(reads), 0) << ::testing::PrintToString(reads);
+}
+
+TEST_F(TrainerTest, ACausalLmStepOnAGpuReadsAndCopiesToTheHostOnce) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::string> reads = ReadsOfFourCausalLmSteps("cuda");
+  ASSERT_EQ(outcomes_.size(), 1u);
+  EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 4);
+  EXPECT_EQ(ReadsBetweenTheSteps(reads), 0) << ::testing::PrintToString(reads);
 }
 
 TEST_F(TrainerTest, PeriodicCheckpointsAreKeptAsConfigured) {
