@@ -403,18 +403,11 @@ class StageTrainer : public CallbackActions {
       ENGINE_RETURN_IF_ERROR(gradient_averager_->Finish().WithContext(context_));
       ENGINE_ASSIGN_OR_RETURN(ranks, AverageOverRanks(accumulated));
     }
-    StepScalars read = PrepareAndReadGradients(accumulated, ranks);
-    read.divisor = 1;
-    if (data_parallel) {
-      read.divisor = read.ranks_count;
-    } else if (weighted) {
-      read.divisor = static_cast<double>(read.count);
-    }
-    if (read.divisor == 0 || (!data_parallel && read.count == 0)) {
+    const StepScalars read = PrepareAndReadGradients(accumulated, ranks, weighted);
+    if (read.divisor == 0) {
       return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
                                      " had no loss terms (every example was masked)");
     }
-    if (read.grad_norm >= 0) read.grad_norm /= read.divisor;
     const double loss = read.loss_sum / read.divisor;
     if (!std::isfinite(loss)) {
       return FailedPreconditionError(
@@ -449,20 +442,23 @@ class StageTrainer : public CallbackActions {
     return RankSums{sums[0], sums[1]};
   }
 
-  // What a step reads from the device, in one copy (train/step_scalars.h).
+  // What a step reads from the device, in one copy (train/step_scalars.h), and what follows.
   struct StepScalars {
-    double loss_sum = 0;     // this rank's, or under DDP the ranks' mean
-    int64_t count = 0;       // this rank's loss terms, host and device counts together
-    double ranks_count = 0;  // under DDP: the ranks' mean count
+    double loss_sum = 0;  // this rank's, or under DDP the ranks' mean
+    int64_t count = 0;    // this rank's loss terms, host and device counts together
     bool finite = true;
     double grad_norm = -1;  // -1: not computed (no clipping, or gradients not finite)
-    double divisor = 1;     // what the gradients are still to be divided by
+    // What the gradients are still to be divided by (and the loss sum, for the step's mean): the
+    // step's count (under DDP the ranks' mean count) where micro-batches were weighted, else 1;
+    // 0 when no micro-batch had a loss term. grad_norm is already divided.
+    double divisor = 1;
   };
 
   // Unscales the gradients by the loss scale, queues their non-finite flag and, where the stage
   // clips, their norm, and reads those with the loss and the counts left on the device in one
   // synchronisation.
-  StepScalars PrepareAndReadGradients(const AccumulatedLoss& accumulated, const RankSums& ranks) {
+  StepScalars PrepareAndReadGradients(const AccumulatedLoss& accumulated, const RankSums& ranks,
+                                      bool weighted) {
     at::Tensor flag, norm_squared;
     {
       PhaseTimer timer(&phases_.update);
@@ -477,9 +473,15 @@ class StageTrainer : public CallbackActions {
     read.loss_sum = loss_sum.defined() ? values[0] : 0;
     read.count = accumulated.count;
     if (accumulated.device_count.defined()) read.count += static_cast<int64_t>(values[3]);
-    if (ranks.count.defined()) read.ranks_count = values[4];
+    if (ranks.count.defined()) {
+      read.divisor = values[4];
+    } else if (weighted || read.count == 0) {
+      read.divisor = static_cast<double>(read.count);
+    }
     read.finite = values[1] == 0;
-    if (read.finite && norm_squared.defined()) read.grad_norm = std::sqrt(values[2]);
+    if (read.finite && norm_squared.defined() && read.divisor > 0) {
+      read.grad_norm = std::sqrt(values[2]) / read.divisor;
+    }
     return read;
   }
 
