@@ -44,6 +44,12 @@ class Qwen2VlModel : public Model, public TextGenerator, public ImageTextGenerat
   torch::nn::Module& module() override { return *module_; }
   Qwen2VlModule& qwen2_vl() { return *module_; }
 
+  // The positions and the image grids are worked out on the host: the trainer leaves these
+  // fields there (or Forward copies them back).
+  std::vector<std::string> host_fields() const override {
+    return {"input_ids", "attention_mask", "labels", kImageGridField};
+  }
+
   StatusOr<ModelOutput> Forward(const Batch& batch) override {
     ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
     ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images,
@@ -52,6 +58,9 @@ class Qwen2VlModel : public Model, public TextGenerator, public ImageTextGenerat
     ENGINE_ASSIGN_OR_RETURN(at::Tensor hidden,
                             module_->Hidden(tokens.ids, tokens.attention_mask, images.pixel_values,
                                             images.row_grids, checkpointing_ && training));
+    for (at::Tensor* t : {&tokens.ids, &tokens.targets, &tokens.attention_mask}) {
+      if (t->defined()) *t = t->to(hidden.device(), /*non_blocking=*/true);
+    }
     ModelOutput out;
     ScoreCausalLm(module_->lm, hidden, tokens, !training, answers_, eos_id_, &out);
     return out;

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "qwen2_vl_positions.h"
 
 namespace engine::transformer {
@@ -101,10 +103,15 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
                                            const std::vector<std::vector<ImageGrid>>& row_grids,
                                            bool checkpointing, KvCache* cache,
                                            std::vector<int64_t>* next_positions) {
-  at::Tensor embeds = lm.model->Embed(input_ids);
-  const at::Tensor image_tokens = input_ids.eq(config_.image_token_id);
-  // The positions need the ids on the host anyway: one copy serves the count below too.
-  const at::Tensor host_ids = input_ids.cpu();
+  // The ids and the mask may come on the host (Qwen2-VL's host_fields) or on the device: the
+  // positions and the image-token count are worked out from host copies, the rest on the device.
+  const at::Device device = lm.model->embed_tokens->weight.device();
+  const at::Tensor host_ids = input_ids.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor ids = input_ids.to(device, /*non_blocking=*/true);
+  const at::Tensor mask =
+      attention_mask.defined() ? attention_mask.to(device, /*non_blocking=*/true) : at::Tensor();
+  at::Tensor embeds = lm.model->Embed(ids);
+  const at::Tensor image_tokens = ids.eq(config_.image_token_id);
   std::vector<ImageGrid> grids;
   for (const auto& row : row_grids) grids.insert(grids.end(), row.begin(), row.end());
   int64_t expected_tokens = 0, patches = 0;
@@ -113,7 +120,9 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
         g.patches() / (config_.vision.spatial_merge_size * config_.vision.spatial_merge_size);
     patches += g.patches();
   }
-  const int64_t found_tokens = host_ids.eq(config_.image_token_id).sum().item<int64_t>();
+  const int64_t* host_id = host_ids.data_ptr<int64_t>();
+  const int64_t found_tokens =
+      std::count(host_id, host_id + host_ids.numel(), config_.image_token_id);
   if (found_tokens != expected_tokens) {
     return InvalidArgumentError("the batch has " + std::to_string(found_tokens) +
                                 " image tokens but its " + std::to_string(grids.size()) +
@@ -137,8 +146,8 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
           host_ids, attention_mask.defined() ? attention_mask.cpu() : at::Tensor(), row_grids,
           config_.image_token_id, config_.vision.spatial_merge_size));
   DecoderInputs inputs;
-  inputs.attention_mask = attention_mask;
-  inputs.position_ids = positions.position_ids.to(input_ids.device());
+  inputs.attention_mask = mask;
+  inputs.position_ids = positions.position_ids.to(device, /*non_blocking=*/true);
   if (next_positions != nullptr) *next_positions = positions.next;
   return lm.model->Forward(embeds, inputs, cache, checkpointing && cache == nullptr);
 }

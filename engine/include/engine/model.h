@@ -78,6 +78,11 @@ class Model {
   // Parts of the model that compute in a fixed dtype whatever the precision policy (failure
   // catalogue F3); the model runs them with PrecisionContext::None(). The plan lists them.
   virtual std::vector<ComputeDeclaration> compute_declarations() const { return {}; }
+  // Batch fields Forward reads on the host (token ids it turns into positions, image grids). The
+  // trainer hands these over where the data loader made them, on the CPU, instead of moving them
+  // to the device, so that reading them costs no synchronisation with the device; Forward moves
+  // what it also needs on the device itself. Other callers may still pass them on the device.
+  virtual std::vector<std::string> host_fields() const { return {}; }
 };
 
 struct ModelContext {

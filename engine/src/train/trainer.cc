@@ -8,6 +8,9 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "core/cpu_threads.h"
 #include "core/guarded_call.h"
@@ -46,6 +49,11 @@ constexpr int64_t kMaxConsecutiveSkips = 30;
 // A collective that waits longer than this for another rank fails (that rank is gone or stuck).
 constexpr int kCollectiveTimeoutSeconds = 300;
 
+std::set<std::string> HostFieldsOf(const Model& model) {
+  const std::vector<std::string> fields = model.host_fields();
+  return {fields.begin(), fields.end()};
+}
+
 class StageTrainer : public CallbackActions {
  public:
   explicit StageTrainer(const StageRunRequest& request)
@@ -56,6 +64,7 @@ class StageTrainer : public CallbackActions {
         model_(*plan_.model),
         module_(model_.module()),
         device_(stage_.device.device),
+        host_fields_(HostFieldsOf(model_)),
         context_(stage_.subject()),
         frozen_base_(stage_, *request.pipeline, plan_.checkpoint_layout.slim) {}
 
@@ -364,7 +373,9 @@ class StageTrainer : public CallbackActions {
     PhaseTimer timer(&phases_.batch);
     ENGINE_ASSIGN_OR_RETURN(Batch batch, prefetcher.Next());
     if (device_.is_cpu()) return batch;
-    for (auto& [name, tensor] : batch) tensor = tensor.to(device_, /*non_blocking=*/true);
+    for (auto& [name, tensor] : batch) {
+      if (host_fields_.count(name) == 0) tensor = tensor.to(device_, /*non_blocking=*/true);
+    }
     return batch;
   }
 
@@ -728,6 +739,7 @@ class StageTrainer : public CallbackActions {
   Model& model_;
   torch::nn::Module& module_;
   at::Device device_;
+  const std::set<std::string> host_fields_;  // the batch fields the model reads on the host
   std::string context_;
   StageFrozenBase frozen_base_;
 

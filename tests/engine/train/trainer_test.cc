@@ -59,7 +59,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   // Defined with the host-read tests below.
-  std::vector<std::string> ReadsOfFourCausalLmSteps(const std::string& device);
+  std::vector<std::string> ReadsOfFourSteps(const std::string& model, const std::string& device);
 
   testing::TempDir dir_;
   PluginRegistry registry_;
@@ -232,32 +232,56 @@ TEST_F(TrainerTest, AccumulatingMicroBatchesOfUnequalTokenCountsEqualsTheLargerB
   EXPECT_NEAR(outcomes_[1].result.final_train_loss, outcomes_[0].result.final_train_loss, 1e-5);
 }
 
-// The reads of 4 steps of a 4-bit Llama with LoRA in bf16-mixed, with clipping and accumulation,
-// on `device`: the model's loss-term counts, rotary tables and masks read nothing; the step's one
-// copy reads the counts with the loss.
-std::vector<std::string> TrainerTest::ReadsOfFourCausalLmSteps(const std::string& device) {
+// A small Qwen2-VL (pipelines/qwen2_vl_tiny) on the digit chat: each conversation an image of a
+// digit and its name. `extra` goes inside the stage.
+std::string Qwen2VlChatStage(const std::string& extra) {
+  const std::string source = testing::kSourceDir, data = testing::kDataDir;
+  return "stage { name: \"s\"\n model { plugin: \"qwen2_vl\" options { "
+         "[type.googleapis.com/engine.transformer.Qwen2VlOptions] { config: \"" +
+         source +
+         "/pipelines/qwen2_vl_tiny/config.json\" } } }\n"
+         " data { plugin: \"chat\" options { [type.googleapis.com/engine.plugins.ChatOptions] { "
+         "path: \"" +
+         data + "/digit_chat/digits.jsonl\" max_length: 64 eval_fraction: 0.01 " +
+         "tokenizer { kind: HF_JSON path: \"" + source +
+         "/tests/fixtures/tokenizers/qwen2_vl_bpe.json\" config: \"" + source +
+         "/pipelines/qwen2_vl_tiny/tokenizer_config.json\" } images { processor: \"" + source +
+         "/pipelines/qwen2_vl_tiny/preprocessor_config.json\" } } } }\n" + extra + "\n}\n";
+}
+
+// The reads of 4 steps of `model` ("llama": a small Llama on the chat fixture; "qwen2_vl": a
+// small Qwen2-VL on the digit chat, its images included) with its decoder in 4 bits and LoRA, in
+// bf16-mixed, with clipping and accumulation, on `device`: counts of loss terms, rotary tables,
+// multimodal positions and masks read nothing; the step's one copy reads the counts with the loss.
+std::vector<std::string> TrainerTest::ReadsOfFourSteps(const std::string& model,
+                                                       const std::string& device) {
+  const std::string extra =
+      testing::Precision("bf16-mixed") +
+      "quantizer { plugin: \"nf4\" options { [type.googleapis.com/engine.plugins.Nf4Options] { "
+      "target_modules: \"model.layers.*\" } } }\n"
+      "adapter { plugin: \"lora\" options { [type.googleapis.com/engine.plugins.LoraOptions] { "
+      "r: 4 target_modules: \"model.layers.*\" } } }\n"
+      "trainable { include: \"*.lora_A.*\" include: \"*.lora_B.*\" }\n"
+      "schedule { max_steps: 4 batch_size: 2 gradient_accumulation_steps: 2 } "
+      "optimizer { max_grad_norm: 0.5 } parallel { device: \"" +
+      device + "\" }";
   HostReadRecorder recorder;
-  Run("lm_reads_" + device,
-      testing::ChatLlamaStage(
-          "s", testing::Precision("bf16-mixed") +
-                   "quantizer { plugin: \"nf4\" options { "
-                   "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: "
-                   "\"model.layers.*\" } } }\n"
-                   "adapter { plugin: \"lora\" options { "
-                   "[type.googleapis.com/engine.plugins.LoraOptions] { r: 4 target_modules: "
-                   "\"model.layers.*\" } } }\n"
-                   "trainable { include: \"*.lora_A.*\" include: \"*.lora_B.*\" }\n"
-                   "schedule { max_steps: 4 batch_size: 1 gradient_accumulation_steps: 2 } "
-                   "optimizer { max_grad_norm: 0.5 } parallel { device: \"" +
-                   device + "\" }"),
-      "s");
+  Run(model + "_reads_" + device,
+      model == "llama" ? testing::ChatLlamaStage("s", extra) : Qwen2VlChatStage(extra), "s");
   return HostReadRecorder::Reads();
 }
 
+// On the CPU every item() is seen (the reads that would wait for a GPU), but a copy to the host
+// cannot be told from a GPU's: the tests on a GPU see those too.
 TEST_F(TrainerTest, ACausalLmStepReadsTheDeviceOnce) {
-  // On the CPU every item() is seen (the reads that would wait for a GPU); copies cannot be told
-  // from a GPU's there: the next test sees those.
-  const std::vector<std::string> reads = ReadsOfFourCausalLmSteps("cpu");
+  const std::vector<std::string> reads = ReadsOfFourSteps("llama", "cpu");
+  ASSERT_EQ(outcomes_.size(), 1u);
+  EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 4);
+  EXPECT_EQ(ReadsBetweenTheSteps(reads), 0) << ::testing::PrintToString(reads);
+}
+
+TEST_F(TrainerTest, AQwen2VlStepReadsTheDeviceOnce) {
+  const std::vector<std::string> reads = ReadsOfFourSteps("qwen2_vl", "cpu");
   ASSERT_EQ(outcomes_.size(), 1u);
   EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 4);
   EXPECT_EQ(ReadsBetweenTheSteps(reads), 0) << ::testing::PrintToString(reads);
@@ -265,7 +289,15 @@ TEST_F(TrainerTest, ACausalLmStepReadsTheDeviceOnce) {
 
 TEST_F(TrainerTest, ACausalLmStepOnAGpuReadsAndCopiesToTheHostOnce) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<std::string> reads = ReadsOfFourCausalLmSteps("cuda");
+  const std::vector<std::string> reads = ReadsOfFourSteps("llama", "cuda");
+  ASSERT_EQ(outcomes_.size(), 1u);
+  EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 4);
+  EXPECT_EQ(ReadsBetweenTheSteps(reads), 0) << ::testing::PrintToString(reads);
+}
+
+TEST_F(TrainerTest, AQwen2VlStepOnAGpuReadsAndCopiesToTheHostOnce) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::string> reads = ReadsOfFourSteps("qwen2_vl", "cuda");
   ASSERT_EQ(outcomes_.size(), 1u);
   EXPECT_EQ(std::count(reads.begin(), reads.end(), kReadStepScalarsScope), 4);
   EXPECT_EQ(ReadsBetweenTheSteps(reads), 0) << ::testing::PrintToString(reads);
