@@ -1,6 +1,7 @@
 // The CUDA kernels against their peers on the GPU, in one process, one JSON line each:
 //   - NF4 dequantize against a device-to-device copy of the same output bytes (both bandwidths,
-//     bytes read + written per second, and the ratio);
+//     bytes read + written per second, and the ratio); DequantizeNf4 straight into f32 and bf16
+//     against that, and against the f32 kernel followed by a cast to bf16;
 //   - the 4-bit matmul (engine::QuantizedMatmul on NF4 codes held on the GPU, bf16 compute) against
 //     a dense bf16 matmul of the same shape, forward and forward + input gradient; also the same
 //     forward through 1 MiB tiles (the CPU's tile size) to show why GPU tiles are larger;
@@ -128,6 +129,34 @@ int main(int argc, char** argv) {
       "\"dequant_time_vs_copy_of_output\":%.2f,\"dequant_bandwidth_vs_copy\":%.2f}\n",
       static_cast<long long>(elements), dequant * 1e3, dequant_bytes / dequant / 1e9, copy * 1e3,
       copy_bytes / copy / 1e9, copy / dequant, (dequant_bytes / dequant) / (copy_bytes / copy));
+
+  // DequantizeNf4, one pass into the output dtype, against what engine::Linear does today for
+  // bf16 (the f32 kernel, then a cast) and against copies of the same output dtype.
+  using engine::kernels::cuda::Nf4Output;
+  at::Tensor out16 = at::empty({elements}, f32.dtype(at::kBFloat16));
+  at::Tensor source16 = at::empty({elements}, f32.dtype(at::kBFloat16)).fill_(1.0f);
+  const auto direct = [&](at::Tensor& into, Nf4Output type) {
+    return BestSeconds(repeats, [&] {
+      engine::kernels::cuda::DequantizeNf4(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(), 64,
+                                           0, elements, into.data_ptr(), type, nullptr);
+    });
+  };
+  const double direct32 = direct(out, Nf4Output::kFloat);
+  const double direct16 = direct(out16, Nf4Output::kBFloat16);
+  const double cast16 = BestSeconds(repeats, [&] {
+    engine::kernels::cuda::DequantizeNf4F32(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
+                                            64, 0, elements, out.data_ptr<float>(), nullptr);
+    out16.copy_(out);
+  });
+  const double copy16 = BestSeconds(repeats, [&] { out16.copy_(source16); });
+  const double in_bytes = elements / 2.0 + elements / 64 * 4.0;
+  std::printf(
+      "{\"bench\":\"nf4_cuda_dequantize_direct\",\"f32_ms\":%.3f,"
+      "\"f32_bandwidth_vs_copy\":%.2f,\"bf16_ms\":%.3f,\"bf16_bandwidth_vs_copy\":%.2f,"
+      "\"bf16_through_f32_and_cast_ms\":%.3f,\"bf16_speedup_over_f32_and_cast\":%.2f}\n",
+      direct32 * 1e3, ((elements * 4.0 + in_bytes) / direct32) / (copy_bytes / copy),
+      direct16 * 1e3, ((elements * 2.0 + in_bytes) / direct16) / (elements * 4.0 / copy16),
+      cast16 * 1e3, cast16 / direct16);
 
   // AdamW over `elements` parameters.
   at::Tensor master = at::randn({elements}, f32);

@@ -1,3 +1,5 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "engine_kernels/nf4_codebook.h"
@@ -29,7 +31,126 @@ __global__ void DequantizeKernel(const uint8_t* packed, const float* scales, int
   }
 }
 
+// The codebook in shared memory: threads of a warp index it with different nibbles, which the
+// constant cache would serve one address at a time; 16 floats sit in 16 banks.
+__device__ void LoadCodebook(float* codebook) {
+  if (threadIdx.x < 16) codebook[threadIdx.x] = kCodebook[threadIdx.x];
+  __syncthreads();
+}
+
+template <typename T>
+__device__ T Rounded(float value);
+template <>
+__device__ float Rounded<float>(float value) {
+  return value;
+}
+template <>
+__device__ __nv_bfloat16 Rounded<__nv_bfloat16>(float value) {
+  return __float2bfloat16_rn(value);
+}
+template <>
+__device__ __half Rounded<__half>(float value) {
+  return __float2half_rn(value);
+}
+
+// Elements [begin, end) one packed byte at a time (any alignment, any block size).
+template <typename T>
+__global__ void DequantizeBytes(const uint8_t* packed, const float* scales, int block_shift,
+                                int64_t begin, int64_t end, T* out) {
+  __shared__ float codebook[16];
+  LoadCodebook(codebook);
+  const int64_t first_byte = begin >> 1;
+  const int64_t last_byte = (end + 1) >> 1;  // exclusive
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = first_byte + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       b < last_byte; b += stride) {
+    const uint8_t byte = packed[b];
+    const int64_t i = b << 1;  // both elements share a block: block sizes are even
+    const float scale = scales[i >> block_shift];
+    if (i >= begin) out[i - begin] = Rounded<T>(codebook[byte >> 4] * scale);
+    if (i + 1 < end) out[i + 1 - begin] = Rounded<T>(codebook[byte & 0x0f] * scale);
+  }
+}
+
+// `groups` runs of 16 elements from `begin` (a multiple of 16; blocks of at least 16 elements, so
+// a run has one scale): 8 bytes in with one load, 16 values out with 16-byte stores.
+template <typename T>
+__global__ void DequantizeSixteens(const uint8_t* packed, const float* scales, int block_shift,
+                                   int64_t begin, int64_t groups, T* out) {
+  __shared__ float codebook[16];
+  LoadCodebook(codebook);
+  const uint2* words = reinterpret_cast<const uint2*>(packed + (begin >> 1));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += stride) {
+    const uint2 word = words[g];
+    const float scale = scales[(begin + 16 * g) >> block_shift];
+    alignas(16) T values[16];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const unsigned lo = (word.x >> (8 * k)) & 0xffu, hi = (word.y >> (8 * k)) & 0xffu;
+      values[2 * k] = Rounded<T>(codebook[lo >> 4] * scale);
+      values[2 * k + 1] = Rounded<T>(codebook[lo & 0x0fu] * scale);
+      values[8 + 2 * k] = Rounded<T>(codebook[hi >> 4] * scale);
+      values[8 + 2 * k + 1] = Rounded<T>(codebook[hi & 0x0fu] * scale);
+    }
+    uint4* destination = reinterpret_cast<uint4*>(out + 16 * g);
+    const uint4* source = reinterpret_cast<const uint4*>(values);
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(sizeof(T)); ++k) destination[k] = source[k];
+  }
+}
+
+// Blocks for `work` items of 256 threads, capped (the kernels loop over the rest).
+int LaunchBlocks(int64_t work) {
+  const int64_t wanted = (work + 255) / 256;
+  return static_cast<int>(wanted < 65535 * 8 ? wanted : 65535 * 8);
+}
+
+template <typename T>
+int DequantizeAs(const uint8_t* packed, const float* scales, int64_t block_size, int block_shift,
+                 int64_t begin, int64_t end, T* out, cudaStream_t stream) {
+  int64_t done = begin;
+  const bool aligned = begin % 16 == 0 && block_size >= 16 &&
+                       reinterpret_cast<uintptr_t>(packed + (begin >> 1)) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (aligned && end - begin >= 16) {
+    const int64_t groups = (end - begin) / 16;
+    DequantizeSixteens<T>
+        <<<LaunchBlocks(groups), 256, 0, stream>>>(packed, scales, block_shift, begin, groups, out);
+    done = begin + 16 * groups;
+  }
+  if (done < end) {
+    DequantizeBytes<T><<<LaunchBlocks(((end + 1) >> 1) - (done >> 1)), 256, 0, stream>>>(
+        packed, scales, block_shift, done, end, out + (done - begin));
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
+
+int DequantizeNf4(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
+                  int64_t end, void* out, Nf4Output out_type, void* stream) {
+  if (end <= begin) return 0;
+  if (block_size < 2 || (block_size & (block_size - 1)) != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  int block_shift = 0;
+  while ((int64_t{1} << block_shift) < block_size) ++block_shift;
+  const auto on = static_cast<cudaStream_t>(stream);
+  switch (out_type) {
+    case Nf4Output::kFloat:
+      return DequantizeAs(packed, scales, block_size, block_shift, begin, end,
+                          static_cast<float*>(out), on);
+    case Nf4Output::kBFloat16:
+      return DequantizeAs(packed, scales, block_size, block_shift, begin, end,
+                          static_cast<__nv_bfloat16*>(out), on);
+    case Nf4Output::kHalf:
+      return DequantizeAs(packed, scales, block_size, block_shift, begin, end,
+                          static_cast<__half*>(out), on);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
 
 int DequantizeNf4F32(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
                      int64_t end, float* out, void* stream) {

@@ -13,4 +13,17 @@ namespace engine::kernels::cuda {
 int DequantizeNf4F32(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
                      int64_t end, float* out, void* stream);
 
+// The element types DequantizeNf4 writes.
+enum class Nf4Output : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
+
+// The same product, rounded once (to nearest even) into `out_type`: what DequantizeNf4F32 and a
+// cast compute, in one pass that writes the output dtype directly. Where the range starts on a
+// 16-element boundary and blocks hold at least 16 elements, each thread decodes 8 packed bytes
+// with one load and writes its 16 values with 16-byte stores; other elements one byte at a time.
+// block_size must be a power of two (cudaErrorInvalidValue otherwise); `out` as aligned as
+// cudaMalloc's. Not yet the path engine::Linear takes: it replaces DequantizeNf4F32 and the cast
+// once a GPU has run tests/kernels/cuda/nf4_cuda_test.cc and bench/nf4_cuda_bench.cc on it.
+int DequantizeNf4(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
+                  int64_t end, void* out, Nf4Output out_type, void* stream);
+
 }  // namespace engine::kernels::cuda

@@ -43,6 +43,47 @@ TEST(Nf4CudaTest, MatchesTheCpuKernelOnEveryRange) {
   }
 }
 
+// DequantizeNf4 straight into `dtype`, on the device.
+at::Tensor DequantizeOnDeviceAs(const Nf4Tensor& q, int64_t begin, int64_t end,
+                                c10::ScalarType dtype) {
+  const at::Tensor packed = q.packed.to(at::kCUDA);
+  const at::Tensor scales = Nf4BlockScales(q).to(at::kCUDA);
+  at::Tensor out = at::empty({end - begin}, at::TensorOptions(dtype).device(at::kCUDA));
+  const cuda::Nf4Output type = dtype == at::kFloat      ? cuda::Nf4Output::kFloat
+                               : dtype == at::kBFloat16 ? cuda::Nf4Output::kBFloat16
+                                                        : cuda::Nf4Output::kHalf;
+  const int rc = cuda::DequantizeNf4(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
+                                     q.block_size, begin, end, out.data_ptr(), type, nullptr);
+  EXPECT_EQ(rc, 0);
+  return out.cpu();
+}
+
+TEST(Nf4CudaTest, DequantizeIntoEachDtypeMatchesTheCpuKernelOnEveryRange) {
+  // Runs of 16 (from a start that is a multiple of 16) and single bytes (the rest) alike.
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(9);
+  for (int64_t block : {32, 64, 256, 4096}) {
+    const Nf4Tensor q = QuantizeNf4(at::randn({129, 257}), block, /*double_quant=*/block >= 64);
+    const int64_t n = q.numel;
+    for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, n},
+                                                                      {16, n},
+                                                                      {1, n},
+                                                                      {0, n - 1},
+                                                                      {3, 4},
+                                                                      {32, 32 + 16 * 5},
+                                                                      {48, 48 + 16 * 5 + 3},
+                                                                      {block - 1, 3 * block + 1},
+                                                                      {n - 1, n}}) {
+      for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+        const at::Tensor cpu = DequantizeNf4Range(q, begin, end, dtype);
+        const at::Tensor gpu = DequantizeOnDeviceAs(q, begin, end, dtype);
+        ASSERT_TRUE(at::equal(cpu, gpu))
+            << "block " << block << " range [" << begin << ", " << end << ") " << dtype;
+      }
+    }
+  }
+}
+
 TEST(Nf4CudaTest, DequantizeRangeRunsWhereTheCodesAre) {
   // What engine::Linear calls once the module was moved to the GPU.
   if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
