@@ -5,6 +5,7 @@
 //   - the 4-bit matmul (engine::QuantizedMatmul on NF4 codes held on the GPU, bf16 compute) against
 //     a dense bf16 matmul of the same shape, forward and forward + input gradient; also the same
 //     forward through 1 MiB tiles (the CPU's tile size) to show why GPU tiles are larger;
+//   - a few rows (1, 4, 16) straight from the NF4 codes against dequantize-then-GEMM and dense;
 //   - the fused AdamW step (f32 master, bf16 gradient with its unscale factor, bf16 weight written)
 //     against torch::optim::AdamW plus the casts it needs, and its bandwidth against the copy's.
 // Built only when nvcc is present and LibTorch has CUDA.
@@ -89,6 +90,44 @@ void MatmulBench(int64_t tokens, int64_t features, int repeats) {
       static_cast<long long>(tokens), static_cast<long long>(features), quantized * 1e3,
       plain * 1e3, plain / quantized, flops / quantized / 1e12, small * 1e3, plain / small,
       quantized_bw * 1e3, plain_bw * 1e3, plain_bw / quantized_bw);
+}
+
+// A generated token's products (1, 4 and 16 rows) through a features x features 4-bit weight:
+// Nf4MatmulFewRows from the codes against dequantizing to bf16 first (DequantizeNf4, one pass),
+// then a GEMM, and against a dense bf16 GEMM.
+void FewRowsBench(int64_t features, int repeats) {
+  at::manual_seed(0);
+  const engine::kernels::Nf4Tensor q =
+      engine::kernels::QuantizeNf4(at::randn({features, features}) * 0.02, 64, false);
+  const at::Tensor packed = q.packed.to(at::kCUDA);
+  const at::Tensor scales = q.absmax.to(at::kCUDA);
+  const auto bf16 = at::TensorOptions(at::kBFloat16).device(at::kCUDA);
+  const at::Tensor w = at::randn({features, features}, bf16);
+  at::Tensor dequantized = at::empty({features, features}, bf16);
+  for (int64_t n : {1, 4, 16}) {
+    const at::Tensor x = at::randn({n, features}, bf16);
+    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    at::Tensor y = at::empty({n, features}, bf16.dtype(at::kFloat));
+    const double direct = BestSeconds(repeats, [&] {
+      engine::kernels::cuda::Nf4MatmulFewRows(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
+                                              64, features, features, xf.data_ptr<float>(), n,
+                                              engine::kernels::cuda::Nf4Output::kBFloat16,
+                                              y.data_ptr<float>(), nullptr);
+    });
+    const double tiles = BestSeconds(repeats, [&] {
+      engine::kernels::cuda::DequantizeNf4(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(), 64,
+                                           0, features * features, dequantized.data_ptr(),
+                                           engine::kernels::cuda::Nf4Output::kBFloat16, nullptr);
+      (void)at::mm(x, dequantized.t());
+    });
+    const double dense = BestSeconds(repeats, [&] { (void)at::mm(x, w.t()); });
+    std::printf(
+        "{\"bench\":\"nf4_few_rows_cuda\",\"rows\":%lld,\"features\":%lld,"
+        "\"from_codes_ms\":%.4f,\"dequantize_then_gemm_ms\":%.4f,\"dense_bf16_ms\":%.4f,"
+        "\"speedup_over_dequantize_then_gemm\":%.2f,\"dense_time_vs_from_codes\":%.2f}\n",
+        static_cast<long long>(n), static_cast<long long>(features), direct * 1e3, tiles * 1e3,
+        dense * 1e3, tiles / direct, dense / direct);
+  }
 }
 
 }  // namespace
@@ -183,5 +222,6 @@ int main(int argc, char** argv) {
       static_cast<long long>(elements), fused * 1e3, adamw_bytes / fused / 1e9, peer * 1e3,
       peer / fused, (adamw_bytes / fused) / (copy_bytes / copy));
   MatmulBench(tokens, features, repeats);
+  FewRowsBench(features, repeats);
   return 0;
 }

@@ -127,7 +127,105 @@ int DequantizeAs(const uint8_t* packed, const float* scales, int64_t block_size,
   return static_cast<int>(cudaGetLastError());
 }
 
+template <typename T>
+__device__ float Widened(T value);
+template <>
+__device__ float Widened<float>(float value) {
+  return value;
+}
+template <>
+__device__ float Widened<__nv_bfloat16>(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
+template <>
+__device__ float Widened<__half>(__half value) {
+  return __half2float(value);
+}
+
+// One warp per weight row: each lane takes runs of 16 codes (8 bytes, one scale), rounds the 16
+// weights to W and back, and adds their products with the n rows of x to its n sums, which the
+// warp then adds up. Blocks of 256 threads hold 8 rows.
+template <typename W>
+__global__ void FewRowsKernel(const uint8_t* packed, const float* scales, int block_shift,
+                              int64_t rows, int64_t cols, const float* x, int n, float* y) {
+  __shared__ float codebook[16];
+  LoadCodebook(codebook);
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  float sums[kNf4FewRowsMax] = {};
+  const uint2* words = reinterpret_cast<const uint2*>(packed + row * (cols / 2));
+  const int64_t groups = cols / 16;
+  for (int64_t g = lane; g < groups; g += 32) {
+    const uint2 word = words[g];
+    const float scale = scales[(row * cols + 16 * g) >> block_shift];
+    float w[16];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const unsigned lo = (word.x >> (8 * k)) & 0xffu, hi = (word.y >> (8 * k)) & 0xffu;
+      w[2 * k] = Widened(Rounded<W>(codebook[lo >> 4] * scale));
+      w[2 * k + 1] = Widened(Rounded<W>(codebook[lo & 0x0fu] * scale));
+      w[8 + 2 * k] = Widened(Rounded<W>(codebook[hi >> 4] * scale));
+      w[8 + 2 * k + 1] = Widened(Rounded<W>(codebook[hi & 0x0fu] * scale));
+    }
+#pragma unroll
+    for (int t = 0; t < kNf4FewRowsMax; ++t) {
+      if (t >= n) break;
+      const float4* xs = reinterpret_cast<const float4*>(x + t * cols + 16 * g);
+      float sum = sums[t];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 v = xs[q];
+        sum += v.x * w[4 * q] + v.y * w[4 * q + 1] + v.z * w[4 * q + 2] + v.w * w[4 * q + 3];
+      }
+      sums[t] = sum;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kNf4FewRowsMax; ++t) {
+    if (t >= n) break;
+    float sum = sums[t];
+    for (int offset = 16; offset > 0; offset /= 2)
+      sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    if (lane == 0) y[t * rows + row] = sum;
+  }
+}
+
 }  // namespace
+
+int Nf4MatmulFewRows(const uint8_t* packed, const float* scales, int64_t block_size, int64_t rows,
+                     int64_t cols, const float* x, int64_t n, Nf4Output weight_type, float* y,
+                     void* stream) {
+  if (rows <= 0 || n <= 0) return 0;
+  if (n > kNf4FewRowsMax || cols % 16 != 0 || block_size < 16 ||
+      (block_size & (block_size - 1)) != 0 || reinterpret_cast<uintptr_t>(packed) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  int block_shift = 0;
+  while ((int64_t{1} << block_shift) < block_size) ++block_shift;
+  const auto on = static_cast<cudaStream_t>(stream);
+  const int rows_per_block = 8;
+  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
+  if (wanted > 2147483647) return static_cast<int>(cudaErrorInvalidValue);
+  const auto blocks = static_cast<unsigned>(wanted);
+  const int count = static_cast<int>(n);
+  switch (weight_type) {
+    case Nf4Output::kFloat:
+      FewRowsKernel<float><<<blocks, 32 * rows_per_block, 0, on>>>(packed, scales, block_shift,
+                                                                   rows, cols, x, count, y);
+      break;
+    case Nf4Output::kBFloat16:
+      FewRowsKernel<__nv_bfloat16><<<blocks, 32 * rows_per_block, 0, on>>>(
+          packed, scales, block_shift, rows, cols, x, count, y);
+      break;
+    case Nf4Output::kHalf:
+      FewRowsKernel<__half><<<blocks, 32 * rows_per_block, 0, on>>>(packed, scales, block_shift,
+                                                                    rows, cols, x, count, y);
+      break;
+  }
+  return static_cast<int>(cudaGetLastError());
+}
 
 int DequantizeNf4(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
                   int64_t end, void* out, Nf4Output out_type, void* stream) {

@@ -26,4 +26,17 @@ enum class Nf4Output : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
 int DequantizeNf4(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
                   int64_t end, void* out, Nf4Output out_type, void* stream);
 
+// A few rows through a 4-bit weight without dequantizing it: y [n, rows] = x [n, cols] @ W^T for
+// W the NF4 codes [rows, cols] (row-major, `scales` per block as above), n <= kNf4FewRowsMax. Each
+// warp decodes one weight row from its codes in registers, each weight rounded to `weight_type`
+// as DequantizeNf4 would write it and widened again; x (f32, already rounded to the compute dtype
+// by the caller) and the sums are f32; y is f32. Needs cols % 16 == 0 and block_size >= 16 (a
+// power of two); cudaErrorInvalidValue otherwise. The device twin of Nf4MatmulRows (nf4.h), for a
+// generated token; not yet the path engine::Linear takes, until a GPU has run its test and
+// bench/nf4_cuda_bench.cc.
+inline constexpr int64_t kNf4FewRowsMax = 16;
+int Nf4MatmulFewRows(const uint8_t* packed, const float* scales, int64_t block_size, int64_t rows,
+                     int64_t cols, const float* x, int64_t n, Nf4Output weight_type, float* y,
+                     void* stream);
+
 }  // namespace engine::kernels::cuda

@@ -43,17 +43,21 @@ TEST(Nf4CudaTest, MatchesTheCpuKernelOnEveryRange) {
   }
 }
 
+cuda::Nf4Output OutputOf(c10::ScalarType dtype) {
+  return dtype == at::kFloat      ? cuda::Nf4Output::kFloat
+         : dtype == at::kBFloat16 ? cuda::Nf4Output::kBFloat16
+                                  : cuda::Nf4Output::kHalf;
+}
+
 // DequantizeNf4 straight into `dtype`, on the device.
 at::Tensor DequantizeOnDeviceAs(const Nf4Tensor& q, int64_t begin, int64_t end,
                                 c10::ScalarType dtype) {
   const at::Tensor packed = q.packed.to(at::kCUDA);
   const at::Tensor scales = Nf4BlockScales(q).to(at::kCUDA);
   at::Tensor out = at::empty({end - begin}, at::TensorOptions(dtype).device(at::kCUDA));
-  const cuda::Nf4Output type = dtype == at::kFloat      ? cuda::Nf4Output::kFloat
-                               : dtype == at::kBFloat16 ? cuda::Nf4Output::kBFloat16
-                                                        : cuda::Nf4Output::kHalf;
-  const int rc = cuda::DequantizeNf4(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
-                                     q.block_size, begin, end, out.data_ptr(), type, nullptr);
+  const int rc =
+      cuda::DequantizeNf4(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(), q.block_size, begin,
+                          end, out.data_ptr(), OutputOf(dtype), nullptr);
   EXPECT_EQ(rc, 0);
   return out.cpu();
 }
@@ -81,6 +85,45 @@ TEST(Nf4CudaTest, DequantizeIntoEachDtypeMatchesTheCpuKernelOnEveryRange) {
             << "block " << block << " range [" << begin << ", " << end << ") " << dtype;
       }
     }
+  }
+}
+
+TEST(Nf4CudaTest, FewRowsFromTheCodesEqualTheProductWithTheDequantizedWeight) {
+  // f32 sums in another order than the reference's f64 ones: 1e-5 relative, 1e-4 absolute.
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(10);
+  const int64_t rows = 70, cols = 320;  // 70 rows: the last block of 8 warps is partly empty
+  for (bool double_quant : {false, true}) {
+    const Nf4Tensor q = QuantizeNf4(at::randn({rows, cols}), 64, double_quant);
+    const at::Tensor packed = q.packed.to(at::kCUDA);
+    const at::Tensor scales = Nf4BlockScales(q).to(at::kCUDA);
+    for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      const at::Tensor weight =
+          DequantizeNf4Range(q, 0, q.numel, dtype).to(at::kDouble).view({rows, cols});
+      for (int64_t n : {1, 3, 16}) {
+        const at::Tensor x = at::randn({n, cols}).to(dtype).to(at::kFloat);
+        const at::Tensor x_on_device = x.to(at::kCUDA).contiguous();
+        at::Tensor y = at::empty({n, rows}, at::TensorOptions(at::kFloat).device(at::kCUDA));
+        ASSERT_EQ(cuda::Nf4MatmulFewRows(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
+                                         q.block_size, rows, cols, x_on_device.data_ptr<float>(), n,
+                                         OutputOf(dtype), y.data_ptr<float>(), nullptr),
+                  0);
+        const at::Tensor expected = at::matmul(x.to(at::kDouble), weight.t()).to(at::kFloat);
+        EXPECT_TRUE(at::allclose(y.cpu(), expected, 1e-5, 1e-4))
+            << dtype << " n " << n << " double_quant " << double_quant;
+      }
+    }
+    // More rows than it takes, or a width that is not whole runs of 16: refused, nothing launched.
+    at::Tensor x = at::zeros({17, cols}, at::TensorOptions(at::kFloat).device(at::kCUDA));
+    at::Tensor y = at::empty({17, rows}, at::TensorOptions(at::kFloat).device(at::kCUDA));
+    EXPECT_NE(cuda::Nf4MatmulFewRows(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(), 64, rows,
+                                     cols, x.data_ptr<float>(), 17, cuda::Nf4Output::kFloat,
+                                     y.data_ptr<float>(), nullptr),
+              0);
+    EXPECT_NE(cuda::Nf4MatmulFewRows(packed.data_ptr<uint8_t>(), scales.data_ptr<float>(), 64,
+                                     rows * 2, cols / 2 - 8, x.data_ptr<float>(), 1,
+                                     cuda::Nf4Output::kFloat, y.data_ptr<float>(), nullptr),
+              0);
   }
 }
 
