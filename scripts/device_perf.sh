@@ -7,7 +7,7 @@
 # Here, once:   EXTRA_DEBS="libgloo-dev libpng-dev libpng16-16 libjpeg62-turbo-dev libjpeg62-turbo" \
 #                 bash ../shared/device/fetch-debs.sh
 #               cp scripts/device_build.sh .devdeps/build.sh
-# There (device tool, carry [".devdeps", "data/fortunes.txt"]):
+# There (device tool, carry [".devdeps", "data"]: the fortunes and the digit chat, ~10 MB):
 #   bash scripts/device_perf.sh build tests kernels     # first call: about 6-8 minutes
 #   bash scripts/device_perf.sh peft                    # second call, on the still warm machine
 #
