@@ -58,8 +58,11 @@ class Qwen2VlModel : public Model, public TextGenerator, public ImageTextGenerat
     ENGINE_ASSIGN_OR_RETURN(at::Tensor hidden,
                             module_->Hidden(tokens.ids, tokens.attention_mask, images.pixel_values,
                                             images.row_grids, checkpointing_ && training));
-    for (at::Tensor* t : {&tokens.ids, &tokens.targets, &tokens.attention_mask}) {
-      if (t->defined()) *t = t->to(hidden.device(), /*non_blocking=*/true);
+    // Hidden moved what it needed; the loss needs the targets where the hidden states are, and
+    // evaluation's exact match the mask too.
+    tokens.targets = tokens.targets.to(hidden.device(), /*non_blocking=*/true);
+    if (!training && tokens.attention_mask.defined()) {
+      tokens.attention_mask = tokens.attention_mask.to(hidden.device(), /*non_blocking=*/true);
     }
     ModelOutput out;
     ScoreCausalLm(module_->lm, hidden, tokens, !training, answers_, eos_id_, &out);
