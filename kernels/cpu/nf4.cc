@@ -12,6 +12,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -30,6 +31,12 @@
 namespace engine::kernels {
 
 namespace {
+
+std::atomic<bool> nf4_avx512_allowed{true};
+
+[[maybe_unused]] bool Nf4Avx512Allowed() {
+  return nf4_avx512_allowed.load(std::memory_order_relaxed);
+}
 
 // Midpoints between neighbouring codes: a value's code is the number of midpoints below it.
 struct Midpoints {
@@ -284,9 +291,9 @@ int64_t DequantizeVectorised(const uint8_t* bytes, int64_t count, float scale, T
 // `count` whole blocks from `bytes` on, in one AVX2 function: with 64-element blocks, a call chain
 // per block (span, dispatch, checks) cost as much as the block's lookups.
 template <typename T>
-__attribute__((target("avx2"))) void DequantizeWholeBlocks(const uint8_t* bytes,
-                                                           const float* scales, int64_t block,
-                                                           int64_t count, T* out) {
+__attribute__((target("avx2"))) void DequantizeWholeBlocksAvx2(const uint8_t* bytes,
+                                                               const float* scales, int64_t block,
+                                                               int64_t count, T* out) {
   for (int64_t b = 0; b < count; ++b, bytes += block / 2, out += block) {
     const float scale = scales[b];
     if constexpr (std::is_same_v<T, float>) {
@@ -298,6 +305,71 @@ __attribute__((target("avx2"))) void DequantizeWholeBlocks(const uint8_t* bytes,
       DequantizeTable16Avx2(bytes, block, tables, reinterpret_cast<uint16_t*>(out));
     }
   }
+}
+
+// 16-bit outputs with AVX-512 (F and BW): the block's 16 values fit one register, so each 32
+// elements (16 packed bytes) are one word permute of it, with no byte tables to build or merge:
+// a third of the AVX2 path's instructions per block, which is what bounds that path.
+bool HasAvx512Bw() {
+  static const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return avx512 && Nf4Avx512Allowed();
+}
+
+// The block's 16 values as bf16 in words 0-15, rounded as Bf16Tables rounds them (an integer
+// rounding, so denormal products round as c10::BFloat16 rounds them, which AVX512_BF16's
+// conversion, flushing them to zero, would not); finite scales only.
+__attribute__((target("avx512f,avx512bw"))) inline __m512i Bf16Words(float scale) {
+  const __m512i bits = _mm512_castps_si512(
+      _mm512_mul_ps(_mm512_loadu_ps(kNf4Codebook.data()), _mm512_set1_ps(scale)));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i top = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  return _mm512_zextsi256_si512(_mm512_cvtepi32_epi16(top));
+}
+
+// Any 16-bit type, any scale: the values converted one by one, in words 0-15.
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) __m512i ConvertedWords(float scale) {
+  alignas(32) uint16_t values[16];
+  for (int c = 0; c < 16; ++c) {
+    const T value = static_cast<T>(kNf4Codebook[c] * scale);
+    std::memcpy(&values[c], &value, sizeof(value));
+  }
+  return _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(values)));
+}
+
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) void DequantizeWholeBlocks16Avx512(
+    const uint8_t* bytes, const float* scales, int64_t block, int64_t count, uint16_t* out) {
+  const __m512i low_nibble = _mm512_set1_epi32(15);
+  for (int64_t b = 0; b < count; ++b) {
+    const float scale = scales[b];
+    const __m512i words = std::is_same_v<T, c10::BFloat16> && std::isfinite(scale)
+                              ? Bf16Words(scale)
+                              : ConvertedWords<T>(scale);
+    for (int64_t i = 0; i < block; i += 32, bytes += 16, out += 32) {
+      const __m512i each =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+      // Word 2j is byte j's high nibble and word 2j + 1 its low one: the elements' order.
+      const __m512i codes = _mm512_or_si512(
+          _mm512_srli_epi32(each, 4), _mm512_slli_epi32(_mm512_and_si512(each, low_nibble), 16));
+      _mm512_storeu_si512(out, _mm512_permutexvar_epi16(codes, words));
+    }
+  }
+}
+
+template <typename T>
+void DequantizeWholeBlocks(const uint8_t* bytes, const float* scales, int64_t block, int64_t count,
+                           T* out) {
+  if constexpr (sizeof(T) == 2) {
+    // Blocks are 32 elements or more, a power of two: whole 32-element steps.
+    if (HasAvx512Bw()) {
+      return DequantizeWholeBlocks16Avx512<T>(bytes, scales, block, count,
+                                              reinterpret_cast<uint16_t*>(out));
+    }
+  }
+  DequantizeWholeBlocksAvx2(bytes, scales, block, count, out);
 }
 
 bool WholeBlocksVectorised() { return HasAvx2(); }
@@ -453,6 +525,10 @@ void DequantizeRangeTyped(const uint8_t* packed, const float* scales, int64_t bl
 }
 
 }  // namespace
+
+void SetNf4CpuAvx512Allowed(bool allowed) {
+  nf4_avx512_allowed.store(allowed, std::memory_order_relaxed);
+}
 
 int64_t Nf4Tensor::storage_bytes() const {
   int64_t bytes = packed.nbytes();

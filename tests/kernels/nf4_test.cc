@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 namespace engine::kernels {
@@ -142,13 +143,22 @@ TEST(Nf4Test, ThePortableAtenPathMatchesTheKernel) {
   }
 }
 
-TEST(Nf4Test, EveryOutputDtypeMatchesTheAtenPathBitForBit) {
+// The CPU kernel with its AVX-512 path allowed (where the CPU has one) and without it.
+class Nf4CpuPathTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { SetNf4CpuAvx512Allowed(GetParam()); }
+  void TearDown() override { SetNf4CpuAvx512Allowed(true); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Avx512AllowedOrNot, Nf4CpuPathTest, ::testing::Bool());
+
+TEST_P(Nf4CpuPathTest, EveryOutputDtypeMatchesTheAtenPathBitForBit) {
   // Long enough ranges for the vectorised paths (8 f32 / 32 bf16 or f16 elements per step), with
-  // odd starts and ends and ranges inside one block.
+  // odd starts and ends and ranges inside one block; 32-element blocks are one step each.
   at::manual_seed(8);
   const at::Tensor w = at::randn({301, 257});
   const int64_t n = w.numel();
-  for (int64_t block : {64, 4096}) {
+  for (int64_t block : {32, 64, 4096}) {
     const Nf4Tensor q = QuantizeNf4(w, block, /*double_quant=*/true);
     for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
       for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n},
@@ -160,6 +170,32 @@ TEST(Nf4Test, EveryOutputDtypeMatchesTheAtenPathBitForBit) {
                               DequantizeNf4RangeWithAten(q, begin, end, dtype)))
             << "block " << block << " " << dtype << " [" << begin << ", " << end << ")";
       }
+    }
+  }
+}
+
+TEST_P(Nf4CpuPathTest, DenormalAndNonFiniteScalesRoundAsTheAtenPath) {
+  // Blocks whose products are denormal (bf16 keeps them; a conversion that flushes them would
+  // not), infinite (a code of 0 times inf is NaN) and NaN.
+  at::Tensor w = at::randn({4, 128}) * 1e-39;
+  w[1][5] = std::numeric_limits<float>::infinity();
+  w[2][70] = -std::numeric_limits<float>::infinity();
+  w[3][3] = std::numeric_limits<float>::quiet_NaN();
+  const Nf4Tensor q = QuantizeNf4(w, 64, /*double_quant=*/false);
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const at::Tensor kernel = DequantizeNf4Range(q, 0, w.numel(), dtype);
+    const at::Tensor aten = DequantizeNf4RangeWithAten(q, 0, w.numel(), dtype);
+    // NaN where ATen has NaN (ATen's vectorised conversions choose other NaN bits than c10's
+    // scalar ones), and bit for bit elsewhere, compared as integers of the element's width.
+    const at::Tensor nan = aten.isnan();
+    EXPECT_TRUE(at::equal(kernel.isnan(), nan)) << dtype;
+    EXPECT_GT(nan.sum().item<int64_t>(), 64) << dtype;
+    const c10::ScalarType bits = dtype == at::kFloat ? at::kInt : at::kShort;
+    EXPECT_TRUE(
+        at::equal(kernel.view(bits).masked_fill(nan, 0), aten.view(bits).masked_fill(nan, 0)))
+        << dtype;
+    if (dtype != at::kHalf) {  // f16 has no values this small
+      EXPECT_GT(kernel.slice(0, 0, 64).ne(0).sum().item<int64_t>(), 32) << dtype << ": flushed";
     }
   }
 }

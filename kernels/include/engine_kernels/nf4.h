@@ -82,6 +82,10 @@ at::Tensor DequantizeNf4(const Nf4Tensor& q, c10::ScalarType dtype);
 bool Nf4MatmulRowsSupports(const Nf4Tensor& q, const at::Tensor& x, c10::ScalarType dtype);
 at::Tensor Nf4MatmulRows(const at::Tensor& x, const Nf4Tensor& q, c10::ScalarType dtype);
 
+// Whether the CPU dequantize kernel may take its AVX-512 path on a CPU that has one (the default);
+// tests turn it off to check the AVX2 path on such a CPU. Set it while no kernel runs.
+void SetNf4CpuAvx512Allowed(bool allowed);
+
 // The code (0-15) nearest to each value of `normalized` (f32), i.e. what QuantizeNf4 stores.
 at::Tensor Nf4NearestCodes(const at::Tensor& normalized);
 
