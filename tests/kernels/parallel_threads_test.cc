@@ -6,6 +6,10 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <thread>
+#include <vector>
+
 #include "engine_kernels/causal_attention.h"
 #include "engine_kernels/fused_adamw.h"
 #include "engine_kernels/nf4.h"
@@ -27,6 +31,25 @@ auto WithThreads(int threads, Body body) {
 TEST(ParallelThreadsTest, TheKernelsParallelForUsesLibTorchsThreadCount) {
   EXPECT_EQ(WithThreads(2, [] { return ParallelForThreads(64); }), 2);
   EXPECT_EQ(WithThreads(1, [] { return ParallelForThreads(64); }), 1);
+}
+
+TEST(ParallelThreadsTest, AThreadThatKeepsItsWorkToItselfOpensNoTeamWhileOthersStillDo) {
+  const auto on_threads = [] {
+    int before_keeping = 0, kept = 0, other = 0;
+    std::thread helper([&] {
+      before_keeping = ParallelForThreads(64);
+      KeepIntraOpWorkOnThisThread();
+      kept = ParallelForThreads(64);
+      // ATen's own operations too: a reduction large enough for its parallel path.
+      at::randn({1 << 20}).sum();
+      kept = std::max(kept, ParallelForThreads(64));
+    });
+    helper.join();
+    std::thread other_helper([&] { other = ParallelForThreads(64); });
+    other_helper.join();
+    return std::vector<int>{before_keeping, kept, other, ParallelForThreads(64)};
+  };
+  EXPECT_EQ(WithThreads(2, on_threads), (std::vector<int>{2, 1, 2, 2}));
 }
 
 TEST(ParallelThreadsTest, AttentionAndSwiGluGiveTheSameBitsOnOneAndTwoThreads) {

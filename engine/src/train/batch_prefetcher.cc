@@ -2,6 +2,7 @@
 
 #include "core/guarded_call.h"
 #include "core/logging.h"
+#include "engine_kernels/parallel_threads.h"
 
 namespace engine {
 
@@ -32,6 +33,7 @@ BatchPrefetcher::~BatchPrefetcher() {
 }
 
 void BatchPrefetcher::Run() {
+  kernels::KeepIntraOpWorkOnThisThread();
   for (const std::vector<int64_t>& indices : batches_) {
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -7,7 +7,9 @@
 //
 // Batches come out in the order given. A loader error (or exception) is returned by the Next() call
 // that would have produced that batch. The thread runs only the data loader's GetBatch (no model
-// code), which the Dataset contract makes safe to call concurrently.
+// code), which the Dataset contract makes safe to call concurrently, and the ATen operations a
+// loader runs there stay on that thread (kernels::KeepIntraOpWorkOnThisThread): the step's
+// intra-op threads have the cores.
 //
 // Thread safety: Next() from one thread. Destroying the prefetcher stops and joins its thread.
 #pragma once
