@@ -70,8 +70,8 @@ class Dataset {
   virtual int64_t size(Split split) const = 0;
   // The examples `indices` (each in [0, size(split))) stacked along a new first dimension, on the
   // CPU. Safe to call from several threads at once. The engine calls it on a loader thread of its
-  // own (unless cheap_batches), where ATen operations run on that thread alone: the training
-  // step's intra-op threads keep the cores.
+  // own (unless cheap_batches); beside a step on the CPU, ATen operations there run on that thread
+  // alone, as the step's intra-op threads have the cores.
   virtual StatusOr<Batch> GetBatch(Split split, const std::vector<int64_t>& indices) const = 0;
   // One line for the plan, e.g. "1,797 images 8x8 from /data/digits.csv.gz".
   virtual std::string description() const = 0;

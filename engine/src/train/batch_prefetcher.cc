@@ -8,7 +8,7 @@ namespace engine {
 
 BatchPrefetcher::BatchPrefetcher(const Dataset& dataset, Split split,
                                  std::vector<std::vector<int64_t>> batches, std::string context,
-                                 size_t depth)
+                                 StepDevice step_device, size_t depth)
     : dataset_(dataset),
       split_(split),
       batches_(std::move(batches)),
@@ -19,7 +19,7 @@ BatchPrefetcher::BatchPrefetcher(const Dataset& dataset, Split split,
   StatusOr<bool> cheap =
       GuardedCall(context_, [&]() -> StatusOr<bool> { return dataset_.cheap_batches(); });
   if (!cheap.ok()) LOG(WARNING) << cheap.status().message();
-  if (!cheap.ok() || !*cheap) thread_ = std::thread([this] { Run(); });
+  if (!cheap.ok() || !*cheap) thread_ = std::thread([this, step_device] { Run(step_device); });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {
@@ -32,8 +32,8 @@ BatchPrefetcher::~BatchPrefetcher() {
   thread_.join();
 }
 
-void BatchPrefetcher::Run() {
-  kernels::KeepIntraOpWorkOnThisThread();
+void BatchPrefetcher::Run(StepDevice step_device) {
+  if (step_device == StepDevice::kCpu) kernels::KeepIntraOpWorkOnThisThread();
   for (const std::vector<int64_t>& indices : batches_) {
     {
       std::unique_lock<std::mutex> lock(mu_);

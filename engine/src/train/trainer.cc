@@ -239,7 +239,8 @@ class StageTrainer : public CallbackActions {
       if (plan_.world_size == 1 && InterruptRequested()) return Interrupted();
       const std::vector<std::vector<int64_t>> micro_batches = MicroBatchesOfEpoch(skip);
       skip = 0;
-      BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches, stage_.data.context);
+      BatchPrefetcher prefetcher(*plan_.dataset, Split::kTrain, micro_batches, stage_.data.context,
+                                 LoaderStepDevice());
       for (size_t first = 0;
            first < micro_batches.size() && step_ < plan_.total_steps && stop_reason_.empty();
            first += accumulation) {
@@ -366,6 +367,10 @@ class StageTrainer : public CallbackActions {
     LOG(INFO) << context_ << ": resumed at step " << step_ << " of " << plan_.total_steps
               << " (epoch " << epoch_ << ") from " << request_.resume_from.string();
     return Status::Ok();
+  }
+
+  StepDevice LoaderStepDevice() const {
+    return device_.is_cpu() ? StepDevice::kCpu : StepDevice::kAccelerator;
   }
 
   // The next batch from `prefetcher`, on the stage's device.
@@ -618,7 +623,8 @@ class StageTrainer : public CallbackActions {
     module_.eval();
     at::NoGradGuard no_grad;
     EvalPartials partials;
-    BatchPrefetcher prefetcher(*plan_.dataset, Split::kEval, batches, stage_.data.context);
+    BatchPrefetcher prefetcher(*plan_.dataset, Split::kEval, batches, stage_.data.context,
+                               LoaderStepDevice());
     for (size_t b = 0; b < batches.size(); ++b) {
       auto batch = NextBatch(prefetcher);
       if (!batch.ok()) {
