@@ -46,9 +46,9 @@ struct ChunkedResult {
   at::Tensor loss_sum, predicted, grad_hidden, grad_weight;
 };
 
-// The loop of ChunkedHeadCrossEntropy; gradients (already divided by `divisor`, the f32 count of
-// targets, at least 1) when asked.
-ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
+// The loop of ChunkedHeadCrossEntropy over every row given; gradients (already divided by
+// `divisor`, the f32 count of targets, at least 1) when asked.
+ChunkedResult ScoreRows(const at::Tensor& hidden, const at::Tensor& weight,
                         const at::Tensor& targets, int64_t ignore_index, const at::Tensor& divisor,
                         bool predictions, bool grad_hidden, bool grad_weight, int64_t chunk_rows) {
   const at::ScalarType compute = ComputeDtype(hidden);
@@ -58,15 +58,16 @@ ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
   c10::impl::ExcludeDispatchKeyGuard no_autocast(
       c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
   const int64_t rows = hidden.size(0), vocab = weight.size(0);
-  const int64_t chunk =
-      chunk_rows > 0 ? chunk_rows : std::clamp<int64_t>(kChunkBytes / (vocab * 4), 1, rows);
+  const int64_t chunk = chunk_rows > 0 ? chunk_rows
+                                       : std::clamp<int64_t>(kChunkBytes / (vocab * 4), 1,
+                                                             std::max<int64_t>(rows, 1));
   const auto f32 = hidden.options().dtype(at::kFloat);
   ChunkedResult result;
   result.loss_sum = at::zeros({}, f32);
   if (predictions) result.predicted = at::empty({rows}, targets.options());
   if (grad_hidden) result.grad_hidden = at::empty(hidden.sizes(), hidden.options());
   if (grad_weight) result.grad_weight = at::zeros(weight.sizes(), f32);
-  for (int64_t r = 0; r < rows; r += chunk) {
+  for (int64_t r = 0; r < rows; r += chunk) {  // no rows: chunk is 1, nothing runs
     const int64_t n = std::min(chunk, rows - r);
     const at::Tensor hc = h.narrow(0, r, n);
     const at::Tensor logits = at::matmul(hc, w.t()).to(at::kFloat);
@@ -85,6 +86,40 @@ ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
     const at::Tensor gc = g.to(compute);
     if (grad_hidden) result.grad_hidden.narrow(0, r, n).copy_(at::matmul(gc, w));
     if (grad_weight) AddWeightGrad(gc, hc, result.grad_weight);
+  }
+  return result;
+}
+
+// The rows whose target counts, where reading the targets costs nothing (on the CPU) and some do
+// not count; undefined otherwise (every row is scored).
+at::Tensor CountedRowsOnHost(const at::Tensor& targets, int64_t ignore_index) {
+  if (!targets.device().is_cpu()) return {};  // finding them would be a device synchronisation
+  const at::Tensor index = targets.ne(ignore_index).nonzero().view({-1});
+  return index.size(0) < targets.size(0) ? index : at::Tensor();
+}
+
+// ScoreRows for the rows that count only, where they can be found for free: a row whose target is
+// ignored adds nothing to the loss and gets a zero gradient, and in a chat batch (prompts,
+// padding) those are most rows, whose head product and softmax would be work thrown away. Their
+// predictions are `ignore_index`.
+ChunkedResult RunChunks(const at::Tensor& hidden, const at::Tensor& weight,
+                        const at::Tensor& targets, int64_t ignore_index, const at::Tensor& divisor,
+                        bool predictions, bool grad_hidden, bool grad_weight, int64_t chunk_rows) {
+  const at::Tensor counted = CountedRowsOnHost(targets, ignore_index);
+  if (!counted.defined()) {
+    return ScoreRows(hidden, weight, targets, ignore_index, divisor, predictions, grad_hidden,
+                     grad_weight, chunk_rows);
+  }
+  ChunkedResult result =
+      ScoreRows(hidden.index_select(0, counted), weight, targets.index_select(0, counted),
+                ignore_index, divisor, predictions, grad_hidden, grad_weight, chunk_rows);
+  if (predictions) {
+    result.predicted =
+        at::full_like(targets, ignore_index).index_copy_(0, counted, result.predicted);
+  }
+  if (grad_hidden) {
+    result.grad_hidden =
+        at::zeros(hidden.sizes(), hidden.options()).index_copy_(0, counted, result.grad_hidden);
   }
   return result;
 }

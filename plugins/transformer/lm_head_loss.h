@@ -8,7 +8,9 @@
 // gradients, and dropped: the peak is a chunk of ~128 MiB. The arithmetic is what
 // matmul + cross_entropy computes under the same precision (logits in the autocast dtype, scored
 // in f32), summed in another order; lm_head_loss_test.cc holds it to the unchunked loss and
-// gradients.
+// gradients. On the CPU, where the targets cost nothing to read, only the rows whose target counts
+// are multiplied out at all (a chat batch's prompts and padding are most of its rows); the others
+// add nothing to the loss and get a zero gradient, there as in cross_entropy.
 //
 // The gradients are computed with the loss (in its forward) when grad mode is on and the inputs
 // need them, and handed back, scaled in place by the loss's gradient, by the backward, which
@@ -26,7 +28,8 @@ struct HeadLoss {
   at::Tensor loss;       // f32 scalar: the mean over targets other than `ignore_index`
   at::Tensor count;      // those targets, an int64 scalar on their device, never read here (a
                          // device synchronisation); with none the loss is a zero tied to the inputs
-  at::Tensor predicted;  // [rows] argmax ids, when asked for; undefined otherwise
+  at::Tensor predicted;  // [rows] argmax ids, when asked for; undefined otherwise. On the CPU
+                         // rows whose target is ignored are not scored: ignore_index there
 };
 
 // hidden [rows, hidden], weight [vocab, hidden] (the head's dense weight, no bias), targets [rows]

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <limits>
+
 #include "engine/precision_context.h"
 
 namespace engine::transformer {
@@ -55,10 +57,40 @@ TEST(ChunkedHeadCrossEntropyTest, EqualsCrossEntropyOverTheWholeLogits) {
     EXPECT_LE(Relative(got.grad_weight, want.grad_weight), 1e-5) << chunk;
     EXPECT_EQ(got.grad_weight.scalar_type(), at::kFloat);
   }
-  // Predictions: the argmax of each row's logits.
+  // Predictions: the argmax of each row's logits where the target counts; the ignored rows are
+  // not scored at all.
   const HeadLoss scored = ChunkedHeadCrossEntropy(hidden, weight, targets, kIgnore, true, 8);
   EXPECT_EQ(scored.count.item<int64_t>(), 33);
-  EXPECT_TRUE(at::equal(scored.predicted, at::matmul(hidden, weight.t()).argmax(-1)));
+  const at::Tensor counted = targets.ne(kIgnore);
+  EXPECT_TRUE(at::equal(scored.predicted.masked_select(counted),
+                        at::matmul(hidden, weight.t()).argmax(-1).masked_select(counted)));
+  EXPECT_TRUE(scored.predicted.masked_select(counted.logical_not()).eq(kIgnore).all().item<bool>());
+}
+
+TEST(ChunkedHeadCrossEntropyTest, MostlyIgnoredRowsAsInAChatBatchScoreAsTheWholeLogits) {
+  // A chat batch: prompts and padding ignored, a few answer tokens counted, and non-finite hidden
+  // states in a padding row, which cross_entropy over the whole logits turns into a NaN loss and
+  // the chunked form does not even multiply.
+  at::manual_seed(23);
+  const at::Tensor hidden = at::randn({50, 16}), weight = at::randn({77, 16}) * 0.3;
+  at::Tensor targets = at::full({50}, kIgnore, at::kLong);
+  for (int64_t row : {3, 4, 5, 21, 22, 40}) targets[row] = (row * 7) % 77;
+  const Scored want = Score(hidden, weight, targets, false, 0, PrecisionContext::None());
+  for (int64_t chunk : {0, 1, 4}) {
+    const Scored got = Score(hidden, weight, targets, true, chunk, PrecisionContext::None());
+    EXPECT_NEAR(got.loss.item<double>(), want.loss.item<double>(), 1e-5) << chunk;
+    EXPECT_LE(Relative(got.grad_hidden, want.grad_hidden), 1e-5) << chunk;
+    EXPECT_LE(Relative(got.grad_weight, want.grad_weight), 1e-5) << chunk;
+    EXPECT_TRUE(got.grad_hidden.index_select(0, targets.eq(kIgnore).nonzero().view({-1}))
+                    .eq(0)
+                    .all()
+                    .item<bool>());
+  }
+  at::Tensor padded = hidden.clone();
+  padded[49].fill_(std::numeric_limits<float>::quiet_NaN());
+  const Scored got = Score(padded, weight, targets, true, 0, PrecisionContext::None());
+  EXPECT_NEAR(got.loss.item<double>(), want.loss.item<double>(), 1e-5);
+  EXPECT_TRUE(got.grad_hidden.isfinite().all().item<bool>());
 }
 
 TEST(ChunkedHeadCrossEntropyTest, UnderBf16AutocastComputesAsAutocastMatmulWould) {
