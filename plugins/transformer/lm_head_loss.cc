@@ -5,8 +5,11 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "engine/torch_compat.h"
+#include "engine_kernels/cpu_kernels_switch.h"
+#include "engine_kernels/cross_entropy_rows.h"
 
 namespace engine::transformer {
 namespace {
@@ -46,6 +49,52 @@ struct ChunkedResult {
   at::Tensor loss_sum, predicted, grad_hidden, grad_weight;
 };
 
+// One chunk's logits ([n, vocab] in the compute dtype) scored with ATen, on any device: adds the
+// loss terms of its counted rows to `loss_sum`, writes its argmax into `predicted` when defined,
+// and returns d loss / d logits (softmax minus the target, over the count, 0 on rows not counted)
+// in the compute dtype when `gradient`.
+at::Tensor ScoreChunkWithAten(const at::Tensor& logits_in_compute, const at::Tensor& t,
+                              int64_t ignore_index, const at::Tensor& divisor, bool gradient,
+                              at::Tensor& loss_sum, at::Tensor predicted) {
+  const at::Tensor logits = logits_in_compute.to(at::kFloat);
+  const at::Tensor valid = t.ne(ignore_index);
+  const at::Tensor index = t.masked_fill(valid.logical_not(), 0).unsqueeze(1);
+  const at::Tensor lse = at::logsumexp(logits, -1, /*keepdim=*/true);
+  const at::Tensor picked = logits.gather(1, index);
+  loss_sum.add_(((lse - picked).squeeze(1) * valid).sum());
+  if (predicted.defined()) predicted.copy_(logits.argmax(-1));
+  if (!gradient) return {};
+  at::Tensor g = (logits - lse).exp_();
+  g.scatter_add_(1, index, at::full({t.size(0), 1}, -1.0, logits.options()));
+  g.mul_((valid.to(at::kFloat) / divisor).unsqueeze(1));
+  return g.to(logits_in_compute.scalar_type());
+}
+
+// The same through the fused CPU kernel, every row counted: the gradient is written over the
+// logits, in their dtype.
+at::Tensor ScoreChunkFused(const at::Tensor& logits, const at::Tensor& t, const at::Tensor& divisor,
+                           bool gradient, at::Tensor& loss_sum, at::Tensor predicted) {
+  // The divisor is in host memory here: read in place (item() would count as a device read).
+  const std::optional<float> scale =
+      gradient ? std::optional<float>(1.0f / *divisor.data_ptr<float>()) : std::nullopt;
+  const kernels::CrossEntropyRowsResult scored =
+      kernels::CrossEntropyRows(logits, t, predicted.defined(), scale);
+  loss_sum.add_(scored.loss.sum());
+  if (predicted.defined()) predicted.copy_(scored.argmax);
+  return gradient ? logits : at::Tensor();
+}
+
+// Whether a chunk goes through the fused kernel: on the CPU, kernels on, every row counted (as
+// RunChunks leaves them there; the host targets are read in place).
+bool FusedChunk(const at::Tensor& logits, const at::Tensor& t, int64_t ignore_index) {
+  if (!logits.device().is_cpu() || !kernels::CpuKernelsSwitchedOn() ||
+      !kernels::CrossEntropyRowsSupports(logits, t) || !t.is_contiguous()) {
+    return false;
+  }
+  const int64_t* target = t.data_ptr<int64_t>();
+  return std::find(target, target + t.numel(), ignore_index) == target + t.numel();
+}
+
 // The loop of ChunkedHeadCrossEntropy over every row given; gradients (already divided by
 // `divisor`, the f32 count of targets, at least 1) when asked.
 ChunkedResult ScoreRows(const at::Tensor& hidden, const at::Tensor& weight,
@@ -67,23 +116,24 @@ ChunkedResult ScoreRows(const at::Tensor& hidden, const at::Tensor& weight,
   if (predictions) result.predicted = at::empty({rows}, targets.options());
   if (grad_hidden) result.grad_hidden = at::empty(hidden.sizes(), hidden.options());
   if (grad_weight) result.grad_weight = at::zeros(weight.sizes(), f32);
+  const bool gradient = grad_hidden || grad_weight;
+  // Every chunk's logits in one buffer: a fresh 100+ MB tensor per chunk is fresh pages to fault
+  // in and zero, every step.
+  at::Tensor buffer;
   for (int64_t r = 0; r < rows; r += chunk) {  // no rows: chunk is 1, nothing runs
     const int64_t n = std::min(chunk, rows - r);
     const at::Tensor hc = h.narrow(0, r, n);
-    const at::Tensor logits = at::matmul(hc, w.t()).to(at::kFloat);
     const at::Tensor t = targets.narrow(0, r, n);
-    const at::Tensor valid = t.ne(ignore_index);
-    const at::Tensor index = t.masked_fill(valid.logical_not(), 0).unsqueeze(1);
-    const at::Tensor lse = at::logsumexp(logits, -1, /*keepdim=*/true);
-    const at::Tensor picked = logits.gather(1, index);
-    result.loss_sum.add_(((lse - picked).squeeze(1) * valid).sum());
-    if (predictions) result.predicted.narrow(0, r, n).copy_(logits.argmax(-1));
-    if (!grad_hidden && !grad_weight) continue;
-    // d loss / d logits = (softmax - onehot(target)) / count on counted rows, 0 on the others.
-    at::Tensor g = (logits - lse).exp_();
-    g.scatter_add_(1, index, at::full({n, 1}, -1.0, f32));
-    g.mul_((valid.to(at::kFloat) / divisor).unsqueeze(1));
-    const at::Tensor gc = g.to(compute);
+    if (!buffer.defined()) buffer = at::empty({std::min(chunk, rows), vocab}, h.options());
+    at::Tensor logits = buffer.narrow(0, 0, n);
+    at::mm_out(logits, hc, w.t());
+    const at::Tensor predicted = predictions ? result.predicted.narrow(0, r, n) : at::Tensor();
+    const at::Tensor gc =
+        FusedChunk(logits, t, ignore_index)
+            ? ScoreChunkFused(logits, t, divisor, gradient, result.loss_sum, predicted)
+            : ScoreChunkWithAten(logits, t, ignore_index, divisor, gradient, result.loss_sum,
+                                 predicted);
+    if (!gradient) continue;
     if (grad_hidden) result.grad_hidden.narrow(0, r, n).copy_(at::matmul(gc, w));
     if (grad_weight) AddWeightGrad(gc, hc, result.grad_weight);
   }

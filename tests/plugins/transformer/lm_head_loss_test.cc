@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cstdlib>
 #include <limits>
 
 #include "engine/precision_context.h"
+#include "engine_kernels/cpu_kernels_switch.h"
 
 namespace engine::transformer {
 namespace {
@@ -44,7 +46,19 @@ double Relative(const at::Tensor& a, const at::Tensor& b) {
       .item<double>();
 }
 
-TEST(ChunkedHeadCrossEntropyTest, EqualsCrossEntropyOverTheWholeLogits) {
+// With the CPU kernels (the fused cross-entropy rows) and without (ATen's expressions, as on a
+// GPU).
+class ChunkedHeadCrossEntropyPathTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (!GetParam()) ::setenv(kernels::kCpuKernelsVariable, "0", 1);
+  }
+  void TearDown() override { ::unsetenv(kernels::kCpuKernelsVariable); }
+};
+
+INSTANTIATE_TEST_SUITE_P(CpuKernelsOnOrOff, ChunkedHeadCrossEntropyPathTest, ::testing::Bool());
+
+TEST_P(ChunkedHeadCrossEntropyPathTest, EqualsCrossEntropyOverTheWholeLogits) {
   at::manual_seed(21);
   const at::Tensor hidden = at::randn({37, 24}), weight = at::randn({301, 24}) * 0.3;
   at::Tensor targets = at::randint(0, 301, {37}, at::kLong);
@@ -67,7 +81,7 @@ TEST(ChunkedHeadCrossEntropyTest, EqualsCrossEntropyOverTheWholeLogits) {
   EXPECT_TRUE(scored.predicted.masked_select(counted.logical_not()).eq(kIgnore).all().item<bool>());
 }
 
-TEST(ChunkedHeadCrossEntropyTest, MostlyIgnoredRowsAsInAChatBatchScoreAsTheWholeLogits) {
+TEST_P(ChunkedHeadCrossEntropyPathTest, MostlyIgnoredRowsAsInAChatBatchScoreAsTheWholeLogits) {
   // A chat batch: prompts and padding ignored, a few answer tokens counted, and non-finite hidden
   // states in a padding row, which cross_entropy over the whole logits turns into a NaN loss and
   // the chunked form does not even multiply.
@@ -93,7 +107,7 @@ TEST(ChunkedHeadCrossEntropyTest, MostlyIgnoredRowsAsInAChatBatchScoreAsTheWhole
   EXPECT_TRUE(got.grad_hidden.isfinite().all().item<bool>());
 }
 
-TEST(ChunkedHeadCrossEntropyTest, UnderBf16AutocastComputesAsAutocastMatmulWould) {
+TEST_P(ChunkedHeadCrossEntropyPathTest, UnderBf16AutocastComputesAsAutocastMatmulWould) {
   at::manual_seed(22);
   const at::Tensor hidden = at::randn({20, 32}), weight = at::randn({97, 32}) * 0.3;
   const at::Tensor targets = at::randint(0, 97, {20}, at::kLong);
