@@ -248,14 +248,20 @@ __attribute__((target("avx2"))) ByteTables Bf16Tables(float scale) {
   return SplitBytes(values[0], values[1]);
 }
 
-// Any 16-bit type, any scale: the values converted one by one.
+// The block's 16 values in any 16-bit type, for any scale: converted one by one, as the scalar
+// path converts them.
 template <typename T>
-__attribute__((target("ssse3"))) ByteTables ConvertedTables(float scale) {
-  alignas(16) uint16_t values[16];
+void ConvertedValues(float scale, uint16_t* values) {
   for (int c = 0; c < 16; ++c) {
     const T value = static_cast<T>(kNf4Codebook[c] * scale);
     std::memcpy(&values[c], &value, sizeof(value));
   }
+}
+
+template <typename T>
+__attribute__((target("ssse3"))) ByteTables ConvertedTables(float scale) {
+  alignas(16) uint16_t values[16];
+  ConvertedValues<T>(scale, values);
   return SplitBytes(_mm_load_si128(reinterpret_cast<const __m128i*>(values)),
                     _mm_load_si128(reinterpret_cast<const __m128i*>(values + 8)));
 }
@@ -307,6 +313,11 @@ __attribute__((target("avx2"))) void DequantizeWholeBlocksAvx2(const uint8_t* by
   }
 }
 
+// GCC 12's AVX-512 intrinsics pass an undefined vector as their unused merge source, which
+// -Wmaybe-uninitialized reports wherever they inline (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 // 16-bit outputs with AVX-512 (F and BW): the block's 16 values fit one register, so each 32
 // elements (16 packed bytes) are one word permute of it, with no byte tables to build or merge:
 // a third of the AVX2 path's instructions per block, which is what bounds that path.
@@ -328,14 +339,11 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512i Bf16Words(float scale
   return _mm512_zextsi256_si512(_mm512_cvtepi32_epi16(top));
 }
 
-// Any 16-bit type, any scale: the values converted one by one, in words 0-15.
+// ConvertedValues in words 0-15.
 template <typename T>
 __attribute__((target("avx512f,avx512bw"))) __m512i ConvertedWords(float scale) {
   alignas(32) uint16_t values[16];
-  for (int c = 0; c < 16; ++c) {
-    const T value = static_cast<T>(kNf4Codebook[c] * scale);
-    std::memcpy(&values[c], &value, sizeof(value));
-  }
+  ConvertedValues<T>(scale, values);
   return _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(values)));
 }
 
@@ -358,6 +366,8 @@ __attribute__((target("avx512f,avx512bw"))) void DequantizeWholeBlocks16Avx512(
     }
   }
 }
+
+#pragma GCC diagnostic pop
 
 template <typename T>
 void DequantizeWholeBlocks(const uint8_t* bytes, const float* scales, int64_t block, int64_t count,
