@@ -84,15 +84,11 @@ at::Tensor ScoreChunkFused(const at::Tensor& logits, const at::Tensor& t, const 
   return gradient ? logits : at::Tensor();
 }
 
-// Whether a chunk goes through the fused kernel: on the CPU, kernels on, every row counted (as
-// RunChunks leaves them there; the host targets are read in place).
-bool FusedChunk(const at::Tensor& logits, const at::Tensor& t, int64_t ignore_index) {
-  if (!logits.device().is_cpu() || !kernels::CpuKernelsSwitchedOn() ||
-      !kernels::CrossEntropyRowsSupports(logits, t) || !t.is_contiguous()) {
-    return false;
-  }
-  const int64_t* target = t.data_ptr<int64_t>();
-  return std::find(target, target + t.numel(), ignore_index) == target + t.numel();
+// Whether a chunk goes through the fused kernel, which takes counted rows only: on the CPU, with
+// the kernels on. There every row reaching ScoreRows counts: RunChunks selects them.
+bool FusedChunk(const at::Tensor& logits, const at::Tensor& t) {
+  return logits.device().is_cpu() && kernels::CpuKernelsSwitchedOn() &&
+         kernels::CrossEntropyRowsSupports(logits, t);
 }
 
 // The loop of ChunkedHeadCrossEntropy over every row given; gradients (already divided by
@@ -129,7 +125,7 @@ ChunkedResult ScoreRows(const at::Tensor& hidden, const at::Tensor& weight,
     at::mm_out(logits, hc, w.t());
     const at::Tensor predicted = predictions ? result.predicted.narrow(0, r, n) : at::Tensor();
     const at::Tensor gc =
-        FusedChunk(logits, t, ignore_index)
+        FusedChunk(logits, t)
             ? ScoreChunkFused(logits, t, divisor, gradient, result.loss_sum, predicted)
             : ScoreChunkWithAten(logits, t, ignore_index, divisor, gradient, result.loss_sum,
                                  predicted);
