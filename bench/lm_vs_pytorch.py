@@ -1,8 +1,7 @@
-#!/usr/bin/python3
 """The small LM's training tokens/s in the engine against Python PyTorch eager, in one run.
 
-    bench/lm_vs_pytorch.py [--build build] [--steps 60] [--repeats 2]
-    scripts/setup.sh bench        # installs Debian's python3-torch, builds, runs this
+    .venv/bin/python bench/lm_vs_pytorch.py [--build build] [--steps 60] [--repeats 2]
+    scripts/setup.sh bench        # sets up .venv, builds, runs this
 
 Both sides train the model of pipelines/lm_fortunes.pbtxt (Llama layout: hidden 128, 2 layers,
 4 query and 2 key/value heads, SwiGLU 352, tied embeddings, byte vocabulary of 259) on batches of
@@ -11,13 +10,12 @@ clipping at norm 1.0, for --steps steps:
 
   engine:  build/bin/lm_step_bench, i.e. `engine run`'s path (plan, text loader, llama plugin,
            precision policy, optimizer, clipping), timed over the training steps alone;
-  pytorch: the same forward written in eager PyTorch (Debian's python3-torch, the same 1.13 as
-           the engine's LibTorch), the same step, timed the same way.
+  pytorch: the same forward written in eager PyTorch (the project's .venv, the same torch 2.11
+           whose LibTorch the engine links), the same step, timed the same way.
 
 Each precision runs both sides --repeats times, alternating, and keeps each side's best. The
 ratio is engine tokens/s over PyTorch tokens/s: above 1.00 the engine is faster. Both use every
-core: the engine's thread count is given to PyTorch (Debian's python3-torch starts with one
-thread). The engine also applies its allocator settings (engine/src/core/allocator.h),
+core: the engine's thread count is given to PyTorch. The engine also applies its allocator settings (engine/src/core/allocator.h),
 which are part of what it is.
 """
 
@@ -33,8 +31,8 @@ try:
     import torch
     import torch.nn.functional as F
 except ImportError:
-    sys.exit("lm_vs_pytorch.py needs Debian's python3-torch: "
-             "apt-get install --no-install-recommends python3-torch (or scripts/setup.sh bench)")
+    sys.exit("lm_vs_pytorch.py needs torch: run it with the project's .venv/bin/python "
+             "(scripts/setup.sh build makes it)")
 
 VOCAB, HIDDEN, INTERMEDIATE, HEADS, KV_HEADS = 259, 128, 352, 4, 2
 EPS, THETA = 1e-6, 10000.0
@@ -157,7 +155,7 @@ def engine_tokens_per_s(args, precision):
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     if result["threads"] != torch.get_num_threads():
-        torch.set_num_threads(result["threads"])  # Debian's python3-torch starts with one
+        torch.set_num_threads(result["threads"])
     return result["tokens_per_s"], result["final_train_loss"]
 
 

@@ -1,7 +1,8 @@
-// Encode throughput (MB/s of UTF-8 text) of our tokenizer.json implementation against the
-// JavaScript reference (@huggingface/tokenizers under Node, tests/reference_js/tokenizers) on the
-// same text, for each fixture layout, and of SentencePiece (a BPE model of similar size trained
-// here on the same text) through the engine's Tokenizer.
+// Encode throughput (MB/s of UTF-8 text) of our tokenizer.json implementation against Hugging
+// Face's tokenizers library (Rust, called from Python one line at a time as ours is:
+// bench/tokenizer_bench_reference.py) on the same text, for each fixture layout, and of
+// SentencePiece (a BPE model of similar size trained here on the same text) through the engine's
+// Tokenizer.
 //
 //   tokenizer_bench [--text FILE] [--repeats N]     (default: data/fortunes.txt, 3)
 //
@@ -51,14 +52,14 @@ double BestSeconds(const std::vector<std::string>& lines, int repeats, Encode en
   return best;
 }
 
-// The JS reference's best time, or a negative number when Node or the package is missing.
-double JavaScriptSeconds(const fs::path& tokenizer, const fs::path& text, int repeats,
-                         int64_t* tokens) {
-  const fs::path script = fs::path(engine::testing::kSourceDir) / "tests/reference_js/tokenizers";
-  if (!fs::exists(script / "node_modules/@huggingface/tokenizers")) return -1;
-  const std::string command = "node '" + (script / "bench.mjs").string() + "' '" +
-                              tokenizer.string() + "' '" + text.string() + "' " +
-                              std::to_string(repeats);
+// The reference's best time, or a negative number when it cannot run.
+double ReferenceSeconds(const fs::path& tokenizer, const fs::path& text, int repeats,
+                        int64_t* tokens) {
+  const fs::path script =
+      fs::path(engine::testing::kSourceDir) / "bench/tokenizer_bench_reference.py";
+  const std::string command = std::string("'") + engine::testing::kPython + "' '" +
+                              script.string() + "' '" + tokenizer.string() + "' '" +
+                              text.string() + "' " + std::to_string(repeats);
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer;
@@ -104,8 +105,8 @@ int main(int argc, char** argv) {
   const double megabytes = static_cast<double>(bytes) / 1e6;
   std::printf("encoding %s (%.2f MB, %zu lines), best of %d passes\n", text.c_str(), megabytes,
               lines.size(), repeats);
-  std::printf("%-18s %10s %12s %10s %12s %8s\n", "tokenizer", "ours MB/s", "ours tokens", "JS MB/s",
-              "JS tokens", "ours/JS");
+  std::printf("%-18s %10s %12s %10s %12s %8s\n", "tokenizer", "ours MB/s", "ours tokens", "HF MB/s",
+              "HF tokens", "ours/HF");
   const fs::path fixtures = fs::path(engine::testing::kSourceDir) / "tests/fixtures/tokenizers";
   for (const char* name :
        {"llama3_bpe.json", "qwen2_bpe.json", "mistral_bpe.json", "llama2_bpe.json"}) {
@@ -114,14 +115,14 @@ int main(int argc, char** argv) {
       std::cerr << tokenizer.status().message() << "\n";
       return 1;
     }
-    int64_t ours_tokens = 0, js_tokens = 0;
+    int64_t ours_tokens = 0, hf_tokens = 0;
     const double ours = BestSeconds(
         lines, repeats, [&](const std::string& line) { return (*tokenizer)->Encode(line, false); },
         &ours_tokens);
-    const double js = JavaScriptSeconds(fixtures / name, text, repeats, &js_tokens);
+    const double hf = ReferenceSeconds(fixtures / name, text, repeats, &hf_tokens);
     std::printf("%-18s %10.2f %12lld %10.2f %12lld %8.2f\n", name, megabytes / ours,
-                static_cast<long long>(ours_tokens), js > 0 ? megabytes / js : 0.0,
-                static_cast<long long>(js_tokens), js > 0 ? js / ours : 0.0);
+                static_cast<long long>(ours_tokens), hf > 0 ? megabytes / hf : 0.0,
+                static_cast<long long>(hf_tokens), hf > 0 ? hf / ours : 0.0);
   }
   if (auto sentencepiece = TrainSentencePiece(text, 1000)) {
     int64_t tokens = 0;

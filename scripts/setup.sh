@@ -4,11 +4,14 @@
 #   scripts/setup.sh main    # install what is missing, build, train pipelines/qwen2_vl_r3.pbtxt
 #   scripts/setup.sh test    # install what is missing, build, run every test
 #   scripts/setup.sh build   # install what is missing, build
-#   scripts/setup.sh bench   # also install Debian's python3-torch, build, run the LM benchmark
+#   scripts/setup.sh bench   # install what is missing, build, run the LM benchmark against PyTorch
 #
 # Runs as root or as a user with sudo (only apt-get needs it). Everything is incremental: packages
-# already installed are not touched, the data is fetched once, the build only redoes what changed.
-# Environment: BUILD_DIR (default: build), JOBS (default: all cores), CTEST_ARGS (extra ctest flags).
+# already installed are not touched, the Python environment (.venv, from requirements.txt) is
+# installed again only when requirements.txt changed, the data is fetched once, the build only
+# redoes what changed.
+# Environment: BUILD_DIR (default: build), JOBS (default: all cores), CTEST_ARGS (extra ctest
+# flags), CI (when true, a build without nvcc is an error instead of a CPU-only build).
 set -euo pipefail
 
 mode=${1:-}
@@ -24,6 +27,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
 jobs=${JOBS:-$(nproc)}
 data_dir=$root/data
+venv=$root/.venv
 
 say() { printf '\033[1m== %s\033[0m\n' "$*"; }
 
@@ -39,19 +43,14 @@ fi
 # --- Debian packages -------------------------------------------------------------------------
 packages=(
   g++ cmake ninja-build ccache
-  libtorch-dev libopenblas0-openmp libgloo-dev
+  libgloo-dev
   protobuf-compiler libprotobuf-dev
   libgoogle-glog-dev libgflags-dev
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config libxxhash-dev
   libpcre2-dev libicu-dev libpng-dev libjpeg62-turbo-dev
   libgtest-dev libgmock-dev
-  python3-jinja2
+  python3-venv
 )
-# Node.js runs the tests' reference chat-template renderer and tokenizer (@huggingface/jinja and
-# @huggingface/tokenizers from npm).
-if ! command -v node >/dev/null 2>&1; then packages+=(nodejs npm); fi
-# The benchmarks' Python PyTorch peer (bench/lm_vs_pytorch.py), only for them.
-if [ "$mode" = bench ]; then packages+=(python3-torch); fi
 missing=()
 for p in "${packages[@]}"; do
   if [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" != "installed" ]; then
@@ -66,22 +65,40 @@ if [ ${#missing[@]} -gt 0 ]; then
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     "${missing[@]}"
 fi
-# OpenBLAS's OpenMP build shares LibTorch's OpenMP threads; the pthreads build keeps threads of
-# its own on every core, which fight LibTorch's (4x slower fp32 steps on 2 cores), so where both
-# are installed the OpenMP one must be the system's BLAS.
-openblas_omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
-for lib in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
-  if [ "$(readlink -f "/usr/lib/x86_64-linux-gnu/$lib" 2>/dev/null)" != \
-       "$(readlink -f "$openblas_omp/$lib")" ]; then
-    "${sudo[@]}" update-alternatives --quiet --set "$lib-x86_64-linux-gnu" "$openblas_omp/$lib"
+
+# --- The Python environment: torch (the LibTorch the engine links) and the references ---------
+# Installed again only when requirements.txt changed; the stamp is written last, so an install
+# that failed half-way is finished by the next run. --require-hashes: a package whose hash differs
+# from requirements.txt's is refused, never installed.
+venv_stamp=$venv/.requirements.sha256
+want_stamp=$(sha256sum "$root/requirements.txt" | cut -d' ' -f1)
+if [ "$(cat "$venv_stamp" 2>/dev/null)" != "$want_stamp" ]; then
+  say "installing the Python environment .venv from requirements.txt (about 3.5 GB to download)"
+  rm -f "$venv_stamp"
+  if [ ! -x "$venv/bin/python" ]; then
+    /usr/bin/python3 -m venv "$venv"
   fi
-done
-blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
-case "$blas" in
-  *openblas-openmp*) ;;
-  *) echo "warning: libblas.so.3 is $blas, not OpenBLAS's OpenMP build; fp32 matmul will be" \
-       "slower, or fight LibTorch for the cores" >&2 ;;
-esac
+  if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+      --require-hashes --no-deps -r "$root/requirements.txt"; then
+    echo "$0: installing requirements.txt into $venv failed (above: which package, and why)" >&2
+    exit 1
+  fi
+  if ! "$venv/bin/python" -m pip check >/dev/null; then
+    "$venv/bin/python" -m pip check >&2 || true
+    echo "$0: $venv is inconsistent (above); remove it and run $0 again" >&2
+    exit 1
+  fi
+  echo "$want_stamp" >"$venv_stamp"
+fi
+
+# --- CUDA: nvcc compiles the kernels; torch's wheel brings the CUDA libraries they run with -----
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+cmake_args=(-DENGINE_PYTHON="$venv/bin/python")
+if [ "${CI:-}" = true ]; then
+  cmake_args+=(-DENGINE_REQUIRE_CUDA=ON)
+fi
 
 # --- Data, taken out of Debian packages (downloaded, unpacked in a temporary directory) ---------
 # download_deb PACKAGE DIR: the package's .deb into DIR.
@@ -154,24 +171,16 @@ if [ ! -s "$data_dir/fortunes.txt" ]; then
   fetch_fortunes
 fi
 
-# --- The tests' JavaScript reference renderers, pinned by their package-lock.json --------------
-if [ "$mode" = test ] || [ "$mode" = build ]; then
-  jinja_reference=$root/tests/reference_js/jinja
-  if [ ! -f "$jinja_reference/node_modules/@huggingface/jinja/package.json" ]; then
-    say "installing @huggingface/jinja (tests/reference_js/jinja)"
-    (cd "$jinja_reference" && npm ci --no-audit --no-fund --loglevel=error)
-  fi
-  tokenizers_reference=$root/tests/reference_js/tokenizers
-  if [ ! -f "$tokenizers_reference/node_modules/@huggingface/tokenizers/package.json" ]; then
-    say "installing @huggingface/tokenizers (tests/reference_js/tokenizers)"
-    (cd "$tokenizers_reference" && npm ci --no-audit --no-fund --loglevel=error)
-  fi
-fi
-
 # --- Build -----------------------------------------------------------------------------------
+# A build directory configured for another Python (or Debian's LibTorch, before .venv) starts over.
+if [ -f "$build_dir/CMakeCache.txt" ] &&
+   ! grep -qxF "ENGINE_PYTHON:FILEPATH=$venv/bin/python" "$build_dir/CMakeCache.txt"; then
+  say "$build_dir was configured for another LibTorch: configuring it again"
+  rm -rf "$build_dir"
+fi
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   say "configuring $build_dir"
-  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}"
 fi
 say "building ($jobs jobs)"
 cmake --build "$build_dir" -j "$jobs"
@@ -183,7 +192,7 @@ case "$mode" in
     ;;
   bench)
     say "bench/lm_vs_pytorch.py"
-    exec /usr/bin/python3 "$root/bench/lm_vs_pytorch.py" --build "$build_dir"
+    exec "$venv/bin/python" "$root/bench/lm_vs_pytorch.py" --build "$build_dir"
     ;;
   test)
     say "ctest"

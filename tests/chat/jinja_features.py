@@ -1,15 +1,15 @@
 """Writes tests/fixtures/chat_templates/jinja_features.json: template snippets exercising the
-Jinja features chat templates use, with what Python Jinja2 renders for each in transformers'
-environment (render_jinja2.py's set-up). jinja_render_test.cc asserts the engine renders the same.
+Jinja features chat templates use, with what transformers' own Jinja2 environment (the one
+apply_chat_template compiles templates in) renders for each. jinja_render_test.cc asserts the
+engine renders the same.
 
-    /usr/bin/python3 tests/chat/jinja_features.py
+    .venv/bin/python tests/chat/jinja_features.py
 """
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-import render_jinja2  # noqa: E402
+# Private, but it is the environment apply_chat_template renders in, not a copy of it.
+from transformers.utils.chat_template_utils import _compile_jinja_template
 
 SNIPPETS = [
  ("{% for m in messages %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.previtem }}/{{ loop.nextitem }};{% endfor %}", {"messages": ["a","b","c"]}),
@@ -46,11 +46,10 @@ SNIPPETS = [
 
 
 def main():
-    env = render_jinja2.make_environment()
     out = []
     for template, variables in SNIPPETS:
         try:
-            result = {"text": env.from_string(template).render(**variables)}
+            result = {"text": _compile_jinja_template(template).render(**variables)}
         except Exception as error:  # noqa: BLE001 - a failure is an expected result too
             result = {"error": f"{type(error).__name__}: {error}"}
         out.append({"template": template, "variables": variables, **result})

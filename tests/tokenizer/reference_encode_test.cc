@@ -1,7 +1,8 @@
 // Every tokenizer.json fixture (tests/fixtures/tokenizers: Llama 3, Qwen2, Mistral and Llama 2
 // layouts, trained by make_tokenizers.py) encodes the fortunes and a Unicode stress text to
-// exactly the ids @huggingface/tokenizers gives (tests/reference_js/tokenizers, run under Node),
-// with and without special tokens, and decodes them to the same text.
+// exactly the ids Hugging Face's tokenizers library gives (tests/reference/encode_tokenizer.py,
+// run in the project's Python environment), with and without special tokens, and decodes them to
+// the same text.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -20,7 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kFixtures = ENGINE_TOKENIZER_FIXTURES;
-const fs::path kReference = ENGINE_REFERENCE_TOKENIZERS_DIR;
+const fs::path kReference = ENGINE_REFERENCE_DIR;
+const std::string kPython = ENGINE_PYTHON;
 const fs::path kData = ENGINE_DATA_DIR;
 
 std::string ReadBytes(const fs::path& path) {
@@ -69,7 +71,8 @@ nlohmann::json RunReference(const std::vector<Case>& cases) {
       fs::temp_directory_path() / ("engine_tokenizer_cases_" + std::to_string(getpid()) + ".json");
   std::ofstream(request_file) << request.dump();
   const std::string command =
-      "node '" + (kReference / "encode.mjs").string() + "' '" + request_file.string() + "'";
+      "'" + kPython + "' '" + (kReference / "encode_tokenizer.py").string() + "' '" +
+      request_file.string() + "'";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   std::array<char, 65536> buffer;
@@ -82,19 +85,16 @@ nlohmann::json RunReference(const std::vector<Case>& cases) {
 }
 
 bool ReferenceInstalled() {
-  if (std::system("command -v node >/dev/null 2>&1") != 0) {
-    ADD_FAILURE() << "node (Node.js) is not installed: scripts/setup.sh installs nodejs and npm.";
-    return false;
-  }
-  if (!fs::exists(kReference / "node_modules/@huggingface/tokenizers/package.json")) {
-    ADD_FAILURE() << "@huggingface/tokenizers is not installed: run `npm ci` in " << kReference
-                  << " (scripts/setup.sh build does)";
+  const std::string probe = "'" + kPython + "' -c 'import tokenizers' >/dev/null 2>&1";
+  if (std::system(probe.c_str()) != 0) {
+    ADD_FAILURE() << "Python's tokenizers is not installed for " << kPython
+                  << ": scripts/setup.sh makes the project's Python environment (.venv).";
     return false;
   }
   return true;
 }
 
-TEST(TokenizerReferenceTest, FixturesEncodeAndDecodeAsHuggingFaceTokenizersJs) {
+TEST(TokenizerReferenceTest, FixturesEncodeAndDecodeAsHuggingFaceTokenizers) {
   if (!ReferenceInstalled()) return;
   const fs::path fortunes = FortunesSample(300'000);
   const fs::path stress = kFixtures / "stress.txt";
