@@ -62,4 +62,8 @@ endfunction()
 macro(engine_adopt_torch)
   engine_check_torch_version()
   engine_hide_torch_protobuf_headers()
+  # Installed libraries and the engine name it in their RUNPATH: CMAKE_INSTALL_RPATH_USE_LINK_PATH
+  # skips it when .venv lies inside the checkout, and RUNPATH does not reach a library's own
+  # dependencies, so each library that links LibTorch must find it itself.
+  set(ENGINE_TORCH_LIBRARY_DIR "${TORCH_INSTALL_PREFIX}/lib")
 endmacro()

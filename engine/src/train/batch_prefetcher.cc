@@ -33,13 +33,15 @@ BatchPrefetcher::~BatchPrefetcher() {
 }
 
 void BatchPrefetcher::Run(StepDevice step_device) {
-  if (step_device == StepDevice::kCpu) kernels::KeepIntraOpWorkOnThisThread();
   for (const std::vector<int64_t>& indices : batches_) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       changed_.wait(lock, [this] { return stop_ || ready_.size() < depth_; });
       if (stop_) return;
     }
+    // Before every batch: a library's first parallel_for on this thread sets it back to
+    // LibTorch's thread count (parallel_threads.h says why).
+    if (step_device == StepDevice::kCpu) kernels::KeepIntraOpWorkOnThisThread();
     StatusOr<Batch> batch =
         GuardedCall(context_, [&] { return dataset_.GetBatch(split_, indices); });
     {

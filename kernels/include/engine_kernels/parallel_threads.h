@@ -22,6 +22,10 @@ int ParallelForThreads(int64_t tasks);
 // of its own, so a loader's ops added a second team to the step's, more threads than cores, and
 // every parallel region of the step then waited at its barrier for a thread the other team had
 // taken the core from (the main job's llm stage took 1.6x as long on two cores as without).
+// Call it again before each piece of work: LibTorch 2.x sets a thread's count lazily, on the
+// first parallel_for each shared library runs there (at::internal::lazy_init_num_threads is
+// inline, with a thread_local flag, and the engine's libraries hide their copies of it), and that
+// sets the thread back to LibTorch's count once per library.
 void KeepIntraOpWorkOnThisThread();
 
 }  // namespace engine::kernels
