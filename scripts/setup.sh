@@ -92,8 +92,13 @@ if [ "$(cat "$venv_stamp" 2>/dev/null)" != "$want_stamp" ]; then
 fi
 
 # --- CUDA: nvcc compiles the kernels; torch's wheel brings the CUDA libraries they run with -----
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH=/usr/local/cuda/bin:$PATH
+# One toolkit, named the same way on every run (the build's flags, and so ccache's hits, depend on
+# the path it is found at): CUDA_HOME, else /usr/local/cuda.
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDA_HOME=/usr/local/cuda
+fi
+if [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
+  export PATH=$CUDA_HOME/bin:$PATH
 fi
 cmake_args=(-DENGINE_PYTHON="$venv/bin/python")
 if [ "${CI:-}" = true ]; then
