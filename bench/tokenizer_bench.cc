@@ -58,8 +58,8 @@ double ReferenceSeconds(const fs::path& tokenizer, const fs::path& text, int rep
   const fs::path script =
       fs::path(engine::testing::kSourceDir) / "bench/tokenizer_bench_reference.py";
   const std::string command = std::string("'") + engine::testing::kPython + "' '" +
-                              script.string() + "' '" + tokenizer.string() + "' '" +
-                              text.string() + "' " + std::to_string(repeats);
+                              script.string() + "' '" + tokenizer.string() + "' '" + text.string() +
+                              "' " + std::to_string(repeats);
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer;

@@ -38,11 +38,6 @@ if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
   set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
 endif()
 
-# torch's wheel carries the headers of the protobuf it was built with (include/google/protobuf,
-# 3.13) in the directory every LibTorch header comes from; passed as -isystem, it comes before
-# /usr/include, so the engine's generated .pb.h (Debian's protoc, 3.21) would compile against the
-# wrong protobuf. The targets get a copy of that directory without google/ instead: a directory of
-# links, in the build tree.
 include(${CMAKE_CURRENT_LIST_DIR}/EngineTorchHeaders.cmake)
 
 function(engine_check_torch_version)

@@ -1,7 +1,7 @@
 // The Jinja interpreter against Python Jinja2 in transformers' environment: every snippet of
-// tests/fixtures/chat_templates/jinja_features.json (written by jinja_features.py with transformers' environment)
-// renders the same text; constructs we do not support, and template errors, are errors naming
-// the template, line and column.
+// tests/fixtures/chat_templates/jinja_features.json (written by jinja_features.py with
+// transformers' environment) renders the same text; constructs we do not support, and template
+// errors, are errors naming the template, line and column.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
