@@ -1,28 +1,28 @@
 #!/usr/bin/env python3
 """The engine against transformers + PEFT on one GPU, in one run: LoRA training tokens/s and peak
-GPU memory of the same Llama-shaped model, batch and sequence length, and their ratios.
+GPU memory of the same checkpoint, batch and sequence length, and their ratios.
 
-    python3 bench/gpu_vs_peft.py --engine /tmp/build-gpu/bin/engine [--shape 1.1b] [--batch 8]
+    python3 bench/gpu_vs_peft.py --engine build/bin/engine [--model qwen2.5-0.5b] [--batch 8]
         [--seq 1024] [--steps 20] [--warmup 3] [--checkpointing both] [--qlora] [--json FILE]
 
-Both sides build the model from its shape with random weights (no downloads): TinyLlama-1.1B's
-(hidden 2048, 22 layers, 32 heads of which 4 key/value, MLP 5632, vocabulary 32000) or `0.5b`
-(hidden 1024, 24 layers, 16/16 heads, MLP 2816). Weights in bf16, LoRA r=16 (alpha 32, no dropout)
-on q/k/v/o/gate/up/down of every layer with f32 adapters (PEFT's default for a bf16 base; the
-engine's bf16-true keeps f32 masters of what trains), AdamW (fused on both sides), SDPA attention,
-gradient checkpointing on both sides and off on both sides (--checkpointing on|off|both).
+transformers writes one checkpoint from a model's config with random weights (no downloads:
+Qwen2.5-0.5B's, Llama-3.2-1B's, TinyLlama-1.1B's, or `tiny` for a CPU smoke test) in bf16; both
+sides load that directory. LoRA r=16 (alpha 32, no dropout) on q/k/v/o/gate/up/down of every layer
+with f32 adapters (PEFT's default for a bf16 base; the engine's bf16-true keeps f32 masters of what
+trains), AdamW (fused on both sides), SDPA attention, gradient checkpointing on both sides and off
+on both sides (--checkpointing on|off|both).
 
   engine:  `engine run` on a generated pipeline (text data: the fortunes, byte tokens, cut into
            windows of --seq); tokens/s from the step_end lines of metrics.jsonl after --warmup
            steps, peak memory from their cuda_peak_allocated_bytes.
-  peft:    LlamaForCausalLM from the same config, get_peft_model, a plain loop on random token ids
+  peft:    AutoModelForCausalLM.from_pretrained, get_peft_model, a plain loop on random token ids
            of the same shape; tokens/s over --steps steps after --warmup, peak memory from
            torch.cuda.max_memory_allocated.
---qlora adds the engine's NF4 quantizer on the decoder layers (4-bit base, bf16 compute) against
-the same bf16 LoRA on the PEFT side: memory and speed of QLoRA against plain LoRA.
+--qlora puts the decoder layers' base weights in 4 bits on both sides: the engine's NF4 quantizer
+against transformers' BitsAndBytesConfig (NF4, bf16 compute, no double quantization) with PEFT.
 
-Needs a GPU machine with transformers and peft in its Python; `--engine-only` runs the engine's
-half alone (any device; a CPU smoke test with `--shape tiny`).
+Needs transformers and peft (and bitsandbytes for --qlora) in its Python; `--engine-only` runs the
+engine's half alone (any device: `--model tiny --device cpu` is the smoke test).
 """
 import argparse
 import json
@@ -32,17 +32,44 @@ import sys
 import tempfile
 import time
 
-SHAPES = {
-    # hidden, layers, heads, kv heads, intermediate, vocabulary
-    "1.1b": (2048, 22, 32, 4, 5632, 32000),
-    "0.5b": (1024, 24, 16, 16, 2816, 32000),
-    "tiny": (64, 2, 4, 2, 176, 512),
+# transformers config arguments, from each model's config.json on the hub.
+MODELS = {
+    "qwen2.5-0.5b": dict(model_type="qwen2", vocab_size=151936, hidden_size=896,
+                         intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, max_position_embeddings=32768, rms_norm_eps=1e-6,
+                         rope_theta=1000000.0, tie_word_embeddings=True),
+    "llama-3.2-1b": dict(model_type="llama", vocab_size=128256, hidden_size=2048,
+                         intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=64, max_position_embeddings=131072,
+                         rms_norm_eps=1e-5, tie_word_embeddings=True,
+                         rope_scaling={"rope_type": "llama3", "factor": 32.0,
+                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 8192},
+                         rope_theta=500000.0),
+    "tinyllama-1.1b": dict(model_type="llama", vocab_size=32000, hidden_size=2048,
+                           intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                           num_key_value_heads=4, max_position_embeddings=2048,
+                           rms_norm_eps=1e-5, tie_word_embeddings=False),
+    "tiny": dict(model_type="llama", vocab_size=512, hidden_size=64, intermediate_size=176,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 max_position_embeddings=2048, tie_word_embeddings=False),
 }
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def engine_pipeline(out_dir, data, shape, args, checkpointing, qlora):
-    hidden, layers, heads, kv_heads, intermediate, vocab = SHAPES[shape]
+def write_checkpoint(name, directory):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = dict(MODELS[name])
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(directory)
+    return sum(p.numel() for p in model.parameters())
+
+
+def engine_pipeline(out_dir, data, checkpoint, args, checkpointing, qlora):
     quantizer = (
         '  quantizer { plugin: "nf4" options { [type.googleapis.com/engine.plugins.Nf4Options] '
         '{ target_modules: "model.layers.*" } } }\n' if qlora else "")
@@ -51,9 +78,7 @@ seed: 1
 stage {{
   name: "bench"
   model {{ plugin: "llama" options {{ [type.googleapis.com/engine.transformer.LlamaOptions] {{
-    vocab_size: {vocab} hidden_size: {hidden} num_hidden_layers: {layers}
-    num_attention_heads: {heads} num_key_value_heads: {kv_heads} intermediate_size: {intermediate}
-    max_position_embeddings: {max(2048, args.seq)} tie_word_embeddings: false
+    pretrained: "{checkpoint}"
     gradient_checkpointing: {"true" if checkpointing else "false"} }} }} }}
 {quantizer}  adapter {{ plugin: "lora" options {{ [type.googleapis.com/engine.plugins.LoraOptions] {{
     r: 16 lora_alpha: 32 target_modules: "model.layers.*" }} }} }}
@@ -70,13 +95,15 @@ stage {{
 """
 
 
-def run_engine(args, checkpointing, qlora):
+def run_engine(args, checkpoint, checkpointing, qlora):
     with tempfile.TemporaryDirectory(prefix="engine-vs-peft-") as tmp:
         pipeline = os.path.join(tmp, "bench.pbtxt")
         with open(pipeline, "w") as f:
-            f.write(engine_pipeline(os.path.join(tmp, "out"), os.path.abspath(args.data), args.shape,
+            f.write(engine_pipeline(os.path.join(tmp, "out"), os.path.abspath(args.data), checkpoint,
                                     args, checkpointing, qlora))
+        start = time.perf_counter()
         run = subprocess.run([args.engine, "run", pipeline], capture_output=True, text=True)
+        wall = time.perf_counter() - start
         if run.returncode != 0:
             sys.exit(f"engine run failed ({run.returncode}):\n{run.stdout[-3000:]}{run.stderr[-3000:]}")
         steps = []
@@ -90,25 +117,29 @@ def run_engine(args, checkpointing, qlora):
     seconds = steps[-1]["time"] - steps[args.warmup - 1]["time"]
     peak = max(s.get("cuda_peak_allocated_bytes", 0) for s in steps)
     return {"tokens_per_s": args.steps * args.batch * args.seq / seconds, "peak_bytes": peak,
-            "final_loss": steps[-1]["metrics"]["loss"]}
+            "final_loss": steps[-1]["metrics"]["loss"], "wall_s": wall}
 
 
-def run_peft(args, checkpointing):
+def run_peft(args, checkpoint, checkpointing, qlora):
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    hidden, layers, heads, kv_heads, intermediate, vocab = SHAPES[args.shape]
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         intermediate_size=intermediate, max_position_embeddings=max(2048, args.seq),
-                         tie_word_embeddings=False, use_cache=False, attn_implementation="sdpa")
+    start_wall = time.perf_counter()
     torch.manual_seed(1)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    # Built and cast on the host, then placed, as the engine does: the GPU's peak counts what
-    # training holds, on both sides from before the model exists.
-    model = LlamaForCausalLM(config).to(torch.bfloat16).to("cuda")
+    kwargs = {}
+    if qlora:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_use_double_quant=False, llm_int8_skip_modules=["lm_head"])
+        kwargs["device_map"] = {"": 0}
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16,
+                                                 attn_implementation="sdpa", use_cache=False,
+                                                 **kwargs)
+    if not qlora:
+        model = model.to("cuda")
     if model.config._attn_implementation != "sdpa":
         sys.exit(f"transformers built {model.config._attn_implementation} attention, not sdpa")
     if checkpointing:
@@ -121,7 +152,7 @@ def run_peft(args, checkpointing):
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=2e-4, fused=True)
-    ids = torch.randint(0, vocab, (args.batch, args.seq), device="cuda")
+    ids = torch.randint(0, 256, (args.batch, args.seq), device="cuda")
 
     def step():
         loss = model(input_ids=ids, labels=ids).loss
@@ -139,7 +170,8 @@ def run_peft(args, checkpointing):
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     result = {"tokens_per_s": args.steps * args.batch * args.seq / seconds,
-              "peak_bytes": torch.cuda.max_memory_allocated(), "final_loss": loss.item()}
+              "peak_bytes": torch.cuda.max_memory_allocated(), "final_loss": loss.item(),
+              "wall_s": time.perf_counter() - start_wall}
     del model, optimizer
     torch.cuda.empty_cache()
     return result
@@ -148,7 +180,7 @@ def run_peft(args, checkpointing):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default=os.path.join(ROOT, "build", "bin", "engine"))
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="1.1b")
+    parser.add_argument("--model", choices=sorted(MODELS), default="qwen2.5-0.5b")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=20)
@@ -163,33 +195,36 @@ def main():
     if args.warmup < 1:
         parser.error("--warmup must be at least 1 (the first step compiles and allocates)")
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.checkpointing]
+    kind = "qlora" if args.qlora else "lora"
     rows = []
-    print(f"shape {args.shape}, batch {args.batch} x {args.seq} tokens, LoRA r=16, "
-          f"{args.steps} steps after {args.warmup}")
-    print(f"{'checkpointing':<14} {'side':<16} {'tokens/s':>10} {'peak GiB':>9} {'loss':>7}")
-    for checkpointing in modes:
-        sides = [("engine", lambda: run_engine(args, checkpointing, False))]
-        if args.qlora:
-            sides.append(("engine qlora", lambda: run_engine(args, checkpointing, True)))
-        if not args.engine_only:
-            sides.append(("transformers+peft", lambda: run_peft(args, checkpointing)))
-        row = {"checkpointing": checkpointing}
-        for name, run in sides:
-            row[name] = run()
-            r = row[name]
-            print(f"{'on' if checkpointing else 'off':<14} {name:<16} {r['tokens_per_s']:>10,.0f} "
-                  f"{r['peak_bytes'] / 2**30:>9.2f} {r['final_loss']:>7.3f}")
-        if "transformers+peft" in row:
-            peft = row["transformers+peft"]
-            for name in ("engine", "engine qlora"):
-                if name in row:
-                    print(f"{'':<14} {name + ' / peft':<16} "
-                          f"{row[name]['tokens_per_s'] / peft['tokens_per_s']:>10.2f} "
-                          f"{row[name]['peak_bytes'] / peft['peak_bytes']:>9.2f}")
-        rows.append(row)
+    with tempfile.TemporaryDirectory(prefix="gpu-vs-peft-model-") as checkpoint:
+        parameters = write_checkpoint(args.model, checkpoint)
+        print(f"{args.model} ({parameters / 1e9:.2f} B parameters, random, bf16), {kind}, batch "
+              f"{args.batch} x {args.seq} tokens, LoRA r=16, {args.steps} steps after {args.warmup}")
+        print(f"{'checkpointing':<14} {'side':<18} {'tokens/s':>10} {'peak GiB':>9} {'loss':>7} "
+              f"{'wall s':>7}")
+        for checkpointing in modes:
+            sides = [("engine", lambda: run_engine(args, checkpoint, checkpointing, args.qlora))]
+            if not args.engine_only:
+                sides.append(("transformers+peft",
+                              lambda: run_peft(args, checkpoint, checkpointing, args.qlora)))
+            row = {"checkpointing": checkpointing, "kind": kind}
+            for name, run in sides:
+                row[name] = run()
+                r = row[name]
+                print(f"{'on' if checkpointing else 'off':<14} {name:<18} "
+                      f"{r['tokens_per_s']:>10,.0f} {r['peak_bytes'] / 2**30:>9.2f} "
+                      f"{r['final_loss']:>7.3f} {r['wall_s']:>7.1f}")
+            if "transformers+peft" in row:
+                engine, peft = row["engine"], row["transformers+peft"]
+                row["speed_ratio"] = engine["tokens_per_s"] / peft["tokens_per_s"]
+                row["memory_ratio"] = engine["peak_bytes"] / peft["peak_bytes"]
+                print(f"{'':<14} {'engine / peft':<18} {row['speed_ratio']:>10.2f} "
+                      f"{row['memory_ratio']:>9.2f}")
+            rows.append(row)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+            json.dump({"args": vars(args), "parameters": parameters, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
