@@ -7,7 +7,9 @@
 //
 //   attention: rotary + causal attention on one fused q/k/v projection (the decoder's path)
 //              against ApplyRotary, repeated key/value heads, scores, masked f32 softmax and the
-//              value product (the math path);
+//              value product (the math path), then ("vs sdpa") against ApplyRotary and
+//              LibTorch's scaled_dot_product_attention (causal, grouped heads read in place:
+//              what ENGINE_ATTENTION=sdpa runs);
 //   swiglu:    silu(gate) * up on one fused gate/up projection against at::silu and a product;
 //   rms_norm:  Llama's RMSNorm against its six ATen ops.
 // Each row: ms for forward + backward (best of --repeats), ATen / kernel (above 1: the kernel is
@@ -127,6 +129,22 @@ int main(int argc, char** argv) {
       return at::matmul(at::softmax(scores, -1, at::kFloat).to(v.scalar_type()), v);
     });
     PrintRow("attention", kernel, aten, 0, memcpy_bps);
+    // LibTorch's fused attention on the same rotated heads (its flash kernel on the CPU, the
+    // grouped key/value heads read in place): the path ENGINE_ATTENTION=sdpa takes.
+    const double sdpa = TimeStep(s, {qkv}, [&](const std::vector<at::Tensor>& x) {
+      const auto part = [&](int64_t first, int64_t count) {
+        return x[0]
+            .narrow(2, first * d, count * d)
+            .view({s.batch, s.seq, count, d})
+            .transpose(1, 2);
+      };
+      const at::Tensor v = part(s.heads + s.kv_heads, s.kv_heads);
+      return at::scaled_dot_product_attention(
+          tf::ApplyRotary(part(0, s.heads), rotary).to(v.scalar_type()),
+          tf::ApplyRotary(part(s.heads, s.kv_heads), rotary).to(v.scalar_type()), v,
+          /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale, /*enable_gqa=*/true);
+    });
+    PrintRow("vs sdpa", kernel, sdpa, 0, memcpy_bps);
   }
   {
     const at::Tensor gate_up = at::randn({s.batch, s.seq, 2 * s.intermediate}).to(s.dtype);

@@ -14,12 +14,12 @@ at::Tensor Nf4Weight::DequantizeRows(int64_t begin, int64_t end, c10::ScalarType
 // the kernel stays ahead up to 16 (1.5-4.5x).
 constexpr int64_t kBf16FewRows = 4;
 
-at::Tensor Nf4Weight::MatmulFewRows(const at::Tensor& x) const {
-  if (!kernels::CpuKernelsSwitchedOn() || !kernels::Nf4MatmulRowsSupports(q_, x, compute_) ||
-      (compute_ == at::kBFloat16 && x.size(0) > kBf16FewRows)) {
+at::Tensor Nf4Weight::MatmulFewRows(const at::Tensor& x, c10::ScalarType compute) const {
+  if (!kernels::CpuKernelsSwitchedOn() || !kernels::Nf4MatmulRowsSupports(q_, x, compute) ||
+      (compute == at::kBFloat16 && x.size(0) > kBf16FewRows)) {
     return at::Tensor();
   }
-  return kernels::Nf4MatmulRows(x, q_, compute_);
+  return kernels::Nf4MatmulRows(x, q_, compute);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Nf4Weight::tensors() const {

@@ -35,7 +35,7 @@ class Nf4Weight : public QuantizedWeight, public FewRowsMatmul {
   at::Tensor DequantizeRows(int64_t begin, int64_t end, c10::ScalarType dtype) const override;
   std::vector<std::pair<std::string, at::Tensor>> tensors() const override;
   StatusOr<std::shared_ptr<QuantizedWeight>> QuantizeLike(const at::Tensor& dense) const override;
-  at::Tensor MatmulFewRows(const at::Tensor& x) const override;
+  at::Tensor MatmulFewRows(const at::Tensor& x, c10::ScalarType compute) const override;
 
   const kernels::Nf4Tensor& codes() const { return q_; }
 

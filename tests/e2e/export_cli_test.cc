@@ -220,7 +220,8 @@ TEST_F(ExportCliTest, Bnb4ExportHoldsTheStagesFourBitWeightsInBitsandbytesSerial
   EXPECT_EQ(q["quant_method"], "bitsandbytes");
   EXPECT_EQ(q["load_in_4bit"], true);
   EXPECT_EQ(q["bnb_4bit_quant_type"], "nf4");
-  EXPECT_EQ(q["bnb_4bit_compute_dtype"], "bfloat16");
+  // The stage computes in f32, and so did its 4-bit layers (nf4 leaves compute_dtype to it).
+  EXPECT_EQ(q["bnb_4bit_compute_dtype"], "float32");
   EXPECT_EQ(q["llm_int8_skip_modules"], nlohmann::json({"lm_head"}));
   EXPECT_EQ(config["torch_dtype"], "bfloat16");
 }

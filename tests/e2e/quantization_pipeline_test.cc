@@ -64,6 +64,34 @@ TEST(QuantizationPipelineTest, PlanCountsQuantizedLayersBitsAndAdapters) {
   EXPECT_THAT(text.out, HasSubstr("adapter     lora 0.1.0: 4 linear layers"));
 }
 
+// Quantized matmuls follow the stage's compute dtype unless the quantizer's options pin one: an f32
+// stage multiplying its 4-bit layers in bf16 would compute what its plan does not say (and, on a
+// CPU without bf16 units, 50 times slower).
+TEST(QuantizationPipelineTest, QuantizedMatmulsRunInTheStagesComputeDtypeUnlessPinned) {
+  struct Case {
+    std::string precision, quantizer_options, compute;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"fp32", "", "f32 (the stage's compute dtype; options.compute_dtype pins another)"},
+           {"bf16-mixed", "",
+            "bf16 (the stage's compute dtype; options.compute_dtype pins another)"},
+           {"fp32", "compute_dtype: BF16", "bf16 (options.compute_dtype)"},
+       }) {
+    testing::TempDir tmp;
+    std::string pipeline = QloraPipeline(c.quantizer_options, "r: 4");
+    const std::string optimizer = "  optimizer {";
+    pipeline.replace(pipeline.find(optimizer), optimizer.size(),
+                     "  precision { plugin: \"" + c.precision + "\" }\n" + optimizer);
+    const auto file = tmp.Write("p.pbtxt", pipeline);
+    auto r = testing::RunEngine({"check", file.string(), "--format=json"}, "/");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["plan"]["stages"][0]["quantizer"]["compute"], c.compute)
+        << c.precision << " " << c.quantizer_options;
+    auto text = testing::RunEngine({"check", file.string()}, "/");
+    EXPECT_THAT(text.out, HasSubstr("frozen; matmuls in " + c.compute));
+  }
+}
+
 TEST(QuantizationPipelineTest, RunTrainsOnlyTheAdaptersAndSavesThemInPeftLayout) {
   testing::TempDir tmp;
   const auto file = tmp.Write(

@@ -106,6 +106,29 @@ TEST(QuantizedLinearTest, ComputeDtypeIsTheDeclaredOneWhateverTheInput) {
   EXPECT_TRUE(at::allclose(y, reference, 5e-2, 5e-2));
 }
 
+// What the engine sets for a stage whose quantizer leaves compute_dtype open: the layer's dtype
+// wins over the weight's declared bf16, forward and backward, on the tiled and the few-rows paths.
+TEST(QuantizedLinearTest, TheLayerComputeDtypeOverridesTheDeclaredOne) {
+  at::manual_seed(5);
+  for (const int64_t tokens : {3, 40}) {  // few rows straight from the codes; tiles
+    Linear layer(256, 96, /*with_bias=*/false);
+    ASSERT_TRUE(layer->Quantize(QuantizeWith("nf4", "", layer->weight.detach())).ok());
+    ASSERT_EQ(layer->quantized()->compute_dtype(), at::kBFloat16);  // nf4's declared default
+    const at::Tensor w = layer->DenseWeight(at::kFloat);
+    const at::Tensor x = at::randn({tokens, 256}).requires_grad_();
+    const at::Tensor upstream = at::randn({tokens, 96});
+    const at::Tensor in_bf16 = layer->forward(x).detach();
+    layer->SetQuantizedComputeDtype(at::kFloat);
+    EXPECT_EQ(layer->quantized_compute_dtype(), at::kFloat);
+    const at::Tensor y = layer->forward(x);
+    (y * upstream).sum().backward();
+    // f32 products agree with the dequantized weight to f32 rounding; bf16 ones are ~1e-2 off.
+    EXPECT_TRUE(at::allclose(y, at::matmul(x.detach(), w.t()), 1e-5, 1e-5)) << tokens;
+    EXPECT_TRUE(at::allclose(x.grad(), at::matmul(upstream, w), 1e-5, 1e-5)) << tokens;
+    EXPECT_GT((in_bf16 - y.detach()).abs().max().item<float>(), 1e-3) << tokens;
+  }
+}
+
 // A generated token (or a few): the nf4 weight multiplies straight from its codes
 // (FewRowsMatmul), and gives what the dequantized tiles give. ENGINE_CPU_KERNELS=0 takes the tiles.
 TEST(QuantizedLinearTest, FewRowsFromTheCodesEqualTheTiledProduct) {

@@ -20,10 +20,10 @@ class FewRowsMatmul {
   static constexpr int64_t kMaxRows = 16;
 
   virtual ~FewRowsMatmul();
-  // y [n, rows] = x [n, cols] @ W^T in the weight's compute dtype, computed as the tiled path
-  // computes it (x rounded to the compute dtype, products and sums in f32, y rounded); undefined
-  // when this input is not one it takes.
-  virtual at::Tensor MatmulFewRows(const at::Tensor& x) const = 0;
+  // y [n, rows] = x [n, cols] @ W^T in `compute` (the layer's compute dtype, which need not be
+  // the weight's declared one), computed as the tiled path computes it (x rounded to `compute`,
+  // products and sums in f32, y rounded); undefined when this input is not one it takes.
+  virtual at::Tensor MatmulFewRows(const at::Tensor& x, c10::ScalarType compute) const = 0;
 };
 
 }  // namespace engine

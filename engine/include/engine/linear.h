@@ -5,8 +5,9 @@
 // and checkpoints are what torch::nn::Linear gives. The engine then, as a stage says:
 //   - quantizes it (Quantize): the dense parameter is replaced by the quantized format's buffers,
 //     stored under the layer ("weight", "weight_absmax", ...), frozen; the forward pass multiplies
-//     in the format's explicit compute dtype and returns the input's dtype; the backward gives the
-//     input its gradient and the weight none;
+//     in the layer's compute dtype (the one the quantizer declares, or the stage's, which the
+//     engine sets when the quantizer's options leave it open) and returns the input's dtype; the
+//     backward gives the input its gradient and the weight none;
 //   - attaches adapters (AddAdapter): each registers its own parameters under the layer (LoRA's
 //     "lora_A", "lora_B", as PEFT names them) and adds its output to the layer's;
 //   - merges adapters into a dense weight and unmerges them again (MergeAdapters/UnmergeAdapters).
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +101,12 @@ class LinearImpl : public torch::nn::Module {
   // shape differs.
   Status Quantize(std::shared_ptr<QuantizedWeight> quantized);
   const std::shared_ptr<QuantizedWeight>& quantized() const { return quantized_; }
+  // The dtype the quantized matmul runs in: set by SetQuantizedComputeDtype, else the quantized
+  // weight's declared one. Only for a quantized layer.
+  c10::ScalarType quantized_compute_dtype() const;
+  // The engine sets the stage's compute dtype here when the quantizer leaves it to the stage (an
+  // f32 stage must not multiply in bf16 behind its plan's back). Kept across Quantize.
+  void SetQuantizedComputeDtype(c10::ScalarType dtype) { quantized_compute_ = dtype; }
   // The dense weight in `dtype`: the parameter's values, or the quantized weight dequantized.
   at::Tensor DenseWeight(c10::ScalarType dtype) const;
 
@@ -135,6 +143,7 @@ class LinearImpl : public torch::nn::Module {
   int64_t in_features_, out_features_;
   bool has_bias_;
   std::shared_ptr<QuantizedWeight> quantized_;
+  std::optional<c10::ScalarType> quantized_compute_;
   std::vector<std::shared_ptr<LinearAdapter>> adapters_;
   bool merged_ = false;
 };
@@ -148,9 +157,11 @@ TORCH_MODULE(Linear);
 // caller then runs them one by one.
 at::Tensor ForwardConcatenated(const std::vector<LinearImpl*>& layers, const at::Tensor& x);
 
-// x @ W^T for a quantized W, in W's compute dtype, without materialising the whole dense weight
-// (row tiles are dequantized and multiplied in turn). Differentiable in x only.
-at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedWeight> weight);
+// x @ W^T for a quantized W, in `compute` (default: W's declared compute dtype), without
+// materialising the whole dense weight (row tiles are dequantized and multiplied in turn).
+// Differentiable in x only; the backward multiplies in the same dtype.
+at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedWeight> weight,
+                           std::optional<c10::ScalarType> compute = std::nullopt);
 
 // Every engine::Linear in `module`, with its name ("model.layers.0.self_attn.q_proj").
 std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> NamedLinears(

@@ -261,7 +261,9 @@ CheckResult PrecisionContract(const Subject& s) {
 
   auto runtime = PrecisionRuntime::Apply(*plan, *layer, at::kCPU);
   if (!runtime.ok()) return Fail(runtime.status().message());
-  const at::Tensor x = at::randn({2, 8});
+  // Fixed and small: random inputs under fp16's initial loss scale (65536) overflowed the
+  // gradients now and then, which is the scaler's business, not a broken policy.
+  const at::Tensor x = at::linspace(-1.0, 1.0, 16).view({2, 8});
   at::Tensor main_output;
   {
     auto scope = (*runtime)->context().Enter();

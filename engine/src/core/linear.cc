@@ -31,15 +31,14 @@ int64_t TileRows(const QuantizedWeight& w, c10::ScalarType dtype, const at::Devi
 
 // y [n, rows] = x [n, cols] @ W^T, tile by tile. Autocast is off inside: the compute dtype is the
 // format's, whatever region the caller is in.
-at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w) {
+at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w, c10::ScalarType dtype) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   if (x2d.size(0) <= FewRowsMatmul::kMaxRows && x2d.device().is_cpu()) {
     if (const auto* direct = dynamic_cast<const FewRowsMatmul*>(&w)) {
-      at::Tensor y = direct->MatmulFewRows(x2d);
+      at::Tensor y = direct->MatmulFewRows(x2d, dtype);
       if (y.defined()) return y;
     }
   }
-  const c10::ScalarType dtype = w.compute_dtype();
   const at::Tensor x = x2d.to(dtype);
   const int64_t rows = w.rows(), tile = TileRows(w, dtype, x.device());
   if (tile >= rows) return at::mm(x, w.DequantizeRows(0, rows, dtype).to(x.device()).t());
@@ -54,9 +53,8 @@ at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w) {
 }
 
 // dx [n, cols] = dy [n, rows] @ W, accumulated over row tiles.
-at::Tensor TiledInputGrad(const at::Tensor& dy2d, const QuantizedWeight& w) {
+at::Tensor TiledInputGrad(const at::Tensor& dy2d, const QuantizedWeight& w, c10::ScalarType dtype) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  const c10::ScalarType dtype = w.compute_dtype();
   const at::Tensor dy = dy2d.to(dtype);
   const int64_t rows = w.rows(), tile = TileRows(w, dtype, dy.device());
   if (tile >= rows) return at::mm(dy, w.DequantizeRows(0, rows, dtype).to(dy.device()));
@@ -73,11 +71,12 @@ struct QuantizedMatmulBackward : public torch::autograd::Node {
   std::shared_ptr<const QuantizedWeight> weight;
   std::vector<int64_t> input_sizes;
   c10::ScalarType input_dtype = at::kFloat;
+  c10::ScalarType compute = at::kFloat;
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const at::Tensor& dy = grads[0];
     if (!dy.defined()) return {at::Tensor()};
-    at::Tensor dx = TiledInputGrad(dy.reshape({-1, weight->rows()}), *weight);
+    at::Tensor dx = TiledInputGrad(dy.reshape({-1, weight->rows()}), *weight, compute);
     return {dx.view(input_sizes).to(input_dtype)};
   }
   std::string name() const override { return "engine::QuantizedMatmulBackward"; }
@@ -98,7 +97,9 @@ double QuantizedWeight::bits_per_parameter() const {
   return elements > 0 ? 8.0 * static_cast<double>(storage_bytes()) / elements : 0.0;
 }
 
-at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedWeight> weight) {
+at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedWeight> weight,
+                           std::optional<c10::ScalarType> compute) {
+  const c10::ScalarType dtype = compute.value_or(weight->compute_dtype());
   TORCH_CHECK(x.size(-1) == weight->cols(), "quantized matmul: the input has ", x.size(-1),
               " features, the weight ", weight->cols());
   std::vector<int64_t> out_sizes = x.sizes().vec();
@@ -106,7 +107,7 @@ at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedW
   at::Tensor y;  // [n, rows], a fresh tensor (not a view), so it can take a grad_fn
   {
     at::NoGradGuard no_grad;
-    y = TiledForward(x.reshape({-1, weight->cols()}), *weight);
+    y = TiledForward(x.reshape({-1, weight->cols()}), *weight, dtype);
   }
   if (x.requires_grad() && at::GradMode::is_enabled()) {
     auto node = std::shared_ptr<QuantizedMatmulBackward>(new QuantizedMatmulBackward(),
@@ -114,6 +115,7 @@ at::Tensor QuantizedMatmul(const at::Tensor& x, std::shared_ptr<const QuantizedW
     node->weight = std::move(weight);
     node->input_sizes = x.sizes().vec();
     node->input_dtype = x.scalar_type();
+    node->compute = dtype;
     node->set_next_edges(torch::autograd::collect_next_edges(x));
     torch::autograd::set_history(y, node);
   }
@@ -150,7 +152,7 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
   at::Tensor y;
   if (quantized_ != nullptr) {
-    y = QuantizedMatmul(x, quantized_).to(x.scalar_type());
+    y = QuantizedMatmul(x, quantized_, quantized_compute_).to(x.scalar_type());
     if (bias.defined()) y = y + bias;
   } else {
     // As torch::nn::Linear computes it. at::linear would differ under autocast: it casts the leaf
@@ -237,6 +239,11 @@ Status LinearImpl::Quantize(std::shared_ptr<QuantizedWeight> quantized) {
   weight = at::Tensor();
   RegisterQuantizedTensors();
   return Status::Ok();
+}
+
+c10::ScalarType LinearImpl::quantized_compute_dtype() const {
+  TORCH_CHECK(quantized_ != nullptr, "quantized_compute_dtype of a dense layer");
+  return quantized_compute_.value_or(quantized_->compute_dtype());
 }
 
 at::Tensor LinearImpl::DenseWeight(c10::ScalarType dtype) const {

@@ -178,7 +178,7 @@ StatusOr<Bnb4Export> Bnb4Weights(torch::nn::Module& module, at::ScalarType dtype
       out.tensors.emplace_back(t.name + ".quant_state.bitsandbytes__nf4",
                                PackedQuantState(block_size, dtype, weight.rows(), weight.cols(),
                                                 nested ? &*nested : nullptr));
-      out.compute_dtype = TorchDtypeName(weight.compute_dtype());
+      out.compute_dtype = TorchDtypeName(layer->second->quantized_compute_dtype());
     } else if (!dropped.count(t.name)) {
       out.tensors.emplace_back(t.name, ExportedTensor(t.tensor, dtype));
     }

@@ -5,11 +5,16 @@
 #endif
 
 #include <ATen/ATen.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 #include <torch/nn/module.h>
+
+#include <optional>
 
 #include "core/glob.h"
 #include "core/guarded_call.h"
 #include "engine/adapter.h"
+#include "engine/dtype.h"
 #include "engine/linear.h"
 #include "engine/quantizer.h"
 
@@ -98,6 +103,30 @@ void LayerPluginReport::Add(const QuantizedWeight& quantized, const LinearImpl& 
   ++quantized_layers;
   quantized_parameters += layer.in_features() * layer.out_features();
   quantized_bytes += quantized.storage_bytes();
+}
+
+void SetQuantizedCompute(const ResolvedStage& stage, c10::ScalarType stage_compute,
+                         torch::nn::Module& module, LayerPluginReport* report) {
+  if (stage.quantizer.entry == nullptr) return;
+  const google::protobuf::Message& options = *stage.quantizer.options;
+  const google::protobuf::FieldDescriptor* field =
+      options.GetDescriptor()->FindFieldByName("compute_dtype");
+  const bool open = field != nullptr && field->has_presence() &&
+                    !options.GetReflection()->HasField(options, field);
+  std::optional<c10::ScalarType> declared;
+  for (const auto& [name, layer] : NamedLinears(module)) {
+    if (layer->quantized() == nullptr) continue;
+    if (open) layer->SetQuantizedComputeDtype(stage_compute);
+    declared = layer->quantized_compute_dtype();
+  }
+  if (!declared) return;
+  std::string why = " (the quantizer's)";
+  if (open) {
+    why = " (the stage's compute dtype; options.compute_dtype pins another)";
+  } else if (field != nullptr) {
+    why = " (options.compute_dtype)";
+  }
+  report->quantized_compute = std::string(DtypeShortName(*declared)) + why;
 }
 
 std::function<bool(const std::string&)> QuantizedLayers(const ResolvedStage& stage) {

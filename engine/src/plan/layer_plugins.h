@@ -7,6 +7,8 @@
 // then discards it.
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -31,6 +33,9 @@ struct LayerPluginReport {
   int64_t quantized_layers = 0;
   int64_t quantized_parameters = 0;  // dense elements replaced
   int64_t quantized_bytes = 0;       // their storage, scales included
+  // What their matmuls run in and why: "f32 (the stage's compute dtype)"; set by
+  // SetQuantizedCompute.
+  std::string quantized_compute;
   void Add(const QuantizedWeight& quantized, const LinearImpl& layer);
   double bits_per_parameter() const {
     return quantized_parameters > 0 ? 8.0 * quantized_bytes / quantized_parameters : 0.0;
@@ -56,6 +61,12 @@ struct LayerPluginError {
 std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
                                                 torch::nn::Module& module,
                                                 LayerPluginReport* report);
+
+// Quantized layers multiply in the stage's compute dtype (`stage_compute`: its autocast dtype,
+// else f32) unless the quantizer's options pin one with a `compute_dtype` field that is set; a
+// quantizer without such a field keeps what its weights declare. Says which in `report`.
+void SetQuantizedCompute(const ResolvedStage& stage, c10::ScalarType stage_compute,
+                         torch::nn::Module& module, LayerPluginReport* report);
 
 // The ModelContext::quantizes predicate for `stage`: whether its quantizer selects the layer of
 // that full name. Empty for a stage without a quantizer.

@@ -87,6 +87,8 @@ class PlanBuilder {
     plan->stage = &stage;
     if (!OpenData(stage, plan) || !CreateModel(stage, plan)) return false;
     if (!SelectTrainable(stage, plan) || !PlanPrecision(stage, plan)) return false;
+    SetQuantizedCompute(stage, plan->precision.autocast.value_or(at::kFloat), plan->model->module(),
+                        &plan->layers);
     PlanCheckpoints(stage, plan);
     if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
     if (!PlanSteps(stage, plan) || !CheckCallbackMetrics(stage, *plan)) return false;

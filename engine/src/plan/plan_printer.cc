@@ -107,9 +107,10 @@ void AddModelJson(const StagePlan& s, nlohmann::json& js) {
                  {"frozen_parameters", s.total_parameters - s.trainable_parameters}};
   if (st.quantizer.entry != nullptr) {
     js["quantizer"] = {
-        {"plugin", st.quantizer.entry->name},  {"format", s.layers.quantized_format},
-        {"layers", s.layers.quantized_layers}, {"weights", s.layers.quantized_parameters},
-        {"bytes", s.layers.quantized_bytes},   {"bits_per_weight", s.layers.bits_per_parameter()}};
+        {"plugin", st.quantizer.entry->name},   {"format", s.layers.quantized_format},
+        {"layers", s.layers.quantized_layers},  {"weights", s.layers.quantized_parameters},
+        {"bytes", s.layers.quantized_bytes},    {"bits_per_weight", s.layers.bits_per_parameter()},
+        {"compute", s.layers.quantized_compute}};
   }
   js["adapters"] = nlohmann::json::array();
   for (const LayerPluginReport::Adapter& adapter : s.layers.adapters) {
@@ -316,7 +317,8 @@ void ModelLines(const StagePlan& s, std::ostringstream& out) {
         << ": " << l.quantized_layers << " linear layers, " << WithThousands(l.quantized_parameters)
         << " weights in " << HumanBytes(l.quantized_bytes) << " ("
         << FormatFixed(l.bits_per_parameter(), 3) << " bits per weight, scales included; "
-        << HumanBytes(l.quantized_parameters * 4) << " in f32), frozen\n";
+        << HumanBytes(l.quantized_parameters * 4) << " in f32), frozen; matmuls in "
+        << l.quantized_compute << "\n";
   }
   for (size_t a = 0; a < s.layers.adapters.size(); ++a) {
     const LayerPluginReport::Adapter& adapter = s.layers.adapters[a];
