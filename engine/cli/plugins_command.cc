@@ -72,6 +72,9 @@ void SnippetFields(const Message& defaults, int indent, std::ostream& out) {
     } else if (required) {
       out << pad << f->name() << ": "
           << (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING ? "\"\"" : "0") << "  # required\n";
+    } else if (f->options().GetExtension(engine::help).find("unset:") != std::string::npos) {
+      out << pad << "# " << f->name() << ": " << DefaultText(defaults, f)
+          << "  (unset: see describe)\n";
     } else {
       out << pad << f->name() << ": " << DefaultText(defaults, f) << "\n";
     }

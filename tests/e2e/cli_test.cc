@@ -118,6 +118,9 @@ TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
   auto nf4 = RunEngine({"plugins", "describe", "nf4"});
   EXPECT_EQ(nf4.exit_code, 0);
   EXPECT_THAT(nf4.out, HasSubstr("quantizer {\n    plugin: \"nf4\""));
+  // compute_dtype unset follows the stage: the snippet leaves it out, so pasting it pins no dtype.
+  EXPECT_THAT(nf4.out, HasSubstr("# compute_dtype: BF16  (unset: see describe)"));
+  EXPECT_THAT(nf4.out, HasSubstr("double_quant: true\n"));
   auto missing = RunEngine({"plugins", "describe", "nf5"});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.err, HasSubstr("no plugin named 'nf5' is installed"));

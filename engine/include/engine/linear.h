@@ -40,7 +40,8 @@ class QuantizedWeight {
   virtual std::string format() const = 0;
   virtual int64_t rows() const = 0;
   virtual int64_t cols() const = 0;
-  // The dtype the matmul runs in (declared by the quantizer's options, never taken from inputs).
+  // The dtype the quantizer's options declare (never taken from inputs): the matmul's, unless the
+  // layer overrides it (LinearImpl::quantized_compute_dtype).
   virtual c10::ScalarType compute_dtype() const = 0;
   // Rows [begin, end) of the dense weight in `dtype`, as a [end - begin, cols] tensor.
   virtual at::Tensor DequantizeRows(int64_t begin, int64_t end, c10::ScalarType dtype) const = 0;

@@ -25,8 +25,9 @@
 extern "C" {
 #endif
 
-/* The plugin interface version this SDK speaks. */
-#define ENGINE_PLUGIN_API_VERSION 3
+/* The plugin interface version this SDK speaks. 4: FewRowsMatmul::MatmulFewRows takes the layer's
+   compute dtype, and QuantizedMatmul an optional one. */
+#define ENGINE_PLUGIN_API_VERSION 4
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

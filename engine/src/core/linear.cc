@@ -29,8 +29,8 @@ int64_t TileRows(const QuantizedWeight& w, c10::ScalarType dtype, const at::Devi
   return std::max<int64_t>(1, (device.is_cpu() ? kCpuTileBytes : kGpuTileBytes) / row_bytes);
 }
 
-// y [n, rows] = x [n, cols] @ W^T, tile by tile. Autocast is off inside: the compute dtype is the
-// format's, whatever region the caller is in.
+// y [n, rows] = x [n, cols] @ W^T, tile by tile, in `dtype`. Autocast is off inside: the compute
+// dtype is the layer's, whatever region the caller is in.
 at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w, c10::ScalarType dtype) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   if (x2d.size(0) <= FewRowsMatmul::kMaxRows && x2d.device().is_cpu()) {

@@ -496,6 +496,10 @@ class PlanBuilder {
     // A stage's callbacks can end it early (early stopping), so their options count.
     for (const ResolvedCallback& callback : stage.callbacks) add_plugin(callback.ref);
     text += "|precision:" + plan.precision.policy;
+    // The dtype quantized layers multiply in follows the stage's precision unless pinned.
+    if (!plan.layers.quantized_compute.empty()) {
+      text += "|quantized_compute:" + plan.layers.quantized_compute;
+    }
     text += "|seed:" + std::to_string(stage.seed);
     text += "|world:" + std::to_string(plan.world_size);
     text += "|data:" + plan.data_identity;
