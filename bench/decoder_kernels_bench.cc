@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -112,18 +113,22 @@ int main(int argc, char** argv) {
       return tf::KernelPackedCausalAttention(x[0], s.heads, s.kv_heads, scale, 0, &rotary);
     });
     const at::Tensor mask = at::ones({s.seq, s.seq}, at::kBool).triu(1);
-    const double aten = TimeStep(s, {qkv}, [&](const std::vector<at::Tensor>& x) {
+    // The packed projection's q, k and v heads [batch, heads, seq, d], q and k rotated.
+    const auto rotated_heads = [&](const at::Tensor& packed) {
       const auto part = [&](int64_t first, int64_t count) {
-        return x[0]
-            .narrow(2, first * d, count * d)
+        return packed.narrow(2, first * d, count * d)
             .view({s.batch, s.seq, count, d})
             .transpose(1, 2);
       };
+      return std::array<at::Tensor, 3>{tf::ApplyRotary(part(0, s.heads), rotary),
+                                       tf::ApplyRotary(part(s.heads, s.kv_heads), rotary),
+                                       part(s.heads + s.kv_heads, s.kv_heads)};
+    };
+    const double aten = TimeStep(s, {qkv}, [&](const std::vector<at::Tensor>& x) {
+      const auto [q, k_grouped, v_grouped] = rotated_heads(x[0]);
       const int64_t groups = s.heads / s.kv_heads;
-      const at::Tensor q = tf::ApplyRotary(part(0, s.heads), rotary);
-      const at::Tensor k =
-          tf::ApplyRotary(part(s.heads, s.kv_heads), rotary).repeat_interleave(groups, 1);
-      const at::Tensor v = part(s.heads + s.kv_heads, s.kv_heads).repeat_interleave(groups, 1);
+      const at::Tensor k = k_grouped.repeat_interleave(groups, 1);
+      const at::Tensor v = v_grouped.repeat_interleave(groups, 1);
       const at::Tensor scores = (at::matmul(q, k.transpose(2, 3)) * scale)
                                     .masked_fill(mask, std::numeric_limits<float>::lowest());
       return at::matmul(at::softmax(scores, -1, at::kFloat).to(v.scalar_type()), v);
@@ -132,17 +137,10 @@ int main(int argc, char** argv) {
     // LibTorch's fused attention on the same rotated heads (its flash kernel on the CPU, the
     // grouped key/value heads read in place): the path ENGINE_ATTENTION=sdpa takes.
     const double sdpa = TimeStep(s, {qkv}, [&](const std::vector<at::Tensor>& x) {
-      const auto part = [&](int64_t first, int64_t count) {
-        return x[0]
-            .narrow(2, first * d, count * d)
-            .view({s.batch, s.seq, count, d})
-            .transpose(1, 2);
-      };
-      const at::Tensor v = part(s.heads + s.kv_heads, s.kv_heads);
-      return at::scaled_dot_product_attention(
-          tf::ApplyRotary(part(0, s.heads), rotary).to(v.scalar_type()),
-          tf::ApplyRotary(part(s.heads, s.kv_heads), rotary).to(v.scalar_type()), v,
-          /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale, /*enable_gqa=*/true);
+      const auto [q, k, v] = rotated_heads(x[0]);
+      return at::scaled_dot_product_attention(q.to(v.scalar_type()), k.to(v.scalar_type()), v,
+                                              /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                              /*is_causal=*/true, scale, /*enable_gqa=*/true);
     });
     PrintRow("vs sdpa", kernel, sdpa, 0, memcpy_bps);
   }
