@@ -105,11 +105,12 @@ int main(int argc, char** argv) {
   const double megabytes = static_cast<double>(bytes) / 1e6;
   std::printf("encoding %s (%.2f MB, %zu lines), best of %d passes\n", text.c_str(), megabytes,
               lines.size(), repeats);
-  std::printf("%-18s %10s %12s %10s %12s %8s\n", "tokenizer", "ours MB/s", "ours tokens", "HF MB/s",
+  std::printf("%-20s %10s %12s %10s %12s %8s\n", "tokenizer", "ours MB/s", "ours tokens", "HF MB/s",
               "HF tokens", "ours/HF");
   const fs::path fixtures = fs::path(engine::testing::kSourceDir) / "tests/fixtures/tokenizers";
-  for (const char* name :
-       {"llama3_bpe.json", "qwen2_bpe.json", "mistral_bpe.json", "llama2_bpe.json"}) {
+  for (const char* name : {"llama3_bpe.json", "qwen2_bpe.json", "mistral_bpe.json",
+                           "llama2_bpe.json", "t5_unigram.json", "albert_unigram.json",
+                           "unigram_bytes.json", "bert_wordpiece.json", "wordpiece_cased.json"}) {
     auto tokenizer = engine::tokenizer::HfTokenizer::FromFile(fixtures / name);
     if (!tokenizer.ok()) {
       std::cerr << tokenizer.status().message() << "\n";
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
         lines, repeats, [&](const std::string& line) { return (*tokenizer)->Encode(line, false); },
         &ours_tokens);
     const double hf = ReferenceSeconds(fixtures / name, text, repeats, &hf_tokens);
-    std::printf("%-18s %10.2f %12lld %10.2f %12lld %8.2f\n", name, megabytes / ours,
+    std::printf("%-20s %10.2f %12lld %10.2f %12lld %8.2f\n", name, megabytes / ours,
                 static_cast<long long>(ours_tokens), hf > 0 ? megabytes / hf : 0.0,
                 static_cast<long long>(hf_tokens), hf > 0 ? hf / ours : 0.0);
   }
@@ -129,7 +130,7 @@ int main(int argc, char** argv) {
     const double seconds = BestSeconds(
         lines, repeats, [&](const std::string& line) { return sentencepiece->Encode(line); },
         &tokens);
-    std::printf("%-18s %10.2f %12lld   (SentencePiece BPE, 1000 pieces, same text)\n",
+    std::printf("%-20s %10.2f %12lld   (SentencePiece BPE, 1000 pieces, same text)\n",
                 "sentencepiece", megabytes / seconds, static_cast<long long>(tokens));
   } else {
     std::printf("sentencepiece: training the comparison model failed\n");

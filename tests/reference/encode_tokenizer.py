@@ -7,7 +7,8 @@ transformers runs), the reference the engine's tokenizer.json implementation is 
 CASES.json: {"cases": [{"tokenizer_file": PATH, "text_file": PATH, "lines": true|false,
                         "add_special_tokens": true|false}, ...]}
 Text files are read as UTF-8 (invalid bytes become U+FFFD); with "lines" each line is one text.
-RESULTS.json: [{"ids": [[...], ...], "decoded": ["...", ...]} or {"error": "..."}, ...].
+RESULTS.json: [{"ids": [[...], ...], "decoded": ["...", ...], "normalized": ["...", ...]}
+               or {"error": "..."}, ...] ("normalized": each text through the normalizer alone).
 """
 import json
 import sys
@@ -32,7 +33,9 @@ def main():
             encodings = tokenizer.encode_batch(texts, add_special_tokens=case["add_special_tokens"])
             ids = [e.ids for e in encodings]
             decoded = tokenizer.decode_batch(ids, skip_special_tokens=True)
-            results.append({"ids": ids, "decoded": decoded})
+            normalizer = tokenizer.normalizer
+            normalized = [normalizer.normalize_str(t) if normalizer else t for t in texts]
+            results.append({"ids": ids, "decoded": decoded, "normalized": normalized})
         except Exception as error:  # noqa: BLE001 - every failure is a result to compare
             results.append({"error": f"{type(error).__name__}: {error}"})
     json.dump(results, sys.stdout, ensure_ascii=False)

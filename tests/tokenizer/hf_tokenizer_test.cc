@@ -160,24 +160,99 @@ TEST(HfTokenizerTest, LongWhitespaceRunsSplitAsShortOnes) {
 
 TEST(HfTokenizerTest, UnsupportedComponentsAreErrorsNamingTheFileFieldAndType) {
   Json json = ByteLevelTokenizer(
-      {{"normalizer",
-        {{"type", "Sequence"}, {"normalizers", Json::array({{{"type", "Precompiled"}}})}}}});
+      {{"normalizer", {{"type", "Sequence"}, {"normalizers", Json::array({{{"type", "Nmt"}}})}}}});
   auto result = HfTokenizer::FromJson(json.dump(), "dir/tokenizer.json");
   ASSERT_FALSE(result.ok());
   EXPECT_THAT(result.status().message(), HasSubstr("'dir/tokenizer.json'"));
   EXPECT_THAT(result.status().message(), HasSubstr("normalizer.normalizers[0].type"));
-  EXPECT_THAT(result.status().message(), HasSubstr("unsupported normalizer 'Precompiled'"));
+  EXPECT_THAT(result.status().message(), HasSubstr("unsupported normalizer 'Nmt'"));
 
   json = ByteLevelTokenizer();
-  json["model"]["type"] = "Unigram";
+  json["model"]["type"] = "WordLevel";
   result = HfTokenizer::FromJson(json.dump(), "t.json");
   ASSERT_FALSE(result.ok());
-  EXPECT_THAT(result.status().message(), HasSubstr("model.type: unsupported model 'Unigram'"));
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("model.type: unsupported model 'WordLevel' (supported: BPE, Unigram, "
+                        "WordPiece)"));
 
-  json = ByteLevelTokenizer({{"pre_tokenizer", {{"type", "BertPreTokenizer"}}}});
+  json = ByteLevelTokenizer({{"pre_tokenizer", {{"type", "UnicodeScripts"}}}});
   result = HfTokenizer::FromJson(json.dump(), "t.json");
   ASSERT_FALSE(result.ok());
-  EXPECT_THAT(result.status().message(), HasSubstr("unsupported pre-tokenizer 'BertPreTokenizer'"));
+  EXPECT_THAT(result.status().message(), HasSubstr("unsupported pre-tokenizer 'UnicodeScripts'"));
+}
+
+Json UnigramTokenizer(Json pieces) {
+  return {{"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", std::move(pieces)}}}};
+}
+
+TEST(HfTokenizerTest, UnigramTakesThePiecesWhoseScoresSumHighestAndFusesUnknowns) {
+  // The example of the tokenizers crate's Unigram::encode documentation.
+  auto tokenizer = Load(UnigramTokenizer(Json::array(
+      {Json::array({"<unk>", 0.0}), Json::array({"a", 0.0}), Json::array({"b", 0.0}),
+       Json::array({"c", 0.0}), Json::array({"d", 0.0}), Json::array({"cd", 1.0}),
+       Json::array({"ab", 2.0}), Json::array({"abc", 5.0}), Json::array({"abcd", 10.0})})));
+  // abcd | a | cd | xx (two unknown characters, one unk).
+  EXPECT_EQ(tokenizer->Encode("abcdacdxx", false), (std::vector<int64_t>{8, 1, 5, 0}));
+}
+
+TEST(HfTokenizerTest, MalformedUnigramWordPieceAndCharsmapsAreErrorsNamingTheField) {
+  const auto error = [](const Json& json) {
+    auto result = HfTokenizer::FromJson(json.dump(), "t.json");
+    return result.ok() ? std::string("loaded") : result.status().message();
+  };
+  Json json = UnigramTokenizer(Json::array({Json::array({"<unk>", 0.0}), Json::array({"a"})}));
+  EXPECT_THAT(error(json), HasSubstr("model.vocab[1]: must be [\"piece\", score]"));
+  json = UnigramTokenizer(Json::array({Json::array({"a", 0.0})}));
+  json["model"].erase("unk_id");
+  EXPECT_THAT(error(json), HasSubstr("model.unk_id: is missing"));
+  json["model"]["unk_id"] = 3;
+  EXPECT_THAT(error(json), HasSubstr("model.unk_id: is not an id of the vocabulary"));
+
+  json = {{"model", {{"type", "WordPiece"}, {"vocab", {{"a", 0}}}, {"unk_token", "[UNK]"}}}};
+  EXPECT_THAT(error(json), HasSubstr("model.unk_token: '[UNK]' is not in the vocabulary"));
+
+  json = UnigramTokenizer(Json::array({Json::array({"<unk>", 0.0})}));
+  json["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "not base64!"}};
+  EXPECT_THAT(error(json), HasSubstr("normalizer.precompiled_charsmap: is not base64"));
+  json["normalizer"]["precompiled_charsmap"] = "/////wAAAAA=";  // a size of 4 GiB, 4 bytes of trie
+  EXPECT_THAT(error(json), HasSubstr("normalizer.precompiled_charsmap: says its trie is"));
+}
+
+std::string Base64(const std::string& bytes) {
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string text;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t group = static_cast<unsigned char>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
+    text += kAlphabet[(group >> 18) & 63];
+    text += kAlphabet[(group >> 12) & 63];
+    text += i + 1 < bytes.size() ? kAlphabet[(group >> 6) & 63] : '=';
+    text += i + 2 < bytes.size() ? kAlphabet[group & 63] : '=';
+  }
+  return text;
+}
+
+TEST(HfTokenizerTest, AHostileCharsmapNeverReadsOutsideItself) {
+  // Trie units whose offsets and labels point anywhere: every lookup is bounds-checked.
+  std::string blob = {16, 0, 0, 0};
+  for (uint32_t unit : {0xFFFFFFFFu, 0x0000FF61u, 0x7FFFFD62u, 0x12345678u}) {
+    for (int i = 0; i < 4; ++i) blob.push_back(static_cast<char>((unit >> (8 * i)) & 0xFF));
+  }
+  blob += "x\xE2";
+  Json json = UnigramTokenizer(Json::array({Json::array({"<unk>", 0.0})}));
+  json["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", Base64(blob)}};
+  auto result = HfTokenizer::FromJson(json.dump(), "t.json");
+  // The replacements ("x" and half a character) are not UTF-8: refused at load.
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("replacements that are not UTF-8"));
+  blob.pop_back();
+  json["normalizer"]["precompiled_charsmap"] = Base64(blob);
+  auto tokenizer = Load(json);
+  for (const char* text : {"a", "\xFF\xFE", "abc\u00e9\U0001F600", "\x61\x62"}) {
+    EXPECT_EQ(tokenizer->Encode(text, false).size(), 1u) << text;  // one fused unknown
+  }
 }
 
 TEST(HfTokenizerTest, MalformedFilesAreErrorsNamingTheFileAndField) {

@@ -1,8 +1,10 @@
-// Every tokenizer.json fixture (tests/fixtures/tokenizers: Llama 3, Qwen2, Mistral and Llama 2
-// layouts, trained by make_tokenizers.py) encodes the fortunes and a Unicode stress text to
-// exactly the ids Hugging Face's tokenizers library gives (tests/reference/encode_tokenizer.py,
+// Every tokenizer.json fixture (tests/fixtures/tokenizers: the BPE layouts of Llama 3, Qwen2,
+// Mistral and Llama 2 from make_tokenizers.py; the Unigram layouts of T5 and ALBERT, with
+// SentencePiece's charsmap, a byte-fallback Unigram and the WordPiece layouts of BERT from
+// make_unigram_wordpiece.py) encodes the fortunes and a Unicode stress text to exactly the ids
+// Hugging Face's tokenizers library gives (tests/reference/encode_tokenizer.py,
 // run in the project's Python environment), with and without special tokens, and decodes them to
-// the same text.
+// the same text; each text also goes through the normalizer alone to the same string.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -88,8 +90,9 @@ TEST(TokenizerReferenceTest, FixturesEncodeAndDecodeAsHuggingFaceTokenizers) {
   const fs::path fortunes = FortunesSample(300'000);
   const fs::path stress = kFixtures / "stress.txt";
   std::vector<Case> cases;
-  for (const char* name :
-       {"llama3_bpe.json", "qwen2_bpe.json", "mistral_bpe.json", "llama2_bpe.json"}) {
+  for (const char* name : {"llama3_bpe.json", "qwen2_bpe.json", "mistral_bpe.json",
+                           "llama2_bpe.json", "t5_unigram.json", "albert_unigram.json",
+                           "unigram_bytes.json", "bert_wordpiece.json", "wordpiece_cased.json"}) {
     for (bool special : {false, true}) {
       cases.push_back({name, fortunes, true, special});
       cases.push_back({name, stress, true, special});
@@ -114,6 +117,14 @@ TEST(TokenizerReferenceTest, FixturesEncodeAndDecodeAsHuggingFaceTokenizers) {
     ASSERT_EQ(texts.size(), results[i]["ids"].size());
     int mismatches = 0;
     for (size_t t = 0; t < texts.size() && mismatches < 3; ++t) {
+      const std::string normalized = (*tokenizer)->Normalize(texts[t]);
+      if (normalized != results[i]["normalized"][t].get<std::string>()) {
+        ++mismatches;
+        ADD_FAILURE() << "text " << t << ": '" << texts[t] << "'\n normalized by us: '"
+                      << normalized << "'\n by the reference: '"
+                      << results[i]["normalized"][t].get<std::string>() << "'";
+        continue;
+      }
       const std::vector<int64_t> ids = (*tokenizer)->Encode(texts[t], c.add_special_tokens);
       const auto expected = results[i]["ids"][t].get<std::vector<int64_t>>();
       if (ids != expected) {

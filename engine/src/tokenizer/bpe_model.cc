@@ -1,15 +1,10 @@
 #include "tokenizer/bpe_model.h"
 
-#include <cstdio>
 #include <queue>
 
 namespace engine::tokenizer {
 
-StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const Json& json, const std::string& path) {
-  ENGINE_ASSIGN_OR_RETURN(std::string type, TypeField(json, path));
-  if (type != "BPE") {
-    return FieldError(path + ".type", "unsupported model '" + type + "' (supported: BPE)");
-  }
+StatusOr<std::unique_ptr<Model>> BpeModel::Parse(const Json& json, const std::string& path) {
   if (const auto dropout = json.find("dropout");
       dropout != json.end() && !dropout->is_null() &&
       (!dropout->is_number() || dropout->get<double>() != 0.0)) {
@@ -17,7 +12,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const Json& json, const std:
   }
   auto model = std::unique_ptr<BpeModel>(new BpeModel());
   ENGINE_ASSIGN_OR_RETURN(const Json* vocab, ObjectField(json, "vocab", path));
-  ENGINE_RETURN_IF_ERROR(model->ParseVocab(*vocab, path + ".vocab"));
+  ENGINE_ASSIGN_OR_RETURN(model->vocab_, Vocabulary::FromObject(*vocab, path + ".vocab"));
   ENGINE_ASSIGN_OR_RETURN(model->continuing_subword_prefix_,
                           StringField(json, "continuing_subword_prefix", path, ""));
   ENGINE_ASSIGN_OR_RETURN(model->end_of_word_suffix_,
@@ -34,26 +29,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const Json& json, const std:
   }
   ENGINE_ASSIGN_OR_RETURN(const Json* merges, ArrayField(json, "merges", path));
   ENGINE_RETURN_IF_ERROR(model->ParseMerges(*merges, path + ".merges"));
-  model->byte_ids_.assign(256, -1);
-  for (int byte = 0; byte < 256; ++byte) {
-    char name[8];
-    std::snprintf(name, sizeof(name), "<0x%02X>", byte);
-    model->byte_ids_[byte] = static_cast<int32_t>(model->Id(name));
-  }
-  return model;
-}
-
-Status BpeModel::ParseVocab(const Json& vocab, const std::string& path) {
-  for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      return FieldError(path + "[\"" + token + "\"]", "must be a non-negative integer id");
-    }
-    const auto value = static_cast<int32_t>(id.get<int64_t>());
-    vocab_[token] = value;
-    if (static_cast<size_t>(value) >= tokens_.size()) tokens_.resize(value + 1);
-    tokens_[value] = token;
-  }
-  return Status::Ok();
+  model->byte_ids_ = model->vocab_.ByteIds();
+  return std::unique_ptr<Model>(std::move(model));
 }
 
 Status BpeModel::ParseMerges(const Json& merges, const std::string& path) {
@@ -93,16 +70,6 @@ Status BpeModel::ParseMerges(const Json& merges, const std::string& path) {
   return Status::Ok();
 }
 
-const std::string* BpeModel::Token(int64_t id) const {
-  if (id < 0 || id >= size() || (tokens_[id].empty() && Id("") != id)) return nullptr;
-  return &tokens_[id];
-}
-
-int64_t BpeModel::Id(std::string_view token) const {
-  const auto found = vocab_.find(std::string(token));
-  return found == vocab_.end() ? -1 : found->second;
-}
-
 void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbols) const {
   int32_t pending_unk = -1;
   size_t pos = 0;
@@ -114,10 +81,10 @@ void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbo
     if (pos > 0) piece.insert(0, continuing_subword_prefix_);
     if (end == word.size()) piece += end_of_word_suffix_;
     pos = end;
-    if (const auto found = vocab_.find(piece); found != vocab_.end()) {
+    if (const int64_t id = vocab_.Id(piece); id >= 0) {
       if (pending_unk >= 0) symbols->push_back(pending_unk);
       pending_unk = -1;
-      symbols->push_back(found->second);
+      symbols->push_back(static_cast<int32_t>(id));
       continue;
     }
     if (byte_fallback_) {
@@ -186,8 +153,8 @@ void BpeModel::MergeAll(std::vector<int32_t>* symbols) const {
 void BpeModel::Encode(std::string_view word, std::vector<int64_t>* ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    if (const auto found = vocab_.find(std::string(word)); found != vocab_.end()) {
-      ids->push_back(found->second);
+    if (const int64_t id = vocab_.Id(word); id >= 0) {
+      ids->push_back(id);
       return;
     }
   }

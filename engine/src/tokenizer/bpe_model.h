@@ -4,7 +4,7 @@
 // from the vocabulary as <0xXX> tokens; otherwise unk_token, fused when fuse_unk). Merges may be
 // written as "a b" strings or ["a", "b"] pairs.
 //
-// Failure (at parse time): another model type, dropout (encoding would not be deterministic), a
+// Failure (at parse time): dropout (encoding would not be deterministic), a
 // merge or unk_token naming a token missing from the vocabulary, each naming the field.
 // Immutable after parsing; Encode may be called from any thread.
 #pragma once
@@ -18,21 +18,19 @@
 
 #include "engine/status.h"
 #include "tokenizer/json_fields.h"
+#include "tokenizer/model.h"
+#include "tokenizer/vocabulary.h"
 
 namespace engine::tokenizer {
 
-class BpeModel {
+class BpeModel : public Model {
  public:
-  static StatusOr<std::unique_ptr<BpeModel>> Parse(const Json& json, const std::string& path);
+  static StatusOr<std::unique_ptr<Model>> Parse(const Json& json, const std::string& path);
 
-  // Appends the ids of `word` to `ids`.
-  void Encode(std::string_view word, std::vector<int64_t>* ids) const;
-
-  // The token of `id`, or nullptr.
-  const std::string* Token(int64_t id) const;
-  // The id of `token`, or -1.
-  int64_t Id(std::string_view token) const;
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  void Encode(std::string_view word, std::vector<int64_t>* ids) const override;
+  const std::string* Token(int64_t id) const override { return vocab_.Token(id); }
+  int64_t Id(std::string_view token) const override { return vocab_.Id(token); }
+  int64_t size() const override { return vocab_.size(); }
 
  private:
   struct Merge {
@@ -42,14 +40,12 @@ class BpeModel {
   static uint64_t PairKey(int64_t left, int64_t right) {
     return (static_cast<uint64_t>(left) << 32) | static_cast<uint32_t>(right);
   }
-  Status ParseVocab(const Json& vocab, const std::string& path);
   Status ParseMerges(const Json& merges, const std::string& path);
   // The word's characters as initial symbols (ids with their byte lengths).
   void InitialSymbols(std::string_view word, std::vector<int32_t>* symbols) const;
   void MergeAll(std::vector<int32_t>* symbols) const;
 
-  std::unordered_map<std::string, int32_t> vocab_;
-  std::vector<std::string> tokens_;  // by id; empty strings where the vocabulary has gaps
+  Vocabulary vocab_;
   std::unordered_map<uint64_t, Merge> merges_;
   int32_t unk_id_ = -1;
   std::string continuing_subword_prefix_;

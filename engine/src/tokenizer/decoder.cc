@@ -124,6 +124,43 @@ class Strip : public Decoder {
   int64_t start_, stop_;
 };
 
+// BERT's: pieces after the first lose the continuing-subword prefix or gain a space before them,
+// and with `cleanup` each piece loses the spaces English punctuation and contractions do not take.
+class WordPiece : public Decoder {
+ public:
+  WordPiece(std::string prefix, bool cleanup) : prefix_(std::move(prefix)), cleanup_(cleanup) {}
+  void DecodeChain(std::vector<std::string>* tokens) const override {
+    for (size_t i = 0; i < tokens->size(); ++i) {
+      std::string& token = (*tokens)[i];
+      if (i > 0) {
+        if (token.compare(0, prefix_.size(), prefix_) == 0) {
+          token.erase(0, prefix_.size());
+        } else {
+          token.insert(0, 1, ' ');
+        }
+      }
+      if (cleanup_) token = Cleanup(std::move(token));
+    }
+  }
+
+ private:
+  static std::string Cleanup(std::string token) {
+    static const std::pair<std::string_view, std::string_view> kRules[] = {
+        {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+        {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+    for (const auto& [from, to] : kRules) {
+      for (size_t at = 0; (at = token.find(from, at)) != std::string::npos; at += to.size()) {
+        token.replace(at, from.size(), to);
+      }
+    }
+    return token;
+  }
+
+  std::string prefix_;
+  bool cleanup_;
+};
+
 class Sequence : public Decoder {
  public:
   explicit Sequence(std::vector<DecoderPtr> steps) : steps_(std::move(steps)) {}
@@ -175,6 +212,11 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const Json& json, const std::str
   if (type == "ByteFallback") return DecoderPtr(new ByteFallback());
   if (type == "Fuse") return DecoderPtr(new Fuse());
   if (type == "Sequence") return ParseSequence(json, path);
+  if (type == "WordPiece") {
+    ENGINE_ASSIGN_OR_RETURN(std::string prefix, StringField(json, "prefix", path, "##"));
+    ENGINE_ASSIGN_OR_RETURN(bool cleanup, BoolField(json, "cleanup", path, true));
+    return DecoderPtr(new WordPiece(std::move(prefix), cleanup));
+  }
   if (type == "Strip") {
     ENGINE_ASSIGN_OR_RETURN(std::string content, StringField(json, "content", path, " "));
     ENGINE_ASSIGN_OR_RETURN(int64_t start, IntField(json, "start", path, 0));
@@ -183,7 +225,7 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const Json& json, const std::str
   }
   return FieldError(path + ".type", "unsupported decoder '" + type +
                                         "' (supported: ByteLevel, Metaspace, Replace, "
-                                        "ByteFallback, Fuse, Strip, Sequence)");
+                                        "ByteFallback, Fuse, Strip, WordPiece, Sequence)");
 }
 
 std::string DecodeTokens(const Decoder* decoder, std::vector<std::string> tokens) {

@@ -1,6 +1,6 @@
 // tokenizer.json's "decoder": how tokens become text again. Supported types: ByteLevel,
-// Metaspace, Replace, ByteFallback, Fuse, Strip and Sequence; any other type is an error naming
-// it. Without a decoder, tokens are joined with spaces (as the tokenizers crate does).
+// Metaspace, Replace, ByteFallback, Fuse, Strip, WordPiece and Sequence; any other type is an error
+// naming it. Without a decoder, tokens are joined with spaces (as the tokenizers crate does).
 //
 // Immutable after parsing; any thread.
 #pragma once

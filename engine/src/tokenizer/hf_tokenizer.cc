@@ -36,7 +36,7 @@ Status HfTokenizer::ParseComponents(const Json& json) {
   ENGINE_ASSIGN_OR_RETURN(normalizer_, ParseNormalizer(field("normalizer"), "normalizer"));
   ENGINE_ASSIGN_OR_RETURN(pre_tokenizer_,
                           ParsePreTokenizer(field("pre_tokenizer"), "pre_tokenizer"));
-  ENGINE_ASSIGN_OR_RETURN(model_, BpeModel::Parse(field("model"), "model"));
+  ENGINE_ASSIGN_OR_RETURN(model_, ParseModel(field("model"), "model"));
   ENGINE_ASSIGN_OR_RETURN(post_processor_,
                           PostProcessor::Parse(field("post_processor"), "post_processor"));
   ENGINE_ASSIGN_OR_RETURN(decoder_, ParseDecoder(field("decoder"), "decoder"));
@@ -61,6 +61,11 @@ std::vector<Piece> HfTokenizer::ExtractAndNormalize(std::string_view text) const
     added_.Split(piece, /*normalized=*/true, &pieces);
   }
   return pieces;
+}
+
+std::string HfTokenizer::Normalize(std::string_view text) const {
+  std::string valid = IsValidUtf8(text) ? std::string(text) : ToValidUtf8(text);
+  return normalizer_ == nullptr ? valid : normalizer_->Normalize(std::move(valid));
 }
 
 std::vector<int64_t> HfTokenizer::Encode(std::string_view text, bool add_special_tokens) const {

@@ -1,7 +1,8 @@
 // A Hugging Face tokenizer.json, encoded and decoded token for token as the tokenizers crate
-// does: added tokens first, then the normalizer, the pre-tokenizer, the BPE model, and (when
-// special tokens are asked for) the post-processor's template. The supported components are
-// listed in normalizer.h, pre_tokenizer.h, bpe_model.h, post_processor.h and decoder.h.
+// does: added tokens first, then the normalizer, the pre-tokenizer, the model (BPE, Unigram or
+// WordPiece), and (when special tokens are asked for) the post-processor's template. The
+// supported components are listed in normalizer.h, pre_tokenizer.h, model.h, post_processor.h and
+// decoder.h.
 //
 //   ENGINE_ASSIGN_OR_RETURN(auto tokenizer, HfTokenizer::FromFile("model/tokenizer.json"));
 //   std::vector<int64_t> ids = tokenizer->Encode("Hello", /*add_special_tokens=*/false);
@@ -21,8 +22,8 @@
 
 #include "engine/status.h"
 #include "tokenizer/added_vocabulary.h"
-#include "tokenizer/bpe_model.h"
 #include "tokenizer/decoder.h"
+#include "tokenizer/model.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
@@ -37,6 +38,9 @@ class HfTokenizer {
                                                          const std::string& origin);
 
   std::vector<int64_t> Encode(std::string_view text, bool add_special_tokens) const;
+  // `text` through the normalizer alone (no added tokens, no pre-tokenizer): what the model's
+  // words are cut from.
+  std::string Normalize(std::string_view text) const;
   // Unknown ids are skipped; so are special added tokens when `skip_special_tokens`.
   std::string Decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const;
 
@@ -59,7 +63,7 @@ class HfTokenizer {
 
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Model> model_;
   PostProcessor post_processor_;
   std::unique_ptr<Decoder> decoder_;
   AddedVocabulary added_;

@@ -1,10 +1,8 @@
 #include "tokenizer/normalizer.h"
 
-#include <unicode/locid.h>
-#include <unicode/unistr.h>
-
 #include <vector>
 
+#include "tokenizer/precompiled_charsmap.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
 
@@ -20,15 +18,105 @@ class UnicodeNormalizer : public Normalizer {
   UnicodeForm form_;
 };
 
+// Each character by itself (tokenizers lowercases char by char: a final sigma stays σ).
+std::string Lowercased(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) AppendLowercase(NextCodePoint(text, &pos), &out);
+  return out;
+}
+
 class Lowercase : public Normalizer {
  public:
+  std::string Normalize(std::string text) const override { return Lowercased(text); }
+};
+
+// The characters of `text` that `keep` accepts.
+template <typename Keep>
+std::string Filtered(std::string_view text, Keep keep) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t begin = pos;
+    if (keep(NextCodePoint(text, &pos))) out.append(text.substr(begin, pos - begin));
+  }
+  return out;
+}
+
+class StripAccents : public Normalizer {
+ public:
   std::string Normalize(std::string text) const override {
-    icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(text);
-    unicode.toLower(icu::Locale::getRoot());
+    return Filtered(text, [](char32_t c) { return !IsMark(c); });
+  }
+};
+
+// BERT's cleaning: control characters out, whitespace to ' ', spaces around CJK ideographs, and
+// accents (after NFD) and case optionally.
+class BertNormalizer : public Normalizer {
+ public:
+  BertNormalizer(bool clean_text, bool handle_chinese_chars, bool strip_accents, bool lowercase)
+      : clean_text_(clean_text),
+        handle_chinese_chars_(handle_chinese_chars),
+        strip_accents_(strip_accents),
+        lowercase_(lowercase) {}
+  std::string Normalize(std::string text) const override {
+    if (clean_text_) text = CleanText(text);
+    if (handle_chinese_chars_) text = SpaceIdeographs(text);
+    if (strip_accents_) {
+      text = Filtered(NormalizeUnicode(text, UnicodeForm::kNfd),
+                      [](char32_t c) { return !IsNonspacingMark(c); });
+    }
+    if (lowercase_) text = Lowercased(text);
+    return text;
+  }
+
+ private:
+  static bool IsIdeograph(char32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+  }
+  static std::string CleanText(std::string_view text) {
     std::string out;
-    unicode.toUTF8String(out);
+    out.reserve(text.size());
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t begin = pos;
+      const char32_t c = NextCodePoint(text, &pos);
+      // Removal first: a control character that is also whitespace (\v, \f, U+0085) goes.
+      const bool tab_or_newline = c == '\t' || c == '\n' || c == '\r';
+      if (c == 0 || c == 0xFFFD || (!tab_or_newline && IsOther(c))) continue;
+      if (tab_or_newline || IsWhitespace(c)) {
+        out.push_back(' ');
+      } else {
+        out.append(text.substr(begin, pos - begin));
+      }
+    }
     return out;
   }
+  static std::string SpaceIdeographs(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t begin = pos;
+      const bool ideograph = IsIdeograph(NextCodePoint(text, &pos));
+      if (ideograph) out.push_back(' ');
+      out.append(text.substr(begin, pos - begin));
+      if (ideograph) out.push_back(' ');
+    }
+    return out;
+  }
+
+  bool clean_text_, handle_chinese_chars_, strip_accents_, lowercase_;
+};
+
+class Precompiled : public Normalizer {
+ public:
+  explicit Precompiled(PrecompiledCharsmap charsmap) : charsmap_(std::move(charsmap)) {}
+  std::string Normalize(std::string text) const override { return charsmap_.Normalize(text); }
+
+ private:
+  PrecompiledCharsmap charsmap_;
 };
 
 class Strip : public Normalizer {
@@ -102,6 +190,23 @@ StatusOr<std::unique_ptr<Normalizer>> ParseReplace(const Json& json, const std::
   return std::unique_ptr<Normalizer>(new Replace(std::move(*regex), std::move(content)));
 }
 
+StatusOr<std::unique_ptr<Normalizer>> ParseBert(const Json& json, const std::string& path) {
+  ENGINE_ASSIGN_OR_RETURN(bool clean_text, BoolField(json, "clean_text", path, true));
+  ENGINE_ASSIGN_OR_RETURN(bool chinese, BoolField(json, "handle_chinese_chars", path, true));
+  ENGINE_ASSIGN_OR_RETURN(bool lowercase, BoolField(json, "lowercase", path, true));
+  // strip_accents: null follows lowercase.
+  ENGINE_ASSIGN_OR_RETURN(bool strip_accents, BoolField(json, "strip_accents", path, lowercase));
+  return std::unique_ptr<Normalizer>(
+      new BertNormalizer(clean_text, chinese, strip_accents, lowercase));
+}
+
+StatusOr<std::unique_ptr<Normalizer>> ParsePrecompiled(const Json& json, const std::string& path) {
+  ENGINE_ASSIGN_OR_RETURN(std::string base64, StringField(json, "precompiled_charsmap", path, ""));
+  ENGINE_ASSIGN_OR_RETURN(PrecompiledCharsmap charsmap,
+                          PrecompiledCharsmap::Parse(base64, path + ".precompiled_charsmap"));
+  return std::unique_ptr<Normalizer>(new Precompiled(std::move(charsmap)));
+}
+
 StatusOr<std::unique_ptr<Normalizer>> ParseSequence(const Json& json, const std::string& path) {
   ENGINE_ASSIGN_OR_RETURN(const Json* list, ArrayField(json, "normalizers", path));
   std::vector<std::unique_ptr<Normalizer>> steps;
@@ -134,9 +239,13 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const Json& json, const st
   }
   if (type == "Replace") return ParseReplace(json, path);
   if (type == "Sequence") return ParseSequence(json, path);
+  if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccents());
+  if (type == "BertNormalizer") return ParseBert(json, path);
+  if (type == "Precompiled") return ParsePrecompiled(json, path);
   return FieldError(path + ".type", "unsupported normalizer '" + type +
                                         "' (supported: NFC, NFD, NFKC, NFKD, Lowercase, Strip, "
-                                        "Prepend, Replace, Sequence)");
+                                        "StripAccents, Prepend, Replace, BertNormalizer, "
+                                        "Precompiled, Sequence)");
 }
 
 }  // namespace engine::tokenizer

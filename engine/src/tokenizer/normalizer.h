@@ -1,6 +1,7 @@
 // tokenizer.json's "normalizer": how text is rewritten before it is split. Supported types:
-// NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace and Sequence; any other type is an
-// error naming it (and the field it is in).
+// NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Prepend, Replace, BertNormalizer,
+// Precompiled (precompiled_charsmap.h) and Sequence; any other type is an error naming it (and the
+// field it is in).
 //
 // Immutable after parsing; Normalize may be called from any thread.
 #pragma once

@@ -1,6 +1,7 @@
 #include "tokenizer/pre_tokenizer.h"
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/utf8.h"
 
 namespace engine::tokenizer {
 namespace {
@@ -73,6 +74,30 @@ class RegexSplit : public PreTokenizer {
   Regex pattern_;
   SplitBehavior behavior_;
   bool invert_;
+};
+
+// Splits at each character `is_delimiter` accepts (each one a match of its own).
+class CharSplit : public PreTokenizer {
+ public:
+  CharSplit(bool (*is_delimiter)(char32_t), SplitBehavior behavior)
+      : is_delimiter_(is_delimiter), behavior_(behavior) {}
+  void Split(const Piece& piece, std::vector<Piece>* out) const override {
+    std::vector<Span> spans;
+    for (size_t pos = 0; pos < piece.text.size();) {
+      const size_t begin = pos;
+      const bool match = is_delimiter_(NextCodePoint(piece.text, &pos));
+      if (!match && !spans.empty() && !spans.back().is_match) {
+        spans.back().end = pos;
+      } else {
+        spans.push_back({begin, pos, match});
+      }
+    }
+    SplitAlong(piece, std::move(spans), behavior_, out);
+  }
+
+ private:
+  bool (*is_delimiter_)(char32_t);
+  SplitBehavior behavior_;
 };
 
 class ByteLevel : public PreTokenizer {
@@ -149,8 +174,9 @@ class Sequence : public PreTokenizer {
   std::vector<PreTokenizerPtr> steps_;
 };
 
-StatusOr<SplitBehavior> ParseBehavior(const Json& json, const std::string& path) {
-  ENGINE_ASSIGN_OR_RETURN(std::string name, StringField(json, "behavior", path, ""));
+StatusOr<SplitBehavior> ParseBehavior(const Json& json, const std::string& path,
+                                      const std::string& fallback = "") {
+  ENGINE_ASSIGN_OR_RETURN(std::string name, StringField(json, "behavior", path, fallback));
   if (name == "Removed") return SplitBehavior::kRemoved;
   if (name == "Isolated") return SplitBehavior::kIsolated;
   if (name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
@@ -221,6 +247,19 @@ StatusOr<PreTokenizerPtr> ParseSequence(const Json& json, const std::string& pat
   return PreTokenizerPtr(new Sequence(std::move(steps)));
 }
 
+// BERT's: whitespace removed, then each punctuation character alone.
+StatusOr<PreTokenizerPtr> Bert() {
+  std::vector<PreTokenizerPtr> steps;
+  steps.emplace_back(new CharSplit(IsWhitespace, SplitBehavior::kRemoved));
+  steps.emplace_back(new CharSplit(IsPunctuation, SplitBehavior::kIsolated));
+  return PreTokenizerPtr(new Sequence(std::move(steps)));
+}
+
+StatusOr<PreTokenizerPtr> ParsePunctuation(const Json& json, const std::string& path) {
+  ENGINE_ASSIGN_OR_RETURN(SplitBehavior behavior, ParseBehavior(json, path, "Isolated"));
+  return PreTokenizerPtr(new CharSplit(IsPunctuation, behavior));
+}
+
 StatusOr<PreTokenizerPtr> Fixed(const std::string& pattern, SplitBehavior behavior, bool invert,
                                 const std::string& path) {
   ENGINE_ASSIGN_OR_RETURN(Regex regex, CompileAt(pattern, true, path));
@@ -250,6 +289,8 @@ StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Json& json,
   if (type == "Sequence") return ParseSequence(json, path);
   if (type == "WhitespaceSplit") return Fixed(R"(\s)", SplitBehavior::kRemoved, false, path);
   if (type == "Whitespace") return Fixed(R"(\w+|[^\w\s]+)", SplitBehavior::kRemoved, true, path);
+  if (type == "BertPreTokenizer") return Bert();
+  if (type == "Punctuation") return ParsePunctuation(json, path);
   if (type == "Digits") {
     ENGINE_ASSIGN_OR_RETURN(bool individual, BoolField(json, "individual_digits", path, false));
     return Fixed(R"(\p{N})", individual ? SplitBehavior::kIsolated : SplitBehavior::kContiguous,
@@ -257,7 +298,8 @@ StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Json& json,
   }
   return FieldError(path + ".type", "unsupported pre-tokenizer '" + type +
                                         "' (supported: ByteLevel, Split, Metaspace, Digits, "
-                                        "Whitespace, WhitespaceSplit, Sequence)");
+                                        "Whitespace, WhitespaceSplit, BertPreTokenizer, "
+                                        "Punctuation, Sequence)");
 }
 
 }  // namespace engine::tokenizer

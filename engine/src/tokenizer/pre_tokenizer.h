@@ -1,6 +1,6 @@
 // tokenizer.json's "pre_tokenizer": how normalized text is cut into the words the model encodes
-// one by one. Supported types: ByteLevel, Split, Metaspace, Digits, Whitespace, WhitespaceSplit
-// and Sequence; any other type is an error naming it.
+// one by one. Supported types: ByteLevel, Split, Metaspace, Digits, Whitespace, WhitespaceSplit,
+// BertPreTokenizer, Punctuation and Sequence; any other type is an error naming it.
 //
 // Immutable after parsing; Split may be called from any thread.
 #pragma once

@@ -1,8 +1,14 @@
 #include "tokenizer/utf8.h"
 
+#include <unicode/brkiter.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
+#include <unicode/ustring.h>
+#include <unicode/utext.h>
+
+#include <cctype>
+#include <memory>
 
 namespace engine::tokenizer {
 namespace {
@@ -121,6 +127,89 @@ bool IsAlphanumeric(char32_t c) {
   if (u_hasBinaryProperty(code, UCHAR_ALPHABETIC)) return true;
   const int8_t type = u_charType(code);
   return type == U_DECIMAL_DIGIT_NUMBER || type == U_LETTER_NUMBER || type == U_OTHER_NUMBER;
+}
+
+bool IsPunctuation(char32_t c) {
+  if (c < 0x80) return c > 0x20 && c < 0x7F && !std::isalnum(static_cast<int>(c));
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_CONNECTOR_PUNCTUATION:
+    case U_DASH_PUNCTUATION:
+    case U_START_PUNCTUATION:
+    case U_END_PUNCTUATION:
+    case U_INITIAL_PUNCTUATION:
+    case U_FINAL_PUNCTUATION:
+    case U_OTHER_PUNCTUATION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsOther(char32_t c) {
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_CONTROL_CHAR:
+    case U_FORMAT_CHAR:
+    case U_SURROGATE:
+    case U_PRIVATE_USE_CHAR:
+    case U_UNASSIGNED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsNonspacingMark(char32_t c) {
+  return u_charType(static_cast<UChar32>(c)) == U_NON_SPACING_MARK;
+}
+
+bool IsMark(char32_t c) {
+  const int8_t type = u_charType(static_cast<UChar32>(c));
+  return type == U_NON_SPACING_MARK || type == U_COMBINING_SPACING_MARK || type == U_ENCLOSING_MARK;
+}
+
+void AppendLowercase(char32_t c, std::string* out) {
+  if (c < 0x80) {
+    out->push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c));
+    return;
+  }
+  // One character alone: ICU's full mapping without the context a final sigma needs.
+  UChar source[2];
+  int32_t length = 0;
+  U16_APPEND_UNSAFE(source, length, static_cast<UChar32>(c));
+  UChar lower[8];
+  UErrorCode error = U_ZERO_ERROR;
+  const int32_t lower_length = u_strToLower(lower, 8, source, length, "", &error);
+  if (U_FAILURE(error)) {
+    AppendUtf8(c, out);
+    return;
+  }
+  for (int32_t i = 0; i < lower_length;) {
+    UChar32 code_point;
+    U16_NEXT(lower, i, lower_length, code_point);
+    AppendUtf8(static_cast<char32_t>(code_point), out);
+  }
+}
+
+std::vector<size_t> GraphemeStarts(std::string_view text) {
+  std::vector<size_t> starts;
+  if (text.empty()) return starts;
+  UErrorCode error = U_ZERO_ERROR;
+  UText* utext = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &error);
+  std::unique_ptr<icu::BreakIterator> breaks(
+      icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), error));
+  if (U_SUCCESS(error)) breaks->setText(utext, error);
+  if (U_FAILURE(error)) {  // ICU's data is built in; this does not happen. Each character alone.
+    for (size_t pos = 0; pos < text.size(); NextCodePoint(text, &pos)) starts.push_back(pos);
+  } else {
+    // Over UTF-8 text, ICU's boundaries are byte offsets.
+    for (int32_t at = breaks->first();
+         at != icu::BreakIterator::DONE && static_cast<size_t>(at) < text.size();
+         at = breaks->next()) {
+      starts.push_back(static_cast<size_t>(at));
+    }
+  }
+  utext_close(utext);
+  return starts;
 }
 
 std::string NormalizeUnicode(std::string_view text, UnicodeForm form) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace engine::tokenizer {
 
@@ -26,6 +27,23 @@ std::string ToValidUtf8(std::string_view bytes);
 bool IsWhitespace(char32_t c);
 // Rust's char::is_alphanumeric (Alphabetic, or a number category).
 bool IsAlphanumeric(char32_t c);
+
+// Rust's char::is_ascii_punctuation, or a punctuation category (Pc, Pd, Ps, Pe, Pi, Pf, Po): what
+// BERT's pre-tokenizer and the Punctuation pre-tokenizer split on.
+bool IsPunctuation(char32_t c);
+// The "Other" categories (Cc, Cf, Cs, Co, Cn): what BERT's normalizer removes.
+bool IsOther(char32_t c);
+// A nonspacing mark (Mn), which BERT's normalizer strips with the accents.
+bool IsNonspacingMark(char32_t c);
+// Any mark (Mn, Mc, Me), which the StripAccents normalizer removes.
+bool IsMark(char32_t c);
+// Rust's char::to_lowercase: the full mapping of one character, without context (a final sigma
+// is σ, as in the tokenizers crate).
+void AppendLowercase(char32_t c, std::string* out);
+
+// The extended grapheme clusters of valid UTF-8 `text`, as byte offsets where each begins (the
+// first is 0; the text's end is not included).
+std::vector<size_t> GraphemeStarts(std::string_view text);
 
 enum class UnicodeForm { kNfc, kNfd, kNfkc, kNfkd };
 std::string NormalizeUnicode(std::string_view text, UnicodeForm form);

@@ -1,0 +1,50 @@
+#include "tokenizer/vocabulary.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace engine::tokenizer {
+
+StatusOr<Vocabulary> Vocabulary::FromObject(const Json& vocab, const std::string& path) {
+  Vocabulary result;
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      return FieldError(path + "[\"" + token + "\"]", "must be a non-negative integer id");
+    }
+    result.Add(token, static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return result;
+}
+
+void Vocabulary::Add(std::string token, int32_t id) {
+  if (static_cast<size_t>(id) >= tokens_.size()) {
+    tokens_.resize(id + 1);
+    present_.resize(id + 1, false);
+  }
+  tokens_[id] = token;
+  present_[id] = true;
+  longest_ = std::max(longest_, token.size());
+  ids_[std::move(token)] = id;
+}
+
+int64_t Vocabulary::Id(const std::string& token) const {
+  const auto found = ids_.find(token);
+  return found == ids_.end() ? -1 : found->second;
+}
+
+const std::string* Vocabulary::Token(int64_t id) const {
+  if (id < 0 || id >= size() || !present_[id]) return nullptr;
+  return &tokens_[id];
+}
+
+std::vector<int32_t> Vocabulary::ByteIds() const {
+  std::vector<int32_t> ids(256, -1);
+  for (int byte = 0; byte < 256; ++byte) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", byte);
+    ids[byte] = static_cast<int32_t>(Id(std::string(name)));
+  }
+  return ids;
+}
+
+}  // namespace engine::tokenizer
