@@ -271,13 +271,16 @@ class ConfigReader : private JsonKeyReader {
   }
 
   // rope_type, or transformers 4's "type" (both must agree when both are given); "default" when
-  // neither is.
+  // neither is (or, for a vision-language model, when either says "mrope").
   StatusOr<std::string> RopeType(const nlohmann::json& r, const std::string& key) const {
     std::string type = "default";
     for (const char* spelling : {"rope_type", "type"}) {
       if (!r.contains(spelling) || r[spelling].is_null()) continue;
-      const std::string given =
+      std::string given =
           r[spelling].is_string() ? r[spelling].get<std::string>() : r[spelling].dump();
+      // Qwen2-VL's "mrope" is the default rotary embedding split into sections: transformers 5
+      // writes rope_type "default" and keeps transformers 4's "type": "mrope" beside it.
+      if (vision_language_ && given == "mrope") given = "default";
       if (spelling == std::string("type") && r.contains("rope_type") && given != type) {
         return InvalidArgumentError(where_ + ": " + key + ".type '" + given + "' disagrees with " +
                                     key + ".rope_type '" + type + "'");

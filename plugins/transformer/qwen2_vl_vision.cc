@@ -32,7 +32,6 @@ at::Tensor FrameKeyRanges(const std::vector<int64_t>& frame_lengths) {
 }
 
 constexpr double kNormEps = 1e-6;
-constexpr double kRotaryTheta = 10000.0;
 
 torch::nn::LayerNorm Norm(int64_t size) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({size}).eps(kNormEps));
@@ -91,18 +90,56 @@ Status Qwen2VlVisionConfig::Check() const {
 }
 
 nlohmann::json Qwen2VlVisionConfig::ToJson() const {
-  return {{"model_type", "qwen2_vl"},
-          {"depth", depth},
-          {"embed_dim", embed_dim},
-          {"hidden_size", hidden_size},
-          {"hidden_act", ActivationName(hidden_act)},
-          {"mlp_ratio", mlp_ratio},
-          {"num_heads", num_heads},
-          {"in_channels", in_channels},
-          {"patch_size", patch_size},
-          {"spatial_merge_size", spatial_merge_size},
-          {"temporal_patch_size", temporal_patch_size}};
+  nlohmann::json json = {{"model_type", "qwen2_vl"},
+                         {"depth", depth},
+                         {"embed_dim", embed_dim},
+                         {"hidden_size", hidden_size},
+                         {"hidden_act", ActivationName(hidden_act)},
+                         {"mlp_ratio", mlp_ratio},
+                         {"num_heads", num_heads},
+                         {"in_channels", in_channels},
+                         {"patch_size", patch_size},
+                         {"spatial_merge_size", spatial_merge_size},
+                         {"temporal_patch_size", temporal_patch_size}};
+  // Only another base needs saying: transformers 4 has no key for it and uses 10000, as 5 does.
+  if (rope_theta != 10000.0) {
+    json["rope_parameters"] = {{"rope_type", "axial"}, {"rope_theta", rope_theta}};
+  }
+  return json;
 }
+
+namespace {
+
+// transformers 5 writes the vision rotary as rope_parameters {rope_type "axial", rope_theta}; 4.x
+// wrote nothing and used 10000.
+Status ReadVisionRope(JsonKeyReader& keys, Qwen2VlVisionConfig* c) {
+  const nlohmann::json& rope = keys.Take("rope_parameters");
+  if (rope.is_null()) return Status::Ok();
+  if (!rope.is_object())
+    return keys.Error("rope_parameters", "must be an object, not " + rope.dump());
+  for (auto it = rope.begin(); it != rope.end(); ++it) {
+    if (it.key() == "rope_type") {
+      if (it.value() != "axial") {
+        return keys.Error("rope_parameters", "rope_type " + it.value().dump() +
+                                                 " is not supported by this engine's Qwen2-VL "
+                                                 "vision tower (supported: axial)");
+      }
+    } else if (it.key() == "rope_theta") {
+      if (!it.value().is_number() || !(it.value().get<double>() > 0)) {
+        return keys.Error("rope_parameters",
+                          "rope_theta must be a positive number, not " + it.value().dump());
+      }
+      c->rope_theta = it.value().get<double>();
+    } else {
+      return keys.Error("rope_parameters", "." + it.key() + " (" + it.value().dump() +
+                                               ") is not read by this engine's Qwen2-VL vision "
+                                               "tower, and it may change the rotary embedding");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 StatusOr<Qwen2VlVisionConfig> Qwen2VlVisionConfigFromJson(const nlohmann::json& json,
                                                           const std::string& where) {
@@ -144,6 +181,7 @@ StatusOr<Qwen2VlVisionConfig> Qwen2VlVisionConfigFromJson(const nlohmann::json& 
   if (const nlohmann::json& range = keys.Take("initializer_range"); range.is_number()) {
     c.initializer_range = range.get<double>();
   }
+  ENGINE_RETURN_IF_ERROR(ReadVisionRope(keys, &c));
   ENGINE_RETURN_IF_ERROR(keys.RefuseUnread(
       kNeutralVisionKeys, "is not supported by this engine's Qwen2-VL vision tower"));
   Status checked = c.Check();
@@ -269,7 +307,7 @@ at::Tensor Qwen2VlVisionTowerImpl::forward(const at::Tensor& pixel_values,
   // second from its column.
   const int64_t rotary_dim = config_.head_dim() / 2;
   const at::Tensor inv_freq =
-      1.0 / at::pow(kRotaryTheta, at::arange(0, rotary_dim, 2, at::kFloat) / rotary_dim);
+      1.0 / at::pow(config_.rope_theta, at::arange(0, rotary_dim, 2, at::kFloat) / rotary_dim);
   int64_t largest = 0;
   std::vector<int64_t> frame_lengths;
   for (const ImageGrid& g : grids) {

@@ -40,6 +40,7 @@ struct Qwen2VlVisionConfig {
   int64_t temporal_patch_size = 2;
   Activation hidden_act = Activation::kQuickGelu;
   double initializer_range = 0.02;
+  double rope_theta = 10000.0;  // the 2-D rotary's base (transformers 5: rope_parameters)
 
   int64_t head_dim() const { return embed_dim / num_heads; }
   int64_t patch_values() const {

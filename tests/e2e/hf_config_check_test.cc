@@ -54,8 +54,10 @@ struct Refusal {
 
 TEST(HfConfigCheckTest, ConfigKeysWithOtherMathAreRefusedByKeyAndValue) {
   const std::vector<Refusal> refusals = {
-      {"yarn rope",
+      {"yarn rope, transformers 4 spelling",
        [](nlohmann::json& c) {
+         c.erase("rope_parameters");
+         c["rope_theta"] = 10000.0;
          c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
        },
        "rope_scaling.rope_type 'yarn' is not supported by this engine (supported: default, linear, "

@@ -4,10 +4,10 @@
 // qwen2_vl_fixture.py), and the qwen2_vl model loader, reading the fixture's checkpoint, computes
 // transformers' logits from that batch.
 //
-// The fixture's tokenizer is the slow Qwen2Tokenizer's vocab.json and merges.txt; the test writes
-// them as a tokenizer.json (the layout of tests/fixtures/tokenizers/qwen2_bpe.json) with a ChatML
-// template that renders a user turn and an answer as the fixture's texts spell them (no system
-// prompt). Tolerances: ids, pixels and grids exact; logits 1e-4 (fp32).
+// The fixture's tokenizer is the tokenizer.json and tokenizer_config.json transformers 5's
+// Qwen2Tokenizer wrote; the test adds a ChatML template that renders a user turn and an answer as
+// the fixture's texts spell them (no system prompt). Tolerances: ids, pixels and grids exact;
+// logits 1e-4 (fp32).
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,6 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "engine/data.h"
 #include "engine/model.h"
@@ -31,43 +30,20 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 const fs::path kFixture = fs::path(testing::kSourceDir) / "tests/fixtures/hf/qwen2_vl";
-const fs::path kQwen2Layout =
-    fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/qwen2_bpe.json";
 
 constexpr char kChatMl[] =
     "{%- for m in messages %}{% if not loop.first %}{{ '\\n' }}{% endif %}"
     "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>{%- endfor %}"
     "{% if add_generation_prompt %}{{ '\\n' }}<|im_start|>assistant\n{% endif %}";
 
-// The fixture's tokenizer as tokenizer.json, its tokenizer_config.json with the template, and
-// the image processor's config, in `dir`.
+// The fixture's tokenizer.json, its tokenizer_config.json with the template (ending turns at
+// <|im_end|>), and the image processor's config, in `dir`.
 void WriteTokenizer(const testing::TempDir& dir) {
-  nlohmann::ordered_json tokenizer = nlohmann::ordered_json::parse(testing::ReadText(kQwen2Layout));
-  nlohmann::ordered_json vocab =
-      nlohmann::ordered_json::parse(testing::ReadText(kFixture / "vocab.json"));
-  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
-  std::istringstream lines(testing::ReadText(kFixture / "merges.txt"));
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    const auto space = line.find(' ');
-    merges.push_back({line.substr(0, space), line.substr(space + 1)});
-  }
-  tokenizer["model"]["vocab"] = vocab;
-  tokenizer["model"]["merges"] = merges;
-  tokenizer["added_tokens"] = nlohmann::ordered_json::array();
-  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>",
-                              "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"}) {
-    tokenizer["added_tokens"].push_back({{"id", vocab[special]},
-                                         {"content", special},
-                                         {"single_word", false},
-                                         {"lstrip", false},
-                                         {"rstrip", false},
-                                         {"normalized", false},
-                                         {"special", true}});
-  }
-  dir.Write("tokenizer.json", tokenizer.dump());
-  nlohmann::json config = {
-      {"chat_template", kChatMl}, {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}};
+  fs::copy_file(kFixture / "tokenizer.json", dir.path() / "tokenizer.json");
+  nlohmann::json config =
+      nlohmann::json::parse(testing::ReadText(kFixture / "tokenizer_config.json"));
+  config["chat_template"] = kChatMl;
+  config["eos_token"] = "<|im_end|>";
   dir.Write("tokenizer_config.json", config.dump());
   fs::copy_file(kFixture / "preprocessor_config.json", dir.path() / "preprocessor_config.json");
 }

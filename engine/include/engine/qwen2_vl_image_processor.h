@@ -1,9 +1,13 @@
-// Qwen2-VL's image processor, as transformers' Qwen2VLImageProcessor computes it (the PIL one:
-// Qwen2VLImageProcessorFast resizes with torchvision and gives other pixels): smart_resize to a
-// multiple of patch_size x merge_size within [min_pixels, max_pixels], Pillow's bicubic resampling
-// (image_resize.h), rescale and normalise (CLIP mean and std), the frame repeated to fill a
-// temporal patch, and the patches in the order the vision tower reads them (each merged 2x2 group
-// together).
+// Qwen2-VL's image processor, as transformers computes it: smart_resize to a multiple of
+// patch_size x merge_size within [min_pixels, max_pixels], bicubic resampling, rescale and
+// normalise (CLIP mean and std), the frame repeated to fill a temporal patch, and the patches in
+// the order the vision tower reads them (each merged 2x2 group together). Two resamplers, as
+// transformers 5 has two backends that give other pixels:
+//   - torchvision (the default; transformers 5's Qwen2VLImageProcessor): LibTorch's own
+//     antialiased uint8 bicubic, then one fused rescale-and-normalise in f32;
+//   - Pillow (preprocessor_config.json's image_processor_type "Qwen2VLImageProcessorPil", what
+//     transformers 5 falls back to without torchvision and transformers 4's default): Pillow's
+//     integer bicubic (image_resize.h), rescale in f64 and normalise in f32.
 //
 //   ENGINE_ASSIGN_OR_RETURN(auto processor, Qwen2VlImageProcessor::Read(dir /
 //   "preprocessor_config.json")); ENGINE_ASSIGN_OR_RETURN(ImageGrid grid, processor.GridFor(height,
@@ -68,6 +72,13 @@ class Qwen2VlImageProcessor {
   double rescale_factor = 1.0 / 255;
   std::array<double, 3> image_mean = {0.48145466, 0.4578275, 0.40821073};
   std::array<double, 3> image_std = {0.26862954, 0.26130258, 0.27577711};
+  enum class Resampler { kTorchvision, kPillow };
+  Resampler resampler = Resampler::kTorchvision;
+
+ private:
+  // f32 [3, height, width]: the image resized and normalised as each backend does.
+  at::Tensor TorchvisionFrame(const RgbImage& image, int64_t height, int64_t width) const;
+  at::Tensor PillowFrame(const RgbImage& image, int64_t height, int64_t width) const;
 };
 
 }  // namespace engine

@@ -1,5 +1,7 @@
 #include "engine/qwen2_vl_image_processor.h"
 
+#include <ATen/ATen.h>
+#include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/from_blob.h>
 
 #include <cmath>
@@ -14,8 +16,11 @@ namespace engine {
 namespace {
 
 // preprocessor_config.json keys that name things without changing the pixels.
-const std::set<std::string> kNeutralKeys = {"image_processor_type", "processor_class",
-                                            "feature_extractor_type", "do_convert_rgb"};
+const std::set<std::string> kNeutralKeys = {"processor_class", "feature_extractor_type",
+                                            "do_convert_rgb"};
+// The image_processor_type of transformers 5's PIL backend; any other name (Qwen2VLImageProcessor,
+// 4.x's Qwen2VLImageProcessorFast) is processed as transformers 5 does by default.
+constexpr char kPillowProcessorType[] = "Qwen2VLImageProcessorPil";
 constexpr int kPilBicubic = 3;
 
 // preprocessor_config.json into `p`, every key read, neutral or refused.
@@ -61,6 +66,10 @@ Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
       return keys.Error(key, "must be 3 numbers, not " + v.dump());
     }
     for (size_t c = 0; c < 3; ++c) (*out)[c] = v[c].get<double>();
+  }
+  const nlohmann::json& type = keys.Take("image_processor_type");
+  if (type.is_string() && type.get<std::string>() == kPillowProcessorType) {
+    p->resampler = Qwen2VlImageProcessor::Resampler::kPillow;
   }
   const nlohmann::json& resample = keys.Take("resample");
   if (!resample.is_null() && resample != kPilBicubic) {
@@ -143,15 +152,44 @@ StatusOr<ImageGrid> Qwen2VlImageProcessor::GridFor(int64_t height, int64_t width
   return ImageGrid{1, size.first / patch_size, size.second / patch_size};
 }
 
-StatusOr<at::Tensor> Qwen2VlImageProcessor::Patches(const RgbImage& image) const {
-  ENGINE_ASSIGN_OR_RETURN(auto size, ResizedSize(image.height, image.width));
-  const auto [height, width] = size;
+at::Tensor Qwen2VlImageProcessor::TorchvisionFrame(const RgbImage& image, int64_t height,
+                                                   int64_t width) const {
+  // The same ATen operations torchvision and transformers run, in their order, so the values
+  // are LibTorch's own.
+  at::Tensor frame = at::from_blob(const_cast<uint8_t*>(image.pixels.data()),
+                                   {1, image.height, image.width, 3}, at::kByte)
+                         .permute({0, 3, 1, 2});
+  if (height != image.height || width != image.width) {
+    frame = at::_upsample_bicubic2d_aa(frame.contiguous(), {height, width},
+                                       /*align_corners=*/false);
+  }
+  frame = frame.squeeze(0);
+  const auto channel_vector = [](const std::array<double, 3>& v) {
+    return at::tensor(
+               {static_cast<float>(v[0]), static_cast<float>(v[1]), static_cast<float>(v[2])})
+        .view({3, 1, 1});
+  };
+  if (do_normalize) {
+    // transformers fuses the rescale into the mean and std (divided by the factor, in f32).
+    at::Tensor mean = channel_vector(image_mean), std = channel_vector(image_std);
+    if (do_rescale) {
+      mean = mean * (1.0 / rescale_factor);
+      std = std * (1.0 / rescale_factor);
+    }
+    return frame.to(at::kFloat).sub(mean).div_(std);
+  }
+  if (do_rescale) return frame * rescale_factor;
+  return frame.to(at::kFloat);
+}
+
+at::Tensor Qwen2VlImageProcessor::PillowFrame(const RgbImage& image, int64_t height,
+                                              int64_t width) const {
   std::vector<uint8_t> resized;
   if (height != image.height || width != image.width) {
     resized = ResizeBicubicLikePillow(image.pixels, image.width, image.height, width, height);
   }
   const std::vector<uint8_t>& pixels = resized.empty() ? image.pixels : resized;
-  // transformers rescales in f64 and stores f32, then normalises in f32.
+  // transformers' PIL backend rescales in f64 and stores f32, then normalises in f32.
   std::vector<float> values(pixels.size());
   for (size_t i = 0; i < pixels.size(); ++i) {
     float v =
@@ -162,16 +200,25 @@ StatusOr<at::Tensor> Qwen2VlImageProcessor::Patches(const RgbImage& image) const
     }
     values[i] = v;
   }
+  return at::from_blob(values.data(), {height, width, 3}, at::kFloat)
+      .permute({2, 0, 1})
+      .clone(at::MemoryFormat::Contiguous);  // owns its memory: `values` goes
+}
+
+StatusOr<at::Tensor> Qwen2VlImageProcessor::Patches(const RgbImage& image) const {
+  ENGINE_ASSIGN_OR_RETURN(auto size, ResizedSize(image.height, image.width));
+  const auto [height, width] = size;
+  const at::Tensor frame = resampler == Resampler::kTorchvision
+                               ? TorchvisionFrame(image, height, width)
+                               : PillowFrame(image, height, width);
   const int64_t p = patch_size, m = merge_size, gh = height / p, gw = width / p;
-  // [H, W, C] -> [C, H, W], the one frame repeated temporal_patch_size times, then grouped as
-  // (t, h/m, w/m, m, m) patches of (C, T, p, p) values.
-  at::Tensor frame =
-      at::from_blob(values.data(), {height, width, 3}, at::kFloat).permute({2, 0, 1});
+  // The one frame repeated temporal_patch_size times, then grouped as (t, h/m, w/m, m, m) patches
+  // of (C, T, p, p) values.
   at::Tensor frames = frame.unsqueeze(0).expand({temporal_patch_size, 3, height, width});
   return frames.reshape({1, temporal_patch_size, 3, gh / m, m, p, gw / m, m, p})
       .permute({0, 3, 6, 4, 7, 2, 1, 5, 8})
       .reshape({gh * gw, patch_values()})
-      .clone(at::MemoryFormat::Contiguous);  // owns its memory: `values` goes with this frame
+      .contiguous();
 }
 
 }  // namespace engine

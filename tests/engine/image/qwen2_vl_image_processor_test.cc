@@ -1,12 +1,16 @@
 // Images read and processed as transformers' Qwen2VLImageProcessor processes them: the qwen2_vl
 // fixture (tests/fixtures/hf/qwen2_vl_fixture.py) holds four real photographs (RGB PNG, JPEG,
 // greyscale PNG, RGBA PNG with transparent corners) and the pixel_values and image_grid_thw
-// transformers' own processor made of them (PIL bicubic, min_pixels 1568, max_pixels 4704).
+// transformers 5.17's own processors made of them, with both backends: torchvision (the default)
+// and Pillow (min_pixels 1568, max_pixels 4704).
 //
-// Tolerance: none. Pillow's resampling is integer arithmetic that ResizeBicubicLikePillow
-// reproduces byte for byte, libjpeg-turbo decodes the JPEG as Pillow's libjpeg does, and the
-// rescale (f64) and normalisation (f32) are done in transformers' precisions, so the pixel values
-// are bit-identical. For scale: one level of an 8-bit pixel is 0.015 after normalisation, and
+// Tolerance: none, except one image on the Pillow path. The torchvision path runs LibTorch's own
+// resampling and normalisation on the pixels libjpeg-turbo and libpng decode (as Pillow does), so
+// its values are bit-identical for all four images. The Pillow path reproduces the integer
+// arithmetic of Debian's Pillow 9.4 byte for byte (bit-identical to transformers 4.51's values,
+// the fixture's earlier references), and Pillow 13 from PyPI still gives the same bytes for the
+// three PNG images; for rocket.jpg (60x40 to 56x28) it resamples differently, by up to 2 levels of
+// an 8-bit pixel: kPillow13Tolerance. For scale: one level is 0.015 after normalisation, and
 // compositing the logo's alpha on white instead of dropping it moves a value by 3.8.
 #include "engine/qwen2_vl_image_processor.h"
 
@@ -29,11 +33,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Two levels of an 8-bit pixel after normalisation (1 / 255 / the smallest std, times 2).
+constexpr double kPillow13Tolerance = 2.0 / 255 / 0.26130258 + 1e-6;
+
 const std::filesystem::path kFixture =
     std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / "qwen2_vl";
 
 struct Reference {
-  at::Tensor pixel_values, image_grid_thw, input_ids;
+  at::Tensor pixel_values, pixel_values_pil, image_grid_thw, input_ids;
   std::vector<std::string> images;
 };
 
@@ -42,6 +49,7 @@ Reference ReadReference() {
   EXPECT_TRUE(file.ok()) << file.status().message();
   Reference r;
   r.pixel_values = *(*file)->Get("pixel_values");
+  r.pixel_values_pil = *(*file)->Get("pixel_values_pil");
   r.image_grid_thw = *(*file)->Get("image_grid_thw");
   r.input_ids = *(*file)->Get("input_ids");
   r.images =
@@ -116,29 +124,59 @@ TEST(ImageFileTest, BadFilesAreErrorsNamingTheFile) {
 
 TEST(Qwen2VlImageProcessorTest, PixelValuesAndGridsEqualTransformers) {
   const Reference reference = ReadReference();
-  const Qwen2VlImageProcessor processor = FixtureProcessor();
-  int64_t start = 0, image_tokens = 0;
-  for (size_t i = 0; i < reference.images.size(); ++i) {
-    SCOPED_TRACE(reference.images[i]);
-    auto image = ReadRgbImage(kFixture / reference.images[i]);
-    ASSERT_TRUE(image.ok()) << image.status().message();
-    auto grid = processor.GridFor(image->height, image->width);
-    ASSERT_TRUE(grid.ok()) << grid.status().message();
-    const at::Tensor expected_grid = reference.image_grid_thw[static_cast<int64_t>(i)];
-    EXPECT_EQ(grid->t, expected_grid[0].item<int64_t>());
-    EXPECT_EQ(grid->h, expected_grid[1].item<int64_t>());
-    EXPECT_EQ(grid->w, expected_grid[2].item<int64_t>());
-    auto patches = processor.Patches(*image);
-    ASSERT_TRUE(patches.ok()) << patches.status().message();
-    ASSERT_EQ(patches->sizes(), (std::vector<int64_t>{grid->patches(), processor.patch_values()}));
-    const at::Tensor expected = reference.pixel_values.narrow(0, start, grid->patches());
-    EXPECT_TRUE(at::equal(*patches, expected));
-    start += grid->patches();
-    image_tokens += processor.TokensFor(*grid);
+  for (const auto resampler : {Qwen2VlImageProcessor::Resampler::kTorchvision,
+                               Qwen2VlImageProcessor::Resampler::kPillow}) {
+    const bool torchvision = resampler == Qwen2VlImageProcessor::Resampler::kTorchvision;
+    SCOPED_TRACE(torchvision ? "torchvision" : "Pillow");
+    Qwen2VlImageProcessor processor = FixtureProcessor();
+    EXPECT_EQ(processor.resampler, Qwen2VlImageProcessor::Resampler::kTorchvision);
+    processor.resampler = resampler;
+    const at::Tensor pixel_values =
+        torchvision ? reference.pixel_values : reference.pixel_values_pil;
+    int64_t start = 0, image_tokens = 0;
+    for (size_t i = 0; i < reference.images.size(); ++i) {
+      SCOPED_TRACE(reference.images[i]);
+      auto image = ReadRgbImage(kFixture / reference.images[i]);
+      ASSERT_TRUE(image.ok()) << image.status().message();
+      auto grid = processor.GridFor(image->height, image->width);
+      ASSERT_TRUE(grid.ok()) << grid.status().message();
+      const at::Tensor expected_grid = reference.image_grid_thw[static_cast<int64_t>(i)];
+      EXPECT_EQ(grid->t, expected_grid[0].item<int64_t>());
+      EXPECT_EQ(grid->h, expected_grid[1].item<int64_t>());
+      EXPECT_EQ(grid->w, expected_grid[2].item<int64_t>());
+      auto patches = processor.Patches(*image);
+      ASSERT_TRUE(patches.ok()) << patches.status().message();
+      ASSERT_EQ(patches->sizes(),
+                (std::vector<int64_t>{grid->patches(), processor.patch_values()}));
+      const at::Tensor expected = pixel_values.narrow(0, start, grid->patches());
+      if (torchvision || reference.images[i] != "images/rocket.jpg") {
+        EXPECT_TRUE(at::equal(*patches, expected));
+      } else {
+        EXPECT_LE((*patches - expected).abs().max().item<double>(), kPillow13Tolerance);
+      }
+      start += grid->patches();
+      image_tokens += processor.TokensFor(*grid);
+    }
+    EXPECT_EQ(start, pixel_values.size(0));
+    // <|image_pad|> (id 264) appears once per merged 2x2 group.
+    EXPECT_EQ(image_tokens, reference.input_ids.eq(264).sum().item<int64_t>());
   }
-  EXPECT_EQ(start, reference.pixel_values.size(0));
-  // <|image_pad|> (id 264) appears once per merged 2x2 group.
-  EXPECT_EQ(image_tokens, reference.input_ids.eq(264).sum().item<int64_t>());
+}
+
+TEST(Qwen2VlImageProcessorTest, PreprocessorConfigNamesTheBackend) {
+  testing::TempDir dir;
+  nlohmann::json json =
+      nlohmann::json::parse(testing::ReadText(kFixture / "preprocessor_config.json"));
+  for (const auto& [type, resampler] :
+       {std::pair<const char*, Qwen2VlImageProcessor::Resampler>{
+            "Qwen2VLImageProcessor", Qwen2VlImageProcessor::Resampler::kTorchvision},
+        {"Qwen2VLImageProcessorFast", Qwen2VlImageProcessor::Resampler::kTorchvision},
+        {"Qwen2VLImageProcessorPil", Qwen2VlImageProcessor::Resampler::kPillow}}) {
+    json["image_processor_type"] = type;
+    auto read = Qwen2VlImageProcessor::Read(dir.Write("preprocessor_config.json", json.dump()));
+    ASSERT_TRUE(read.ok()) << read.status().message();
+    EXPECT_EQ(read->resampler, resampler) << type;
+  }
 }
 
 TEST(Qwen2VlImageProcessorTest, SmartResizeRoundsAsPythonAndKeepsThePixelLimits) {

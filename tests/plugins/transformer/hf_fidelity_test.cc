@@ -18,6 +18,7 @@
 #include "engine/safetensors.h"
 #include "hf_checkpoint.h"
 #include "llama_modules.h"
+#include "qwen2_vl_model.h"
 #include "testing/test_paths.h"
 
 namespace engine::transformer {
@@ -38,8 +39,10 @@ const std::vector<std::string> kDecoderFixtures = {"llama",
                                                    "llama_rope_linear",
                                                    "llama_rope_dynamic",
                                                    "llama3_rope",
+                                                   "llama3_rope_v5config",
                                                    "mistral_sliding",
                                                    "qwen2",
+                                                   "qwen2_sliding",
                                                    "qwen3",
                                                    "llama_bf16"};
 
@@ -163,12 +166,13 @@ TEST(HfFidelityTest, Qwen2VlLanguageModelWithImageFeaturesAndMropeEqualsTransfor
   // its M-RoPE positions (get_rope_index), and the logits it computed.
   auto json = ReadConfigJson(kFixtures / "qwen2_vl");
   ASSERT_TRUE(json.ok()) << json.status().message();
-  auto config = Qwen2VlTextConfigFromJson(*json, "qwen2_vl/config.json");
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  EXPECT_EQ(config->mrope_section, (std::vector<int64_t>{2, 1, 1}));
+  auto vision_language = Qwen2VlConfigFromJson(*json, "qwen2_vl/config.json");
+  ASSERT_TRUE(vision_language.ok()) << vision_language.status().message();
+  LlamaConfig config = vision_language->text;
+  EXPECT_EQ(config.mrope_section, (std::vector<int64_t>{2, 1, 1}));
   auto weights = safetensors::File::Open(kFixtures / "qwen2_vl" / "model.safetensors");
   ASSERT_TRUE(weights.ok()) << weights.status().message();
-  CausalLmModule module(*config);
+  CausalLmModule module(config);
   at::NoGradGuard no_grad;
   for (auto& p : module.named_parameters()) {
     auto stored = (*weights)->Get(p.key());
@@ -183,7 +187,7 @@ TEST(HfFidelityTest, Qwen2VlLanguageModelWithImageFeaturesAndMropeEqualsTransfor
   const at::Tensor image_tokens = ids.eq((*json)["image_token_id"].get<int64_t>());
   ASSERT_EQ(image_tokens.sum().item<int64_t>(), features.size(0));
   const at::Tensor embeds = module.lm.model->Embed(ids).masked_scatter(
-      image_tokens.unsqueeze(-1).expand({-1, -1, config->hidden_size}), features);
+      image_tokens.unsqueeze(-1).expand({-1, -1, config.hidden_size}), features);
   DecoderInputs inputs;
   inputs.attention_mask = mask;
   inputs.position_ids = *(*reference)->Get("mrope_position_ids");
@@ -192,7 +196,7 @@ TEST(HfFidelityTest, Qwen2VlLanguageModelWithImageFeaturesAndMropeEqualsTransfor
 
   // Plain 1-D positions are another model (the fixture's own sensitivity: 4.0).
   inputs.position_ids = at::Tensor();
-  config->mrope_section.clear();
+  config.mrope_section.clear();
   EXPECT_GT(
       MaxDifferenceAtRealTokens(module.lm.Logits(module.lm.model->Forward(embeds, inputs, nullptr)),
                                 *(*reference)->Get("logits"), mask),
@@ -208,8 +212,8 @@ TEST(HfFidelityTest, Qwen2VlNeedsItsOwnLoader) {
               HasSubstr("model_type is 'qwen2_vl', a vision-language model; load it with the "
                         "qwen2_vl model loader"));
   nlohmann::json no_section = *json;
-  no_section["rope_scaling"].erase("mrope_section");
-  EXPECT_THAT(Qwen2VlTextConfigFromJson(no_section, "c").status().message(),
+  no_section["text_config"]["rope_parameters"].erase("mrope_section");
+  EXPECT_THAT(Qwen2VlConfigFromJson(no_section, "c").status().message(),
               HasSubstr("mrope_section must be three positive integers"));
 }
 

@@ -110,7 +110,11 @@ TEST(Qwen2VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
   auto positions = ComputeMultimodalPositions(f.Get("input_ids"), f.Get("attention_mask"),
                                               f.RowGrids(), f.config.image_token_id, 2);
   ASSERT_TRUE(positions.ok()) << positions.status().message();
-  EXPECT_TRUE(at::equal(positions->position_ids, f.Get("mrope_position_ids")));
+  // At the real tokens: what padding holds is never read (transformers 4.51 wrote 1 there, 5.17
+  // writes 0).
+  const at::Tensor real = f.Get("attention_mask").to(at::kBool).unsqueeze(0).expand({3, -1, -1});
+  EXPECT_TRUE(at::equal(positions->position_ids.masked_select(real),
+                        f.Get("mrope_position_ids").masked_select(real)));
   const at::Tensor expected_next = f.Get("mrope_position_ids").amax({0, 2}) + 1;
   for (size_t row = 0; row < positions->next.size(); ++row) {
     EXPECT_EQ(positions->next[row], expected_next[static_cast<int64_t>(row)].item<int64_t>());
@@ -245,35 +249,29 @@ TEST(Qwen2VlModelTest, TransformersFiveTensorNamesLoadTheSameModel) {
   }
 }
 
-// transformers 5 nests the language model's keys under text_config, with rope_parameters.
-TEST(Qwen2VlModelTest, TransformersFiveLayoutReadsAsTheFlatOne) {
-  auto flat = ReadConfigJson(kFixture);
-  ASSERT_TRUE(flat.ok());
-  nlohmann::json nested = {{"model_type", "qwen2_vl"},
-                           {"architectures", (*flat)["architectures"]},
-                           {"vision_config", (*flat)["vision_config"]}};
-  nlohmann::json text = {{"model_type", "qwen2_vl_text"}};
-  for (const auto& [key, value] : flat->items()) {
-    if (key == "vision_config" || key == "architectures" || key == "model_type") continue;
-    if (key.find("token_id") != std::string::npos && key != "eos_token_id" &&
-        key != "pad_token_id") {
-      nested[key] = value;
-    } else if (key != "rope_scaling" && key != "rope_theta") {
-      text[key] = value;
-    }
+// transformers 5 nests the language model's keys under text_config, with rope_parameters (the
+// fixture's layout); transformers 4 wrote them flat, with rope_theta and rope_scaling.
+TEST(Qwen2VlModelTest, TheFlatLayoutOfTransformers4ReadsAsTheNestedOne) {
+  auto nested = ReadConfigJson(kFixture);
+  ASSERT_TRUE(nested.ok());
+  nlohmann::json flat;
+  for (const auto& [key, value] : nested->items()) {
+    if (key != "text_config") flat[key] = value;
   }
-  text["rope_parameters"] = {{"rope_type", "default"},
-                             {"mrope_section", {2, 1, 1}},
-                             {"rope_theta", (*flat)["rope_theta"]}};
-  nested["text_config"] = text;
-  auto from_flat = Qwen2VlConfigFromJson(*flat, "flat");
-  auto from_nested = Qwen2VlConfigFromJson(nested, "nested");
+  for (const auto& [key, value] : (*nested)["text_config"].items()) {
+    if (key != "model_type" && key != "rope_parameters") flat[key] = value;
+  }
+  const nlohmann::json& rope = (*nested)["text_config"]["rope_parameters"];
+  flat["rope_theta"] = rope["rope_theta"];
+  flat["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", rope["mrope_section"]}};
+  auto from_flat = Qwen2VlConfigFromJson(flat, "flat");
+  auto from_nested = Qwen2VlConfigFromJson(*nested, "nested");
   ASSERT_TRUE(from_flat.ok()) << from_flat.status().message();
   ASSERT_TRUE(from_nested.ok()) << from_nested.status().message();
   EXPECT_EQ(from_nested->ToJson("float32"), from_flat->ToJson("float32"));
-  nested["text_config"]["hidden_size"] = 64;
-  nested["hidden_size"] = 32;
-  EXPECT_THAT(Qwen2VlConfigFromJson(nested, "c").status().message(),
+  (*nested)["text_config"]["hidden_size"] = 64;
+  (*nested)["hidden_size"] = 32;
+  EXPECT_THAT(Qwen2VlConfigFromJson(*nested, "c").status().message(),
               HasSubstr("'hidden_size' is 32 but text_config.hidden_size is 64"));
 }
 
