@@ -291,6 +291,13 @@ TEST(Qwen2VlModelTest, ConfigKeysAreReadOrRefusedByName) {
         Case{"vision_config/window_size", 112,
              "'window_size' (112) is not supported by this engine's Qwen2-VL vision tower"},
         Case{"vision_config/hidden_act", "tanh", "'hidden_act' \"tanh\" is not supported"},
+        Case{"vision_config/rope_parameters",
+             {{"rope_type", "mrope"}},
+             "rope_type \"mrope\" is not supported by this engine's Qwen2-VL vision tower "
+             "(supported: axial)"},
+        Case{"vision_config/rope_parameters",
+             {{"rope_type", "axial"}, {"factor", 2}},
+             "'rope_parameters' .factor (2) is not read"},
         Case{"image_token_id", 999, "'image_token_id' must be a token id below vocab_size 272"}}) {
     SCOPED_TRACE(c.key);
     nlohmann::json changed = *json;
@@ -308,6 +315,13 @@ TEST(Qwen2VlModelTest, ConfigKeysAreReadOrRefusedByName) {
   qwen25["model_type"] = "qwen2_5_vl";
   EXPECT_THAT(Qwen2VlConfigFromJson(qwen25, "config.json").status().message(),
               HasSubstr("model_type is 'qwen2_5_vl' (Qwen2.5-VL: window attention"));
+  // The vision rotary's base, as transformers 5 writes it, is the one the tower computes with.
+  nlohmann::json theta = *json;
+  theta["vision_config"]["rope_parameters"] = {{"rope_type", "axial"}, {"rope_theta", 500.0}};
+  auto with_theta = Qwen2VlConfigFromJson(theta, "config.json");
+  ASSERT_TRUE(with_theta.ok()) << with_theta.status().message();
+  EXPECT_EQ(with_theta->vision.rope_theta, 500.0);
+  EXPECT_EQ(with_theta->vision.ToJson()["rope_parameters"]["rope_theta"], 500.0);
   // The hub's own extra keys, which transformers keeps without reading, are accepted.
   nlohmann::json hub = *json;
   hub["vision_token_id"] = 264;
