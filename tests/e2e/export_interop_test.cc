@@ -1,0 +1,238 @@
+// What `engine export` writes, read by transformers, PEFT and bitsandbytes themselves (the
+// project's .venv, tests/reference/export_interop.py), as a user deploys it: for a LoRA stage and
+// a QLoRA stage (NF4 base) on a base checkpoint of each decoder family (llama, mistral, qwen2,
+// qwen3; random weights that transformers saved),
+//   - the hf export loads with AutoModelForCausalLM with no missing and no unexpected key, and its
+//     greedy continuation in transformers is the engine's on the stage, token for token;
+//   - the peft export loads without a warning into the base (the LoRA stage's checkpoint, or the
+//     QLoRA stage's bnb4 export read by bitsandbytes), with every adapter tensor it holds in the
+//     model, and gives the hf export's logits (which the trained adapters moved away from the
+//     base's);
+//   - the bnb4 export loads through bitsandbytes (its CPU backend), each 4-bit layer dequantizing
+//     to the stage's 4-bit weight, and with --double_quant its nested scales load too.
+// Tolerances: 1e-4 on f32 logits between PEFT's unmerged adapters and the merged hf export (the
+// same sums in another order; an adapter lost or mis-scaled moves them by far more). 1e-6 between
+// bitsandbytes' dequantized weight and the hf export's less alpha / r * B A: the hf export holds
+// the stage's dequantized weight plus that product rounded to f32, and taking it away again
+// leaves that rounding (one NF4 step is about a tenth of a block's largest weight). 1% of a
+// layer's largest weight between the double-quantized scales and the plain ones (8-bit scales).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+#include "testing/test_paths.h"
+
+namespace engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kFamilies = {"llama", "mistral", "qwen2", "qwen3"};
+constexpr char kPrompt[] = "A fortune: you will";
+constexpr int kNewTokens = 8;
+constexpr double kLogitTolerance = 1e-4;
+constexpr double kFourBitWeightTolerance = 1e-6;
+constexpr double kDoubleQuantTolerance = 0.01;
+// 2 decoder layers of 7 projections, each with an adapter.
+constexpr int kFourBitLayers = 14;
+
+// A LoRA stage and a QLoRA stage per family, in this order.
+std::vector<std::string> Stages() {
+  std::vector<std::string> stages;
+  for (const std::string& family : kFamilies) {
+    stages.push_back(family);
+    stages.push_back(family + "_qlora");
+  }
+  return stages;
+}
+
+bool IsQlora(const std::string& stage) {
+  return stage.size() > 6 && stage.rfind("_qlora") == stage.size() - 6;
+}
+
+class ExportInteropTest : public ::testing::Test {
+ protected:
+  // The bases (transformers), one LoRA stage on each (the engine), both exports and the stage's
+  // greedy continuation; then transformers and PEFT read the exports.
+  static void SetUpTestSuite() {
+    tmp_ = new testing::TempDir();
+    results_ = new nlohmann::json();
+    engine_ids_ = new nlohmann::json();
+    error_ = new std::string();
+    const fs::path reference = fs::path(testing::kSourceDir) / "tests/reference/export_interop.py";
+    const fs::path fixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
+    // qwen2_bpe.json: 956 model tokens and 3 added ones.
+    const auto bases = testing::RunCommand(
+        {testing::kPython, reference.string(), "bases", (tmp_->path() / "bases").string(), "960"});
+    if (bases.exit_code != 0) {
+      *error_ = "making the bases failed (scripts/setup.sh makes .venv): " + bases.err;
+      return;
+    }
+    std::string pipeline = "name: \"interop\"\noutput_dir: \"out\"\n";
+    for (const std::string& stage : Stages()) {
+      const std::string family = stage.substr(0, stage.find('_'));
+      const std::string quantizer = IsQlora(stage) ? R"(
+  quantizer { plugin: "nf4" options { [type.googleapis.com/engine.plugins.Nf4Options] {
+    target_modules: "model.layers.*" } } })"
+                                                   : "";
+      pipeline += "stage { name: \"" + stage + R"(" precision { plugin: "fp32" }
+  model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
+    pretrained: ")" +
+                  (tmp_->path() / "bases" / family).string() + R"(" } } })" + quantizer + R"(
+  adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
+    r: 4 lora_alpha: 8 target_modules: "model.layers.*" } } }
+  data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
+    path: ")" + (fixtures / "chat_data/conversations.jsonl").string() +
+                  R"(" eval_fraction: 0.4
+    tokenizer { kind: HF_JSON path: ")" +
+                  (fixtures / "tokenizers/qwen2_bpe.json").string() + R"("
+                config: ")" +
+                  (fixtures / "chat_data/tokenizer_config.json").string() +
+                  R"(" } } } }
+  optimizer { learning_rate: 0.05 }
+  schedule { max_steps: 3 batch_size: 2 }
+}
+)";
+    }
+    const fs::path file = tmp_->Write("interop.pbtxt", pipeline);
+    const auto run = testing::RunEngine({"run", file.string()});
+    if (run.exit_code != 0) {
+      *error_ = "engine run failed: " + run.err;
+      return;
+    }
+    nlohmann::json cases = nlohmann::json::array();
+    for (const std::string& stage : Stages()) {
+      const std::string family = stage.substr(0, stage.find('_'));
+      const std::string source = file.string() + ":" + stage;
+      std::vector<std::vector<std::string>> exports = {{"hf", "--format=hf"},
+                                                       {"peft", "--format=peft"}};
+      if (IsQlora(stage)) {
+        exports.push_back({"bnb4", "--format=bnb4"});
+        exports.push_back({"bnb4_double", "--format=bnb4", "--double_quant"});
+      }
+      for (const auto& flags : exports) {
+        std::vector<std::string> args = {"export", source, "--to=" + Dir(stage, flags[0]).string()};
+        args.insert(args.end(), flags.begin() + 1, flags.end());
+        const auto exported = testing::RunEngine(args);
+        if (exported.exit_code != 0) {
+          *error_ = "engine export " + source + " " + flags[1] + ": " + exported.err;
+          return;
+        }
+      }
+      const auto generated =
+          testing::RunEngine({"generate", source, "--raw", std::string("--prompt=") + kPrompt,
+                              "--max_new_tokens=" + std::to_string(kNewTokens), "--format=json"});
+      if (generated.exit_code != 0) {
+        *error_ = "engine generate " + source + ": " + generated.err;
+        return;
+      }
+      (*engine_ids_)[stage] = nlohmann::json::parse(generated.out)["outputs"][0]["ids"];
+      nlohmann::json c = {
+          {"name", stage},
+          {"base", (tmp_->path() / "bases" / family).string()},
+          {"hf", Dir(stage, "hf").string()},
+          {"peft", Dir(stage, "peft").string()},
+          {"prompt", kPrompt},
+          {"max_new_tokens", kNewTokens},
+          {"texts", {"What is a fortune?", "Say hi, again, in two words.", "A penny saved"}}};
+      if (IsQlora(stage)) {
+        c["bnb4"] = Dir(stage, "bnb4").string();
+        c["bnb4_double"] = Dir(stage, "bnb4_double").string();
+      }
+      cases.push_back(c);
+    }
+    const fs::path request = tmp_->Write("cases.json", nlohmann::json{{"cases", cases}}.dump());
+    const auto checked =
+        testing::RunCommand({testing::kPython, reference.string(), "check", request.string()});
+    if (checked.exit_code != 0) {
+      *error_ = "export_interop.py check failed: " + checked.err;
+      return;
+    }
+    *results_ = nlohmann::json::parse(checked.out);
+  }
+  static void TearDownTestSuite() {
+    delete error_;
+    delete engine_ids_;
+    delete results_;
+    delete tmp_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(error_->empty()) << *error_;
+    ASSERT_EQ(results_->size(), Stages().size());
+  }
+
+  static fs::path Dir(const std::string& stage, const std::string& format) {
+    return tmp_->path() / "exports" / stage / format;
+  }
+  // The reference's result for `stage`, with its failure (if any) as a test failure.
+  static const nlohmann::json& Result(const std::string& stage) {
+    const std::vector<std::string> stages = Stages();
+    const size_t index = std::find(stages.begin(), stages.end(), stage) - stages.begin();
+    const nlohmann::json& result = (*results_)[index];
+    EXPECT_FALSE(result.contains("error")) << stage << ": " << result["error"];
+    return result;
+  }
+
+  static testing::TempDir* tmp_;
+  static nlohmann::json* results_;
+  static nlohmann::json* engine_ids_;
+  static std::string* error_;
+};
+
+testing::TempDir* ExportInteropTest::tmp_ = nullptr;
+nlohmann::json* ExportInteropTest::results_ = nullptr;
+nlohmann::json* ExportInteropTest::engine_ids_ = nullptr;
+std::string* ExportInteropTest::error_ = nullptr;
+
+TEST_F(ExportInteropTest, HfExportsLoadInTransformersWithEveryKeyAndGenerateAsTheStage) {
+  for (const std::string& stage : Stages()) {
+    SCOPED_TRACE(stage);
+    const nlohmann::json& result = Result(stage);
+    if (result.contains("error")) continue;
+    EXPECT_TRUE(result["hf_missing"].empty()) << result["hf_missing"];
+    EXPECT_TRUE(result["hf_unexpected"].empty()) << result["hf_unexpected"];
+    const auto ours = (*engine_ids_)[stage].get<std::vector<int64_t>>();
+    auto theirs = result["hf_greedy"].get<std::vector<int64_t>>();
+    ASSERT_FALSE(ours.empty());
+    // The engine stops at the tokenizer's eos, transformers at generation_config's: the same id.
+    ASSERT_GE(theirs.size(), ours.size());
+    theirs.resize(ours.size());
+    EXPECT_EQ(ours, theirs);
+  }
+}
+
+TEST_F(ExportInteropTest, PeftExportsLoadEveryAdapterWithoutWarningsAndComputeTheHfExport) {
+  for (const std::string& stage : Stages()) {
+    SCOPED_TRACE(stage);
+    const nlohmann::json& result = Result(stage);
+    if (result.contains("error")) continue;
+    EXPECT_TRUE(result["peft_warnings"].empty()) << result["peft_warnings"];
+    EXPECT_FALSE(result["peft_adapter_keys"].empty());
+    EXPECT_EQ(result["peft_loaded_keys"], result["peft_adapter_keys"]);
+    EXPECT_LE(result["peft_vs_hf"].get<double>(), kLogitTolerance);
+    // The adapters trained: without them the logits are another model's.
+    EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
+  }
+}
+
+TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights) {
+  for (const std::string& stage : Stages()) {
+    if (!IsQlora(stage)) continue;
+    SCOPED_TRACE(stage);
+    const nlohmann::json& result = Result(stage);
+    if (result.contains("error")) continue;
+    EXPECT_TRUE(result["bnb4_missing"].empty()) << result["bnb4_missing"];
+    EXPECT_TRUE(result["bnb4_unexpected"].empty()) << result["bnb4_unexpected"];
+    EXPECT_EQ(result["bnb4_layers"], kFourBitLayers);
+    EXPECT_LE(result["bnb4_vs_hf"].get<double>(), kFourBitWeightTolerance);
+    EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
+    EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
+  }
+}
+
+}  // namespace
+}  // namespace engine

@@ -1,0 +1,170 @@
+"""What the engine exports, read by the Hugging Face libraries themselves (transformers, PEFT), for
+tests/e2e/export_interop_test.cc. Two commands, each one Python start:
+
+    .venv/bin/python tests/reference/export_interop.py bases OUT_DIR VOCAB_SIZE
+        A random base checkpoint per family (llama, mistral, qwen2, qwen3) in OUT_DIR/<family>,
+        written by transformers' save_pretrained: the family fixtures' configs
+        (tests/fixtures/hf/make_fixtures.py) with VOCAB_SIZE ids and its seeded O(1) weights.
+
+    .venv/bin/python tests/reference/export_interop.py check CASES.json > RESULTS.json
+        CASES.json: {"cases": [{"name", "base": DIR, "hf": DIR, "peft": DIR, "prompt": TEXT,
+                                "max_new_tokens": N, "texts": [TEXT, ...],
+                                "bnb4": DIR, "bnb4_double": DIR (a QLoRA stage's)}, ...]}
+        For each case, RESULTS.json holds (or {"error": "..."}):
+          hf_missing, hf_unexpected   the keys from_pretrained(hf, output_loading_info=True) reports
+          peft_warnings               what PeftModel.from_pretrained(base, peft) warned
+          peft_adapter_keys, peft_loaded_keys
+                                      the adapter tensors the export holds, and those PEFT put into
+                                      the model (as get_peft_model_state_dict names them)
+          peft_vs_hf                  the largest |logit| difference between the PEFT model and the
+                                      hf export on `texts` (a padded batch, f32), at real tokens
+          hf_vs_base                  the same between the hf export and the base (adapters off)
+          hf_greedy                   transformers' greedy continuation of `prompt` on the hf export
+                                      (the ids after the prompt)
+        and for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
+        bitsandbytes on the CPU):
+          bnb4_missing, bnb4_unexpected
+          bnb4_layers                 the Linear4bit layers bitsandbytes built
+          bnb4_vs_hf                  the largest difference between a layer's weight as bitsandbytes
+                                      dequantizes it and the hf export's weight less the adapters'
+                                      product (lora_alpha / r * B A, from the peft export)
+          bnb4_double_nested          whether every layer of the --double_quant export has nested
+                                      (double-quantized) scales in bitsandbytes
+          bnb4_double_vs_bnb4         the largest difference between the two exports' dequantized
+                                      weights, relative to the layer's largest weight
+"""
+import json
+import pathlib
+import sys
+import warnings
+
+HERE = pathlib.Path(__file__).resolve().parent
+FAMILIES = {"llama": "llama", "mistral": "mistral_sliding", "qwen2": "qwen2", "qwen3": "qwen3"}
+
+
+def make_bases(out_dir, vocab_size):
+    sys.path.insert(0, str(HERE.parent / "fixtures" / "hf"))
+    import make_fixtures as fixtures
+
+    for family, fixture in FAMILIES.items():
+        spec = fixtures.SPECS[fixture]
+        overrides = dict(spec["config"], vocab_size=vocab_size, max_position_embeddings=512,
+                         pad_token_id=vocab_size - 4,
+                         bos_token_id=None, eos_token_id=vocab_size - 2)
+        model = fixtures.build_model(spec["arch"], fixtures.make_config(spec["arch"], overrides))
+        fixtures.randomize(model)
+        directory = pathlib.Path(out_dir) / family
+        model.save_pretrained(directory)
+        (directory / "generation_config.json").unlink(missing_ok=True)
+        print(f"{family}: {directory}")
+
+
+def real_max_abs_diff(a, b, mask):
+    return (a - b).abs().amax(-1).masked_select(mask.bool()).max().item()
+
+
+def four_bit_layers(model):
+    return {name: module for name, module in model.named_modules()
+            if hasattr(module, "weight") and hasattr(module.weight, "quant_state")}
+
+
+def check_bnb4(case, hf, result):
+    """bitsandbytes reads both bnb4 exports; returns the plain one as PEFT's base."""
+    import bitsandbytes.functional as bnb
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(
+        case["bnb4"], device_map="cpu", output_loading_info=True, attn_implementation="eager")
+    result["bnb4_missing"] = sorted(info["missing_keys"])
+    result["bnb4_unexpected"] = sorted(info["unexpected_keys"])
+    adapters = load_file(pathlib.Path(case["peft"]) / "adapter_model.safetensors")
+    config = json.loads((pathlib.Path(case["peft"]) / "adapter_config.json").read_text())
+    scale = config["lora_alpha"] / config["r"]
+    layers = four_bit_layers(model)
+    result["bnb4_layers"] = len(layers)
+    worst = 0.0
+    for name, module in layers.items():
+        dense = bnb.dequantize_4bit(module.weight.data, module.weight.quant_state).float()
+        a = adapters[f"base_model.model.{name}.lora_A.weight"].float()
+        b = adapters[f"base_model.model.{name}.lora_B.weight"].float()
+        merged = hf.get_submodule(name).weight.float()
+        worst = max(worst, (dense - (merged - scale * (b @ a))).abs().max().item())
+    result["bnb4_vs_hf"] = worst
+    double = AutoModelForCausalLM.from_pretrained(case["bnb4_double"], device_map="cpu")
+    nested, relative = True, 0.0
+    for name, module in four_bit_layers(double).items():
+        state = module.weight.quant_state
+        nested = nested and bool(state.nested)
+        dense = bnb.dequantize_4bit(module.weight.data, state).float()
+        plain = layers[name]
+        exact = bnb.dequantize_4bit(plain.weight.data, plain.weight.quant_state).float()
+        relative = max(relative, ((dense - exact).abs().max() / exact.abs().max()).item())
+    result["bnb4_double_nested"] = nested
+    result["bnb4_double_vs_bnb4"] = relative
+    return model
+
+
+def check(case):
+    import torch
+    from peft import PeftModel
+    from peft.utils import get_peft_model_state_dict, load_peft_weights
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    result = {}
+    hf, info = AutoModelForCausalLM.from_pretrained(
+        case["hf"], dtype=torch.float32, output_loading_info=True, attn_implementation="eager")
+    hf.eval()
+    result["hf_missing"] = sorted(info["missing_keys"])
+    result["hf_unexpected"] = sorted(info["unexpected_keys"])
+
+    if "bnb4" in case:
+        base = check_bnb4(case, hf, result)
+    else:
+        base = AutoModelForCausalLM.from_pretrained(case["base"], dtype=torch.float32,
+                                                    attn_implementation="eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        peft = PeftModel.from_pretrained(base, case["peft"]).eval()
+    result["peft_warnings"] = [str(w.message) for w in caught]
+    result["peft_adapter_keys"] = sorted(load_peft_weights(case["peft"]).keys())
+    result["peft_loaded_keys"] = sorted(get_peft_model_state_dict(peft).keys())
+
+    tokenizer = AutoTokenizer.from_pretrained(case["hf"])
+    tokenizer.padding_side = "right"
+    batch = tokenizer(case["texts"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        theirs = hf(**batch).logits
+        adapters = peft(**batch).logits
+        with peft.disable_adapter():
+            plain = peft(**batch).logits
+    result["peft_vs_hf"] = real_max_abs_diff(adapters, theirs, batch["attention_mask"])
+    result["hf_vs_base"] = real_max_abs_diff(plain, theirs, batch["attention_mask"])
+
+    prompt = tokenizer(case["prompt"], return_tensors="pt")
+    with torch.no_grad():
+        generated = hf.generate(**prompt, max_new_tokens=case["max_new_tokens"], do_sample=False)
+    result["hf_greedy"] = generated[0, prompt["input_ids"].shape[1]:].tolist()
+    return result
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "bases":
+        make_bases(sys.argv[2], int(sys.argv[3]))
+        return
+    if len(sys.argv) != 3 or sys.argv[1] != "check":
+        sys.exit(__doc__)
+    with open(sys.argv[2], encoding="utf-8") as f:
+        cases = json.load(f)["cases"]
+    results = []
+    for case in cases:
+        try:
+            results.append(check(case))
+        except Exception as error:  # noqa: BLE001 - every failure is a result to report
+            results.append({"error": f"{type(error).__name__}: {error}"})
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
