@@ -175,11 +175,13 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
     AddQwenWindow(*this, json);
     if (model_type == "qwen3") json["attention_bias"] = qkv_bias;
   }
+  // Written when null too: left out, transformers would take its class's default (Qwen2-VL's bos
+  // is 151643), another config than the one read.
   for (const auto& [key, value] :
        {std::pair<const char*, const nlohmann::json*>{"bos_token_id", &bos_token_id},
         {"eos_token_id", &eos_token_id},
         {"pad_token_id", &pad_token_id}}) {
-    if (!value->is_null()) json[key] = *value;
+    json[key] = *value;
   }
   return json;
 }

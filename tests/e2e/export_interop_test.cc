@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -54,6 +55,36 @@ bool IsQlora(const std::string& stage) {
   return stage.size() > 6 && stage.rfind("_qlora") == stage.size() - 6;
 }
 
+const fs::path kReference = fs::path(testing::kSourceDir) / "tests/reference/export_interop.py";
+const fs::path kFixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
+
+// export_interop.py check on `cases`: its results, or null with `*error` set.
+nlohmann::json RunReference(const testing::TempDir& tmp, const nlohmann::json& cases,
+                            std::string* error) {
+  const fs::path request = tmp.Write("cases.json", nlohmann::json{{"cases", cases}}.dump());
+  const auto checked =
+      testing::RunCommand({testing::kPython, kReference.string(), "check", request.string()});
+  if (checked.exit_code != 0) {
+    *error = "export_interop.py check failed (scripts/setup.sh makes .venv): " + checked.err;
+    return nullptr;
+  }
+  return nlohmann::json::parse(checked.out);
+}
+
+// `engine generate` of `source` with `flags` and kNewTokens: its first output, or null with
+// `*error` set.
+nlohmann::json Generate(const std::string& source, std::vector<std::string> flags,
+                        std::string* error) {
+  flags.insert(flags.begin(), {"generate", source, "--format=json",
+                               "--max_new_tokens=" + std::to_string(kNewTokens)});
+  const auto generated = testing::RunEngine(flags);
+  if (generated.exit_code != 0) {
+    *error = "engine generate " + source + ": " + generated.err;
+    return nullptr;
+  }
+  return nlohmann::json::parse(generated.out)["outputs"][0];
+}
+
 class ExportInteropTest : public ::testing::Test {
  protected:
   // The bases (transformers), one LoRA stage on each (the engine), both exports and the stage's
@@ -63,8 +94,8 @@ class ExportInteropTest : public ::testing::Test {
     results_ = new nlohmann::json();
     engine_ids_ = new nlohmann::json();
     error_ = new std::string();
-    const fs::path reference = fs::path(testing::kSourceDir) / "tests/reference/export_interop.py";
-    const fs::path fixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
+    const fs::path& reference = kReference;
+    const fs::path& fixtures = kFixtures;
     // qwen2_bpe.json: 956 model tokens and 3 added ones.
     const auto bases = testing::RunCommand(
         {testing::kPython, reference.string(), "bases", (tmp_->path() / "bases").string(), "960"});
@@ -123,14 +154,10 @@ class ExportInteropTest : public ::testing::Test {
           return;
         }
       }
-      const auto generated =
-          testing::RunEngine({"generate", source, "--raw", std::string("--prompt=") + kPrompt,
-                              "--max_new_tokens=" + std::to_string(kNewTokens), "--format=json"});
-      if (generated.exit_code != 0) {
-        *error_ = "engine generate " + source + ": " + generated.err;
-        return;
-      }
-      (*engine_ids_)[stage] = nlohmann::json::parse(generated.out)["outputs"][0]["ids"];
+      const nlohmann::json generated =
+          Generate(source, {"--raw", std::string("--prompt=") + kPrompt}, error_);
+      if (generated.is_null()) return;
+      (*engine_ids_)[stage] = generated["ids"];
       nlohmann::json c = {
           {"name", stage},
           {"base", (tmp_->path() / "bases" / family).string()},
@@ -145,14 +172,7 @@ class ExportInteropTest : public ::testing::Test {
       }
       cases.push_back(c);
     }
-    const fs::path request = tmp_->Write("cases.json", nlohmann::json{{"cases", cases}}.dump());
-    const auto checked =
-        testing::RunCommand({testing::kPython, reference.string(), "check", request.string()});
-    if (checked.exit_code != 0) {
-      *error_ = "export_interop.py check failed: " + checked.err;
-      return;
-    }
-    *results_ = nlohmann::json::parse(checked.out);
+    *results_ = RunReference(*tmp_, cases, error_);
   }
   static void TearDownTestSuite() {
     delete error_;
@@ -232,6 +252,132 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
     EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
     EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
   }
+}
+
+// A Qwen2-VL LoRA stage on the qwen2_vl fixture (its checkpoint, tokenizer and image processor,
+// as transformers 5.17 saved them), trained on image conversations: the hf export loads with
+// AutoModelForImageTextToText with no missing and no unexpected key, and transformers' greedy
+// continuation of a question about an image, through the processor read from the export, is
+// `engine generate --image` on the stage, token for token.
+class ImageTextExportInteropTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new testing::TempDir();
+    engine_ids_ = new nlohmann::json();
+    result_ = new nlohmann::json();
+    error_ = new std::string();
+    const fs::path file = WritePipeline();
+    const auto run = testing::RunEngine({"run", file.string()});
+    if (run.exit_code != 0) {
+      *error_ = "engine run failed: " + run.err;
+      return;
+    }
+    const std::string source = file.string() + ":vl";
+    const fs::path hf = tmp_->path() / "hf";
+    const auto exported =
+        testing::RunEngine({"export", source, "--to=" + hf.string(), "--format=hf"});
+    if (exported.exit_code != 0) {
+      *error_ = "engine export: " + exported.err;
+      return;
+    }
+    const std::string image = (kFixtures / "hf/qwen2_vl/images/chelsea.png").string();
+    const nlohmann::json generated =
+        Generate(source, {"--image=" + image, "--prompt=Cat?"}, error_);
+    if (generated.is_null()) return;
+    *engine_ids_ = generated["ids"];
+    const nlohmann::json results = RunReference(*tmp_,
+                                                {{{"name", "qwen2_vl"},
+                                                  {"hf", hf.string()},
+                                                  {"image", image},
+                                                  {"prompt_text", generated["prompt_text"]},
+                                                  {"max_new_tokens", kNewTokens}}},
+                                                error_);
+    if (!results.is_null()) *result_ = results[0];
+  }
+  // The fixture's tokenizer with a chat template that places each image's tokens, five image
+  // conversations over its images, and the pipeline.
+  static fs::path WritePipeline() {
+    const fs::path fixture = kFixtures / "hf/qwen2_vl";
+    fs::create_directories(tmp_->path() / "tokenizer");
+    for (const char* file : {"tokenizer.json", "preprocessor_config.json"}) {
+      fs::copy_file(fixture / file, tmp_->path() / "tokenizer" / file);
+    }
+    nlohmann::json config =
+        nlohmann::json::parse(testing::ReadText(fixture / "tokenizer_config.json"));
+    config["eos_token"] = "<|im_end|>";
+    config["chat_template"] =
+        "{%- for m in messages %}{% if not loop.first %}{{ '\\n' }}{% endif %}<|im_start|>"
+        "{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+        "{% for part in m['content'] %}{% if part['type'] == 'image' %}"
+        "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ part['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}<|im_end|>{%- endfor %}{% if add_generation_prompt %}"
+        "{{ '\\n' }}<|im_start|>assistant\n{% endif %}";
+    tmp_->Write("tokenizer/tokenizer_config.json", config.dump());
+    std::string lines;
+    for (const auto& [image, question, answer] :
+         {std::tuple<const char*, const char*, const char*>{"chelsea.png", "Cat?", "Yes"},
+          {"rocket.jpg", "Rocket?", "Yes"},
+          {"camera.png", "Cat?", "No"},
+          {"logo.png", "Logo?", "Yes"},
+          {"chelsea.png", "Dog?", "No"}}) {
+      const nlohmann::json line = {
+          {"messages",
+           {{{"role", "user"}, {"content", std::string("<image>") + question}},
+            {{"role", "assistant"}, {"content", answer}}}},
+          {"images", {(fixture / "images" / image).string()}}};
+      lines += line.dump() + "\n";
+    }
+    tmp_->Write("data.jsonl", lines);
+    return tmp_->Write("vl.pbtxt", R"(name: "vl"
+output_dir: "out"
+stage { name: "vl" precision { plugin: "fp32" }
+  model { plugin: "qwen2_vl" options { [type.googleapis.com/engine.transformer.Qwen2VlOptions] {
+    pretrained: ")" + fixture.string() +
+                                       R"(" } } }
+  adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
+    r: 4 lora_alpha: 8 target_modules: "model.layers.*" } } }
+  data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
+    path: ")" + (tmp_->path() / "data.jsonl").string() +
+                                       R"(" eval_fraction: 0.4
+    tokenizer { kind: HF_JSON path: ")" +
+                                       (tmp_->path() / "tokenizer").string() + R"(" } } } }
+  optimizer { learning_rate: 0.05 }
+  schedule { max_steps: 3 batch_size: 2 }
+}
+)");
+  }
+  static void TearDownTestSuite() {
+    delete error_;
+    delete result_;
+    delete engine_ids_;
+    delete tmp_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(error_->empty()) << *error_;
+    ASSERT_FALSE(result_->contains("error")) << (*result_)["error"];
+  }
+
+  static testing::TempDir* tmp_;
+  static nlohmann::json* engine_ids_;
+  static nlohmann::json* result_;
+  static std::string* error_;
+};
+
+testing::TempDir* ImageTextExportInteropTest::tmp_ = nullptr;
+nlohmann::json* ImageTextExportInteropTest::engine_ids_ = nullptr;
+nlohmann::json* ImageTextExportInteropTest::result_ = nullptr;
+std::string* ImageTextExportInteropTest::error_ = nullptr;
+
+TEST_F(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnImageAsTheStage) {
+  EXPECT_TRUE((*result_)["hf_missing"].empty()) << (*result_)["hf_missing"];
+  EXPECT_TRUE((*result_)["hf_unexpected"].empty()) << (*result_)["hf_unexpected"];
+  const auto ours = engine_ids_->get<std::vector<int64_t>>();
+  auto theirs = (*result_)["hf_greedy"].get<std::vector<int64_t>>();
+  ASSERT_FALSE(ours.empty());
+  // The engine stops at eos and leaves it out; transformers keeps it.
+  ASSERT_GE(theirs.size(), ours.size());
+  theirs.resize(ours.size());
+  EXPECT_EQ(ours, theirs);
 }
 
 }  // namespace

@@ -21,7 +21,9 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
           hf_vs_base                  the same between the hf export and the base (adapters off)
           hf_greedy                   transformers' greedy continuation of `prompt` on the hf export
                                       (the ids after the prompt)
-        and for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
+        A case with "image" and "prompt_text" (a Qwen2-VL stage's) is checked for hf_missing,
+        hf_unexpected and hf_greedy only, through AutoModelForImageTextToText and the processor.
+        And for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
         bitsandbytes on the CPU):
           bnb4_missing, bnb4_unexpected
           bnb4_layers                 the Linear4bit layers bitsandbytes built
@@ -106,7 +108,35 @@ def check_bnb4(case, hf, result):
     return model
 
 
+def check_image_text(case):
+    """A Qwen2-VL stage's hf export: loaded by AutoModelForImageTextToText, and its greedy
+    continuation of `prompt_text` (the engine's rendering, image placeholders included) about
+    `image`, through transformers 5's default processor read from the export."""
+    import torch
+    from PIL import Image
+    from transformers import (AutoModelForImageTextToText, AutoTokenizer, Qwen2VLImageProcessor,
+                              Qwen2VLProcessor, Qwen2VLVideoProcessor)
+
+    result = {}
+    hf, info = AutoModelForImageTextToText.from_pretrained(
+        case["hf"], dtype=torch.float32, output_loading_info=True, attn_implementation="eager")
+    hf.eval()
+    result["hf_missing"] = sorted(info["missing_keys"])
+    result["hf_unexpected"] = sorted(info["unexpected_keys"])
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor.from_pretrained(case["hf"]),
+                                 tokenizer=AutoTokenizer.from_pretrained(case["hf"]),
+                                 video_processor=Qwen2VLVideoProcessor())
+    inputs = processor(text=[case["prompt_text"]], images=[Image.open(case["image"])],
+                       return_tensors="pt")
+    with torch.no_grad():
+        generated = hf.generate(**inputs, max_new_tokens=case["max_new_tokens"], do_sample=False)
+    result["hf_greedy"] = generated[0, inputs["input_ids"].shape[1]:].tolist()
+    return result
+
+
 def check(case):
+    if "image" in case:
+        return check_image_text(case)
     import torch
     from peft import PeftModel
     from peft.utils import get_peft_model_state_dict, load_peft_weights

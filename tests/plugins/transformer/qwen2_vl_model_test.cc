@@ -72,6 +72,11 @@ double MaxDifferenceAtRealTokens(const at::Tensor& a, const at::Tensor& b, const
 
 TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
   const Fixture f = LoadFixture();
+  // The checkpoint has no bos; the config written back says so rather than leaving transformers
+  // its class default (151643, outside this vocabulary).
+  const nlohmann::json written = f.config.ToJson("float32");
+  ASSERT_TRUE(written.contains("bos_token_id"));
+  EXPECT_TRUE(written["bos_token_id"].is_null());
   EXPECT_EQ(f.config.vision.depth, 2);
   EXPECT_EQ(f.config.vision.embed_dim, 32);
   EXPECT_EQ(f.config.vision.hidden_act, Activation::kQuickGelu);
