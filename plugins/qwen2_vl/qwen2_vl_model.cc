@@ -97,6 +97,11 @@ class Qwen2VlModel : public Model, public TextGenerator, public ImageTextGenerat
 
   std::string architecture() const override { return "qwen2_vl"; }
 
+  // Qwen2VLForConditionalGeneration's modules (transformers 5, and 4.52 on).
+  std::vector<std::pair<std::string, std::string>> transformers_module_prefixes() const override {
+    return {{"model.", "model.language_model."}, {"visual.", "model.visual."}};
+  }
+
   std::string config_json() const override {
     const auto dtype = module_->lm.model->embed_tokens->weight.scalar_type();
     return module_->config().ToJson(TorchDtypeName(dtype)).dump(2);

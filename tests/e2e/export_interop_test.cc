@@ -258,7 +258,9 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
 // as transformers 5.17 saved them), trained on image conversations: the hf export loads with
 // AutoModelForImageTextToText with no missing and no unexpected key, and transformers' greedy
 // continuation of a question about an image, through the processor read from the export, is
-// `engine generate --image` on the stage, token for token.
+// `engine generate --image` on the stage, token for token; the peft export, named after
+// transformers 5's modules (model.language_model.*), loads every adapter into the base without a
+// warning and gives the hf export's logits on that prompt and image (tolerance as above).
 class ImageTextExportInteropTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -273,12 +275,14 @@ class ImageTextExportInteropTest : public ::testing::Test {
       return;
     }
     const std::string source = file.string() + ":vl";
-    const fs::path hf = tmp_->path() / "hf";
-    const auto exported =
-        testing::RunEngine({"export", source, "--to=" + hf.string(), "--format=hf"});
-    if (exported.exit_code != 0) {
-      *error_ = "engine export: " + exported.err;
-      return;
+    const fs::path hf = tmp_->path() / "hf", peft = tmp_->path() / "peft";
+    for (const auto& [to, format] : {std::pair{hf, "hf"}, {peft, "peft"}}) {
+      const auto exported = testing::RunEngine(
+          {"export", source, "--to=" + to.string(), std::string("--format=") + format});
+      if (exported.exit_code != 0) {
+        *error_ = std::string("engine export --format=") + format + ": " + exported.err;
+        return;
+      }
     }
     const std::string image = (kFixtures / "hf/qwen2_vl/images/chelsea.png").string();
     const nlohmann::json generated =
@@ -288,6 +292,8 @@ class ImageTextExportInteropTest : public ::testing::Test {
     const nlohmann::json results = RunReference(*tmp_,
                                                 {{{"name", "qwen2_vl"},
                                                   {"hf", hf.string()},
+                                                  {"peft", peft.string()},
+                                                  {"base", (kFixtures / "hf/qwen2_vl").string()},
                                                   {"image", image},
                                                   {"prompt_text", generated["prompt_text"]},
                                                   {"max_new_tokens", kNewTokens}}},
@@ -378,6 +384,14 @@ TEST_F(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnI
   ASSERT_GE(theirs.size(), ours.size());
   theirs.resize(ours.size());
   EXPECT_EQ(ours, theirs);
+}
+
+TEST_F(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {
+  EXPECT_TRUE((*result_)["peft_warnings"].empty()) << (*result_)["peft_warnings"];
+  EXPECT_FALSE((*result_)["peft_adapter_keys"].empty());
+  EXPECT_EQ((*result_)["peft_loaded_keys"], (*result_)["peft_adapter_keys"]);
+  EXPECT_LE((*result_)["peft_vs_hf"].get<double>(), kLogitTolerance);
+  EXPECT_GT((*result_)["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
 }
 
 }  // namespace

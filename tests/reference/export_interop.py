@@ -21,8 +21,8 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
           hf_vs_base                  the same between the hf export and the base (adapters off)
           hf_greedy                   transformers' greedy continuation of `prompt` on the hf export
                                       (the ids after the prompt)
-        A case with "image" and "prompt_text" (a Qwen2-VL stage's) is checked for hf_missing,
-        hf_unexpected and hf_greedy only, through AutoModelForImageTextToText and the processor.
+        A case with "image" and "prompt_text" (a Qwen2-VL stage's) is checked through
+        AutoModelForImageTextToText and the processor, the logits on the prompt with its image.
         And for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
         bitsandbytes on the CPU):
           bnb4_missing, bnb4_unexpected
@@ -109,9 +109,9 @@ def check_bnb4(case, hf, result):
 
 
 def check_image_text(case):
-    """A Qwen2-VL stage's hf export: loaded by AutoModelForImageTextToText, and its greedy
+    """A Qwen2-VL stage's exports: hf loaded by AutoModelForImageTextToText, and its greedy
     continuation of `prompt_text` (the engine's rendering, image placeholders included) about
-    `image`, through transformers 5's default processor read from the export."""
+    `image`, through transformers 5's default processor read from the export; peft on the base."""
     import torch
     from PIL import Image
     from transformers import (AutoModelForImageTextToText, AutoTokenizer, Qwen2VLImageProcessor,
@@ -131,6 +131,26 @@ def check_image_text(case):
     with torch.no_grad():
         generated = hf.generate(**inputs, max_new_tokens=case["max_new_tokens"], do_sample=False)
     result["hf_greedy"] = generated[0, inputs["input_ids"].shape[1]:].tolist()
+
+    from peft import PeftModel
+    from peft.utils import get_peft_model_state_dict, load_peft_weights
+
+    base = AutoModelForImageTextToText.from_pretrained(case["base"], dtype=torch.float32,
+                                                       attn_implementation="eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        peft = PeftModel.from_pretrained(base, case["peft"]).eval()
+    result["peft_warnings"] = [str(w.message) for w in caught]
+    result["peft_adapter_keys"] = sorted(load_peft_weights(case["peft"]).keys())
+    result["peft_loaded_keys"] = sorted(get_peft_model_state_dict(peft).keys())
+    mask = inputs["attention_mask"]
+    with torch.no_grad():
+        theirs = hf(**inputs).logits
+        adapters = peft(**inputs).logits
+        with peft.disable_adapter():
+            plain = peft(**inputs).logits
+    result["peft_vs_hf"] = real_max_abs_diff(adapters, theirs, mask)
+    result["hf_vs_base"] = real_max_abs_diff(plain, theirs, mask)
     return result
 
 

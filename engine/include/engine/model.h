@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/data.h"
@@ -83,6 +84,14 @@ class Model {
   // to the device, so that reading them costs no synchronisation with the device; Forward moves
   // what it also needs on the device itself. Other callers may still pass them on the device.
   virtual std::vector<std::string> host_fields() const { return {}; }
+  // Where Hugging Face's model class names a module otherwise than this model names its tensors
+  // (transformers 5's Qwen2-VL: the module "model.language_model.layers.0" of the checkpoint's
+  // "model.layers.0"): (this model's prefix, transformers' prefix) pairs, the first that matches
+  // applies. Exports that name modules rather than checkpoint tensors (PEFT's adapter files and
+  // target_modules) use transformers' names. Empty: the same names.
+  virtual std::vector<std::pair<std::string, std::string>> transformers_module_prefixes() const {
+    return {};
+  }
 };
 
 struct ModelContext {

@@ -27,7 +27,7 @@ extern "C" {
 
 /* The plugin interface version this SDK speaks. 4: FewRowsMatmul::MatmulFewRows takes the layer's
    compute dtype, and QuantizedMatmul an optional one. */
-#define ENGINE_PLUGIN_API_VERSION 4
+#define ENGINE_PLUGIN_API_VERSION 5
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

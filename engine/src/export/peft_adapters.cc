@@ -42,9 +42,15 @@ std::string OwningModule(const std::string& name) {
 
 }  // namespace
 
-StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
-                                                torch::nn::Module& module,
-                                                const std::string& base_model) {
+StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(
+    const ResolvedStage& stage, torch::nn::Module& module, const std::string& base_model,
+    const std::vector<std::pair<std::string, std::string>>& module_prefixes) {
+  const auto renamed = [&](const std::string& name) {
+    for (const auto& [ours, theirs] : module_prefixes) {
+      if (name.rfind(ours, 0) == 0) return theirs + name.substr(ours.size());
+    }
+    return name;
+  };
   if (stage.adapters.empty()) {
     return FailedPreconditionError(stage.subject() +
                                    " trains no adapters, so it has no PEFT adapter files");
@@ -54,20 +60,23 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
   std::set<std::string> modules_to_save;
   for (const ModuleTensor& t : tensors) {
     if (!t.buffer && t.tensor.requires_grad() && layout.tensors.count(t.name) == 0) {
-      modules_to_save.insert(OwningModule(t.name));
+      modules_to_save.insert(renamed(OwningModule(t.name)));
     }
   }
   PeftAdapterFiles files;
   for (const ModuleTensor& t : tensors) {
-    if (layout.tensors.count(t.name) > 0 || modules_to_save.count(OwningModule(t.name)) > 0) {
-      files.tensors.emplace_back(kPeftPrefix + t.name, t.tensor.detach());
+    if (layout.tensors.count(t.name) > 0 ||
+        modules_to_save.count(renamed(OwningModule(t.name))) > 0) {
+      files.tensors.emplace_back(kPeftPrefix + renamed(t.name), t.tensor.detach());
     }
   }
+  auto layers = layout.layers;
+  for (auto& layer : layers) layer = renamed(layer);
   const ResolvedPluginRef& ref = stage.adapters.front();
   const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
   ENGINE_ASSIGN_OR_RETURN(std::string plugin_json,
                           GuardedCall(ref.context, [&]() -> StatusOr<std::string> {
-                            return plugin->AdapterConfigJson(*ref.options, layout.layers);
+                            return plugin->AdapterConfigJson(*ref.options, layers);
                           }));
   auto config = nlohmann::ordered_json::parse(plugin_json, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) {

@@ -15,6 +15,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/safetensors.h"
 #include "engine/status.h"
@@ -36,9 +38,11 @@ struct PeftAdapterFiles {
 // plain model directory (its manifest names no adapter or quantizer); else empty.
 std::filesystem::path PeftBaseModel(const ResolvedStage& stage, const ResolvedPipeline& pipeline);
 
-// Fails when the stage has no adapters.
-StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
-                                                torch::nn::Module& module,
-                                                const std::string& base_model);
+// Fails when the stage has no adapters. `module_prefixes` (Model::transformers_module_prefixes)
+// renames the tensors, modules_to_save and adapted layers for PEFT on transformers' model class;
+// a stage's own checkpoints keep the model's names (empty).
+StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(
+    const ResolvedStage& stage, torch::nn::Module& module, const std::string& base_model,
+    const std::vector<std::pair<std::string, std::string>>& module_prefixes = {});
 
 }  // namespace engine
