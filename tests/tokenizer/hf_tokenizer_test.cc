@@ -6,6 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "tokenizer/precompiled_charsmap.h"
+#include "tokenizer/utf8.h"
+
 namespace engine::tokenizer {
 namespace {
 
@@ -33,6 +41,13 @@ Json ByteLevelTokenizer(Json extra = Json::object()) {
                {"added_tokens", Json::array()}};
   for (auto& [key, value] : extra.items()) json[key] = value;
   return json;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
 }
 
 std::unique_ptr<HfTokenizer> Load(const Json& json) {
@@ -195,6 +210,31 @@ TEST(HfTokenizerTest, UnigramTakesThePiecesWhoseScoresSumHighestAndFusesUnknowns
   EXPECT_EQ(tokenizer->Encode("abcdacdxx", false), (std::vector<int64_t>{8, 1, 5, 0}));
 }
 
+TEST(HfTokenizerTest, UnigramKeepsTheFirstPathFoundOnATie) {
+  // "ab" scores exactly "a" + "b": the path found first (the longer piece from the start) stays,
+  // as tokenizers keeps it (it encodes "ab" as [3] here).
+  auto tokenizer =
+      Load(UnigramTokenizer(Json::array({Json::array({"<unk>", 0.0}), Json::array({"a", -1.0}),
+                                         Json::array({"b", -1.0}), Json::array({"ab", -2.0})})));
+  EXPECT_EQ(tokenizer->Encode("ab", false), (std::vector<int64_t>{3}));
+}
+
+std::string Base64(const std::string& bytes) {
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string text;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t group = static_cast<unsigned char>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
+    text += kAlphabet[(group >> 18) & 63];
+    text += kAlphabet[(group >> 12) & 63];
+    text += i + 1 < bytes.size() ? kAlphabet[(group >> 6) & 63] : '=';
+    text += i + 2 < bytes.size() ? kAlphabet[group & 63] : '=';
+  }
+  return text;
+}
+
 TEST(HfTokenizerTest, MalformedUnigramWordPieceAndCharsmapsAreErrorsNamingTheField) {
   const auto error = [](const Json& json) {
     auto result = HfTokenizer::FromJson(json.dump(), "t.json");
@@ -216,42 +256,48 @@ TEST(HfTokenizerTest, MalformedUnigramWordPieceAndCharsmapsAreErrorsNamingTheFie
   EXPECT_THAT(error(json), HasSubstr("normalizer.precompiled_charsmap: is not base64"));
   json["normalizer"]["precompiled_charsmap"] = "/////wAAAAA=";  // a size of 4 GiB, 4 bytes of trie
   EXPECT_THAT(error(json), HasSubstr("normalizer.precompiled_charsmap: says its trie is"));
+  // A trie of one unit, then replacements without their final NUL, or one too long to be read.
+  json["normalizer"]["precompiled_charsmap"] = Base64(std::string("\4\0\0\0\0\0\0\0ab", 10));
+  EXPECT_THAT(error(json), HasSubstr("does not end its replacements with a NUL"));
+  json["normalizer"]["precompiled_charsmap"] =
+      Base64(std::string("\4\0\0\0\0\0\0\0", 8) + std::string(300, 'x') + '\0');
+  EXPECT_THAT(error(json), HasSubstr("holds a replacement of 300 bytes"));
+
+  json = {{"model",
+           {{"type", "WordPiece"}, {"vocab", {{"[UNK]", 0}}}, {"max_input_chars_per_word", -1}}}};
+  EXPECT_THAT(error(json), HasSubstr("model.max_input_chars_per_word: must not be negative"));
+  json = {{"model", {{"type", "WordPiece"}, {"vocab", {{"[UNK]", 0}, {"a", 2000000000}}}}}};
+  EXPECT_THAT(error(json), HasSubstr("model.vocab[\"a\"]: id 2000000000 is far past the 2 tokens"));
 }
 
-std::string Base64(const std::string& bytes) {
-  static const char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string text;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t group = static_cast<unsigned char>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
-    text += kAlphabet[(group >> 18) & 63];
-    text += kAlphabet[(group >> 12) & 63];
-    text += i + 1 < bytes.size() ? kAlphabet[(group >> 6) & 63] : '=';
-    text += i + 2 < bytes.size() ? kAlphabet[group & 63] : '=';
-  }
-  return text;
-}
-
-TEST(HfTokenizerTest, AHostileCharsmapNeverReadsOutsideItself) {
-  // Trie units whose offsets and labels point anywhere: every lookup is bounds-checked.
-  std::string blob = {16, 0, 0, 0};
-  for (uint32_t unit : {0xFFFFFFFFu, 0x0000FF61u, 0x7FFFFD62u, 0x12345678u}) {
-    for (int i = 0; i < 4; ++i) blob.push_back(static_cast<char>((unit >> (8 * i)) & 0xFF));
-  }
-  blob += "x\xE2";
-  Json json = UnigramTokenizer(Json::array({Json::array({"<unk>", 0.0})}));
-  json["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", Base64(blob)}};
-  auto result = HfTokenizer::FromJson(json.dump(), "t.json");
-  // The replacements ("x" and half a character) are not UTF-8: refused at load.
-  ASSERT_FALSE(result.ok());
-  EXPECT_THAT(result.status().message(), HasSubstr("replacements that are not UTF-8"));
-  blob.pop_back();
-  json["normalizer"]["precompiled_charsmap"] = Base64(blob);
-  auto tokenizer = Load(json);
-  for (const char* text : {"a", "\xFF\xFE", "abc\u00e9\U0001F600", "\x61\x62"}) {
-    EXPECT_EQ(tokenizer->Encode(text, false).size(), 1u) << text;  // one fused unknown
+TEST(HfTokenizerTest, ACorruptedCharsmapNeverReadsOutsideItself) {
+  // T5's real charsmap (nmt_nfkc) with units of its trie overwritten by seeded random values:
+  // offsets, labels and leaf values then point anywhere, and every lookup must stay inside the
+  // blob (a read outside would crash or, under a sanitizer, be reported) and give valid UTF-8.
+  const Json t5 =
+      Json::parse(ReadFile(std::string(ENGINE_TOKENIZER_FIXTURES) + "/t5_unigram.json"));
+  const std::optional<std::string> blob =
+      DecodeBase64(t5["normalizer"]["precompiled_charsmap"].get<std::string>());
+  ASSERT_TRUE(blob.has_value());
+  const uint32_t trie_bytes = static_cast<unsigned char>((*blob)[0]) |
+                              (static_cast<unsigned char>((*blob)[1]) << 8) |
+                              (static_cast<unsigned char>((*blob)[2]) << 16) |
+                              (static_cast<uint32_t>(static_cast<unsigned char>((*blob)[3])) << 24);
+  std::mt19937 random(7);
+  const std::string text = ReadFile(std::string(ENGINE_TOKENIZER_FIXTURES) + "/stress.txt");
+  for (int round = 0; round < 20; ++round) {
+    std::string corrupted = *blob;
+    for (int i = 0; i < 2000; ++i) {
+      const size_t unit = 4 + 4 * (random() % (trie_bytes / 4));
+      const uint32_t value = random();
+      std::memcpy(&corrupted[unit], &value, 4);
+    }
+    Json json = UnigramTokenizer(Json::array({Json::array({"<unk>", 0.0})}));
+    json["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", Base64(corrupted)}};
+    auto tokenizer = Load(json);
+    const std::string normalized = tokenizer->Normalize(ToValidUtf8(text));
+    EXPECT_TRUE(IsValidUtf8(normalized)) << "round " << round;
+    EXPECT_LE(normalized.size(), 256 * text.size()) << "round " << round;
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <queue>
 
+#include "tokenizer/utf8.h"
+
 namespace engine::tokenizer {
 
 StatusOr<std::unique_ptr<Model>> BpeModel::Parse(const Json& json, const std::string& path) {
@@ -76,7 +78,7 @@ void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* symbo
   std::string piece;
   while (pos < word.size()) {
     size_t end = pos + 1;
-    while (end < word.size() && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) ++end;
+    while (end < word.size() && IsContinuationByte(word[end])) ++end;
     piece.assign(word.substr(pos, end - pos));
     if (pos > 0) piece.insert(0, continuing_subword_prefix_);
     if (end == word.size()) piece += end_of_word_suffix_;

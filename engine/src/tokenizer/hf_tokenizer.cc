@@ -47,7 +47,7 @@ Status HfTokenizer::ParseComponents(const Json& json) {
 
 std::vector<Piece> HfTokenizer::ExtractAndNormalize(std::string_view text) const {
   Piece whole;
-  whole.text = IsValidUtf8(text) ? std::string(text) : ToValidUtf8(text);
+  whole.text = AsValidUtf8(text);
   whole.at_origin = true;
   std::vector<Piece> raw;
   added_.Split(whole, /*normalized=*/false, &raw);
@@ -64,8 +64,7 @@ std::vector<Piece> HfTokenizer::ExtractAndNormalize(std::string_view text) const
 }
 
 std::string HfTokenizer::Normalize(std::string_view text) const {
-  std::string valid = IsValidUtf8(text) ? std::string(text) : ToValidUtf8(text);
-  return normalizer_ == nullptr ? valid : normalizer_->Normalize(std::move(valid));
+  return normalizer_ == nullptr ? AsValidUtf8(text) : normalizer_->Normalize(AsValidUtf8(text));
 }
 
 std::vector<int64_t> HfTokenizer::Encode(std::string_view text, bool add_special_tokens) const {

@@ -15,6 +15,8 @@ uint32_t Offset(uint32_t unit) { return (unit >> 10) << ((unit & (1U << 9)) >> 6
 
 // The longest grapheme cluster tokenizers looks up whole, plus one.
 constexpr size_t kWholeGraphemeLimit = 6;
+// The longest replacement read (nmt_nfkc's is 33 bytes).
+constexpr size_t kLongestReplacement = 256;
 
 }  // namespace
 
@@ -71,6 +73,19 @@ StatusOr<PrecompiledCharsmap> PrecompiledCharsmap::Parse(std::string_view base64
   if (!IsValidUtf8(charsmap.replacements_)) {
     return FieldError(path, "holds replacements that are not UTF-8");
   }
+  // Each replacement ends at a NUL and is short, so one lookup's output is bounded.
+  if (!charsmap.replacements_.empty() && charsmap.replacements_.back() != '\0') {
+    return FieldError(path, "does not end its replacements with a NUL");
+  }
+  for (size_t begin = 0; begin < charsmap.replacements_.size();) {
+    const size_t end = charsmap.replacements_.find('\0', begin);
+    if (end - begin > kLongestReplacement) {
+      return FieldError(path, "holds a replacement of " + std::to_string(end - begin) +
+                                  " bytes (this engine reads up to " +
+                                  std::to_string(kLongestReplacement) + ")");
+    }
+    begin = end + 1;
+  }
   return charsmap;
 }
 
@@ -86,14 +101,12 @@ std::optional<std::string_view> PrecompiledCharsmap::Transform(std::string_view 
     if (node >= units_.size()) return std::nullopt;
     if (!HasLeaf(unit)) continue;
     const size_t begin = Value(units_[node]);
-    if (begin >= replacements_.size()) return std::nullopt;
-    const size_t end = replacements_.find('\0', begin);
-    const std::string_view replacement =
-        std::string_view(replacements_)
-            .substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-    // An offset into the middle of a character (a hostile blob) matches nothing.
-    if (!IsValidUtf8(replacement)) return std::nullopt;
-    return replacement;
+    // An offset into the middle of a character (a hostile blob) matches nothing. The pool is
+    // valid UTF-8 and its NULs are ASCII, so from a character's start to the NUL is valid too.
+    if (begin >= replacements_.size() || IsContinuationByte(replacements_[begin])) {
+      return std::nullopt;
+    }
+    return std::string_view(replacements_).substr(begin, replacements_.find('\0', begin) - begin);
   }
   return std::nullopt;
 }

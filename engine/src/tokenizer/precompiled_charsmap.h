@@ -7,8 +7,9 @@
 // that matches, as tokenizers takes it), otherwise each of its characters by its own rule.
 //
 // Failure (at parse time): base64 that does not decode, a size that does not fit the blob, or
-// replacements that are not UTF-8, naming the field. Every trie lookup is bounds-checked, so a
-// hostile blob cannot read outside itself. Immutable after parsing; any thread.
+// replacements that are not UTF-8, not NUL-terminated or longer than 256 bytes, naming the field.
+// Every trie lookup is bounds-checked, so a hostile blob cannot read outside itself. Immutable
+// after parsing; any thread.
 #pragma once
 
 #include <cstdint>

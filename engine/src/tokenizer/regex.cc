@@ -1,5 +1,7 @@
 #include "tokenizer/regex.h"
 
+#include "tokenizer/utf8.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -45,7 +47,7 @@ std::string EscapeLiteral(const std::string& literal) {
 
 size_t NextCharEnd(std::string_view s, size_t pos) {
   ++pos;
-  while (pos < s.size() && (static_cast<unsigned char>(s[pos]) & 0xC0) == 0x80) ++pos;
+  while (pos < s.size() && IsContinuationByte(s[pos])) ++pos;
   return pos;
 }
 

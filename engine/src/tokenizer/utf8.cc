@@ -15,8 +15,6 @@ namespace {
 
 constexpr char32_t kReplacement = 0xFFFD;
 
-bool IsContinuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
-
 // The length of the valid sequence at `pos`, or 0 with `*invalid_length` set to the length of
 // the maximal invalid subpart (the bytes one U+FFFD replaces).
 size_t ValidSequenceAt(std::string_view s, size_t pos, size_t* invalid_length) {
@@ -69,7 +67,7 @@ char32_t NextCodePoint(std::string_view text, size_t* pos) {
 
 char32_t PreviousCodePoint(std::string_view text, size_t end, size_t* start) {
   size_t begin = end - 1;
-  while (begin > 0 && IsContinuation(static_cast<unsigned char>(text[begin]))) --begin;
+  while (begin > 0 && IsContinuationByte(static_cast<unsigned char>(text[begin]))) --begin;
   *start = begin;
   size_t pos = begin;
   return NextCodePoint(text, &pos);
@@ -151,7 +149,6 @@ bool IsOther(char32_t c) {
     case U_FORMAT_CHAR:
     case U_SURROGATE:
     case U_PRIVATE_USE_CHAR:
-    case U_UNASSIGNED:
       return true;
     default:
       return false;
@@ -193,10 +190,18 @@ void AppendLowercase(char32_t c, std::string* out) {
 std::vector<size_t> GraphemeStarts(std::string_view text) {
   std::vector<size_t> starts;
   if (text.empty()) return starts;
-  UErrorCode error = U_ZERO_ERROR;
+  // One iterator is made once; each call clones it (creating one loads ICU's rules, cloning does
+  // not).
+  static const icu::BreakIterator* const kPrototype = [] {
+    UErrorCode created = U_ZERO_ERROR;
+    icu::BreakIterator* prototype =
+        icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), created);
+    return U_SUCCESS(created) ? prototype : nullptr;
+  }();
+  UErrorCode error = kPrototype == nullptr ? U_MISSING_RESOURCE_ERROR : U_ZERO_ERROR;
   UText* utext = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &error);
-  std::unique_ptr<icu::BreakIterator> breaks(
-      icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), error));
+  std::unique_ptr<icu::BreakIterator> breaks(U_SUCCESS(error) ? kPrototype->clone() : nullptr);
+  if (breaks == nullptr && U_SUCCESS(error)) error = U_MEMORY_ALLOCATION_ERROR;
   if (U_SUCCESS(error)) breaks->setText(utext, error);
   if (U_FAILURE(error)) {  // ICU's data is built in; this does not happen. Each character alone.
     for (size_t pos = 0; pos < text.size(); NextCodePoint(text, &pos)) starts.push_back(pos);

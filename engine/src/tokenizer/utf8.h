@@ -20,8 +20,16 @@ char32_t PreviousCodePoint(std::string_view text, size_t end, size_t* start);
 void AppendUtf8(char32_t code_point, std::string* out);
 
 bool IsValidUtf8(std::string_view bytes);
+// A byte that continues a character (10xxxxxx): never where a character starts.
+inline bool IsContinuationByte(char byte) {
+  return (static_cast<unsigned char>(byte) & 0xC0) == 0x80;
+}
 // Each maximal invalid subsequence becomes U+FFFD (the WHATWG and Rust from_utf8_lossy rule).
 std::string ToValidUtf8(std::string_view bytes);
+// `bytes` as they are when valid, else ToValidUtf8's.
+inline std::string AsValidUtf8(std::string_view bytes) {
+  return IsValidUtf8(bytes) ? std::string(bytes) : ToValidUtf8(bytes);
+}
 
 // Rust's char::is_whitespace (the White_Space property).
 bool IsWhitespace(char32_t c);
@@ -31,7 +39,8 @@ bool IsAlphanumeric(char32_t c);
 // Rust's char::is_ascii_punctuation, or a punctuation category (Pc, Pd, Ps, Pe, Pi, Pf, Po): what
 // BERT's pre-tokenizer and the Punctuation pre-tokenizer split on.
 bool IsPunctuation(char32_t c);
-// The "Other" categories (Cc, Cf, Cs, Co, Cn): what BERT's normalizer removes.
+// The "Other" categories that BERT's normalizer removes: Cc, Cf, Cs and Co. Unassigned code points
+// (Cn) stay, as in the tokenizers crate (its tables leave them without a category).
 bool IsOther(char32_t c);
 // A nonspacing mark (Mn), which BERT's normalizer strips with the accents.
 bool IsNonspacingMark(char32_t c);

@@ -6,10 +6,18 @@
 namespace engine::tokenizer {
 
 StatusOr<Vocabulary> Vocabulary::FromObject(const Json& vocab, const std::string& path) {
+  // Ids index a table, so an id far past the number of tokens would cost memory for nothing: a
+  // hub file gets as many unused ids as it has tokens, and a margin.
+  const int64_t largest_id = static_cast<int64_t>(vocab.size()) * 2 + kUnusedIdMargin;
   Vocabulary result;
   for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
       return FieldError(path + "[\"" + token + "\"]", "must be a non-negative integer id");
+    }
+    if (id.get<int64_t>() > largest_id) {
+      return FieldError(path + "[\"" + token + "\"]",
+                        "id " + std::to_string(id.get<int64_t>()) + " is far past the " +
+                            std::to_string(vocab.size()) + " tokens of the vocabulary");
     }
     result.Add(token, static_cast<int32_t>(id.get<int64_t>()));
   }
@@ -18,8 +26,8 @@ StatusOr<Vocabulary> Vocabulary::FromObject(const Json& vocab, const std::string
 
 void Vocabulary::Add(std::string token, int32_t id) {
   if (static_cast<size_t>(id) >= tokens_.size()) {
-    tokens_.resize(id + 1);
-    present_.resize(id + 1, false);
+    tokens_.resize(static_cast<size_t>(id) + 1);
+    present_.resize(static_cast<size_t>(id) + 1, false);
   }
   tokens_[id] = token;
   present_[id] = true;

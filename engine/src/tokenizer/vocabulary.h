@@ -18,9 +18,14 @@ namespace engine::tokenizer {
 
 class Vocabulary {
  public:
-  // {"token": id, ...}; `path` names the field in errors.
+  // How many ids past twice the token count a vocabulary may use (gaps, added tokens' ids).
+  static constexpr int64_t kUnusedIdMargin = 1 << 20;
+
+  // {"token": id, ...}; `path` names the field in errors. An id past twice the token count plus
+  // kUnusedIdMargin is an error (the table it indexes would be that large).
   static StatusOr<Vocabulary> FromObject(const Json& vocab, const std::string& path);
 
+  // `id` >= 0.
   void Add(std::string token, int32_t id);
   // The id of `token`, or -1. (Two overloads: a std::string is looked up without a copy.)
   int64_t Id(const std::string& token) const;

@@ -16,6 +16,9 @@ StatusOr<std::unique_ptr<Model>> WordPieceModel::Parse(const Json& json, const s
   ENGINE_ASSIGN_OR_RETURN(model->prefix_,
                           StringField(json, "continuing_subword_prefix", path, "##"));
   ENGINE_ASSIGN_OR_RETURN(model->max_chars_, IntField(json, "max_input_chars_per_word", path, 100));
+  if (model->max_chars_ < 0) {
+    return FieldError(path + ".max_input_chars_per_word", "must not be negative");
+  }
   return std::unique_ptr<Model>(std::move(model));
 }
 
@@ -34,7 +37,7 @@ void WordPieceModel::Encode(std::string_view word, std::vector<int64_t>* ids) co
     const size_t longest =
         vocab_.longest() - (start > 0 ? std::min(prefix_.size(), vocab_.longest()) : 0);
     size_t end = std::min(word.size(), start + longest);
-    while (end < word.size() && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) --end;
+    while (end < word.size() && IsContinuationByte(word[end])) --end;
     int64_t found = -1;
     while (end > start) {
       candidate.assign(start > 0 ? prefix_ : std::string());
