@@ -273,19 +273,22 @@ class ConfigReader : private JsonKeyReader {
   // rope_type, or transformers 4's "type" (both must agree when both are given); "default" when
   // neither is (or, for a vision-language model, when either says "mrope").
   StatusOr<std::string> RopeType(const nlohmann::json& r, const std::string& key) const {
-    std::string type = "default";
+    // Qwen2-VL's "mrope" is the default rotary embedding split into sections: transformers 5
+    // writes rope_type "default" and keeps transformers 4's "type": "mrope" beside it.
+    const auto same_math = [&](const std::string& spelled) {
+      return vision_language_ && spelled == "mrope" ? std::string("default") : spelled;
+    };
+    std::string type = "default", spelled_type;
     for (const char* spelling : {"rope_type", "type"}) {
       if (!r.contains(spelling) || r[spelling].is_null()) continue;
-      std::string given =
+      const std::string given =
           r[spelling].is_string() ? r[spelling].get<std::string>() : r[spelling].dump();
-      // Qwen2-VL's "mrope" is the default rotary embedding split into sections: transformers 5
-      // writes rope_type "default" and keeps transformers 4's "type": "mrope" beside it.
-      if (vision_language_ && given == "mrope") given = "default";
-      if (spelling == std::string("type") && r.contains("rope_type") && given != type) {
+      if (spelling == std::string("type") && r.contains("rope_type") && same_math(given) != type) {
         return InvalidArgumentError(where_ + ": " + key + ".type '" + given + "' disagrees with " +
-                                    key + ".rope_type '" + type + "'");
+                                    key + ".rope_type '" + spelled_type + "'");
       }
-      type = given;
+      type = same_math(given);
+      spelled_type = given;
     }
     return type;
   }
@@ -349,7 +352,7 @@ class ConfigReader : private JsonKeyReader {
   // head_dim / 2.
   Status ReadMropeSection(const nlohmann::json& r, const std::string& key,
                           const std::string& type) {
-    if (type != "default" && type != "mrope") {
+    if (type != "default") {  // RopeType reads "mrope" as "default"
       return InvalidArgumentError(where_ + ": " + key + ".rope_type '" + type +
                                   "' is not supported for qwen2_vl (supported: default, mrope)");
     }

@@ -36,6 +36,10 @@ const std::vector<std::string> kFamilies = {"llama", "mistral", "qwen2", "qwen3"
 constexpr char kPrompt[] = "A fortune: you will";
 constexpr int kNewTokens = 8;
 constexpr double kLogitTolerance = 1e-4;
+// <|im_end|>: the bases' eos_token_id (export_interop.py: vocabulary size 960 - 2) and the
+// qwen2_vl fixture's.
+constexpr int64_t kBaseEos = 958;
+constexpr int64_t kFixtureEos = 261;
 constexpr double kFourBitWeightTolerance = 1e-6;
 constexpr double kDoubleQuantTolerance = 0.01;
 // 2 decoder layers of 7 projections, each with an adapter.
@@ -83,6 +87,19 @@ nlohmann::json Generate(const std::string& source, std::vector<std::string> flag
     return nullptr;
   }
   return nlohmann::json::parse(generated.out)["outputs"][0];
+}
+
+// transformers' greedy ids against the engine's: the same tokens, where the engine stopped early
+// because it met `eos` (which transformers keeps and the engine leaves out).
+void ExpectSameContinuation(const std::vector<int64_t>& ours, std::vector<int64_t> theirs,
+                            int64_t eos) {
+  ASSERT_FALSE(ours.empty());
+  if (ours.size() < static_cast<size_t>(kNewTokens)) {
+    ASSERT_GT(theirs.size(), ours.size()) << ::testing::PrintToString(theirs);
+    EXPECT_EQ(theirs[ours.size()], eos);
+    theirs.resize(ours.size());
+  }
+  EXPECT_EQ(ours, theirs);
 }
 
 class ExportInteropTest : public ::testing::Test {
@@ -215,13 +232,8 @@ TEST_F(ExportInteropTest, HfExportsLoadInTransformersWithEveryKeyAndGenerateAsTh
     if (result.contains("error")) continue;
     EXPECT_TRUE(result["hf_missing"].empty()) << result["hf_missing"];
     EXPECT_TRUE(result["hf_unexpected"].empty()) << result["hf_unexpected"];
-    const auto ours = (*engine_ids_)[stage].get<std::vector<int64_t>>();
-    auto theirs = result["hf_greedy"].get<std::vector<int64_t>>();
-    ASSERT_FALSE(ours.empty());
-    // The engine stops at the tokenizer's eos, transformers at generation_config's: the same id.
-    ASSERT_GE(theirs.size(), ours.size());
-    theirs.resize(ours.size());
-    EXPECT_EQ(ours, theirs);
+    ExpectSameContinuation((*engine_ids_)[stage].get<std::vector<int64_t>>(),
+                           result["hf_greedy"].get<std::vector<int64_t>>(), kBaseEos);
   }
 }
 
@@ -249,6 +261,7 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
     EXPECT_TRUE(result["bnb4_unexpected"].empty()) << result["bnb4_unexpected"];
     EXPECT_EQ(result["bnb4_layers"], kFourBitLayers);
     EXPECT_LE(result["bnb4_vs_hf"].get<double>(), kFourBitWeightTolerance);
+    EXPECT_EQ(result["bnb4_double_layers"], kFourBitLayers);
     EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
     EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
   }
@@ -259,8 +272,9 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
 // AutoModelForImageTextToText with no missing and no unexpected key, and transformers' greedy
 // continuation of a question about an image, through the processor read from the export, is
 // `engine generate --image` on the stage, token for token; the peft export, named after
-// transformers 5's modules (model.language_model.*), loads every adapter into the base without a
-// warning and gives the hf export's logits on that prompt and image (tolerance as above).
+// transformers 5's modules (model.language_model.*, and model.visual.* for the adapter on a vision
+// block), loads every adapter into the base without a warning and gives the hf export's logits on
+// that prompt and image (tolerance as above).
 class ImageTextExportInteropTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -341,7 +355,8 @@ stage { name: "vl" precision { plugin: "fp32" }
     pretrained: ")" + fixture.string() +
                                        R"(" } } }
   adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
-    r: 4 lora_alpha: 8 target_modules: "model.layers.*" } } }
+    r: 4 lora_alpha: 8 target_modules: "model.layers.*"
+    target_modules: "visual.blocks.0.attn.qkv" } } }
   data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
     path: ")" + (tmp_->path() / "data.jsonl").string() +
                                        R"(" eval_fraction: 0.4
@@ -377,13 +392,8 @@ std::string* ImageTextExportInteropTest::error_ = nullptr;
 TEST_F(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnImageAsTheStage) {
   EXPECT_TRUE((*result_)["hf_missing"].empty()) << (*result_)["hf_missing"];
   EXPECT_TRUE((*result_)["hf_unexpected"].empty()) << (*result_)["hf_unexpected"];
-  const auto ours = engine_ids_->get<std::vector<int64_t>>();
-  auto theirs = (*result_)["hf_greedy"].get<std::vector<int64_t>>();
-  ASSERT_FALSE(ours.empty());
-  // The engine stops at eos and leaves it out; transformers keeps it.
-  ASSERT_GE(theirs.size(), ours.size());
-  theirs.resize(ours.size());
-  EXPECT_EQ(ours, theirs);
+  ExpectSameContinuation(engine_ids_->get<std::vector<int64_t>>(),
+                         (*result_)["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
 }
 
 TEST_F(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {

@@ -30,6 +30,7 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
           bnb4_vs_hf                  the largest difference between a layer's weight as bitsandbytes
                                       dequantizes it and the hf export's weight less the adapters'
                                       product (lora_alpha / r * B A, from the peft export)
+          bnb4_double_layers          the Linear4bit layers of the --double_quant export
           bnb4_double_nested          whether every layer of the --double_quant export has nested
                                       (double-quantized) scales in bitsandbytes
           bnb4_double_vs_bnb4         the largest difference between the two exports' dequantized
@@ -96,7 +97,9 @@ def check_bnb4(case, hf, result):
     result["bnb4_vs_hf"] = worst
     double = AutoModelForCausalLM.from_pretrained(case["bnb4_double"], device_map="cpu")
     nested, relative = True, 0.0
-    for name, module in four_bit_layers(double).items():
+    double_layers = four_bit_layers(double)
+    result["bnb4_double_layers"] = len(double_layers)
+    for name, module in double_layers.items():
         state = module.weight.quant_state
         nested = nested and bool(state.nested)
         dense = bnb.dequantize_4bit(module.weight.data, state).float()

@@ -40,9 +40,9 @@ std::filesystem::path PeftBaseModel(const ResolvedStage& stage, const ResolvedPi
 
 // Fails when the stage has no adapters. `module_prefixes` (Model::transformers_module_prefixes)
 // renames the tensors, modules_to_save and adapted layers for PEFT on transformers' model class;
-// a stage's own checkpoints keep the model's names (empty).
+// a stage's own checkpoints keep the model's names (none), which the engine reads back.
 StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(
     const ResolvedStage& stage, torch::nn::Module& module, const std::string& base_model,
-    const std::vector<std::pair<std::string, std::string>>& module_prefixes = {});
+    const std::vector<std::pair<std::string, std::string>>& module_prefixes);
 
 }  // namespace engine
