@@ -102,6 +102,22 @@ void ExpectSameContinuation(const std::vector<int64_t>& ours, std::vector<int64_
   EXPECT_EQ(ours, theirs);
 }
 
+// The hf export loaded by transformers: no key missing, none unexpected.
+void ExpectEveryKeyLoaded(const nlohmann::json& result) {
+  EXPECT_TRUE(result["hf_missing"].empty()) << result["hf_missing"];
+  EXPECT_TRUE(result["hf_unexpected"].empty()) << result["hf_unexpected"];
+}
+
+// The peft export on its base: every adapter loaded without a warning, the hf export's logits, and
+// the adapters trained (without them the logits are another model's).
+void ExpectPeftComputesTheHfExport(const nlohmann::json& result) {
+  EXPECT_TRUE(result["peft_warnings"].empty()) << result["peft_warnings"];
+  EXPECT_FALSE(result["peft_adapter_keys"].empty());
+  EXPECT_EQ(result["peft_loaded_keys"], result["peft_adapter_keys"]);
+  EXPECT_LE(result["peft_vs_hf"].get<double>(), kLogitTolerance);
+  EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
+}
+
 class ExportInteropTest : public ::testing::Test {
  protected:
   // The bases (transformers), one LoRA stage on each (the engine), both exports and the stage's
@@ -230,8 +246,7 @@ TEST_F(ExportInteropTest, HfExportsLoadInTransformersWithEveryKeyAndGenerateAsTh
     SCOPED_TRACE(stage);
     const nlohmann::json& result = Result(stage);
     if (result.contains("error")) continue;
-    EXPECT_TRUE(result["hf_missing"].empty()) << result["hf_missing"];
-    EXPECT_TRUE(result["hf_unexpected"].empty()) << result["hf_unexpected"];
+    ExpectEveryKeyLoaded(result);
     ExpectSameContinuation((*engine_ids_)[stage].get<std::vector<int64_t>>(),
                            result["hf_greedy"].get<std::vector<int64_t>>(), kBaseEos);
   }
@@ -242,12 +257,7 @@ TEST_F(ExportInteropTest, PeftExportsLoadEveryAdapterWithoutWarningsAndComputeTh
     SCOPED_TRACE(stage);
     const nlohmann::json& result = Result(stage);
     if (result.contains("error")) continue;
-    EXPECT_TRUE(result["peft_warnings"].empty()) << result["peft_warnings"];
-    EXPECT_FALSE(result["peft_adapter_keys"].empty());
-    EXPECT_EQ(result["peft_loaded_keys"], result["peft_adapter_keys"]);
-    EXPECT_LE(result["peft_vs_hf"].get<double>(), kLogitTolerance);
-    // The adapters trained: without them the logits are another model's.
-    EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
+    ExpectPeftComputesTheHfExport(result);
   }
 }
 
@@ -390,18 +400,13 @@ nlohmann::json* ImageTextExportInteropTest::result_ = nullptr;
 std::string* ImageTextExportInteropTest::error_ = nullptr;
 
 TEST_F(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnImageAsTheStage) {
-  EXPECT_TRUE((*result_)["hf_missing"].empty()) << (*result_)["hf_missing"];
-  EXPECT_TRUE((*result_)["hf_unexpected"].empty()) << (*result_)["hf_unexpected"];
+  ExpectEveryKeyLoaded(*result_);
   ExpectSameContinuation(engine_ids_->get<std::vector<int64_t>>(),
                          (*result_)["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
 }
 
 TEST_F(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {
-  EXPECT_TRUE((*result_)["peft_warnings"].empty()) << (*result_)["peft_warnings"];
-  EXPECT_FALSE((*result_)["peft_adapter_keys"].empty());
-  EXPECT_EQ((*result_)["peft_loaded_keys"], (*result_)["peft_adapter_keys"]);
-  EXPECT_LE((*result_)["peft_vs_hf"].get<double>(), kLogitTolerance);
-  EXPECT_GT((*result_)["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
+  ExpectPeftComputesTheHfExport(*result_);
 }
 
 }  // namespace

@@ -66,6 +66,40 @@ def real_max_abs_diff(a, b, mask):
     return (a - b).abs().amax(-1).masked_select(mask.bool()).max().item()
 
 
+def load_hf(auto_class, directory, result):
+    """The hf export in f32, with from_pretrained's missing and unexpected keys in `result`."""
+    import torch
+
+    model, info = auto_class.from_pretrained(directory, dtype=torch.float32,
+                                             output_loading_info=True, attn_implementation="eager")
+    result["hf_missing"] = sorted(info["missing_keys"])
+    result["hf_unexpected"] = sorted(info["unexpected_keys"])
+    return model.eval()
+
+
+def check_peft(hf, base, peft_dir, inputs, result):
+    """PEFT's adapters from `peft_dir` on `base`: the warnings, the keys, and the logits on `inputs`
+    against the hf export's, with the adapters on and off."""
+    import torch
+    from peft import PeftModel
+    from peft.utils import get_peft_model_state_dict, load_peft_weights
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        peft = PeftModel.from_pretrained(base, peft_dir).eval()
+    result["peft_warnings"] = [str(w.message) for w in caught]
+    result["peft_adapter_keys"] = sorted(load_peft_weights(peft_dir).keys())
+    result["peft_loaded_keys"] = sorted(get_peft_model_state_dict(peft).keys())
+    mask = inputs["attention_mask"]
+    with torch.no_grad():
+        theirs = hf(**inputs).logits
+        adapters = peft(**inputs).logits
+        with peft.disable_adapter():
+            plain = peft(**inputs).logits
+    result["peft_vs_hf"] = real_max_abs_diff(adapters, theirs, mask)
+    result["hf_vs_base"] = real_max_abs_diff(plain, theirs, mask)
+
+
 def four_bit_layers(model):
     return {name: module for name, module in model.named_modules()
             if hasattr(module, "weight") and hasattr(module.weight, "quant_state")}
@@ -121,11 +155,7 @@ def check_image_text(case):
                               Qwen2VLProcessor, Qwen2VLVideoProcessor)
 
     result = {}
-    hf, info = AutoModelForImageTextToText.from_pretrained(
-        case["hf"], dtype=torch.float32, output_loading_info=True, attn_implementation="eager")
-    hf.eval()
-    result["hf_missing"] = sorted(info["missing_keys"])
-    result["hf_unexpected"] = sorted(info["unexpected_keys"])
+    hf = load_hf(AutoModelForImageTextToText, case["hf"], result)
     processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor.from_pretrained(case["hf"]),
                                  tokenizer=AutoTokenizer.from_pretrained(case["hf"]),
                                  video_processor=Qwen2VLVideoProcessor())
@@ -134,26 +164,9 @@ def check_image_text(case):
     with torch.no_grad():
         generated = hf.generate(**inputs, max_new_tokens=case["max_new_tokens"], do_sample=False)
     result["hf_greedy"] = generated[0, inputs["input_ids"].shape[1]:].tolist()
-
-    from peft import PeftModel
-    from peft.utils import get_peft_model_state_dict, load_peft_weights
-
     base = AutoModelForImageTextToText.from_pretrained(case["base"], dtype=torch.float32,
                                                        attn_implementation="eager")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        peft = PeftModel.from_pretrained(base, case["peft"]).eval()
-    result["peft_warnings"] = [str(w.message) for w in caught]
-    result["peft_adapter_keys"] = sorted(load_peft_weights(case["peft"]).keys())
-    result["peft_loaded_keys"] = sorted(get_peft_model_state_dict(peft).keys())
-    mask = inputs["attention_mask"]
-    with torch.no_grad():
-        theirs = hf(**inputs).logits
-        adapters = peft(**inputs).logits
-        with peft.disable_adapter():
-            plain = peft(**inputs).logits
-    result["peft_vs_hf"] = real_max_abs_diff(adapters, theirs, mask)
-    result["hf_vs_base"] = real_max_abs_diff(plain, theirs, mask)
+    check_peft(hf, base, case["peft"], inputs, result)
     return result
 
 
@@ -161,39 +174,19 @@ def check(case):
     if "image" in case:
         return check_image_text(case)
     import torch
-    from peft import PeftModel
-    from peft.utils import get_peft_model_state_dict, load_peft_weights
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     result = {}
-    hf, info = AutoModelForCausalLM.from_pretrained(
-        case["hf"], dtype=torch.float32, output_loading_info=True, attn_implementation="eager")
-    hf.eval()
-    result["hf_missing"] = sorted(info["missing_keys"])
-    result["hf_unexpected"] = sorted(info["unexpected_keys"])
-
+    hf = load_hf(AutoModelForCausalLM, case["hf"], result)
     if "bnb4" in case:
         base = check_bnb4(case, hf, result)
     else:
         base = AutoModelForCausalLM.from_pretrained(case["base"], dtype=torch.float32,
                                                     attn_implementation="eager")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        peft = PeftModel.from_pretrained(base, case["peft"]).eval()
-    result["peft_warnings"] = [str(w.message) for w in caught]
-    result["peft_adapter_keys"] = sorted(load_peft_weights(case["peft"]).keys())
-    result["peft_loaded_keys"] = sorted(get_peft_model_state_dict(peft).keys())
-
     tokenizer = AutoTokenizer.from_pretrained(case["hf"])
     tokenizer.padding_side = "right"
     batch = tokenizer(case["texts"], return_tensors="pt", padding=True)
-    with torch.no_grad():
-        theirs = hf(**batch).logits
-        adapters = peft(**batch).logits
-        with peft.disable_adapter():
-            plain = peft(**batch).logits
-    result["peft_vs_hf"] = real_max_abs_diff(adapters, theirs, batch["attention_mask"])
-    result["hf_vs_base"] = real_max_abs_diff(plain, theirs, batch["attention_mask"])
+    check_peft(hf, base, case["peft"], batch, result)
 
     prompt = tokenizer(case["prompt"], return_tensors="pt")
     with torch.no_grad():

@@ -19,18 +19,14 @@
 #include "engine/status.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/model.h"
-#include "tokenizer/vocabulary.h"
 
 namespace engine::tokenizer {
 
-class BpeModel : public Model {
+class BpeModel : public VocabularyModel {
  public:
   static StatusOr<std::unique_ptr<Model>> Parse(const Json& json, const std::string& path);
 
   void Encode(std::string_view word, std::vector<int64_t>* ids) const override;
-  const std::string* Token(int64_t id) const override { return vocab_.Token(id); }
-  int64_t Id(std::string_view token) const override { return vocab_.Id(token); }
-  int64_t size() const override { return vocab_.size(); }
 
  private:
   struct Merge {
@@ -45,7 +41,6 @@ class BpeModel : public Model {
   void InitialSymbols(std::string_view word, std::vector<int32_t>* symbols) const;
   void MergeAll(std::vector<int32_t>* symbols) const;
 
-  Vocabulary vocab_;
   std::unordered_map<uint64_t, Merge> merges_;
   int32_t unk_id_ = -1;
   std::string continuing_subword_prefix_;

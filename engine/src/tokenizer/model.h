@@ -13,6 +13,7 @@
 
 #include "engine/status.h"
 #include "tokenizer/json_fields.h"
+#include "tokenizer/vocabulary.h"
 
 namespace engine::tokenizer {
 
@@ -27,6 +28,17 @@ class Model {
   virtual int64_t Id(std::string_view token) const = 0;
   // One past the largest id.
   virtual int64_t size() const = 0;
+};
+
+// A model whose tokens are a Vocabulary (all three types): the lookups, in one place.
+class VocabularyModel : public Model {
+ public:
+  const std::string* Token(int64_t id) const override { return vocab_.Token(id); }
+  int64_t Id(std::string_view token) const override { return vocab_.Id(token); }
+  int64_t size() const override { return vocab_.size(); }
+
+ protected:
+  Vocabulary vocab_;
 };
 
 // `path` names the field ("model") in errors.

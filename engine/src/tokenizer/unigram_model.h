@@ -20,18 +20,14 @@
 #include "engine/status.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/model.h"
-#include "tokenizer/vocabulary.h"
 
 namespace engine::tokenizer {
 
-class UnigramModel : public Model {
+class UnigramModel : public VocabularyModel {
  public:
   static StatusOr<std::unique_ptr<Model>> Parse(const Json& json, const std::string& path);
 
   void Encode(std::string_view word, std::vector<int64_t>* ids) const override;
-  const std::string* Token(int64_t id) const override { return vocab_.Token(id); }
-  int64_t Id(std::string_view token) const override { return vocab_.Id(token); }
-  int64_t size() const override { return vocab_.size(); }
 
  private:
   // A byte trie of the pieces: node 0 is the root; an edge is (node << 8 | byte) -> child.
@@ -48,7 +44,6 @@ class UnigramModel : public Model {
   std::vector<Cut> BestPath(std::string_view word) const;
   void AppendIds(std::string_view text, int32_t id, std::vector<int64_t>* ids) const;
 
-  Vocabulary vocab_;
   std::vector<double> scores_;  // by id
   std::vector<TrieNode> nodes_;
   std::unordered_map<uint64_t, int32_t> edges_;

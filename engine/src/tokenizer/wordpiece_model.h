@@ -17,21 +17,16 @@
 #include "engine/status.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/model.h"
-#include "tokenizer/vocabulary.h"
 
 namespace engine::tokenizer {
 
-class WordPieceModel : public Model {
+class WordPieceModel : public VocabularyModel {
  public:
   static StatusOr<std::unique_ptr<Model>> Parse(const Json& json, const std::string& path);
 
   void Encode(std::string_view word, std::vector<int64_t>* ids) const override;
-  const std::string* Token(int64_t id) const override { return vocab_.Token(id); }
-  int64_t Id(std::string_view token) const override { return vocab_.Id(token); }
-  int64_t size() const override { return vocab_.size(); }
 
  private:
-  Vocabulary vocab_;
   int32_t unk_id_ = -1;
   std::string prefix_;
   int64_t max_chars_ = 100;
