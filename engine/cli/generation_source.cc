@@ -28,13 +28,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The model loader a model directory is read with: `qwen2_vl` for its model_type, otherwise
-// `llama` (llama, mistral, qwen2, qwen3), whose config reader refuses the others by model_type.
+// The model loader a model directory is read with: `qwen2_vl` or `qwen2_5_vl` for their
+// model_type, otherwise `llama` (llama, mistral, qwen2, qwen3), whose config reader refuses the
+// others by model_type.
 std::string DirectoryLoader(const fs::path& dir) {
   StatusOr<std::string> text = ReadFile(dir / "config.json");
   if (!text.ok()) return "llama";
   const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  return json.is_object() && json.value("model_type", "") == "qwen2_vl" ? "qwen2_vl" : "llama";
+  if (!json.is_object()) return "llama";
+  const std::string type = json.value("model_type", "");
+  return type == "qwen2_vl" || type == "qwen2_5_vl" ? type : "llama";
 }
 
 // tokenizer.json, else a SentencePiece tokenizer.model, as transformers' AutoTokenizer prefers.

@@ -145,7 +145,8 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
       {"mistral", "MistralForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"},
       {"qwen3", "Qwen3ForCausalLM"},
-      {"qwen2_vl", "Qwen2VLForConditionalGeneration"}};
+      {"qwen2_vl", "Qwen2VLForConditionalGeneration"},
+      {"qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"}};
   auto architecture = architectures.find(model_type);
   nlohmann::json json = {
       {"architectures",
@@ -171,7 +172,8 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
     json["mlp_bias"] = mlp_bias;
   } else if (model_type == "mistral") {
     json["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nullptr;
-  } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen2_vl") {
+  } else if (model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen2_vl" ||
+             model_type == "qwen2_5_vl") {
     AddQwenWindow(*this, json);
     if (model_type == "qwen3") json["attention_bias"] = qkv_bias;
   }

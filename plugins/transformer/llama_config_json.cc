@@ -75,7 +75,8 @@ const std::set<std::string>& KeysWithoutMath() {
 // the end is refused.
 class ConfigReader : private JsonKeyReader {
  public:
-  // `vision_language`: the text part of a qwen2_vl config; the multimodal keys are read elsewhere.
+  // `vision_language`: the text part of a qwen2_vl or qwen2_5_vl config; the multimodal keys are
+  // read elsewhere.
   ConfigReader(const nlohmann::json& json, std::string where, bool vision_language = false)
       : JsonKeyReader(json, where), where_(std::move(where)), vision_language_(vision_language) {
     if (vision_language_) {
@@ -94,7 +95,7 @@ class ConfigReader : private JsonKeyReader {
     ENGINE_RETURN_IF_ERROR(ReadBiasesAndNorms());
     ENGINE_RETURN_IF_ERROR(ReadRope());
     if (vision_language_ && c_.mrope_section.empty()) {
-      return Error("rope_scaling", "needs an mrope_section for qwen2_vl");
+      return Error("rope_scaling", "needs an mrope_section for " + c_.model_type);
     }
     ENGINE_RETURN_IF_ERROR(ReadWindow());
     ENGINE_RETURN_IF_ERROR(ReadTokenIds());
@@ -143,21 +144,16 @@ class ConfigReader : private JsonKeyReader {
       return Error("model_type", "is missing (this loader reads llama, mistral, qwen2 and qwen3)");
     }
     const std::string type = v.is_string() ? v.get<std::string>() : v.dump();
-    if (vision_language_ || type == "qwen2_vl") {
-      if (vision_language_ && type == "qwen2_vl") {
+    const bool vision_family = type == "qwen2_vl" || type == "qwen2_5_vl";
+    if (vision_language_ || vision_family) {
+      if (vision_language_ && vision_family) {
         c_.model_type = type;
         return Status::Ok();
       }
-      if (type == "qwen2_5_vl") {
-        return InvalidArgumentError(where_ +
-                                    ": model_type is 'qwen2_5_vl' (Qwen2.5-VL: window attention, "
-                                    "RMSNorm and SwiGLU in the vision tower), which this engine "
-                                    "does not support; the qwen2_vl loader reads Qwen2-VL");
-      }
       return InvalidArgumentError(where_ + ": model_type is '" + type + "', " +
-                                  (vision_language_ ? "not qwen2_vl"
-                                                    : "a vision-language model; load it with the "
-                                                      "qwen2_vl model loader"));
+                                  (vision_language_ ? "not qwen2_vl or qwen2_5_vl"
+                                                    : "a vision-language model; load it with the " +
+                                                          type + " model loader"));
     }
     for (const char* known : kDecoderModelTypes) {
       if (type == known) {
@@ -224,7 +220,7 @@ class ConfigReader : private JsonKeyReader {
     if (type == "llama" || type == "qwen3") {
       ENGINE_ASSIGN_OR_RETURN(c_.qkv_bias, Bool("attention_bias", false));
       c_.o_bias = c_.qkv_bias;
-    } else if (type == "qwen2" || type == "qwen2_vl") {
+    } else if (type == "qwen2" || type == "qwen2_vl" || type == "qwen2_5_vl") {
       c_.qkv_bias = true;  // Qwen2: q, k and v carry biases, o does not
       ENGINE_RETURN_IF_ERROR(OnlyValue("attention_bias", true));
     } else {
@@ -354,15 +350,16 @@ class ConfigReader : private JsonKeyReader {
                           const std::string& type) {
     if (type != "default") {  // RopeType reads "mrope" as "default"
       return InvalidArgumentError(where_ + ": " + key + ".rope_type '" + type +
-                                  "' is not supported for qwen2_vl (supported: default, mrope)");
+                                  "' is not supported for " + c_.model_type +
+                                  " (supported: default, mrope)");
     }
     for (auto it = r.begin(); it != r.end(); ++it) {
       // rope_parameters (transformers 5) holds rope_theta too, read by ReadRope.
       const bool theta = key == "rope_parameters" && it.key() == "rope_theta";
       if (it.key() != "rope_type" && it.key() != "type" && it.key() != "mrope_section" && !theta) {
         return InvalidArgumentError(where_ + ": " + key + "." + it.key() + " (" +
-                                    it.value().dump() +
-                                    ") is not read by this engine for qwen2_vl");
+                                    it.value().dump() + ") is not read by this engine for " +
+                                    c_.model_type);
       }
     }
     const nlohmann::json section = r.contains("mrope_section") ? r["mrope_section"] : nullptr;
@@ -488,7 +485,8 @@ class ConfigReader : private JsonKeyReader {
     const nlohmann::json& mrope = Take("use_mrope");
     if (!mrope.is_null() && mrope != false) {
       return Error("use_mrope",
-                   "is " + mrope.dump() + "; multimodal rotary positions need the qwen2_vl loader");
+                   "is " + mrope.dump() +
+                       "; multimodal rotary positions need the qwen2_vl or qwen2_5_vl loader");
     }
     return Status::Ok();
   }

@@ -219,11 +219,15 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const AttentionConte
   return o_proj->forward(attended.transpose(1, 2).reshape({batch, positions, heads * d}));
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& config) : activation_(config.hidden_act) {
-  const int64_t h = config.hidden_size, i = config.intermediate_size;
-  gate_proj = register_module("gate_proj", Projection(h, i, config.mlp_bias));
-  up_proj = register_module("up_proj", Projection(h, i, config.mlp_bias));
-  down_proj = register_module("down_proj", Projection(i, h, config.mlp_bias));
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& config)
+    : LlamaMlpImpl(config.hidden_size, config.intermediate_size, config.mlp_bias,
+                   config.hidden_act) {}
+
+LlamaMlpImpl::LlamaMlpImpl(int64_t hidden, int64_t intermediate, bool bias, Activation activation)
+    : activation_(activation) {
+  gate_proj = register_module("gate_proj", Projection(hidden, intermediate, bias));
+  up_proj = register_module("up_proj", Projection(hidden, intermediate, bias));
+  down_proj = register_module("down_proj", Projection(intermediate, hidden, bias));
 }
 
 at::Tensor LlamaMlpImpl::forward(const at::Tensor& x) {

@@ -114,6 +114,9 @@ TORCH_MODULE(LlamaAttention);
 class LlamaMlpImpl : public torch::nn::Module {
  public:
   explicit LlamaMlpImpl(const LlamaConfig& config);
+  // gate_proj, up_proj [hidden -> intermediate] and down_proj, with biases or not (a vision
+  // tower's gated MLP).
+  LlamaMlpImpl(int64_t hidden, int64_t intermediate, bool bias, Activation activation);
   at::Tensor forward(const at::Tensor& x);
 
   engine::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};

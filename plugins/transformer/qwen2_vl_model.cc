@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "qwen2_5_vl_vision.h"
 #include "qwen2_vl_positions.h"
 
 namespace engine::transformer {
@@ -12,8 +13,9 @@ namespace {
 const char* const kVisionTokenKeys[] = {"image_token_id", "video_token_id", "vision_start_token_id",
                                         "vision_end_token_id"};
 
-// transformers 5 writes the language model's keys under text_config (model_type qwen2_vl_text);
-// they are read as transformers 4's flat layout, where a key given in both places must agree.
+// transformers 5 writes the language model's keys under text_config (model_type qwen2_vl_text,
+// qwen2_5_vl_text); they are read as transformers 4's flat layout, where a key given in both
+// places must agree.
 StatusOr<nlohmann::json> FlatConfig(const nlohmann::json& json, const std::string& where) {
   auto text = json.find("text_config");
   if (text == json.end()) return json;
@@ -22,11 +24,13 @@ StatusOr<nlohmann::json> FlatConfig(const nlohmann::json& json, const std::strin
   }
   nlohmann::json flat = json;
   flat.erase("text_config");
+  const std::string family = json.value("model_type", "");
   for (const auto& [key, value] : text->items()) {
     if (key == "model_type") {
-      if (value != "qwen2_vl_text" && value != "qwen2_vl") {
+      if (value != family + "_text" && value != family) {
         return InvalidArgumentError(where + ": text_config.model_type is " + value.dump() +
-                                    ", not qwen2_vl_text");
+                                    ", not the text config of " + family + " (" + family +
+                                    "_text)");
       }
       continue;
     }
@@ -50,8 +54,7 @@ const PrefixRenames& Qwen2VlTransformers5Names() {
 
 nlohmann::json Qwen2VlConfig::ToJson(const std::string& dtype) const {
   nlohmann::json json = text.ToJson(dtype);
-  json["architectures"] = {"Qwen2VLForConditionalGeneration"};
-  json["model_type"] = "qwen2_vl";
+  json["model_type"] = model_type();
   json["vision_config"] = vision.ToJson();
   json["image_token_id"] = image_token_id;
   json["video_token_id"] = video_token_id;
@@ -68,8 +71,11 @@ StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& given,
   if (!json.contains("vision_config")) {
     return InvalidArgumentError(where + ": 'vision_config' is missing");
   }
-  ENGINE_ASSIGN_OR_RETURN(
-      c.vision, Qwen2VlVisionConfigFromJson(json["vision_config"], where + " vision_config"));
+  const std::string vision_where = where + " vision_config";
+  ENGINE_ASSIGN_OR_RETURN(c.vision,
+                          c.model_type() == "qwen2_5_vl"
+                              ? Qwen25VlVisionConfigFromJson(json["vision_config"], vision_where)
+                              : Qwen2VlVisionConfigFromJson(json["vision_config"], vision_where));
   int64_t* ids[] = {&c.image_token_id, &c.video_token_id, &c.vision_start_token_id,
                     &c.vision_end_token_id};
   for (size_t i = 0; i < std::size(kVisionTokenKeys); ++i) {
@@ -84,17 +90,22 @@ StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& given,
     *ids[i] = it->get<int64_t>();
   }
   if (c.vision.hidden_size != c.text.hidden_size) {
-    return InvalidArgumentError(where + ": vision_config.hidden_size " +
-                                std::to_string(c.vision.hidden_size) +
-                                " (the merger's output) is not the decoder's hidden_size " +
-                                std::to_string(c.text.hidden_size));
+    return InvalidArgumentError(
+        where + ": vision_config." +
+        (c.model_type() == "qwen2_5_vl" ? "out_hidden_size " : "hidden_size ") +
+        std::to_string(c.vision.hidden_size) +
+        " (the merger's output) is not the decoder's hidden_size " +
+        std::to_string(c.text.hidden_size));
   }
   return c;
 }
 
 Qwen2VlModule::Qwen2VlModule(const Qwen2VlConfig& config)
     : lm(*this, config.text), config_(config) {
-  visual = register_module("visual", Qwen2VlVisionTower(config.vision));
+  visual = register_module(
+      "visual", config.vision.family == VisionFamily::kQwen25Vl
+                    ? std::shared_ptr<QwenVisionTower>(Qwen25VlVisionTower(config.vision).ptr())
+                    : std::shared_ptr<QwenVisionTower>(Qwen2VlVisionTower(config.vision).ptr()));
 }
 
 StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,

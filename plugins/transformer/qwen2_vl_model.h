@@ -1,6 +1,8 @@
-// Qwen2-VL (transformers' Qwen2VLForConditionalGeneration): the vision tower's tokens placed at the
-// image tokens of a Qwen2 decoder with multimodal rotary positions. Hugging Face names: visual.*,
-// model.*, lm_head.* (transformers 4's layout, which the hub's checkpoints use).
+// Qwen2-VL and Qwen2.5-VL (transformers' Qwen2VLForConditionalGeneration,
+// Qwen2_5_VLForConditionalGeneration): the vision tower's tokens placed at the image tokens of a
+// Qwen2 decoder with multimodal rotary positions. The families differ only in their vision towers
+// (qwen2_vl_vision.h, qwen2_5_vl_vision.h); config.json's model_type picks one. Hugging Face
+// names: visual.*, model.*, lm_head.* (transformers 4's layout, which the hub's checkpoints use).
 //
 //   ENGINE_ASSIGN_OR_RETURN(Qwen2VlConfig config, Qwen2VlConfigFromJson(json, "config.json"));
 //   Qwen2VlModule module(config);
@@ -17,6 +19,7 @@
 #include "hf_checkpoint.h"
 #include "llama_modules.h"
 #include "qwen2_vl_vision.h"
+#include "qwen_vision_parts.h"
 
 namespace engine::transformer {
 
@@ -28,15 +31,17 @@ struct Qwen2VlConfig {
   int64_t vision_start_token_id = 151652;
   int64_t vision_end_token_id = 151653;
 
+  // "qwen2_vl" or "qwen2_5_vl", as config.json names the family.
+  const std::string& model_type() const { return text.model_type; }
   // config.json in transformers 4's flat layout; `dtype` names the weights' dtype.
   nlohmann::json ToJson(const std::string& dtype) const;
 };
 
-// A qwen2_vl config.json, in transformers 4's flat layout or transformers 5's (the language
-// model's keys under text_config): its text part (Qwen2VlTextConfigFromJson), vision_config, and
-// the vision token ids. Refused, naming `where` and the key: a vision tower whose output width
-// (vision_config.hidden_size) is not the decoder's hidden_size, and any key the two parts do not
-// read.
+// A qwen2_vl or qwen2_5_vl config.json, in transformers 4's flat layout or transformers 5's (the
+// language model's keys under text_config): its text part (Qwen2VlTextConfigFromJson),
+// vision_config (the family's reader), and the vision token ids. Refused, naming `where` and the
+// key: a vision tower whose output width is not the decoder's hidden_size, a text_config or
+// vision_config of another family, and any key the parts do not read.
 StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& json, const std::string& where);
 
 // How transformers 5 names Qwen2-VL's tensors (model.language_model.*, model.visual.*) against
@@ -62,7 +67,7 @@ class Qwen2VlModule : public torch::nn::Module {
   const Qwen2VlConfig& config() const { return config_; }
 
   CausalLm lm;
-  Qwen2VlVisionTower visual{nullptr};
+  std::shared_ptr<QwenVisionTower> visual;  // the family's tower
 
  private:
   Qwen2VlConfig config_;

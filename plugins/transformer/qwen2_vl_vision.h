@@ -3,7 +3,8 @@
 // matrix product over the flattened patch), blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1,
 // mlp.fc2} (pre-LayerNorm blocks with 2-D rotary positions and bidirectional attention inside each
 // frame of each image), and merger.{ln_q, mlp.0, mlp.2} (each 2x2 group of patches merged into
-// one token of the decoder's width).
+// one token of the decoder's width). Also the vision config of the whole family: Qwen2.5-VL's
+// tower (qwen2_5_vl_vision.h) reads and checks its own keys of the same struct.
 //
 //   Qwen2VlVisionTower visual(config);
 //   at::Tensor tokens = visual->forward(pixel_values, grids);  // [patches / 4, hidden_size]
@@ -25,15 +26,19 @@
 #include "engine/qwen2_vl_image_processor.h"
 #include "engine/status.h"
 #include "llama_config.h"
+#include "qwen_vision_parts.h"
 
 namespace engine::transformer {
 
+enum class VisionFamily { kQwen2Vl, kQwen25Vl };
+
 struct Qwen2VlVisionConfig {
+  VisionFamily family = VisionFamily::kQwen2Vl;
   int64_t depth = 32;
-  int64_t embed_dim = 1280;
-  int64_t hidden_size = 3584;  // the merger's output: the decoder's width
+  int64_t embed_dim = 1280;    // the blocks' width (Qwen2.5-VL's vision hidden_size)
+  int64_t hidden_size = 3584;  // the merger's output: the decoder's width (2.5: out_hidden_size)
   int64_t num_heads = 16;
-  int64_t mlp_ratio = 4;
+  int64_t mlp_ratio = 4;  // Qwen2-VL: the MLP is embed_dim * mlp_ratio wide
   int64_t in_channels = 3;
   int64_t patch_size = 14;
   int64_t spatial_merge_size = 2;
@@ -41,6 +46,13 @@ struct Qwen2VlVisionConfig {
   Activation hidden_act = Activation::kQuickGelu;
   double initializer_range = 0.02;
   double rope_theta = 10000.0;  // the 2-D rotary's base (transformers 5: rope_parameters)
+  // Qwen2.5-VL only: the gated MLP's width, the side in pixels of the windows most blocks attend
+  // within, the blocks that attend within the whole frame instead, and the temporal position step
+  // of a video second (videos are refused).
+  int64_t intermediate_size = 0;
+  int64_t window_size = 0;
+  std::vector<int64_t> fullatt_block_indexes;
+  int64_t tokens_per_second = 0;
 
   int64_t head_dim() const { return embed_dim / num_heads; }
   int64_t patch_values() const {
@@ -56,41 +68,42 @@ struct Qwen2VlVisionConfig {
 StatusOr<Qwen2VlVisionConfig> Qwen2VlVisionConfigFromJson(const nlohmann::json& json,
                                                           const std::string& where);
 
+// The end of either family's vision_config reader, once it has read its own keys: the keys both
+// read alike (hidden_act, initializer_range, rope_parameters, the hub's in_chans and
+// spatial_patch_size copies), then every key left refused, then the sizes checked.
+StatusOr<Qwen2VlVisionConfig> FinishVisionConfig(JsonKeyReader& keys, const std::string& where,
+                                                 Qwen2VlVisionConfig config);
+
 class Qwen2VlVisionBlockImpl : public torch::nn::Module {
  public:
   explicit Qwen2VlVisionBlockImpl(const Qwen2VlVisionConfig& config);
-  // x: [patches, embed_dim]; cos/sin: f32 [patches, 1, head_dim]; attention stays inside each
-  // run of `frame_lengths` patches.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+  // x: [patches, embed_dim]; attention stays inside each run of `frame_lengths` patches.
+  at::Tensor forward(const at::Tensor& x, const VisionRotary& rotary,
                      const std::vector<int64_t>& frame_lengths);
 
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   engine::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
 
  private:
-  at::Tensor Attention(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                       const std::vector<int64_t>& frame_lengths);
   Qwen2VlVisionConfig config_;
 };
 TORCH_MODULE(Qwen2VlVisionBlock);
 
-class Qwen2VlVisionTowerImpl : public torch::nn::Module {
+class Qwen2VlVisionTowerImpl : public QwenVisionTower {
  public:
   explicit Qwen2VlVisionTowerImpl(const Qwen2VlVisionConfig& config);
-  // pixel_values: [patches, patch_values] in the image processor's order, the images' patches one
-  // after another; grids: each image's (t, h, w). Returns [patches / merge^2, hidden_size].
-  at::Tensor forward(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
-                     bool checkpointing = false);
 
   const Qwen2VlVisionConfig& config() const { return config_; }
-  // Hugging Face's initialisation: normal(0, initializer_range) for the projections and the
-  // patch embedding, zero biases, LayerNorms at one and zero.
-  void Initialize();
+  void Initialize() override;
 
   at::Tensor patch_weight;  // patch_embed.proj.weight [embed_dim, C, T, P, P]
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::LayerNorm ln_q{nullptr};
   engine::Linear merger_fc1{nullptr}, merger_fc2{nullptr};  // merger.mlp.0, merger.mlp.2
+
+ protected:
+  at::Tensor Encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
+                    bool checkpointing) override;
 
  private:
   Qwen2VlVisionConfig config_;

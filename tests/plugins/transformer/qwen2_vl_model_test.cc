@@ -298,7 +298,7 @@ TEST(Qwen2VlModelTest, ConfigKeysAreReadOrRefusedByName) {
         Case{"vision_config/hidden_act", "tanh", "'hidden_act' \"tanh\" is not supported"},
         Case{"vision_config/rope_parameters",
              {{"rope_type", "mrope"}},
-             "rope_type \"mrope\" is not supported by this engine's Qwen2-VL vision tower "
+             "rope_type \"mrope\" is not supported by this engine's vision towers "
              "(supported: axial)"},
         Case{"vision_config/rope_parameters",
              {{"rope_type", "axial"}, {"factor", 2}},
@@ -316,10 +316,16 @@ TEST(Qwen2VlModelTest, ConfigKeysAreReadOrRefusedByName) {
     ASSERT_FALSE(config.ok());
     EXPECT_THAT(config.status().message(), HasSubstr(c.message));
   }
+  // Qwen2.5-VL's model_type over Qwen2-VL's parts: another family's text and vision configs.
   nlohmann::json qwen25 = *json;
   qwen25["model_type"] = "qwen2_5_vl";
   EXPECT_THAT(Qwen2VlConfigFromJson(qwen25, "config.json").status().message(),
-              HasSubstr("model_type is 'qwen2_5_vl' (Qwen2.5-VL: window attention"));
+              HasSubstr("text_config.model_type is \"qwen2_vl_text\", not the text config of "
+                        "qwen2_5_vl (qwen2_5_vl_text)"));
+  qwen25["text_config"]["model_type"] = "qwen2_5_vl_text";
+  EXPECT_THAT(
+      Qwen2VlConfigFromJson(qwen25, "config.json").status().message(),
+      HasSubstr("'model_type' is \"qwen2_vl_vision\", not the vision config of qwen2_5_vl"));
   // The vision rotary's base, as transformers 5 writes it, is the one the tower computes with.
   nlohmann::json theta = *json;
   theta["vision_config"]["rope_parameters"] = {{"rope_type", "axial"}, {"rope_theta", 500.0}};
