@@ -20,6 +20,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -277,60 +279,68 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
   }
 }
 
-// A Qwen2-VL LoRA stage on the qwen2_vl fixture (its checkpoint, tokenizer and image processor,
-// as transformers 5.17 saved them), trained on image conversations: the hf export loads with
-// AutoModelForImageTextToText with no missing and no unexpected key, and transformers' greedy
-// continuation of a question about an image, through the processor read from the export, is
-// `engine generate --image` on the stage, token for token; the peft export, named after
-// transformers 5's modules (model.language_model.*, and model.visual.* for the adapter on a vision
-// block), loads every adapter into the base without a warning and gives the hf export's logits on
-// that prompt and image (tolerance as above).
-class ImageTextExportInteropTest : public ::testing::Test {
+// A LoRA stage of each image-text family (qwen2_vl, qwen2_5_vl) on its fixture (its checkpoint,
+// tokenizer and image processor, as transformers 5.17 saved them), trained on image
+// conversations: the hf export loads with AutoModelForImageTextToText with no missing and no
+// unexpected key, and transformers' greedy continuation of a question about an image, through the
+// processor read from the export, is `engine generate --image` on the stage, token for token; the
+// peft export, named after transformers 5's modules (model.language_model.*, and model.visual.*
+// for the adapter on a vision block), loads every adapter into the base without a warning and
+// gives the hf export's logits on that prompt and image (tolerance as above).
+class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    tmp_ = new testing::TempDir();
-    engine_ids_ = new nlohmann::json();
-    result_ = new nlohmann::json();
-    error_ = new std::string();
-    const fs::path file = WritePipeline();
+  // What one family's stage, exports and reference run gave (or the first error).
+  struct Case {
+    testing::TempDir tmp;
+    nlohmann::json engine_ids, result;
+    std::string error;
+  };
+
+  // Trains, exports and checks the family once for all its tests.
+  static const Case& CaseOf(const std::string& family) {
+    std::unique_ptr<Case>& c = (*cases_)[family];
+    if (c != nullptr) return *c;
+    c = std::make_unique<Case>();
+    const fs::path file = WritePipeline(family, c->tmp);
     const auto run = testing::RunEngine({"run", file.string()});
     if (run.exit_code != 0) {
-      *error_ = "engine run failed: " + run.err;
-      return;
+      c->error = "engine run failed: " + run.err;
+      return *c;
     }
     const std::string source = file.string() + ":vl";
-    const fs::path hf = tmp_->path() / "hf", peft = tmp_->path() / "peft";
+    const fs::path hf = c->tmp.path() / "hf", peft = c->tmp.path() / "peft";
     for (const auto& [to, format] : {std::pair{hf, "hf"}, {peft, "peft"}}) {
       const auto exported = testing::RunEngine(
           {"export", source, "--to=" + to.string(), std::string("--format=") + format});
       if (exported.exit_code != 0) {
-        *error_ = std::string("engine export --format=") + format + ": " + exported.err;
-        return;
+        c->error = std::string("engine export --format=") + format + ": " + exported.err;
+        return *c;
       }
     }
-    const std::string image = (kFixtures / "hf/qwen2_vl/images/chelsea.png").string();
+    const std::string image = (kFixtures / "hf" / family / "images/chelsea.png").string();
     const nlohmann::json generated =
-        Generate(source, {"--image=" + image, "--prompt=Cat?"}, error_);
-    if (generated.is_null()) return;
-    *engine_ids_ = generated["ids"];
-    const nlohmann::json results = RunReference(*tmp_,
-                                                {{{"name", "qwen2_vl"},
+        Generate(source, {"--image=" + image, "--prompt=Cat?"}, &c->error);
+    if (generated.is_null()) return *c;
+    c->engine_ids = generated["ids"];
+    const nlohmann::json results = RunReference(c->tmp,
+                                                {{{"name", family},
                                                   {"hf", hf.string()},
                                                   {"peft", peft.string()},
-                                                  {"base", (kFixtures / "hf/qwen2_vl").string()},
+                                                  {"base", (kFixtures / "hf" / family).string()},
                                                   {"image", image},
                                                   {"prompt_text", generated["prompt_text"]},
                                                   {"max_new_tokens", kNewTokens}}},
-                                                error_);
-    if (!results.is_null()) *result_ = results[0];
+                                                &c->error);
+    if (!results.is_null()) c->result = results[0];
+    return *c;
   }
   // The fixture's tokenizer with a chat template that places each image's tokens, five image
   // conversations over its images, and the pipeline.
-  static fs::path WritePipeline() {
-    const fs::path fixture = kFixtures / "hf/qwen2_vl";
-    fs::create_directories(tmp_->path() / "tokenizer");
+  static fs::path WritePipeline(const std::string& family, testing::TempDir& tmp) {
+    const fs::path fixture = kFixtures / "hf" / family;
+    fs::create_directories(tmp.path() / "tokenizer");
     for (const char* file : {"tokenizer.json", "preprocessor_config.json"}) {
-      fs::copy_file(fixture / file, tmp_->path() / "tokenizer" / file);
+      fs::copy_file(fixture / file, tmp.path() / "tokenizer" / file);
     }
     nlohmann::json config =
         nlohmann::json::parse(testing::ReadText(fixture / "tokenizer_config.json"));
@@ -342,7 +352,7 @@ class ImageTextExportInteropTest : public ::testing::Test {
         "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ part['text'] }}{% endif %}"
         "{% endfor %}{% endif %}<|im_end|>{%- endfor %}{% if add_generation_prompt %}"
         "{{ '\\n' }}<|im_start|>assistant\n{% endif %}";
-    tmp_->Write("tokenizer/tokenizer_config.json", config.dump());
+    tmp.Write("tokenizer/tokenizer_config.json", config.dump());
     std::string lines;
     for (const auto& [image, question, answer] :
          {std::tuple<const char*, const char*, const char*>{"chelsea.png", "Cat?", "Yes"},
@@ -357,57 +367,59 @@ class ImageTextExportInteropTest : public ::testing::Test {
           {"images", {(fixture / "images" / image).string()}}};
       lines += line.dump() + "\n";
     }
-    tmp_->Write("data.jsonl", lines);
-    return tmp_->Write("vl.pbtxt", R"(name: "vl"
+    tmp.Write("data.jsonl", lines);
+    return tmp.Write("vl.pbtxt",
+                     R"(name: "vl"
 output_dir: "out"
 stage { name: "vl" precision { plugin: "fp32" }
-  model { plugin: "qwen2_vl" options { [type.googleapis.com/engine.transformer.Qwen2VlOptions] {
+  model { plugin: ")" + family +
+                         R"(" options { [type.googleapis.com/engine.transformer.Qwen2VlOptions] {
     pretrained: ")" + fixture.string() +
-                                       R"(" } } }
+                         R"(" } } }
   adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
     r: 4 lora_alpha: 8 target_modules: "model.layers.*"
     target_modules: "visual.blocks.0.attn.qkv" } } }
   data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
-    path: ")" + (tmp_->path() / "data.jsonl").string() +
-                                       R"(" eval_fraction: 0.4
+    path: ")" + (tmp.path() / "data.jsonl").string() +
+                         R"(" eval_fraction: 0.4
     tokenizer { kind: HF_JSON path: ")" +
-                                       (tmp_->path() / "tokenizer").string() + R"(" } } } }
+                         (tmp.path() / "tokenizer").string() + R"(" } } } }
   optimizer { learning_rate: 0.05 }
   schedule { max_steps: 3 batch_size: 2 }
 }
 )");
   }
-  static void TearDownTestSuite() {
-    delete error_;
-    delete result_;
-    delete engine_ids_;
-    delete tmp_;
-  }
+  static void SetUpTestSuite() { cases_ = new std::map<std::string, std::unique_ptr<Case>>(); }
+  static void TearDownTestSuite() { delete cases_; }
   void SetUp() override {
-    ASSERT_TRUE(error_->empty()) << *error_;
-    ASSERT_FALSE(result_->contains("error")) << (*result_)["error"];
+    const Case& c = CaseOf(GetParam());
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    ASSERT_FALSE(c.result.contains("error")) << c.result["error"];
   }
+  const nlohmann::json& result() const { return CaseOf(GetParam()).result; }
+  const nlohmann::json& engine_ids() const { return CaseOf(GetParam()).engine_ids; }
 
-  static testing::TempDir* tmp_;
-  static nlohmann::json* engine_ids_;
-  static nlohmann::json* result_;
-  static std::string* error_;
+  static std::map<std::string, std::unique_ptr<Case>>* cases_;
 };
 
-testing::TempDir* ImageTextExportInteropTest::tmp_ = nullptr;
-nlohmann::json* ImageTextExportInteropTest::engine_ids_ = nullptr;
-nlohmann::json* ImageTextExportInteropTest::result_ = nullptr;
-std::string* ImageTextExportInteropTest::error_ = nullptr;
+std::map<std::string, std::unique_ptr<ImageTextExportInteropTest::Case>>*
+    ImageTextExportInteropTest::cases_ = nullptr;
 
-TEST_F(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnImageAsTheStage) {
-  ExpectEveryKeyLoaded(*result_);
-  ExpectSameContinuation(engine_ids_->get<std::vector<int64_t>>(),
-                         (*result_)["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
+TEST_P(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnImageAsTheStage) {
+  ExpectEveryKeyLoaded(result());
+  ExpectSameContinuation(engine_ids().get<std::vector<int64_t>>(),
+                         result()["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
 }
 
-TEST_F(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {
-  ExpectPeftComputesTheHfExport(*result_);
+TEST_P(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {
+  ExpectPeftComputesTheHfExport(result());
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, ImageTextExportInteropTest,
+                         ::testing::Values("qwen2_vl", "qwen2_5_vl"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 }  // namespace
 }  // namespace engine

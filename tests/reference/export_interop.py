@@ -21,7 +21,7 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
           hf_vs_base                  the same between the hf export and the base (adapters off)
           hf_greedy                   transformers' greedy continuation of `prompt` on the hf export
                                       (the ids after the prompt)
-        A case with "image" and "prompt_text" (a Qwen2-VL stage's) is checked through
+        A case with "image" and "prompt_text" (a Qwen2-VL or Qwen2.5-VL stage's) is checked through
         AutoModelForImageTextToText and the processor, the logits on the prompt with its image.
         And for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
         bitsandbytes on the CPU):
@@ -146,9 +146,10 @@ def check_bnb4(case, hf, result):
 
 
 def check_image_text(case):
-    """A Qwen2-VL stage's exports: hf loaded by AutoModelForImageTextToText, and its greedy
-    continuation of `prompt_text` (the engine's rendering, image placeholders included) about
-    `image`, through transformers 5's default processor read from the export; peft on the base."""
+    """A Qwen2-VL or Qwen2.5-VL stage's exports: hf loaded by AutoModelForImageTextToText, and its
+    greedy continuation of `prompt_text` (the engine's rendering, image placeholders included)
+    about `image`, through transformers 5's default processor read from the export (both families
+    use Qwen2VLImageProcessor; their processors differ only for videos); peft on the base."""
     import torch
     from PIL import Image
     from transformers import (AutoModelForImageTextToText, AutoTokenizer, Qwen2VLImageProcessor,
