@@ -42,7 +42,9 @@ int CheckCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   Session session;
-  const bool ok = LoadAndPlan(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session);
+  // The plan is printed, not run: each stage's model goes once its successors no longer need it.
+  const bool ok = LoadAndPlan(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session,
+                              PlanModels::kRelease);
   if (!ok) {
     std::cerr << session.diagnostics.ToString();
     std::cerr << "engine check: " << session.diagnostics.size() << " error"

@@ -21,14 +21,14 @@ bool Load(const std::filesystem::path& file, const std::string& plugin_path_flag
   return session->pipeline != nullptr;
 }
 
-bool Plan(Session* session) {
-  session->plan = BuildPlan(*session->pipeline, &session->diagnostics);
+bool Plan(Session* session, PlanModels models) {
+  session->plan = BuildPlan(*session->pipeline, &session->diagnostics, models);
   return session->plan != nullptr;
 }
 
 bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
-                 const LoadOptions& options, Session* session) {
-  return Load(file, plugin_path_flag, options, session) && Plan(session);
+                 const LoadOptions& options, Session* session, PlanModels models) {
+  return Load(file, plugin_path_flag, options, session) && Plan(session, models);
 }
 
 StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::string& name) {

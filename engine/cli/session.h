@@ -30,11 +30,13 @@ Status LoadPluginSearchPath(const std::string& plugin_path_flag, PluginRegistry*
 // Loads the plugins and reads and validates `file` into session->pipeline.
 bool Load(const std::filesystem::path& file, const std::string& plugin_path_flag,
           const LoadOptions& options, Session* session);
-// Plans session->pipeline (opens the data, builds the models) into session->plan.
-bool Plan(Session* session);
+// Plans session->pipeline (opens the data, builds the models) into session->plan; `models` says
+// whether the plan keeps them.
+bool Plan(Session* session, PlanModels models = PlanModels::kKeep);
 // Load, then Plan.
 bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
-                 const LoadOptions& options, Session* session);
+                 const LoadOptions& options, Session* session,
+                 PlanModels models = PlanModels::kKeep);
 
 // The plan of stage `name` (the last in run order when empty); an error naming the stages there
 // are when the pipeline has no such stage.

@@ -90,6 +90,7 @@ class PlanBuilder {
     SetQuantizedCompute(stage, plan->precision.autocast.value_or(at::kFloat), plan->model->module(),
                         &plan->layers);
     PlanCheckpoints(stage, plan);
+    plan->handoff_source = HandoffSourceOf(stage, *plan);
     if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
     if (!PlanSteps(stage, plan) || !CheckCallbackMetrics(stage, *plan)) return false;
     plan->optimizer_summary = OptimizerSummary(stage.config->optimizer());
@@ -449,20 +450,24 @@ class PlanBuilder {
     return out;
   }
 
+  static HandoffSource HandoffSourceOf(const ResolvedStage& stage, const StagePlan& plan) {
+    HandoffSource source;
+    source.stage = stage.name;
+    for (const ModuleTensor& t : ModuleTensors(plan.model->module())) {
+      source.tensors[t.name] = t.tensor.sizes().vec();
+      if (t.buffer && !t.tensor.is_floating_point()) source.integer_tensors.insert(t.name);
+    }
+    source.adapter_tensors = plan.layers.adapter_parameters;
+    return source;
+  }
+
   // A stage that starts from another's weights must take every parent tensor, and have all of its
   // own from the parent except new adapters and `new_tensors`.
   bool CheckHandoff(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan& plan) {
     const StagePlan* parent = so_far.ForStage(*stage.from_stage);
     if (parent == nullptr) return true;  // the parent failed and was reported already
-    HandoffSource source;
-    source.stage = parent->stage->name;
-    for (const ModuleTensor& t : ModuleTensors(parent->model->module())) {
-      source.tensors[t.name] = t.tensor.sizes().vec();
-      if (t.buffer && !t.tensor.is_floating_point()) source.integer_tensors.insert(t.name);
-    }
-    source.adapter_tensors = parent->layers.adapter_parameters;
     const Handoff handoff =
-        PlanHandoff(source, plan.model->module(), plan.layers.adapter_parameters,
+        PlanHandoff(parent->handoff_source, plan.model->module(), plan.layers.adapter_parameters,
                     stage.config->parent_adapters() == proto::Stage::MERGE,
                     {stage.config->new_tensors().begin(), stage.config->new_tensors().end()});
     if (handoff.problems.empty()) {
@@ -524,8 +529,8 @@ const StagePlan* PipelinePlan::ForStage(int stage_index) const {
   return nullptr;
 }
 
-std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline,
-                                        Diagnostics* diagnostics) {
+std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagnostics* diagnostics,
+                                        PlanModels models) {
   auto plan = std::make_unique<PipelinePlan>();
   plan->pipeline = &pipeline;
   PlanBuilder builder(pipeline, diagnostics);
@@ -533,6 +538,7 @@ std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline,
   for (int index : pipeline.run_order) {
     StagePlan stage_plan;
     if (builder.Build(pipeline.stages[index], *plan, &stage_plan)) {
+      if (models == PlanModels::kRelease) stage_plan.model.reset();
       plan->stages.push_back(std::move(stage_plan));
     }
   }

@@ -20,6 +20,7 @@
 #include "pipeline/diagnostics.h"
 #include "pipeline/resolved_pipeline.h"
 #include "plan/checkpoint_layout.h"
+#include "plan/handoff.h"
 #include "plan/layer_plugins.h"
 
 namespace engine {
@@ -42,6 +43,9 @@ struct StagePlan {
   std::string architecture;
   // What the quantizer and adapters did to the model.
   LayerPluginReport layers;
+  // What a stage that starts from this one's weights needs of its model (names and shapes), kept
+  // apart so that the model itself may be released (PlanModels::kRelease).
+  HandoffSource handoff_source;
   // With from_stage: what the stage takes from its parent ("52 tensors copied, ...").
   std::string handoff_summary;
   // With from_stage: the parent's model architecture ("llama"), which may differ from this stage's.
@@ -97,7 +101,13 @@ struct PipelinePlan {
   const StagePlan* ForStage(int stage_index) const;
 };
 
+// What happens to each stage's model once its plan is made: kept for training (`engine run`,
+// `eval`, `generate`), or released (`engine check`, which only prints the plan), so that checking
+// a pipeline of real-size stages holds one model at a time instead of all of them.
+enum class PlanModels { kKeep, kRelease };
+
 // Returns nullptr (with diagnostics) when any stage cannot run as written.
-std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagnostics* diagnostics);
+std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagnostics* diagnostics,
+                                        PlanModels models = PlanModels::kKeep);
 
 }  // namespace engine

@@ -24,12 +24,13 @@ class PipelinePlanTest : public ::testing::Test {
     return testing::DigitsStage(name, extra, model_options);
   }
 
-  std::unique_ptr<PipelinePlan> Plan(const std::string& text) {
+  std::unique_ptr<PipelinePlan> Plan(const std::string& text,
+                                     PlanModels models = PlanModels::kKeep) {
     diagnostics_ = Diagnostics();
     auto file = dir_.Write("p.pbtxt", text);
     pipeline_ = LoadPipeline(file, {}, &registry_, &diagnostics_);
     if (pipeline_ == nullptr) return nullptr;
-    return BuildPlan(*pipeline_, &diagnostics_);
+    return BuildPlan(*pipeline_, &diagnostics_, models);
   }
 
   testing::TempDir dir_;
@@ -149,6 +150,30 @@ TEST_F(PipelinePlanTest, HandoffNeedsTheSameTensors) {
               Stage("second", "from_stage: \"first\"", "hidden_units: 32"));
   ASSERT_NE(plan, nullptr) << diagnostics_.ToString();
   EXPECT_EQ(plan->stages[1].stage->name, "second");
+}
+
+// `engine check` plans a pipeline of real-size stages one model at a time: each stage's model is
+// released once planned, and the next stage's handoff is still checked against its tensors.
+TEST_F(PipelinePlanTest, APlanForCheckingReleasesEachModelAndStillChecksHandoffs) {
+  const std::string fits = Stage("first", "", "hidden_units: 32") +
+                           Stage("second", "from_stage: \"first\"", "hidden_units: 32");
+  auto kept = Plan(fits);
+  ASSERT_NE(kept, nullptr) << diagnostics_.ToString();
+  auto released = Plan(fits, PlanModels::kRelease);
+  ASSERT_NE(released, nullptr) << diagnostics_.ToString();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NE(kept->stages[i].model, nullptr);
+    EXPECT_EQ(released->stages[i].model, nullptr);
+    EXPECT_EQ(released->stages[i].fingerprint, kept->stages[i].fingerprint);
+  }
+  EXPECT_EQ(released->stages[1].handoff_summary, kept->stages[1].handoff_summary);
+  EXPECT_EQ(PlanToText(*released), PlanToText(*kept));
+  EXPECT_EQ(Plan(Stage("first", "", "hidden_units: 32") +
+                     Stage("second", "from_stage: \"first\"", "hidden_units: 16"),
+                 PlanModels::kRelease),
+            nullptr);
+  EXPECT_THAT(diagnostics_.ToString(),
+              HasSubstr("'head.weight' is [10,32] in 'first' but [10,16] here"));
 }
 
 TEST_F(PipelinePlanTest, FingerprintFollowsMeaningNotSpelling) {
