@@ -4,6 +4,7 @@
 
 #include "jinja/builtins.h"
 #include "jinja/globals.h"
+#include "jinja/limits.h"
 
 namespace engine::jinja {
 
@@ -17,6 +18,7 @@ Evaluator::Evaluator(const RenderHooks& hooks, ValueDict variables) : hooks_(hoo
 }
 
 StatusOr<RenderOutput> Evaluator::Render(const Body& body) {
+  RenderBudget budget;
   RenderOutput output;
   out_ = &output.text;
   try {
@@ -32,6 +34,11 @@ StatusOr<RenderOutput> Evaluator::Render(const Body& body) {
   return output;
 }
 
+void Evaluator::Write(const std::string& text) {
+  RenderBudget::CheckString(out_->size() + text.size());
+  *out_ += text;
+}
+
 void Evaluator::Execute(const Body& body) {
   for (const auto& node : body) ExecuteNode(*node);
 }
@@ -41,10 +48,10 @@ void Evaluator::ExecuteNode(const Node& node) {
   try {
     switch (node.kind) {
       case Node::Kind::kText:
-        *out_ += node.text;
+        Write(node.text);
         return;
       case Node::Kind::kOutput:
-        *out_ += Eval(*node.expr).Str();
+        Write(Eval(*node.expr).Str());
         return;
       case Node::Kind::kIf:
         for (const auto& [test, body] : node.branches) {
@@ -70,7 +77,7 @@ void Evaluator::ExecuteNode(const Node& node) {
       case Node::Kind::kFilterBlock: {
         Value text = Value::String(Capture(node.body));
         for (const auto& filter : node.filters) text = EvalFilter(*filter, text);
-        *out_ += text.Str();
+        Write(text.Str());
         return;
       }
       case Node::Kind::kBreak:
@@ -103,6 +110,7 @@ void Evaluator::ExecuteFor(const Node& node) {
     // `for x in xs if cond`: the condition sees the loop variable, and loop.* counts only the
     // items it keeps.
     for (size_t i = 0; i < items.size(); ++i) {
+      RenderBudget::ChargeWork(1);
       scope_.push_back(std::make_shared<Frame>());
       Assign(*node.target, items[i]);
       bool keep = Eval(*node.condition).Truthy();
@@ -114,6 +122,7 @@ void Evaluator::ExecuteFor(const Node& node) {
   }
   const size_t n = selected.size();
   for (size_t k = 0; k < n; ++k) {
+    RenderBudget::ChargeWork(1);
     const Value& item = items[selected[k]];
     auto frame = std::make_shared<Frame>();
     const int64_t index = static_cast<int64_t>(k);
@@ -291,7 +300,7 @@ void Evaluator::ExecuteCallBlock(const Node& node) {
   pending_caller_ = caller;
   Value result = Call(callee, args);
   pending_caller_.reset();
-  *out_ += result.Str();
+  Write(result.Str());
 }
 
 Value Evaluator::Lookup(const std::string& name) const {
@@ -305,6 +314,7 @@ Value Evaluator::Lookup(const std::string& name) const {
 Value Evaluator::Call(const Value& callable, CallArgs& args) {
   if (callable.is_undefined()) RequireDefined(callable);
   if (!callable.is_function()) ThrowError("'" + callable.TypeName() + "' is not callable");
+  RenderBudget::Call nested;
   StatusOr<Value> result = callable.function()(args, *this);
   if (!result.ok()) ThrowError(result.status().message());
   return std::move(result).value();
@@ -433,7 +443,11 @@ Value Evaluator::Eval(const Expr& expr) {
       Value a = Eval(*expr.a);
       Value b = Eval(*expr.b);
       At(expr.line, expr.column);
-      if (expr.name == "~") return Value::String(a.Str() + b.Str());
+      if (expr.name == "~") {
+        std::string left = a.Str(), right = b.Str();
+        RenderBudget::CheckString(left.size() + right.size());
+        return Value::String(left + right);
+      }
       return BinaryOperation(expr.name, a, b);
     }
     case Expr::Kind::kCompare:

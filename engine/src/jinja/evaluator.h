@@ -73,6 +73,8 @@ class Evaluator {
   Value EvalFilter(const Expr& expr, const Value& operand);
   CallArgs EvalArgs(const Expr& expr);
   Value Lookup(const std::string& name) const;
+  // Appends to the output (or the capture), within the render's string budget.
+  void Write(const std::string& text);
   void At(int line, int column) {
     line_ = line;
     column_ = column;

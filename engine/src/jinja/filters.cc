@@ -5,6 +5,7 @@
 
 #include "jinja/builtins.h"
 #include "jinja/evaluator.h"
+#include "jinja/limits.h"
 #include "jinja/unicode.h"
 
 namespace engine::jinja {
@@ -422,7 +423,8 @@ Value ToJsonFilter(const Value& v, CallArgs& args, Evaluator&) {
   options.ensure_ascii = Flag(args, 0, "ensure_ascii", false);
   if (const Value* indent = args.Get(1, "indent"); indent != nullptr && !indent->is_none()) {
     if (!indent->is_int()) ThrowError("tojson: indent must be an integer");
-    options.indent = static_cast<int>(indent->as_int());
+    RenderBudget::CheckString(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())));
+    options.indent = static_cast<int>(std::max<int64_t>(-1, indent->as_int()));
   }
   if (const Value* separators = args.Get(2, "separators");
       separators != nullptr && !separators->is_none()) {
@@ -449,6 +451,9 @@ Value Indent(const Value& v, CallArgs& args, Evaluator&) {
   bool first = Flag(args, 1, "first", false);
   bool blank = Flag(args, 2, "blank", false);
   Finish(args, "indent", 3);
+  if (width != nullptr && !width->is_string()) {
+    RenderBudget::CheckString(static_cast<size_t>(std::max<int64_t>(0, width->as_int())));
+  }
   std::string indentation =
       width == nullptr ? "    "
       : width->is_string()
@@ -459,6 +464,8 @@ Value Indent(const Value& v, CallArgs& args, Evaluator&) {
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) out += "\n";
     bool indent_line = (i > 0 || first) && (blank || !lines[i].empty());
+    RenderBudget::CheckString(out.size() + (indent_line ? indentation.size() : 0) +
+                              lines[i].size());
     out += (indent_line ? indentation : "") + lines[i];
   }
   return Value::String(std::move(out));

@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "jinja/evaluator.h"
+#include "jinja/limits.h"
 
 namespace engine::jinja {
 namespace {
@@ -25,10 +26,12 @@ StatusOr<Value> Range(CallArgs& args, Evaluator&) {
   int64_t step = numbers.size() == 3 ? numbers[2] : 1;
   if (step == 0) return InvalidArgumentError("range() arg 3 must not be zero");
   ValueList items;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (items.size() >= 100000) return InvalidArgumentError("range too big (100000 items at most)");
     items.push_back(Value::Int(i));
+    if (__builtin_add_overflow(i, step, &i)) break;  // past the last int64: past stop too
   }
+  RenderBudget::ChargeWork(static_cast<int64_t>(items.size()));
   return Value::List(std::move(items));
 }
 

@@ -93,10 +93,22 @@ class Lexer {
     }
     return line_;
   }
+  // The 1-based column in code points, counted on from the last token's on the same line (a
+  // template of one long line would otherwise cost its length for every token).
   int Column(size_t offset) {
     Line(offset);
-    return static_cast<int>(
-        CodePointOffsets(src_.substr(line_start_, offset - line_start_)).size());
+    if (column_line_start_ != line_start_ || offset < column_scan_) {
+      column_line_start_ = line_start_;
+      column_scan_ = line_start_;
+      column_code_points_ = 0;
+    }
+    while (column_scan_ < offset) {
+      size_t length = 1;
+      DecodeUtf8(src_, column_scan_, &length);
+      column_scan_ += length;
+      ++column_code_points_;
+    }
+    return column_code_points_ + 1;
   }
   Status Error(size_t offset, const std::string& message) {
     int line = Line(offset);
@@ -353,6 +365,9 @@ class Lexer {
   int line_ = 1;
   size_t line_start_ = 0;
   size_t line_scan_ = 0;
+  size_t column_line_start_ = 0;
+  size_t column_scan_ = 0;
+  int column_code_points_ = 0;
 };
 
 }  // namespace

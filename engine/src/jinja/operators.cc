@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "jinja/builtins.h"
+#include "jinja/limits.h"
 #include "jinja/unicode.h"
 
 namespace engine::jinja {
@@ -26,6 +27,20 @@ int64_t IntOf(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
 bool IsNumeric(const Value& v) { return v.is_number() || v.is_bool(); }
 
 Value Repeat(const Value& sequence, int64_t times) {
+  if (times <= 0)
+    return sequence.is_string() ? Value::String("") : Value::List({}, sequence.is_tuple());
+  // Checked before anything is built: `'a' * 10**9` is refused at once.
+  const size_t size =
+      sequence.is_string() ? sequence.as_string().size() : sequence.as_list().size();
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(size), static_cast<uint64_t>(times), &total)) {
+    total = UINT64_MAX;
+  }
+  if (sequence.is_string()) {
+    RenderBudget::CheckString(total);
+  } else {
+    RenderBudget::CheckList(total);
+  }
   if (sequence.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += sequence.as_string();
@@ -36,6 +51,26 @@ Value Repeat(const Value& sequence, int64_t times) {
     out.insert(out.end(), sequence.as_list().begin(), sequence.as_list().end());
   }
   return Value::List(std::move(out), sequence.is_tuple());
+}
+
+// jinja2 computes with Python's unbounded integers; a result past 64 bits is refused here rather
+// than wrapped into a wrong number.
+[[noreturn]] Value Overflow(const std::string& op, int64_t x, int64_t y) {
+  ThrowError("integer overflow: " +
+             (op == "-" && x == 0 ? "-" + std::to_string(y)
+                                  : std::to_string(x) + " " + op + " " + std::to_string(y)) +
+             " does not fit in 64 bits (jinja2 computes it exactly; this engine refuses it rather "
+             "than give a wrong number)");
+}
+
+// x ** y for y >= 0 by squaring, refused past 64 bits.
+int64_t Power(int64_t x, int64_t y) {
+  int64_t result = 1, base = x;
+  for (int64_t e = y; e > 0; e >>= 1) {
+    if ((e & 1) != 0 && __builtin_mul_overflow(result, base, &result)) Overflow("**", x, y);
+    if (e > 1 && __builtin_mul_overflow(base, base, &base)) Overflow("**", x, y);
+  }
+  return result;
 }
 
 int64_t FloorDiv(int64_t a, int64_t b) {
@@ -89,7 +124,10 @@ Value BinaryOperation(const std::string& op, const Value& a, const Value& b) {
   RequireDefined(a);
   if (op == "neg" || op == "pos") {
     if (a.is_float()) return Value::Float(op == "neg" ? -a.as_double() : a.as_double());
-    if (IsIntLike(a)) return Value::Int(op == "neg" ? -IntOf(a) : IntOf(a));
+    if (IsIntLike(a)) {
+      if (op == "neg" && IntOf(a) == INT64_MIN) Overflow("-", 0, IntOf(a));
+      return Value::Int(op == "neg" ? -IntOf(a) : IntOf(a));
+    }
     ThrowError("bad operand type for unary " + std::string(op == "neg" ? "-" : "+") + ": '" +
                PyTypeName(a) + "'");
   }
@@ -103,19 +141,21 @@ Value BinaryOperation(const std::string& op, const Value& a, const Value& b) {
     if (ints) {
       int64_t x = IntOf(a);
       int64_t y = IntOf(b);
-      if (op == "+") return Value::Int(x + y);
-      if (op == "-") return Value::Int(x - y);
-      if (op == "*") return Value::Int(x * y);
+      int64_t r = 0;
+      if (op == "+") return __builtin_add_overflow(x, y, &r) ? Overflow(op, x, y) : Value::Int(r);
+      if (op == "-") return __builtin_sub_overflow(x, y, &r) ? Overflow(op, x, y) : Value::Int(r);
+      if (op == "*") return __builtin_mul_overflow(x, y, &r) ? Overflow(op, x, y) : Value::Int(r);
       if (op == "//" || op == "%") {
         if (y == 0) ThrowError("integer division or modulo by zero");
+        if (x == INT64_MIN && y == -1) {
+          return op == "%" ? Value::Int(0) : Overflow(op, x, y);
+        }
         int64_t q = FloorDiv(x, y);
         return Value::Int(op == "//" ? q : x - q * y);
       }
       if (op == "**") {
         if (y < 0) return Value::Float(std::pow(static_cast<double>(x), static_cast<double>(y)));
-        int64_t r = 1;
-        for (int64_t i = 0; i < y; ++i) r *= x;
-        return Value::Int(r);
+        return Value::Int(Power(x, y));
       }
     } else {
       double x = a.as_double();
@@ -132,8 +172,12 @@ Value BinaryOperation(const std::string& op, const Value& a, const Value& b) {
     }
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::String(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      RenderBudget::CheckString(a.as_string().size() + b.as_string().size());
+      return Value::String(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      RenderBudget::CheckList(a.as_list().size() + b.as_list().size());
       ValueList items = a.as_list();
       items.insert(items.end(), b.as_list().begin(), b.as_list().end());
       return Value::List(std::move(items), a.is_tuple());
@@ -177,6 +221,11 @@ bool Contains(const Value& container, const Value& item) {
 }
 
 ValueList Iterate(const Value& value) {
+  const size_t items = value.is_list()     ? value.as_list().size()
+                       : value.is_dict()   ? value.as_dict().size()
+                       : value.is_string() ? value.as_string().size()
+                                           : 0;
+  RenderBudget::ChargeWork(static_cast<int64_t>(items));
   switch (value.kind()) {
     case Value::Kind::kUndefined:
       return {};

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "jinja/builtins.h"
+#include "jinja/limits.h"
 
 namespace engine::jinja {
 namespace {
@@ -51,6 +52,23 @@ class Parser {
   [[noreturn]] void Fail(const Token& at, const std::string& message) const {
     throw ParseError{at.line, at.column, message};
   }
+  // Entered by every rule that can recur into itself: nesting past kMaxNesting is an error at the
+  // token where it happens, not a stack overflow.
+  class Nested {
+   public:
+    explicit Nested(Parser& parser) : parser_(parser) {
+      if (++parser_.depth_ > kMaxNesting) {
+        parser_.Fail(parser_.Peek(), "blocks or expressions nested deeper than " +
+                                         std::to_string(kMaxNesting) + " levels");
+      }
+    }
+    ~Nested() { --parser_.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& parser_;
+  };
   void ExpectOp(const char* op) {
     if (!IsOp(op)) Fail(Peek(), std::string("expected '") + op + "', got " + DescribeToken(Peek()));
     Next();
@@ -77,6 +95,7 @@ class Parser {
 
   // Parses until the end of the template or a `{% name %}` with name in `ends` (not consumed).
   Body ParseBody(const std::set<std::string>& ends) {
+    Nested nested(*this);
     Body body;
     while (!AtEnd()) {
       const Token& token = Peek();
@@ -360,6 +379,7 @@ class Parser {
   }
 
   ExprPtr ParseExpression(bool with_condition) {
+    Nested nested(*this);
     return with_condition ? ParseCondition() : ParseOr();
   }
 
@@ -402,6 +422,7 @@ class Parser {
   }
 
   ExprPtr ParseNot() {
+    Nested nested(*this);
     if (IsName("not")) {
       auto node = Make(Expr::Kind::kNot, Next());
       node->a = ParseNot();
@@ -463,6 +484,7 @@ class Parser {
   }
 
   ExprPtr ParseUnary(bool with_filter) {
+    Nested nested(*this);
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
       const Token& token = Next();
@@ -480,6 +502,7 @@ class Parser {
   // One case per kind of primary expression (literals, names, lists, dicts, tuples, parentheses):
   // the grammar's alternatives side by side.
   ExprPtr ParsePrimary() {
+    Nested nested(*this);
     const Token& token = Next();
     switch (token.kind) {
       case Kind::kName: {
@@ -696,6 +719,7 @@ class Parser {
   const std::vector<Token>& tokens_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "jinja/builtins.h"
+#include "jinja/limits.h"
 #include "jinja/unicode.h"
 
 namespace engine::jinja {
@@ -245,7 +247,11 @@ std::string Value::Str() const {
   }
 }
 
-std::string Value::Repr() const {
+std::string Value::Repr(int depth) const {
+  if (depth > kMaxCallDepth) {
+    ThrowError("a value nested deeper than " + std::to_string(kMaxCallDepth) +
+               " levels (a namespace that holds itself?) cannot be printed");
+  }
   switch (kind_) {
     case Kind::kUndefined:
       return "";
@@ -263,7 +269,8 @@ std::string Value::Repr() const {
       std::string out = is_tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i > 0) out += ", ";
-        out += (*list_)[i].Repr();
+        out += (*list_)[i].Repr(depth + 1);
+        RenderBudget::CheckString(out.size());
       }
       if (is_tuple_ && list_->size() == 1) out += ",";
       return out + (is_tuple_ ? ")" : "]");
@@ -272,7 +279,8 @@ std::string Value::Repr() const {
       std::string out = "{";
       for (size_t i = 0; i < dict_->size(); ++i) {
         if (i > 0) out += ", ";
-        out += StringRepr((*dict_)[i].first) + ": " + (*dict_)[i].second.Repr();
+        out += StringRepr((*dict_)[i].first) + ": " + (*dict_)[i].second.Repr(depth + 1);
+        RenderBudget::CheckString(out.size());
       }
       return out + "}";
     }
@@ -280,7 +288,8 @@ std::string Value::Repr() const {
       std::string out = "<Namespace {";
       for (size_t i = 0; i < dict_->size(); ++i) {
         if (i > 0) out += ", ";
-        out += StringRepr((*dict_)[i].first) + ": " + (*dict_)[i].second.Repr();
+        out += StringRepr((*dict_)[i].first) + ": " + (*dict_)[i].second.Repr(depth + 1);
+        RenderBudget::CheckString(out.size());
       }
       return out + "}>";
     }
@@ -410,13 +419,25 @@ void AppendJsonString(const std::string& s, bool ensure_ascii, std::string& out)
 // Python's json.dumps for one value and, recursively, its items: one case per value type, with
 // indentation and separators handled where they appear.
 Status AppendJson(const Value& value, const JsonOptions& options, int depth, std::string& out) {
+  if (depth > kMaxCallDepth) {
+    return InvalidArgumentError("a value nested deeper than " + std::to_string(kMaxCallDepth) +
+                                " levels cannot be serialized");
+  }
+  if (out.size() > kMaxStringBytes ||
+      (options.indent && static_cast<size_t>(std::max(0, *options.indent)) >
+                             kMaxStringBytes / static_cast<size_t>(depth + 2))) {
+    return InvalidArgumentError("tojson would build a string above the " +
+                                std::to_string(kMaxStringBytes) +
+                                " bytes a chat template may build");
+  }
   const std::string item_separator =
       options.separators ? options.separators->first : (options.indent ? "," : ", ");
   const std::string key_separator = options.separators ? options.separators->second : ": ";
   auto newline = [&](int level) {
     if (!options.indent) return;
     out += '\n';
-    out.append(static_cast<size_t>(*options.indent) * static_cast<size_t>(level), ' ');
+    // Python's json.dumps indents by ' ' * indent: nothing for a negative indent.
+    out.append(static_cast<size_t>(std::max(0, *options.indent)) * static_cast<size_t>(level), ' ');
   };
   switch (value.kind()) {
     case Value::Kind::kNone:

@@ -108,7 +108,7 @@ class Value {
   // Python's str(): what `{{ value }}` prints. Undefined prints nothing.
   std::string Str() const;
   // Python's repr(), used inside printed containers.
-  std::string Repr() const;
+  std::string Repr() const { return Repr(0); }
   // Jinja2's type name in messages: "str object", "dict object", "list object", "int object".
   std::string TypeName() const;
 
@@ -122,6 +122,10 @@ class Value {
   bool bool_ = false;
   int64_t int_ = 0;
   double float_ = 0;
+  // `depth`: how deep inside other values this one is printed; past kMaxCallDepth (a namespace
+  // that holds itself) it is an error rather than a stack overflow.
+  std::string Repr(int depth) const;
+
   std::shared_ptr<const std::string> string_;
   std::shared_ptr<const ValueList> list_;
   std::shared_ptr<ValueDict> dict_;

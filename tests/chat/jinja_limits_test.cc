@@ -1,0 +1,116 @@
+// Chat templates come from a model hub and run unread: each way a template could crash the
+// engine, hang it or exhaust its memory is an error naming the template, line and column and the
+// limit (jinja/limits.h), and integer arithmetic is exact or an error, never wrapped. (The hub
+// templates the other chat tests render pass inside the limits.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "jinja/limits.h"
+#include "jinja/template.h"
+
+namespace engine::jinja {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Render(const std::string& source) {
+  StatusOr<Template> t = Template::Parse(source, "t.jinja");
+  if (!t.ok()) return "ERROR " + t.status().message();
+  StatusOr<RenderOutput> out = t->Render({});
+  if (!out.ok()) return "ERROR " + out.status().message();
+  return out->text;
+}
+
+std::string Repeated(const std::string& s, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += s;
+  return out;
+}
+
+TEST(JinjaLimitsTest, AMacroThatCallsItselfWithoutEndIsAnError) {
+  EXPECT_EQ(Render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+            "ERROR t.jinja:1:21: calls nested deeper than 256 (a macro that calls itself "
+            "without end?)");
+  // Recursion that ends is fine.
+  EXPECT_EQ(Render("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+                   "{{ f(5) }}"),
+            "54321");
+}
+
+TEST(JinjaLimitsTest, LoopsStopAtTheWorkBudget) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(Render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                     "{% endfor %}"),
+              testing::AllOf(StartsWith("ERROR t.jinja:1:"),
+                             HasSubstr("the template ran past 10,000,000 steps")));
+  // Filters over big ranges count too.
+  EXPECT_THAT(Render("{% for i in range(100000) %}{{ range(100000) | sum }}{% endfor %}"),
+              HasSubstr("ran past 10,000,000 steps"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+}
+
+TEST(JinjaLimitsTest, StringsAndListsStopAtTheirSize) {
+  EXPECT_EQ(Render("{{ 'a' * 10**9 }}"),
+            "ERROR t.jinja:1:8: the template would build a string of 1,000,000,000 bytes, above "
+            "the 67,108,864 a chat template may build");
+  EXPECT_THAT(Render("{{ [1] * 10**9 }}"),
+              HasSubstr("would build a list of 1,000,000,000 items, above the 4,194,304"));
+  EXPECT_THAT(Render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+                     "{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}"),
+              HasSubstr("would build a string of 134,217,728 bytes"));
+  EXPECT_THAT(Render("{{ {'a': [1, 2]} | tojson(indent=10**9) }}"),
+              HasSubstr("would build a string of 1,000,000,000 bytes"));
+  EXPECT_THAT(Render("{{ 'a\nb' | indent(10**9) }}"),
+              HasSubstr("would build a string of 1,000,000,000 bytes"));
+  // The output itself: many small pieces.
+  EXPECT_THAT(Render("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}"),
+              HasSubstr("above the 67,108,864 a chat template may build"));
+  // Python's json.dumps indents by nothing for a negative indent.
+  EXPECT_EQ(Render("{{ [1] | tojson(indent=-3) }}"), "[\n1\n]");
+}
+
+TEST(JinjaLimitsTest, IntegersAreExactOrAnError) {
+  EXPECT_EQ(Render("{{ 9223372036854775807 + 1 }}"),
+            "ERROR t.jinja:1:24: integer overflow: 9223372036854775807 + 1 does not fit in 64 bits "
+            "(jinja2 computes it exactly; this engine refuses it rather than give a wrong number)");
+  EXPECT_THAT(Render("{{ 10**10**10 }}"), HasSubstr("integer overflow: 10000000000 ** 10"));
+  EXPECT_THAT(Render("{{ -9223372036854775807 - 2 }}"), HasSubstr("integer overflow"));
+  EXPECT_THAT(Render("{{ 4294967296 * 4294967296 }}"), HasSubstr("integer overflow"));
+  EXPECT_THAT(Render("{{ (-9223372036854775807 - 1) // -1 }}"), HasSubstr("integer overflow"));
+  EXPECT_EQ(Render("{{ 2**62 }} {{ (-2)**63 }} {{ 3**0 }} {{ 1**10**18 }} {{ -7 // 2 }}"),
+            "4611686018427387904 -9223372036854775808 1 1 -4");
+  EXPECT_THAT(Render("{{ 99999999999999999999 }}"),
+              HasSubstr("number 99999999999999999999 is out of range"));
+  // range() stops at the last 64-bit integer instead of wrapping.
+  EXPECT_EQ(Render("{{ range(9223372036854775806, 9223372036854775807, 100) | list }}"),
+            "[9223372036854775806]");
+}
+
+TEST(JinjaLimitsTest, NestingPastTheParserLimitIsAnErrorNotACrash) {
+  EXPECT_THAT(Render("{{ " + Repeated("(", 100000) + "1" + Repeated(")", 100000) + " }}"),
+              HasSubstr("blocks or expressions nested deeper than 256 levels"));
+  EXPECT_THAT(Render("{{ " + Repeated("[", 100000) + Repeated("]", 100000) + " }}"),
+              HasSubstr("nested deeper than 256 levels"));
+  EXPECT_THAT(Render("{{ " + Repeated("not ", 100000) + "1 }}"),
+              HasSubstr("nested deeper than 256 levels"));
+  EXPECT_THAT(Render(Repeated("{% if true %}", 100000) + Repeated("{% endif %}", 100000)),
+              HasSubstr("nested deeper than 256 levels"));
+  // What real templates nest stays far inside.
+  EXPECT_EQ(Render(Repeated("{% if true %}", 30) + "x" + Repeated("{% endif %}", 30)), "x");
+  EXPECT_EQ(Render("{{ " + Repeated("(", 40) + "1" + Repeated(")", 40) + " }}"), "1");
+}
+
+TEST(JinjaLimitsTest, ANamespaceThatHoldsItselfIsAnErrorWhenPrinted) {
+  EXPECT_THAT(Render("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns }}"),
+              HasSubstr("a value nested deeper than 256 levels (a namespace that holds itself?) "
+                        "cannot be printed"));
+  EXPECT_THAT(Render("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns.self.a }}"),
+              testing::Eq("1"));
+}
+
+}  // namespace
+}  // namespace engine::jinja
