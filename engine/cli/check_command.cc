@@ -42,7 +42,8 @@ int CheckCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   Session session;
-  // The plan is printed, not run: each stage's model goes once its successors no longer need it.
+  // The plan is printed, not run: each stage's model is released as soon as the stage is planned
+  // (later stages check their handoff against the names and shapes the plan keeps).
   const bool ok = LoadAndPlan(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session,
                               PlanModels::kRelease);
   if (!ok) {

@@ -97,8 +97,8 @@ StatusOr<LlamaConfig> ConfigFromOptions(const LlamaOptions& options, int64_t dat
 // value: a key this engine does not implement is an error unless it cannot change the math.
 StatusOr<LlamaConfig> ConfigFromJson(const nlohmann::json& json, const std::string& where);
 
-// The language model of a Qwen2-VL config.json (model_type qwen2_vl, transformers 4's flat layout):
-// a Qwen2 decoder with mrope_section. The multimodal keys (vision_config, image_token_id, ...) are
+// The language model of a Qwen2-VL or Qwen2.5-VL config.json (model_type qwen2_vl or qwen2_5_vl,
+// transformers 4's flat layout): a Qwen2 decoder with mrope_section. The multimodal keys (vision_config, image_token_id, ...) are
 // left to the vision-language loader; any other key is treated as ConfigFromJson treats it.
 StatusOr<LlamaConfig> Qwen2VlTextConfigFromJson(const nlohmann::json& json,
                                                 const std::string& where);

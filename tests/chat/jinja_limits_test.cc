@@ -104,6 +104,48 @@ TEST(JinjaLimitsTest, NestingPastTheParserLimitIsAnErrorNotACrash) {
   EXPECT_EQ(Render("{{ " + Repeated("(", 40) + "1" + Repeated(")", 40) + " }}"), "1");
 }
 
+// Chains the parser builds in a loop make trees as deep as their length: they count too.
+TEST(JinjaLimitsTest, LongOperatorChainsAreNestingToo) {
+  for (const std::string link : {"1 + ", "'a' ~ ", "x or ", "x and ", "2 if x else "}) {
+    SCOPED_TRACE(link);
+    EXPECT_THAT(Render("{{ " + Repeated(link, 100000) + "1 }}"),
+                HasSubstr("nested deeper than 256 levels"));
+  }
+  EXPECT_THAT(Render("{{ x" + Repeated(".a", 100000) + " }}"),
+              HasSubstr("nested deeper than 256 levels"));
+  EXPECT_THAT(Render("{{ 'a'" + Repeated(" | upper", 100000) + " }}"),
+              HasSubstr("nested deeper than 256 levels"));
+  EXPECT_EQ(Render("{{ " + Repeated("1 + ", 30) + "1 }}"), "31");
+}
+
+TEST(JinjaLimitsTest, ValuesBuiltDeeperThanTheLimitAreAnError) {
+  EXPECT_THAT(Render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}"
+                     "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | length }}"),
+              HasSubstr("the template would build a value nested deeper than 256 levels"));
+  EXPECT_EQ(Render("{% set ns = namespace(x=[]) %}{% for i in range(100) %}"
+                   "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | length }}"),
+            "1");
+}
+
+TEST(JinjaLimitsTest, WhatElseBuildsStringsOrIndexesStaysInBounds) {
+  // An empty sequence repeated any number of times is empty at once.
+  EXPECT_EQ(Render("[{{ '' * 10**18 }}{{ [] * 10**18 }}]"), "[[]]");
+  EXPECT_THAT(Render("{{ (['x' * 40000000] * 2) | join }}"), HasSubstr("would build a string of"));
+  EXPECT_THAT(Render("{{ ','.join(['x' * 40000000] * 2) }}"), HasSubstr("would build a string of"));
+  EXPECT_THAT(Render("{{ ('x' * 40000000).replace('x', 'yy') }}"),
+              HasSubstr("would build a string of"));
+  // Copying big strings over and over is work too.
+  EXPECT_THAT(Render("{% set s = 'x' * 60000000 %}{% for i in range(100000) %}"
+                     "{% set t = s ~ '' %}{% endfor %}"),
+              HasSubstr("ran past 10,000,000 steps"));
+  // A stride past the last int64 ends the slice instead of wrapping.
+  EXPECT_EQ(Render("{{ [1, 2, 3][1::9223372036854775807] }}"), "[2]");
+  EXPECT_EQ(Render("{{ 'abc'[1::9223372036854775807] }}"), "b");
+  EXPECT_THAT(Render("{{ (-9223372036854775807 - 1) | abs }}"), HasSubstr("integer overflow"));
+  EXPECT_THAT(Render("{{ 1e30 | int }}"), HasSubstr("integer overflow"));
+  EXPECT_EQ(Render("{{ 9223372036854775807 % -2 }} {{ -7 % 3 }}"), "-1 2");
+}
+
 TEST(JinjaLimitsTest, ANamespaceThatHoldsItselfIsAnErrorWhenPrinted) {
   EXPECT_THAT(Render("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns }}"),
               HasSubstr("a value nested deeper than 256 levels (a namespace that holds itself?) "

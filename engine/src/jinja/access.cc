@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "jinja/builtins.h"
+#include "jinja/limits.h"
 #include "jinja/unicode.h"
 
 namespace engine::jinja {
@@ -86,6 +87,7 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
     std::vector<size_t> offsets = CodePointOffsets(s);
     for (size_t i = 0; i + 1 < offsets.size(); ++i) {
       if (count < 0 || done < count) {
+        RenderBudget::CheckString(out.size() + to.size() + s.size());
         out += to;
         ++done;
       }
@@ -97,6 +99,7 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
   while (count < 0 || done < count) {
     size_t found = s.find(from, pos);
     if (found == std::string::npos) break;
+    RenderBudget::CheckString(out.size() + (found - pos) + to.size() + (s.size() - found));
     out += s.substr(pos, found - pos) + to;
     pos = found + from.size();
     ++done;
@@ -175,6 +178,7 @@ Value JoinMethod(const std::string& s, const std::string& name, CallArgs& args) 
                  list[i].TypeName().substr(0, list[i].TypeName().find(' ')) + " found");
     }
     if (i > 0) out += s;
+    RenderBudget::CheckString(out.size() + list[i].as_string().size());
     out += list[i].as_string();
   }
   return Value::String(std::move(out));
@@ -379,7 +383,10 @@ Value Slice(const Value& object, const Value& start, const Value& stop, const Va
   int64_t i = clamp(first, true);
   int64_t end = clamp(last, false);
   std::vector<size_t> picked;
-  for (; stride > 0 ? i < end : i > end; i += stride) picked.push_back(static_cast<size_t>(i));
+  for (; stride > 0 ? i < end : i > end;) {
+    picked.push_back(static_cast<size_t>(i));
+    if (__builtin_add_overflow(i, stride, &i)) break;  // past either end of any sequence
+  }
   if (object.is_string()) {
     std::string out;
     for (size_t k : picked)

@@ -23,6 +23,10 @@ StatusOr<RenderOutput> Evaluator::Render(const Body& body) {
   out_ = &output.text;
   try {
     Execute(body);
+  } catch (const std::bad_alloc&) {
+    // A safety net under the budgets: memory ran out while this template rendered.
+    return InvalidArgumentError(std::to_string(line_) + ":" + std::to_string(column_) +
+                                ": the template ran out of memory");
   } catch (const EvalError& error) {
     std::string message = std::to_string(error.line > 0 ? error.line : line_) + ":" +
                           std::to_string(error.line > 0 ? error.column : column_) + ": " +
@@ -445,7 +449,7 @@ Value Evaluator::Eval(const Expr& expr) {
       At(expr.line, expr.column);
       if (expr.name == "~") {
         std::string left = a.Str(), right = b.Str();
-        RenderBudget::CheckString(left.size() + right.size());
+        RenderBudget::Built(left.size() + right.size());
         return Value::String(left + right);
       }
       return BinaryOperation(expr.name, a, b);

@@ -122,7 +122,9 @@ Value Join(const Value& v, CallArgs& args, Evaluator&) {
   ValueList items = Iterate(v);
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0 && separator != nullptr) out += separator->Str();
-    out += (attribute.empty() ? items[i] : Attribute(items[i], attribute)).Str();
+    const std::string item = (attribute.empty() ? items[i] : Attribute(items[i], attribute)).Str();
+    RenderBudget::CheckString(out.size() + item.size());
+    out += item;
   }
   return Value::String(std::move(out));
 }
@@ -192,12 +194,17 @@ Value Int(const Value& v, CallArgs& args, Evaluator&) {
   Value otherwise = fallback != nullptr ? *fallback : Value::Int(0);
   if (v.is_int()) return v;
   if (v.is_bool()) return Value::Int(v.as_bool());
-  if (v.is_float())
-    return std::isfinite(v.as_double()) ? Value::Int(static_cast<int64_t>(v.as_double()))
-                                        : otherwise;
+  // A float past 64 bits would be a wrong number (jinja2 gives the exact big integer).
+  auto truncated = [](double d) {
+    if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) {
+      ThrowError("integer overflow: int(" + std::to_string(d) + ") does not fit in 64 bits");
+    }
+    return Value::Int(static_cast<int64_t>(d));
+  };
+  if (v.is_float()) return std::isfinite(v.as_double()) ? truncated(v.as_double()) : otherwise;
   if (v.is_string()) {
     if (auto i = ParseInt(v.as_string())) return Value::Int(*i);
-    if (auto d = ParseFloat(v.as_string())) return Value::Int(static_cast<int64_t>(*d));
+    if (auto d = ParseFloat(v.as_string())) return std::isfinite(*d) ? truncated(*d) : otherwise;
   }
   return otherwise;
 }
@@ -234,6 +241,8 @@ Value Abs(const Value& v, CallArgs& args, Evaluator&) {
   if (v.is_float()) return Value::Float(std::fabs(v.as_double()));
   if (v.is_int() || v.is_bool()) {
     int64_t i = v.is_bool() ? v.as_bool() : v.as_int();
+    if (i == INT64_MIN)
+      ThrowError("integer overflow: abs(" + std::to_string(i) + ") does not fit in 64 bits");
     return Value::Int(i < 0 ? -i : i);
   }
   ThrowError("bad operand type for abs(): '" + v.TypeName() + "'");

@@ -23,6 +23,8 @@ std::string Number(int64_t n) {
 RenderBudget::RenderBudget() : previous_(current) { current = this; }
 RenderBudget::~RenderBudget() { current = previous_; }
 
+bool RenderBudget::Active() { return current != nullptr; }
+
 void RenderBudget::ChargeWork(int64_t units) {
   if (current == nullptr) return;
   current->work_ += units;
@@ -39,6 +41,11 @@ void RenderBudget::CheckString(size_t bytes) {
                " bytes, above the " + Number(static_cast<int64_t>(kMaxStringBytes)) +
                " a chat template may build");
   }
+}
+
+void RenderBudget::Built(size_t bytes) {
+  CheckString(bytes);
+  ChargeWork(static_cast<int64_t>(bytes / 256));
 }
 
 void RenderBudget::CheckList(size_t items) {

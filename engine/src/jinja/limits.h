@@ -38,7 +38,12 @@ class RenderBudget {
   // Each throws EvalError naming the limit when the render would pass it; without a current
   // budget (a value printed outside a render) the work is not counted, the sizes still are.
   static void ChargeWork(int64_t units);
+  // Whether a render is under way on this thread.
+  static bool Active();
   static void CheckString(size_t bytes);
+  // CheckString for a string built at once (a concatenation, a repetition), its bytes also
+  // charged as work (256 a step), so that copying big strings over and over ends as a loop does.
+  static void Built(size_t bytes);
   static void CheckList(size_t items);
 
   // Entered around every call; throws past kMaxCallDepth.

@@ -27,8 +27,11 @@ int64_t IntOf(const Value& v) { return v.is_bool() ? v.as_bool() : v.as_int(); }
 bool IsNumeric(const Value& v) { return v.is_number() || v.is_bool(); }
 
 Value Repeat(const Value& sequence, int64_t times) {
-  if (times <= 0)
+  const bool empty =
+      sequence.is_string() ? sequence.as_string().empty() : sequence.as_list().empty();
+  if (times <= 0 || empty) {
     return sequence.is_string() ? Value::String("") : Value::List({}, sequence.is_tuple());
+  }
   // Checked before anything is built: `'a' * 10**9` is refused at once.
   const size_t size =
       sequence.is_string() ? sequence.as_string().size() : sequence.as_list().size();
@@ -37,7 +40,7 @@ Value Repeat(const Value& sequence, int64_t times) {
     total = UINT64_MAX;
   }
   if (sequence.is_string()) {
-    RenderBudget::CheckString(total);
+    RenderBudget::Built(total);
   } else {
     RenderBudget::CheckList(total);
   }
@@ -151,7 +154,11 @@ Value BinaryOperation(const std::string& op, const Value& a, const Value& b) {
           return op == "%" ? Value::Int(0) : Overflow(op, x, y);
         }
         int64_t q = FloorDiv(x, y);
-        return Value::Int(op == "//" ? q : x - q * y);
+        if (op == "//") return Value::Int(q);
+        // x - q*y is Python's remainder, |r| < |y|; computed in unsigned arithmetic, where the
+        // intermediate product may wrap without undefined behaviour.
+        return Value::Int(static_cast<int64_t>(
+            static_cast<uint64_t>(x) - static_cast<uint64_t>(q) * static_cast<uint64_t>(y)));
       }
       if (op == "**") {
         if (y < 0) return Value::Float(std::pow(static_cast<double>(x), static_cast<double>(y)));
@@ -173,7 +180,7 @@ Value BinaryOperation(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      RenderBudget::CheckString(a.as_string().size() + b.as_string().size());
+      RenderBudget::Built(a.as_string().size() + b.as_string().size());
       return Value::String(a.as_string() + b.as_string());
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {

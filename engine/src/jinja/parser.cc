@@ -69,6 +69,26 @@ class Parser {
    private:
     Parser& parser_;
   };
+  // A rule that builds a left-deep tree in a loop (a + b + c ..., x.a.b, y | f | g): each link
+  // is one level more for the evaluator and for the tree's destructor, so it counts too.
+  class Chain {
+   public:
+    explicit Chain(Parser& parser) : parser_(parser) {}
+    ~Chain() { parser_.depth_ -= links_; }
+    Chain(const Chain&) = delete;
+    Chain& operator=(const Chain&) = delete;
+    void Link() {
+      ++links_;
+      if (++parser_.depth_ > kMaxNesting) {
+        parser_.Fail(parser_.Peek(), "blocks or expressions nested deeper than " +
+                                         std::to_string(kMaxNesting) + " levels");
+      }
+    }
+
+   private:
+    Parser& parser_;
+    int links_ = 0;
+  };
   void ExpectOp(const char* op) {
     if (!IsOp(op)) Fail(Peek(), std::string("expected '") + op + "', got " + DescribeToken(Peek()));
     Next();
@@ -385,7 +405,9 @@ class Parser {
 
   ExprPtr ParseCondition() {
     ExprPtr expr = ParseOr();
+    Chain chain(*this);
     while (IsName("if")) {
+      chain.Link();
       const Token& at = Next();
       auto condition = Make(Expr::Kind::kCondition, at);
       condition->b = ParseOr();
@@ -401,7 +423,9 @@ class Parser {
 
   ExprPtr ParseOr() {
     ExprPtr left = ParseAnd();
+    Chain chain(*this);
     while (IsName("or")) {
+      chain.Link();
       auto node = Make(Expr::Kind::kOr, Next());
       node->a = std::move(left);
       node->b = ParseAnd();
@@ -412,7 +436,9 @@ class Parser {
 
   ExprPtr ParseAnd() {
     ExprPtr left = ParseNot();
+    Chain chain(*this);
     while (IsName("and")) {
+      chain.Link();
       auto node = Make(Expr::Kind::kAnd, Next());
       node->a = std::move(left);
       node->b = ParseNot();
@@ -467,7 +493,9 @@ class Parser {
         {"+", "-"}, {"~"}, {"*", "/", "//", "%"}, {"**"}};
     if (level == static_cast<int>(kLevels.size())) return ParseUnary(true);
     ExprPtr left = ParseBinary(level + 1);
+    Chain chain(*this);
     while (true) {
+      chain.Link();
       const Token& token = Peek();
       bool match = false;
       if (token.kind == Kind::kOperator) {
@@ -574,7 +602,9 @@ class Parser {
   }
 
   ExprPtr ParsePostfix(ExprPtr node) {
+    Chain chain(*this);
     while (true) {
+      chain.Link();
       if (IsOp(".")) {
         const Token& dot = Next();
         const Token& attr = Next();
@@ -661,7 +691,9 @@ class Parser {
   }
 
   ExprPtr ParseFilterExpression(ExprPtr node) {
+    Chain chain(*this);
     while (true) {
+      chain.Link();
       if (IsOp("|")) {
         Next();
         node = ParseFilter(std::move(node));

@@ -51,10 +51,27 @@ Value Value::String(std::string s) {
   return v;
 }
 
+namespace {
+
+// 1 + the deepest item's nesting; refused during a render past kMaxCallDepth.
+template <typename Items, typename Get>
+int NestingOf(const Items& items, Get get) {
+  int deepest = 0;
+  for (const auto& item : items) deepest = std::max(deepest, get(item).nesting());
+  if (deepest + 1 > kMaxCallDepth && RenderBudget::Active()) {
+    ThrowError("the template would build a value nested deeper than " +
+               std::to_string(kMaxCallDepth) + " levels");
+  }
+  return deepest + 1;
+}
+
+}  // namespace
+
 Value Value::List(ValueList items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
   v.is_tuple_ = is_tuple;
+  v.nesting_ = NestingOf(items, [](const Value& item) -> const Value& { return item; });
   v.list_ = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
@@ -62,6 +79,7 @@ Value Value::List(ValueList items, bool is_tuple) {
 Value Value::Dict(ValueDict items) {
   Value v;
   v.kind_ = Kind::kDict;
+  v.nesting_ = NestingOf(items, [](const auto& entry) -> const Value& { return entry.second; });
   v.dict_ = std::make_shared<ValueDict>(std::move(items));
   return v;
 }

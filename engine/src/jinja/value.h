@@ -107,6 +107,7 @@ class Value {
   bool Truthy() const;
   // Python's str(): what `{{ value }}` prints. Undefined prints nothing.
   std::string Str() const;
+  int nesting() const { return nesting_; }
   // Python's repr(), used inside printed containers.
   std::string Repr() const { return Repr(0); }
   // Jinja2's type name in messages: "str object", "dict object", "list object", "int object".
@@ -120,6 +121,9 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool is_tuple_ = false;
   bool bool_ = false;
+  // How many containers deep the value goes (0 for a scalar): a render may not build one deeper
+  // than kMaxCallDepth, which comparing, printing or freeing it would recurse through.
+  int nesting_ = 0;
   int64_t int_ = 0;
   double float_ = 0;
   // `depth`: how deep inside other values this one is printed; past kMaxCallDepth (a namespace

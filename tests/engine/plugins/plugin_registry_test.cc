@@ -12,7 +12,7 @@ namespace {
 
 // Data loaders digits, text, digits_captions and chat; models mlp, llama and vlm; quantizers nf4
 // and int8; the lora adapter; six precision policies and six callbacks.
-constexpr size_t kBuiltinPlugins = 23;
+constexpr size_t kBuiltinPlugins = 24;
 
 std::filesystem::path Fixture(const std::string& name) {
   return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");
