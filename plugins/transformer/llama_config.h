@@ -98,8 +98,9 @@ StatusOr<LlamaConfig> ConfigFromOptions(const LlamaOptions& options, int64_t dat
 StatusOr<LlamaConfig> ConfigFromJson(const nlohmann::json& json, const std::string& where);
 
 // The language model of a Qwen2-VL or Qwen2.5-VL config.json (model_type qwen2_vl or qwen2_5_vl,
-// transformers 4's flat layout): a Qwen2 decoder with mrope_section. The multimodal keys (vision_config, image_token_id, ...) are
-// left to the vision-language loader; any other key is treated as ConfigFromJson treats it.
+// transformers 4's flat layout): a Qwen2 decoder with mrope_section. The multimodal keys
+// (vision_config, image_token_id, ...) are left to the vision-language loader; any other key is
+// treated as ConfigFromJson treats it.
 StatusOr<LlamaConfig> Qwen2VlTextConfigFromJson(const nlohmann::json& json,
                                                 const std::string& where);
 

@@ -173,11 +173,8 @@ at::Tensor Qwen25VlVisionBlockImpl::forward(const at::Tensor& x, const VisionRot
 Qwen25VlVisionTowerImpl::Qwen25VlVisionTowerImpl(const Qwen2VlVisionConfig& config)
     : config_(config) {
   const int64_t d = config.embed_dim, m = config.spatial_merge_size;
-  auto patch_embed = register_module("patch_embed", std::make_shared<torch::nn::Module>());
-  auto proj = patch_embed->register_module("proj", std::make_shared<torch::nn::Module>());
-  patch_weight = proj->register_parameter(
-      "weight", at::empty({d, config.in_channels, config.temporal_patch_size, config.patch_size,
-                           config.patch_size}));
+  patch_weight = RegisterPatchEmbedding(*this, d, config.in_channels, config.temporal_patch_size,
+                                        config.patch_size);
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.depth; ++i) blocks->push_back(Qwen25VlVisionBlock(config));
   auto merger = register_module("merger", std::make_shared<torch::nn::Module>());
@@ -196,8 +193,7 @@ at::Tensor Qwen25VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
                                            const std::vector<ImageGrid>& grids,
                                            bool checkpointing) {
   const int64_t merge = config_.spatial_merge_size, unit = merge * merge;
-  const at::Tensor weight = patch_weight.reshape({config_.embed_dim, -1});
-  at::Tensor x = at::linear(pixel_values.to(weight.scalar_type()), weight);
+  at::Tensor x = EmbedPatches(patch_weight, pixel_values);
   VisionRotary rotary =
       QwenVisionRotary(grids, merge, config_.head_dim(), config_.rope_theta, x.device());
   // The blocks see the patches window by window; frames stay whole and in order, so the frame
@@ -207,10 +203,7 @@ at::Tensor Qwen25VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
   x = PermuteMergedGroups(x, windows.order, unit);
   rotary.cos = PermuteMergedGroups(rotary.cos, windows.order, unit);
   rotary.sin = PermuteMergedGroups(rotary.sin, windows.order, unit);
-  std::vector<int64_t> frame_lengths;
-  for (const ImageGrid& g : grids) {
-    for (int64_t f = 0; f < g.t; ++f) frame_lengths.push_back(g.h * g.w);
-  }
+  const std::vector<int64_t> frame_lengths = FrameLengths(grids);
   const std::set<int64_t> full(config_.fullatt_block_indexes.begin(),
                                config_.fullatt_block_indexes.end());
   for (size_t i = 0; i < blocks->size(); ++i) {

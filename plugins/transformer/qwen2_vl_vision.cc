@@ -140,11 +140,8 @@ at::Tensor Qwen2VlVisionBlockImpl::forward(const at::Tensor& x, const VisionRota
 Qwen2VlVisionTowerImpl::Qwen2VlVisionTowerImpl(const Qwen2VlVisionConfig& config)
     : config_(config) {
   const int64_t d = config.embed_dim, m = config.spatial_merge_size;
-  auto patch_embed = register_module("patch_embed", std::make_shared<torch::nn::Module>());
-  auto proj = patch_embed->register_module("proj", std::make_shared<torch::nn::Module>());
-  patch_weight = proj->register_parameter(
-      "weight", at::empty({d, config.in_channels, config.temporal_patch_size, config.patch_size,
-                           config.patch_size}));
+  patch_weight = RegisterPatchEmbedding(*this, d, config.in_channels, config.temporal_patch_size,
+                                        config.patch_size);
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.depth; ++i) blocks->push_back(Qwen2VlVisionBlock(config));
   auto merger = register_module("merger", std::make_shared<torch::nn::Module>());
@@ -161,14 +158,10 @@ void Qwen2VlVisionTowerImpl::Initialize() {
 
 at::Tensor Qwen2VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
                                           const std::vector<ImageGrid>& grids, bool checkpointing) {
-  const at::Tensor weight = patch_weight.reshape({config_.embed_dim, -1});
-  at::Tensor x = at::linear(pixel_values.to(weight.scalar_type()), weight);
+  at::Tensor x = EmbedPatches(patch_weight, pixel_values);
   const VisionRotary rotary = QwenVisionRotary(grids, config_.spatial_merge_size,
                                                config_.head_dim(), config_.rope_theta, x.device());
-  std::vector<int64_t> frame_lengths;
-  for (const ImageGrid& g : grids) {
-    for (int64_t f = 0; f < g.t; ++f) frame_lengths.push_back(g.h * g.w);
-  }
+  const std::vector<int64_t> frame_lengths = FrameLengths(grids);
   for (const auto& module : *blocks) {
     auto block = std::dynamic_pointer_cast<Qwen2VlVisionBlockImpl>(module);
     // By value: the recomputation in backward outlives this frame.

@@ -53,6 +53,27 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+at::Tensor RegisterPatchEmbedding(torch::nn::Module& tower, int64_t embed_dim, int64_t in_channels,
+                                  int64_t temporal_patch_size, int64_t patch_size) {
+  auto patch_embed = tower.register_module("patch_embed", std::make_shared<torch::nn::Module>());
+  auto proj = patch_embed->register_module("proj", std::make_shared<torch::nn::Module>());
+  return proj->register_parameter(
+      "weight", at::empty({embed_dim, in_channels, temporal_patch_size, patch_size, patch_size}));
+}
+
+at::Tensor EmbedPatches(const at::Tensor& patch_weight, const at::Tensor& pixel_values) {
+  const at::Tensor weight = patch_weight.reshape({patch_weight.size(0), -1});
+  return at::linear(pixel_values.to(weight.scalar_type()), weight);
+}
+
+std::vector<int64_t> FrameLengths(const std::vector<ImageGrid>& grids) {
+  std::vector<int64_t> lengths;
+  for (const ImageGrid& g : grids) {
+    for (int64_t f = 0; f < g.t; ++f) lengths.push_back(g.h * g.w);
+  }
+  return lengths;
+}
+
 VisionRotary QwenVisionRotary(const std::vector<ImageGrid>& grids, int64_t spatial_merge_size,
                               int64_t head_dim, double theta, const at::Device& device) {
   const int64_t rotary_dim = head_dim / 2;

@@ -38,6 +38,16 @@ class QwenVisionTower : public torch::nn::Module {
                             bool checkpointing) = 0;
 };
 
+// patch_embed.proj.weight [embed_dim, in_channels, temporal_patch, patch, patch], registered on
+// `tower` (a Conv3d whose kernel is the whole patch, without bias), and its product with the
+// flattened patches: pixel_values [patches, patch values] -> [patches, embed_dim] in its dtype.
+at::Tensor RegisterPatchEmbedding(torch::nn::Module& tower, int64_t embed_dim, int64_t in_channels,
+                                  int64_t temporal_patch_size, int64_t patch_size);
+at::Tensor EmbedPatches(const at::Tensor& patch_weight, const at::Tensor& pixel_values);
+
+// The patches of each frame of each image, in order: the runs full attention stays within.
+std::vector<int64_t> FrameLengths(const std::vector<ImageGrid>& grids);
+
 // The rotation of every patch of `grids` (the images' patches one after another, in the image
 // processor's merged order): f32 [patches, 1, head_dim], the first quarter of the frequencies from
 // the patch's row, the second from its column, repeated for the two halves.
