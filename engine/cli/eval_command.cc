@@ -1,5 +1,7 @@
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
@@ -8,13 +10,14 @@
 #include "pipeline/resolved_pipeline.h"
 #include "run/pipeline_runner.h"
 #include "train/checkpoint.h"
+#include "train/stage_logits.h"
 #include "train/trainer.h"
 
 namespace engine::cli {
 
 std::string EvalHelp() {
   return R"(usage: engine eval PIPELINE.pbtxt [--stage=STAGE] [--checkpoint=DIR] [--format=text|json]
-                   [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
+                   [--logits=FILE [--examples=N]] [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
 
 Evaluates a trained stage without training it: the pipeline is checked and planned as `engine check`
 does, the stage's model is built as its training built it (layers, adapters, precision), its
@@ -28,7 +31,15 @@ unfinished or damaged (its files are checked against the sizes and content hashe
 
   --stage=STAGE        the stage to evaluate (default: the last stage in run order)
   --checkpoint=DIR     a checkpoint of that stage (default: <output_dir>/<stage>/final)
-  --format=text|json   json: {"stage", "checkpoint", "eval_examples", "metrics", "baselines"}
+  --format=text|json   json: {"stage", "checkpoint", "eval_examples", "metrics", "baselines"};
+                       with --logits: {"stage", "checkpoint", "logits", "examples", "shape"}
+  --logits=FILE        instead of evaluating, writes the model's logits on the first examples of
+                       the eval split to FILE (safetensors): input_ids, attention_mask, labels,
+                       position_ids (those the model used), logits (f32 [batch, positions,
+                       vocabulary]) and, with images, pixel_values and image_grid_thw as
+                       transformers' processors lay them out, so another library can be run on
+                       the same inputs; FILE is replaced
+  --examples=N         with --logits: that many examples (default: one eval batch)
   --output_dir=DIR     the pipeline's outputs are here instead of its output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
@@ -36,6 +47,37 @@ unfinished or damaged (its files are checked against the sizes and content hashe
 }
 
 namespace {
+
+// Writes the stage's logits to `file` and says so; the exit status.
+int WriteLogits(const StageRunRequest& request, const std::filesystem::path& checkpoint,
+                int64_t examples, const std::filesystem::path& file, const std::string& format) {
+  StatusOr<StageLogits> logits = ComputeStageLogits(request, checkpoint, examples);
+  Status written =
+      logits.ok() ? safetensors::Write(file, logits->tensors, logits->metadata) : logits.status();
+  if (!written.ok()) {
+    std::cerr << "engine eval: " << written.message() << "\n";
+    return kExitFailure;
+  }
+  std::vector<int64_t> shape;
+  for (const auto& [name, tensor] : logits->tensors) {
+    if (name == "logits") shape = tensor.sizes().vec();
+  }
+  const std::string& stage = request.plan->stage->name;
+  if (format == "json") {
+    std::cout << JsonText(nlohmann::json{{"stage", stage},
+                                         {"checkpoint", checkpoint.string()},
+                                         {"logits", file.string()},
+                                         {"examples", shape.at(0)},
+                                         {"shape", shape}},
+                          2)
+              << "\n";
+  } else {
+    std::cout << "stage '" << stage << "': logits of " << shape.at(0) << " eval examples ("
+              << shape.at(1) << " positions, " << shape.at(2) << " ids) written to "
+              << file.string() << "\n";
+  }
+  return kExitOk;
+}
 
 nlohmann::json EvalJson(const std::string& stage, const StageResult& result) {
   return {{"stage", stage},
@@ -48,8 +90,9 @@ nlohmann::json EvalJson(const std::string& stage, const StageResult& result) {
 }  // namespace
 
 int EvalCommand(const std::vector<std::string>& args) {
-  Arguments a =
-      ParseArguments(args, {"stage", "checkpoint", "format", "output_dir", "plugin_path"}, {});
+  Arguments a = ParseArguments(
+      args, {"stage", "checkpoint", "format", "output_dir", "plugin_path", "logits", "examples"},
+      {});
   if (a.help) {
     std::cout << EvalHelp();
     return kExitOk;
@@ -61,6 +104,24 @@ int EvalCommand(const std::vector<std::string>& args) {
   if (a.error.empty() && a.positional.size() != 1) a.error = "expected one pipeline file";
   if (a.error.empty() && a.values.count("output_dir") && a.Get("output_dir").empty()) {
     a.error = "--output_dir is empty";
+  }
+  const bool logits = a.values.count("logits") != 0;
+  int64_t examples = 0;
+  if (a.error.empty() && a.values.count("examples")) {
+    if (!logits) a.error = "--examples goes with --logits";
+    ReadIntFlag("examples", 1, 1 << 20, &a, &examples);
+  }
+  std::filesystem::path logits_file;
+  if (a.error.empty() && logits) {
+    logits_file = std::filesystem::absolute(a.Get("logits"));
+    if (a.Get("logits").empty()) {
+      a.error = "--logits is empty";
+    } else if (std::filesystem::is_directory(logits_file)) {
+      a.error = "--logits=" + a.Get("logits") + " is a directory; name the file to write";
+    } else if (!std::filesystem::is_directory(logits_file.parent_path())) {
+      a.error = "--logits=" + a.Get("logits") + ": the directory " +
+                logits_file.parent_path().string() + " does not exist";
+    }
   }
   if (!a.error.empty()) {
     std::cerr << "engine eval: " << a.error << "\n\n" << EvalHelp();
@@ -88,6 +149,8 @@ int EvalCommand(const std::vector<std::string>& args) {
   request.plan = const_cast<StagePlan*>(stage_plan);
   request.stage_dir = session.pipeline->output_dir / stage.name;
   Status checked = CheckStageCheckpoint(stage, checkpoint);
+  if (checked.ok() && logits)
+    return WriteLogits(request, checkpoint, examples, logits_file, format);
   StatusOr<StageResult> result =
       checked.ok() ? EvaluateStage(request, checkpoint) : StatusOr<StageResult>(checked);
   if (!result.ok()) {

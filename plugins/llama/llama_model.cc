@@ -14,8 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "attention_mask.h"
 #include "engine/linear.h"
 #include "engine/model.h"
+#include "engine/model_logits.h"
 #include "engine/text_generator.h"
 #include "generation.h"
 #include "hf_checkpoint.h"
@@ -33,7 +35,7 @@ class LlamaForCausalLm : public torch::nn::Module {
   CausalLm lm;
 };
 
-class LlamaModel : public Model, public TextGenerator {
+class LlamaModel : public Model, public TextGenerator, public LogitsModel {
  public:
   LlamaModel(const LlamaConfig& config, bool checkpointing, bool token_labels, bool answers,
              int64_t eos_id)
@@ -49,15 +51,10 @@ class LlamaModel : public Model, public TextGenerator {
 
   StatusOr<ModelOutput> Forward(const Batch& batch) override {
     ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
-    DecoderInputs inputs;
-    inputs.attention_mask = tokens.attention_mask;
-    if (auto positions = batch.find("position_ids"); positions != batch.end()) {
-      inputs.position_ids = positions->second;
-    }
     CausalLm& lm = module_->lm;
     const bool training = module_->is_training();
-    const at::Tensor hidden =
-        lm.model->Forward(lm.model->Embed(tokens.ids), inputs, nullptr, checkpointing_ && training);
+    const at::Tensor hidden = lm.model->Forward(
+        lm.model->Embed(tokens.ids), InputsOf(batch, tokens), nullptr, checkpointing_ && training);
     ModelOutput out;
     ScoreCausalLm(lm, hidden, tokens, !training, answers_, eos_id_, &out);
     if (!training) {
@@ -71,6 +68,22 @@ class LlamaModel : public Model, public TextGenerator {
     return GenerateText(module_->lm, ids, attention_mask, options);
   }
 
+  // The positions are spelled out (each row counting its own real tokens where the batch gives
+  // none), so that another library given them computes the same.
+  StatusOr<BatchLogits> Logits(const Batch& batch) override {
+    ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
+    DecoderInputs inputs = InputsOf(batch, tokens);
+    if (!inputs.position_ids.defined()) {
+      inputs.position_ids =
+          PositionIds(inputs.attention_mask, tokens.ids.size(1), 0, tokens.ids.device())
+              .expand({tokens.ids.size(0), tokens.ids.size(1)})
+              .contiguous();
+    }
+    CausalLm& lm = module_->lm;
+    const at::Tensor hidden = lm.model->Forward(lm.model->Embed(tokens.ids), inputs, nullptr);
+    return BatchLogits{lm.Logits(hidden).to(at::kFloat), inputs.position_ids};
+  }
+
   std::string architecture() const override { return "llama"; }
 
   std::string config_json() const override {
@@ -79,6 +92,15 @@ class LlamaModel : public Model, public TextGenerator {
   }
 
  private:
+  static DecoderInputs InputsOf(const Batch& batch, const BatchTokens& tokens) {
+    DecoderInputs inputs;
+    inputs.attention_mask = tokens.attention_mask;
+    if (auto positions = batch.find("position_ids"); positions != batch.end()) {
+      inputs.position_ids = positions->second;
+    }
+    return inputs;
+  }
+
   LlamaConfig config_;
   bool checkpointing_;
   bool token_labels_;

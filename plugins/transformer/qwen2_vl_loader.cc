@@ -7,6 +7,7 @@
 
 #include "engine/image_batch.h"
 #include "engine/model.h"
+#include "engine/model_logits.h"
 #include "engine/paths.h"
 #include "engine/text_generator.h"
 #include "generation.h"
@@ -18,7 +19,10 @@
 namespace engine::transformer {
 namespace {
 
-class Qwen2VlFamilyModel : public Model, public TextGenerator, public ImageTextGenerator {
+class Qwen2VlFamilyModel : public Model,
+                           public TextGenerator,
+                           public ImageTextGenerator,
+                           public LogitsModel {
  public:
   Qwen2VlFamilyModel(const Qwen2VlConfig& config, bool checkpointing, bool token_labels,
                      bool answers, int64_t eos_id)
@@ -59,6 +63,19 @@ class Qwen2VlFamilyModel : public Model, public TextGenerator, public ImageTextG
   StatusOr<at::Tensor> Generate(const at::Tensor& ids, const at::Tensor& attention_mask,
                                 const GenerationOptions& options) override {
     return GenerateText(module_->lm, ids, attention_mask, options);
+  }
+
+  StatusOr<BatchLogits> Logits(const Batch& batch) override {
+    ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
+    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images,
+                            UnpackImages(batch, module_->config().vision.patch_values()));
+    BatchLogits out;
+    ENGINE_ASSIGN_OR_RETURN(
+        at::Tensor hidden,
+        module_->Hidden(tokens.ids, tokens.attention_mask, images.pixel_values, images.row_grids,
+                        false, nullptr, nullptr, &out.position_ids));
+    out.logits = module_->lm.Logits(hidden).to(at::kFloat);
+    return out;
   }
 
   // The prompt (with its images) runs once into the cache, at its multimodal positions; the new

@@ -108,12 +108,10 @@ Qwen2VlModule::Qwen2VlModule(const Qwen2VlConfig& config)
                     : std::shared_ptr<QwenVisionTower>(Qwen2VlVisionTower(config.vision).ptr()));
 }
 
-StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
-                                           const at::Tensor& attention_mask,
-                                           const at::Tensor& pixel_values,
-                                           const std::vector<std::vector<ImageGrid>>& row_grids,
-                                           bool checkpointing, KvCache* cache,
-                                           std::vector<int64_t>* next_positions) {
+StatusOr<at::Tensor> Qwen2VlModule::Hidden(
+    const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& pixel_values,
+    const std::vector<std::vector<ImageGrid>>& row_grids, bool checkpointing, KvCache* cache,
+    std::vector<int64_t>* next_positions, at::Tensor* position_ids) {
   // The ids and the mask may come on the host (Qwen2-VL's host_fields) or on the device: the
   // positions and the image-token count are worked out from host copies, the rest on the device.
   const at::Device device = lm.model->embed_tokens->weight.device();
@@ -160,6 +158,7 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
   inputs.attention_mask = mask;
   inputs.position_ids = positions.position_ids.to(device, /*non_blocking=*/true);
   if (next_positions != nullptr) *next_positions = positions.next;
+  if (position_ids != nullptr) *position_ids = positions.position_ids;
   return lm.model->Forward(embeds, inputs, cache, checkpointing && cache == nullptr);
 }
 

@@ -56,13 +56,15 @@ class Qwen2VlModule : public torch::nn::Module {
   // input_ids and attention_mask (undefined: none) [batch, positions]; pixel_values [patches,
   // patch_values], the patches of every image of the batch in row order; row_grids: each row's
   // images. Returns the decoder's final hidden states. With a `cache` (empty), the keys and values
-  // are kept for generation and `next_positions` receives each row's next rotary position.
+  // are kept for generation and `next_positions` receives each row's next rotary position;
+  // `position_ids` (when given) receives the multimodal positions, i64 [3, batch, positions].
   // Errors: image tokens that do not match the images.
   StatusOr<at::Tensor> Hidden(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                               const at::Tensor& pixel_values,
                               const std::vector<std::vector<ImageGrid>>& row_grids,
                               bool checkpointing = false, KvCache* cache = nullptr,
-                              std::vector<int64_t>* next_positions = nullptr);
+                              std::vector<int64_t>* next_positions = nullptr,
+                              at::Tensor* position_ids = nullptr);
 
   const Qwen2VlConfig& config() const { return config_; }
 

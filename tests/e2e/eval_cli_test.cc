@@ -1,11 +1,15 @@
 // `engine eval`: a trained stage evaluated from its checkpoint without training gives the metrics
-// the run reported; missing, foreign and damaged checkpoints are refused by name.
+// the run reported; missing, foreign and damaged checkpoints are refused by name; `--logits` writes
+// the model's logits with the inputs that gave them (tests/e2e/export_interop_test.cc runs
+// transformers on them).
+#include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/safetensors.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -92,6 +96,86 @@ TEST_F(EvalCliTest, ADamagedCheckpointIsRefused) {
       {"eval", *pipeline_, "--stage=a", "--checkpoint=" + (copy.path() / "final").string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(kModelFile));
+}
+
+TEST_F(EvalCliTest, LogitsAreRefusedForAModelThatHasNone) {
+  const auto file = dir_->path() / "mlp_logits.safetensors";
+  auto r = RunEngine({"eval", *pipeline_, "--logits=" + file.string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("the model 'mlp' does not report its logits"));
+  EXPECT_FALSE(std::filesystem::exists(file));
+
+  auto lone = RunEngine({"eval", *pipeline_, "--examples=2"});
+  EXPECT_EQ(lone.exit_code, 2);
+  EXPECT_THAT(lone.err, HasSubstr("--examples goes with --logits"));
+  auto directory = RunEngine({"eval", *pipeline_, "--logits=" + dir_->path().string()});
+  EXPECT_EQ(directory.exit_code, 2);
+  EXPECT_THAT(directory.err, HasSubstr("is a directory; name the file to write"));
+  auto nowhere =
+      RunEngine({"eval", *pipeline_, "--logits=" + (dir_->path() / "no/such.st").string()});
+  EXPECT_EQ(nowhere.exit_code, 2);
+  EXPECT_THAT(nowhere.err, HasSubstr("does not exist"));
+  auto zero = RunEngine({"eval", *pipeline_, "--logits=" + file.string(), "--examples=0"});
+  EXPECT_EQ(zero.exit_code, 2);
+}
+
+// The file's logits are the ones the evaluation scores: their next-token cross-entropy over the
+// labels of the whole eval split is the loss `engine eval` reports (f32 sums in another order:
+// 1e-5).
+TEST(EvalLogitsTest, TheFilesLogitsGiveTheEvaluationsLossOnTheSameExamples) {
+  testing::TempDir dir;
+  std::string stage = testing::ChatLlamaStage(
+      "sft", "precision { plugin: \"fp32\" }\nschedule { max_steps: 2 batch_size: 2 }");
+  // Three of the six conversations held out, so the batch has rows of unequal length.
+  const std::string fraction = "eval_fraction: 0.2";
+  ASSERT_NE(stage.find(fraction), std::string::npos);
+  stage.replace(stage.find(fraction), fraction.size(), "eval_fraction: 0.5");
+  const std::string pipeline =
+      dir.Write("chat.pbtxt", "name: \"chat\"\noutput_dir: \"out\"\n" + stage).string();
+  ASSERT_EQ(RunEngine({"run", pipeline}).exit_code, 0);
+  auto eval = RunEngine({"eval", pipeline, "--format=json"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const auto metrics = nlohmann::json::parse(eval.out);
+  const int64_t examples = metrics["eval_examples"].get<int64_t>();
+  ASSERT_GE(examples, 2);
+
+  const auto file = dir.path() / "logits.safetensors";
+  auto r = RunEngine({"eval", pipeline, "--logits=" + file.string(),
+                      "--examples=" + std::to_string(examples), "--format=json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto said = nlohmann::json::parse(r.out);
+  EXPECT_EQ(said["stage"], "sft");
+  EXPECT_EQ(said["examples"], examples);
+  auto opened = safetensors::File::Open(file);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  const safetensors::File& saved = **opened;
+  EXPECT_EQ(saved.metadata().at("stage"), "sft");
+  EXPECT_EQ(saved.metadata().at("architecture"), "llama");
+  std::map<std::string, at::Tensor> t;
+  for (const char* name : {"input_ids", "attention_mask", "labels", "position_ids", "logits"}) {
+    auto tensor = saved.Get(name);
+    ASSERT_TRUE(tensor.ok()) << name << ": " << tensor.status().message();
+    t[name] = *tensor;
+  }
+  const int64_t length = t["input_ids"].size(1);
+  EXPECT_EQ(t["input_ids"].sizes(), (std::vector<int64_t>{examples, length}));
+  EXPECT_EQ(t["position_ids"].sizes(), (std::vector<int64_t>{examples, length}));
+  EXPECT_EQ(t["logits"].scalar_type(), at::kFloat);
+  EXPECT_EQ(t["logits"].size(0), examples);
+  EXPECT_EQ(t["logits"].size(1), length);
+  EXPECT_EQ(std::vector<int64_t>(said["shape"]), t["logits"].sizes().vec());
+  // Rows of unequal length: padding is where the positions stop counting.
+  const at::Tensor mask = t["attention_mask"].to(at::kBool);
+  EXPECT_FALSE(mask.all().item<bool>());
+  EXPECT_TRUE(t["position_ids"].masked_select(mask).equal(
+      (t["attention_mask"].cumsum(1) - 1).masked_select(mask)));
+
+  const at::Tensor targets =
+      t["labels"].slice(1, 1).masked_fill(~mask.slice(1, 1), -100).reshape({-1});
+  const at::Tensor scores = t["logits"].slice(1, 0, length - 1).reshape({-1, t["logits"].size(2)});
+  const double loss =
+      at::cross_entropy_loss(scores, targets, {}, at::Reduction::Mean, -100).item<double>();
+  EXPECT_NEAR(loss, metrics["metrics"]["eval/loss"].get<double>(), 1e-5) << metrics.dump();
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 //   - the bnb4 export loads through bitsandbytes (its CPU backend), each 4-bit layer dequantizing
 //     to the stage's 4-bit weight, and with --double_quant its nested scales load too.
 // Tolerances: 1e-4 on f32 logits between PEFT's unmerged adapters and the merged hf export (the
-// same sums in another order; an adapter lost or mis-scaled moves them by far more). 1e-6 between
+// same sums in another order; an adapter lost or mis-scaled moves them by far more), and between
+// the hf export and the engine's own logits on the same eval batch (`engine eval --logits`: the
+// stage's adapters unmerged, and for QLoRA its 4-bit weights dequantized per product). 1e-6 between
 // bitsandbytes' dequantized weight and the hf export's less alpha / r * B A: the hf export holds
 // the stage's dequantized weight plus that product rounded to f32, and taking it away again
 // leaves that rounding (one NF4 step is about a tenth of a block's largest weight). 1% of a
@@ -46,6 +48,9 @@ constexpr double kFourBitWeightTolerance = 1e-6;
 constexpr double kDoubleQuantTolerance = 0.01;
 // 2 decoder layers of 7 projections, each with an adapter.
 constexpr int kFourBitLayers = 14;
+
+// Of the eval split, for `engine eval --logits` (at most the split).
+constexpr char kLogitExamples[] = "--examples=4";
 
 // A LoRA stage and a QLoRA stage per family, in this order.
 std::vector<std::string> Stages() {
@@ -89,6 +94,15 @@ nlohmann::json Generate(const std::string& source, std::vector<std::string> flag
     return nullptr;
   }
   return nlohmann::json::parse(generated.out)["outputs"][0];
+}
+
+// `engine eval --logits` of `stage` in `pipeline` into `file`; false with `*error` set.
+bool WriteLogits(const fs::path& pipeline, const std::string& stage, const fs::path& file,
+                 std::string* error) {
+  const auto written = testing::RunEngine(
+      {"eval", pipeline.string(), "--stage=" + stage, "--logits=" + file.string(), kLogitExamples});
+  if (written.exit_code != 0) *error = "engine eval --logits of " + stage + ": " + written.err;
+  return written.exit_code == 0;
 }
 
 // transformers' greedy ids against the engine's: the same tokens, where the engine stopped early
@@ -192,12 +206,15 @@ class ExportInteropTest : public ::testing::Test {
       const nlohmann::json generated =
           Generate(source, {"--raw", std::string("--prompt=") + kPrompt}, error_);
       if (generated.is_null()) return;
+      const fs::path logits = tmp_->path() / "exports" / stage / "logits.safetensors";
+      if (!WriteLogits(file, stage, logits, error_)) return;
       (*engine_ids_)[stage] = generated["ids"];
       nlohmann::json c = {
           {"name", stage},
           {"base", (tmp_->path() / "bases" / family).string()},
           {"hf", Dir(stage, "hf").string()},
           {"peft", Dir(stage, "peft").string()},
+          {"logits", logits.string()},
           {"prompt", kPrompt},
           {"max_new_tokens", kNewTokens},
           {"texts", {"What is a fortune?", "Say hi, again, in two words.", "A penny saved"}}};
@@ -254,6 +271,15 @@ TEST_F(ExportInteropTest, HfExportsLoadInTransformersWithEveryKeyAndGenerateAsTh
   }
 }
 
+TEST_F(ExportInteropTest, HfExportsComputeTheEnginesLogitsOnTheSameEvalBatch) {
+  for (const std::string& stage : Stages()) {
+    SCOPED_TRACE(stage);
+    const nlohmann::json& result = Result(stage);
+    if (result.contains("error")) continue;
+    EXPECT_LE(result["hf_vs_engine"].get<double>(), kLogitTolerance);
+  }
+}
+
 TEST_F(ExportInteropTest, PeftExportsLoadEveryAdapterWithoutWarningsAndComputeTheHfExport) {
   for (const std::string& stage : Stages()) {
     SCOPED_TRACE(stage);
@@ -286,7 +312,8 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
 // processor read from the export, is `engine generate --image` on the stage, token for token; the
 // peft export, named after transformers 5's modules (model.language_model.*, and model.visual.*
 // for the adapter on a vision block), loads every adapter into the base without a warning and
-// gives the hf export's logits on that prompt and image (tolerance as above).
+// gives the hf export's logits on that prompt and image (tolerance as above); and on the eval
+// split's image conversations, the hf export computes the engine's logits.
 class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> {
  protected:
   // What one family's stage, exports and reference run gave (or the first error).
@@ -322,8 +349,11 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
         Generate(source, {"--image=" + image, "--prompt=Cat?"}, &c->error);
     if (generated.is_null()) return *c;
     c->engine_ids = generated["ids"];
+    const fs::path logits = c->tmp.path() / "logits.safetensors";
+    if (!WriteLogits(file, "vl", logits, &c->error)) return *c;
     const nlohmann::json results = RunReference(c->tmp,
                                                 {{{"name", family},
+                                                  {"logits", logits.string()},
                                                   {"hf", hf.string()},
                                                   {"peft", peft.string()},
                                                   {"base", (kFixtures / "hf" / family).string()},
@@ -409,6 +439,13 @@ TEST_P(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnI
   ExpectEveryKeyLoaded(result());
   ExpectSameContinuation(engine_ids().get<std::vector<int64_t>>(),
                          result()["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
+}
+
+// On the eval split's image conversations: transformers works out the same multimodal positions
+// from the image tokens and grids, and the hf export computes the engine's logits.
+TEST_P(ImageTextExportInteropTest, HfExportComputesTheEnginesLogitsAndPositionsWithImages) {
+  EXPECT_TRUE(result()["positions_equal"].get<bool>());
+  EXPECT_LE(result()["hf_vs_engine"].get<double>(), kLogitTolerance);
 }
 
 TEST_P(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {

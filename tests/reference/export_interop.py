@@ -8,7 +8,7 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
 
     .venv/bin/python tests/reference/export_interop.py check CASES.json > RESULTS.json
         CASES.json: {"cases": [{"name", "base": DIR, "hf": DIR, "peft": DIR, "prompt": TEXT,
-                                "max_new_tokens": N, "texts": [TEXT, ...],
+                                "max_new_tokens": N, "texts": [TEXT, ...], "logits": FILE,
                                 "bnb4": DIR, "bnb4_double": DIR (a QLoRA stage's)}, ...]}
         For each case, RESULTS.json holds (or {"error": "..."}):
           hf_missing, hf_unexpected   the keys from_pretrained(hf, output_loading_info=True) reports
@@ -21,6 +21,11 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
           hf_vs_base                  the same between the hf export and the base (adapters off)
           hf_greedy                   transformers' greedy continuation of `prompt` on the hf export
                                       (the ids after the prompt)
+          hf_vs_engine                with "logits" (a file `engine eval --logits` wrote for the
+                                      stage): the largest |logit| difference between the hf export
+                                      on the file's inputs and the engine's logits, at real tokens
+          positions_equal             (image-text) whether transformers' multimodal positions for
+                                      the file's inputs are the engine's, at real tokens
         A case with "image" and "prompt_text" (a Qwen2-VL or Qwen2.5-VL stage's) is checked through
         AutoModelForImageTextToText and the processor, the logits on the prompt with its image.
         And for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
@@ -100,6 +105,33 @@ def check_peft(hf, base, peft_dir, inputs, result):
     result["hf_vs_base"] = real_max_abs_diff(plain, theirs, mask)
 
 
+def check_engine_logits(hf, path, result):
+    """The hf export on the inputs of an `engine eval --logits` file, against its logits: text
+    models are given the engine's positions; image-text models work out their own multimodal
+    positions (from the image tokens and grids), which are compared with the engine's."""
+    import torch
+    from safetensors.torch import load_file
+
+    saved = load_file(path)
+    mask = saved.get("attention_mask", torch.ones_like(saved["input_ids"]))
+    inputs = {"input_ids": saved["input_ids"], "attention_mask": mask}
+    if "image_grid_thw" in saved:
+        image_token = hf.config.image_token_id
+        inputs.update(pixel_values=saved["pixel_values"], image_grid_thw=saved["image_grid_thw"],
+                      mm_token_type_ids=(saved["input_ids"] == image_token).int())
+        positions, _ = hf.model.get_rope_index(
+            inputs["input_ids"], inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"],
+            attention_mask=mask)
+        real = mask.bool().unsqueeze(0).expand_as(positions)
+        result["positions_equal"] = bool(
+            positions.masked_select(real).equal(saved["position_ids"].masked_select(real)))
+    else:
+        inputs["position_ids"] = saved["position_ids"]
+    with torch.no_grad():
+        theirs = hf(**inputs).logits
+    result["hf_vs_engine"] = real_max_abs_diff(theirs, saved["logits"], mask)
+
+
 def four_bit_layers(model):
     return {name: module for name, module in model.named_modules()
             if hasattr(module, "weight") and hasattr(module.weight, "quant_state")}
@@ -165,6 +197,8 @@ def check_image_text(case):
     with torch.no_grad():
         generated = hf.generate(**inputs, max_new_tokens=case["max_new_tokens"], do_sample=False)
     result["hf_greedy"] = generated[0, inputs["input_ids"].shape[1]:].tolist()
+    if "logits" in case:
+        check_engine_logits(hf, case["logits"], result)
     base = AutoModelForImageTextToText.from_pretrained(case["base"], dtype=torch.float32,
                                                        attn_implementation="eager")
     check_peft(hf, base, case["peft"], inputs, result)
@@ -179,6 +213,8 @@ def check(case):
 
     result = {}
     hf = load_hf(AutoModelForCausalLM, case["hf"], result)
+    if "logits" in case:
+        check_engine_logits(hf, case["logits"], result)
     if "bnb4" in case:
         base = check_bnb4(case, hf, result)
     else:

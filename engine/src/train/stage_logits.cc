@@ -1,0 +1,93 @@
+#include "train/stage_logits.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "core/guarded_call.h"
+#include "engine/image_batch.h"
+#include "engine/model_logits.h"
+#include "pipeline/resolved_pipeline.h"
+#include "plan/pipeline_plan.h"
+
+namespace engine {
+namespace {
+
+// The examples' batch from the data loader, on `device` but for the model's host fields.
+StatusOr<Batch> FirstEvalExamples(const StagePlan& plan, int64_t examples, const at::Device& device,
+                                  const std::vector<std::string>& host_fields) {
+  std::vector<int64_t> indices(static_cast<size_t>(examples));
+  std::iota(indices.begin(), indices.end(), 0);
+  ENGINE_ASSIGN_OR_RETURN(Batch batch, GuardedCall(plan.stage->data.context, [&] {
+                            return plan.dataset->GetBatch(Split::kEval, indices);
+                          }));
+  for (auto& [name, tensor] : batch) {
+    if (std::find(host_fields.begin(), host_fields.end(), name) == host_fields.end()) {
+      tensor = tensor.to(device);
+    }
+  }
+  return batch;
+}
+
+// The batch's fields transformers' models take, the model's positions and logits, on the CPU.
+StatusOr<safetensors::NamedTensors> FileTensors(const Batch& batch, const BatchLogits& out) {
+  safetensors::NamedTensors tensors;
+  for (const char* field : {"input_ids", "attention_mask", "labels"}) {
+    if (auto it = batch.find(field); it != batch.end()) {
+      tensors.emplace_back(field, it->second.to(at::kCPU, at::kLong));
+    }
+  }
+  tensors.emplace_back("position_ids", out.position_ids.to(at::kCPU, at::kLong));
+  tensors.emplace_back("logits", out.logits.to(at::kCPU, at::kFloat));
+  if (batch.count(kPixelValuesField) == 0) return tensors;
+  const at::Tensor& packed = batch.at(kPixelValuesField);
+  ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images, UnpackImages(batch, packed.size(-1)));
+  if (images.empty()) return tensors;
+  std::vector<int64_t> grids;
+  for (const auto& row : images.row_grids) {
+    for (const ImageGrid& grid : row) grids.insert(grids.end(), {grid.t, grid.h, grid.w});
+  }
+  tensors.emplace_back(kPixelValuesField, images.pixel_values.to(at::kCPU, at::kFloat));
+  tensors.emplace_back(kImageGridField, at::tensor(grids, at::kLong).view({-1, 3}));
+  return tensors;
+}
+
+}  // namespace
+
+StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
+                                         const std::filesystem::path& checkpoint,
+                                         int64_t examples) {
+  const StagePlan& plan = *request.plan;
+  const ResolvedStage& stage = *plan.stage;
+  const int64_t available = plan.eval_examples;
+  if (available == 0) {
+    return FailedPreconditionError("stage '" + stage.name +
+                                   "' has no eval examples to compute logits on");
+  }
+  examples = std::min(examples > 0 ? examples : plan.eval_batch_size, available);
+  StageLogits result;
+  Status used = WithStageModel(request, checkpoint, [&](Model& model) -> Status {
+    auto* logits_model = dynamic_cast<LogitsModel*>(&model);
+    if (logits_model == nullptr) {
+      return FailedPreconditionError("the model '" + model.architecture() +
+                                     "' does not report its logits (engine/model_logits.h)");
+    }
+    ENGINE_ASSIGN_OR_RETURN(
+        Batch batch, FirstEvalExamples(plan, examples, stage.device.device, model.host_fields()));
+    at::NoGradGuard no_grad;
+    ENGINE_ASSIGN_OR_RETURN(BatchLogits out, logits_model->Logits(batch));
+    ENGINE_ASSIGN_OR_RETURN(result.tensors, FileTensors(batch, out));
+    result.metadata = {{"stage", stage.name},
+                       {"checkpoint", checkpoint.string()},
+                       {"architecture", model.architecture()},
+                       {"examples", std::to_string(examples)}};
+    return Status::Ok();
+  });
+  if (!used.ok()) return used;
+  return result;
+}
+
+}  // namespace engine
