@@ -174,9 +174,10 @@ StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
   } else {
     const std::string base =
         flags.base.empty() ? source.base_model_dir().string() : fs::absolute(flags.base).string();
-    ENGINE_ASSIGN_OR_RETURN(PeftAdapterFiles peft,
-                            MakePeftAdapterFiles(*source.stage(), model.module(), base,
-                                                 model.transformers_module_prefixes()));
+    ENGINE_ASSIGN_OR_RETURN(
+        PeftAdapterFiles peft,
+        MakePeftAdapterFiles(*source.stage(), model.module(), base,
+                             model.transformers_module_prefixes(), source.pipeline_dir()));
     files.tensors = std::move(peft.tensors);
     files.tensor_file = kAdapterFile;
     files.text_files[kAdapterConfigFile] = std::move(peft.config_json);

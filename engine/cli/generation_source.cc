@@ -186,6 +186,7 @@ class PipelineSource : public GenerationSource {
   PipelineSource() = default;
 
   const ResolvedStage* stage() const override { return stage_plan_->stage; }
+  fs::path pipeline_dir() const override { return session_.pipeline->base_dir; }
 
   Status Plan(const fs::path& pipeline, const std::string& stage_name,
               const GenerationSourceOptions& options) {

@@ -81,6 +81,9 @@ class GenerationSource {
   const std::filesystem::path& base_model_dir() const { return base_model_dir_; }
   // The stage, for a pipeline source; null for a model directory.
   virtual const ResolvedStage* stage() const { return nullptr; }
+  // The pipeline file's directory, against which its plugins resolve their options; empty for a
+  // model directory.
+  virtual std::filesystem::path pipeline_dir() const { return {}; }
 
  protected:
   // Reads the chat template of the tokenizer directory `dir`, when it has one (none is not an

@@ -1,6 +1,8 @@
-// The `lora` adapter: y = base(x) + (alpha / r) * B(A(dropout(x))), with A [r, in] Kaiming-uniform
-// and B [out, r] zero, so the model's output is unchanged at initialisation. Works on dense and
-// quantized engine::Linear layers alike (it only reads the layer's sizes).
+// The `lora` adapter: y = base(x) + scale * B(A(dropout(x))), scale = alpha / r (alpha / sqrt(r)
+// with use_rslora), with A [r, in] Kaiming-uniform and B [out, r] zero, so the model's output is
+// unchanged at initialisation; or, with `peft_adapter`, A and B and each layer's rank and scale as
+// PEFT saved them (peft_lora_files.h). Works on dense and quantized engine::Linear layers alike (it
+// only reads the layer's sizes).
 //
 // Parameters sit under the layer as PEFT names them ("...q_proj.lora_A.weight",
 // "...q_proj.lora_B.weight"), and adapter_config.json is PEFT's, so PEFT loads an adapter-only
@@ -14,7 +16,9 @@
 #include <set>
 
 #include "engine/adapter.h"
+#include "engine/paths.h"
 #include "lora_options.pb.h"
+#include "peft_lora_files.h"
 
 namespace engine::plugins {
 namespace {
@@ -28,6 +32,13 @@ class LoraAdapter : public LinearAdapter {
     at::NoGradGuard no_grad;
     torch::nn::init::kaiming_uniform_(a_->weight, std::sqrt(5.0));
     b_->weight.zero_();
+  }
+
+  // Trained values instead of the initial ones.
+  void Load(const at::Tensor& a, const at::Tensor& b) {
+    at::NoGradGuard no_grad;
+    a_->weight.copy_(a);
+    b_->weight.copy_(b);
   }
 
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules() override {
@@ -49,6 +60,15 @@ class LoraAdapter : public LinearAdapter {
   double scale_, dropout_;
 };
 
+std::filesystem::path PeftDir(const LoraOptions& o, const AdapterContext& context) {
+  return ResolvePath(context.base_dir, o.peft_adapter());
+}
+
+StatusOr<std::shared_ptr<const safetensors::File>> OpenPeftWeights(const LoraOptions& o,
+                                                                   const AdapterContext& context) {
+  return safetensors::File::Open(PeftDir(o, context) / kPeftWeightsFile);
+}
+
 class LoraPlugin : public AdapterPlugin {
  public:
   const google::protobuf::Message& default_options() const override {
@@ -66,43 +86,105 @@ class LoraPlugin : public AdapterPlugin {
     if (!(o.lora_dropout() >= 0 && o.lora_dropout() < 1)) {
       errors->Add("lora_dropout", "must be in [0, 1)");
     }
+    if (!o.has_peft_adapter()) return;
+    if (o.peft_adapter().empty()) errors->Add("peft_adapter", "is empty; name PEFT's directory");
+    const auto from_file = [&](bool set, const char* field) {
+      if (set) {
+        errors->Add(field, "comes from peft_adapter's adapter_config.json; leave it out");
+      }
+    };
+    from_file(o.has_r(), "r");
+    from_file(o.has_lora_alpha(), "lora_alpha");
+    from_file(o.has_lora_dropout(), "lora_dropout");
+    from_file(o.has_use_rslora(), "use_rslora");
+    from_file(o.target_modules_size() > 0, "target_modules");
   }
 
-  std::vector<std::string> targets(const google::protobuf::Message& options) const override {
+  // With peft_adapter: the modules its file has adapters for, by their full names.
+  StatusOr<std::vector<std::string>> targets(const google::protobuf::Message& options,
+                                             const AdapterContext& context) const override {
     const auto& o = OptionsAs<LoraOptions>(options);
-    return {o.target_modules().begin(), o.target_modules().end()};
+    if (!o.has_peft_adapter()) {
+      return std::vector<std::string>(o.target_modules().begin(), o.target_modules().end());
+    }
+    ENGINE_RETURN_IF_ERROR(ReadPeftLoraConfig(PeftDir(o, context)).status());
+    ENGINE_ASSIGN_OR_RETURN(auto weights, OpenPeftWeights(o, context));
+    return PeftAdaptedModules(*weights);
+  }
+
+  std::string targets_field(const google::protobuf::Message& options) const override {
+    return OptionsAs<LoraOptions>(options).has_peft_adapter() ? "peft_adapter" : "target_modules";
   }
 
   StatusOr<std::shared_ptr<LinearAdapter>> Create(const google::protobuf::Message& options,
+                                                  const AdapterContext& context,
+                                                  const AdapterSite& site,
                                                   const LinearImpl& layer) const override {
     const auto& o = OptionsAs<LoraOptions>(options);
+    if (o.has_peft_adapter()) return CreateFromPeft(o, context, site, layer);
     const int64_t r = o.r();
     if (r > std::min(layer.in_features(), layer.out_features())) {
       return InvalidArgumentError("rank " + std::to_string(r) + " is larger than the layer (" +
                                   std::to_string(layer.out_features()) + "x" +
                                   std::to_string(layer.in_features()) + ")");
     }
-    return std::shared_ptr<LinearAdapter>(
-        std::make_shared<LoraAdapter>(layer.in_features(), layer.out_features(), r,
-                                      o.lora_alpha() / static_cast<double>(r), o.lora_dropout()));
+    const double rank = static_cast<double>(r);
+    return std::shared_ptr<LinearAdapter>(std::make_shared<LoraAdapter>(
+        layer.in_features(), layer.out_features(), r,
+        o.lora_alpha() / (o.use_rslora() ? std::sqrt(rank) : rank), o.lora_dropout()));
   }
 
-  std::string AdapterConfigJson(const google::protobuf::Message& options,
-                                const std::vector<std::string>& layers) const override {
+  // With peft_adapter, its settings (rank_pattern and alpha_pattern included), so that PEFT
+  // computes what the stage trained.
+  StatusOr<std::string> AdapterConfigJson(const google::protobuf::Message& options,
+                                          const AdapterContext& context,
+                                          const std::vector<std::string>& layers) const override {
     const auto& o = OptionsAs<LoraOptions>(options);
     // Full names: a bare "q_proj" would have PEFT wrap layers that were never trained.
     const std::set<std::string> modules(layers.begin(), layers.end());
-    nlohmann::json config = {{"peft_type", "LORA"},
-                             {"task_type", "CAUSAL_LM"},
-                             {"r", o.r()},
-                             {"lora_alpha", o.lora_alpha()},
-                             {"lora_dropout", o.lora_dropout()},
-                             {"target_modules", modules},
-                             {"bias", "none"},
-                             {"fan_in_fan_out", false},
-                             {"inference_mode", true},
-                             {"base_model_name_or_path", nullptr}};
+    nlohmann::ordered_json config = {{"peft_type", "LORA"},
+                                     {"task_type", "CAUSAL_LM"},
+                                     {"r", o.r()},
+                                     {"lora_alpha", o.lora_alpha()},
+                                     {"lora_dropout", o.lora_dropout()},
+                                     {"use_rslora", o.use_rslora()},
+                                     {"target_modules", modules},
+                                     {"bias", "none"},
+                                     {"fan_in_fan_out", false},
+                                     {"inference_mode", true},
+                                     {"base_model_name_or_path", nullptr}};
+    if (o.has_peft_adapter()) {
+      ENGINE_ASSIGN_OR_RETURN(const PeftLoraConfig peft, ReadPeftLoraConfig(PeftDir(o, context)));
+      if (!peft.task_type.empty()) config["task_type"] = peft.task_type;
+      config["r"] = peft.r;
+      config["lora_alpha"] = peft.lora_alpha;
+      config["lora_dropout"] = peft.lora_dropout;
+      config["use_rslora"] = peft.use_rslora;
+      config["rank_pattern"] = nlohmann::ordered_json::object();
+      for (const auto& [pattern, rank] : peft.rank_pattern) config["rank_pattern"][pattern] = rank;
+      config["alpha_pattern"] = nlohmann::ordered_json::object();
+      for (const auto& [pattern, alpha] : peft.alpha_pattern) {
+        config["alpha_pattern"][pattern] = alpha;
+      }
+    }
     return config.dump(2) + "\n";
+  }
+
+ private:
+  static StatusOr<std::shared_ptr<LinearAdapter>> CreateFromPeft(const LoraOptions& o,
+                                                                 const AdapterContext& context,
+                                                                 const AdapterSite& site,
+                                                                 const LinearImpl& layer) {
+    ENGINE_ASSIGN_OR_RETURN(const PeftLoraConfig config, ReadPeftLoraConfig(PeftDir(o, context)));
+    ENGINE_ASSIGN_OR_RETURN(const int64_t r, config.RankOf(site.module_name));
+    ENGINE_ASSIGN_OR_RETURN(const double scale, config.ScaleOf(site.module_name));
+    ENGINE_ASSIGN_OR_RETURN(auto weights, OpenPeftWeights(o, context));
+    ENGINE_ASSIGN_OR_RETURN(auto ab, PeftLoraWeights(*weights, site.module_name, r,
+                                                     layer.in_features(), layer.out_features()));
+    auto adapter = std::make_shared<LoraAdapter>(layer.in_features(), layer.out_features(), r,
+                                                 scale, config.lora_dropout);
+    adapter->Load(ab.first, ab.second);
+    return std::shared_ptr<LinearAdapter>(adapter);
   }
 };
 

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -165,14 +166,8 @@ class ExportInteropTest : public ::testing::Test {
                   (tmp_->path() / "bases" / family).string() + R"(" } } })" + quantizer + R"(
   adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
     r: 4 lora_alpha: 8 target_modules: "model.layers.*" } } }
-  data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
-    path: ")" + (fixtures / "chat_data/conversations.jsonl").string() +
-                  R"(" eval_fraction: 0.4
-    tokenizer { kind: HF_JSON path: ")" +
-                  (fixtures / "tokenizers/qwen2_bpe.json").string() + R"("
-                config: ")" +
-                  (fixtures / "chat_data/tokenizer_config.json").string() +
-                  R"(" } } } }
+  )" + testing::ChatFixtureData("0.4") +
+                  R"(
   optimizer { learning_rate: 0.05 }
   schedule { max_steps: 3 batch_size: 2 }
 }
@@ -319,7 +314,7 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
   // What one family's stage, exports and reference run gave (or the first error).
   struct Case {
     testing::TempDir tmp;
-    nlohmann::json engine_ids, result;
+    nlohmann::json engine_ids, result, peft_source_result;
     std::string error;
   };
 
@@ -328,6 +323,14 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
     std::unique_ptr<Case>& c = (*cases_)[family];
     if (c != nullptr) return *c;
     c = std::make_unique<Case>();
+    const fs::path fixture = kFixtures / "hf" / family;
+    const fs::path peft_source = c->tmp.path() / "peft_source";
+    const auto made = testing::RunCommand({testing::kPython, kReference.string(), "peft_adapter",
+                                           peft_source.string(), fixture.string()});
+    if (made.exit_code != 0) {
+      c->error = "export_interop.py peft_adapter failed: " + made.err;
+      return *c;
+    }
     const fs::path file = WritePipeline(family, c->tmp);
     const auto run = testing::RunEngine({"run", file.string()});
     if (run.exit_code != 0) {
@@ -350,18 +353,29 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
     if (generated.is_null()) return *c;
     c->engine_ids = generated["ids"];
     const fs::path logits = c->tmp.path() / "logits.safetensors";
-    if (!WriteLogits(file, "vl", logits, &c->error)) return *c;
+    const fs::path peft_logits = c->tmp.path() / "peft_logits.safetensors";
+    if (!WriteLogits(file, "vl", logits, &c->error) ||
+        !WriteLogits(file, "from_peft", peft_logits, &c->error)) {
+      return *c;
+    }
     const nlohmann::json results = RunReference(c->tmp,
                                                 {{{"name", family},
                                                   {"logits", logits.string()},
                                                   {"hf", hf.string()},
                                                   {"peft", peft.string()},
-                                                  {"base", (kFixtures / "hf" / family).string()},
+                                                  {"base", fixture.string()},
                                                   {"image", image},
                                                   {"prompt_text", generated["prompt_text"]},
-                                                  {"max_new_tokens", kNewTokens}}},
+                                                  {"max_new_tokens", kNewTokens}},
+                                                 {{"name", family + " from PEFT"},
+                                                  {"base", fixture.string()},
+                                                  {"peft_source", peft_source.string()},
+                                                  {"logits", peft_logits.string()}}},
                                                 &c->error);
-    if (!results.is_null()) c->result = results[0];
+    if (!results.is_null()) {
+      c->result = results[0];
+      c->peft_source_result = results[1];
+    }
     return *c;
   }
   // The fixture's tokenizer with a chat template that places each image's tokens, five image
@@ -398,26 +412,34 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
       lines += line.dump() + "\n";
     }
     tmp.Write("data.jsonl", lines);
-    return tmp.Write("vl.pbtxt",
-                     R"(name: "vl"
-output_dir: "out"
-stage { name: "vl" precision { plugin: "fp32" }
-  model { plugin: ")" + family +
-                         R"(" options { [type.googleapis.com/engine.transformer.Qwen2VlOptions] {
-    pretrained: ")" + fixture.string() +
-                         R"(" } } }
-  adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] {
-    r: 4 lora_alpha: 8 target_modules: "model.layers.*"
-    target_modules: "visual.blocks.0.attn.qkv" } } }
+    const auto stage =
+        [&](const std::string& name, const std::string& lora, const std::string& training) {
+          return "stage { name: \"" + name + R"(" precision { plugin: "fp32" }
+  model { plugin: ")" +
+                 family +
+                 R"(" options { [type.googleapis.com/engine.transformer.Qwen2VlOptions] {
+    pretrained: ")" +
+                 fixture.string() +
+                 R"(" } } }
+  adapter { plugin: "lora" options { [type.googleapis.com/engine.plugins.LoraOptions] { )" +
+                 lora + R"( } } }
   data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
     path: ")" + (tmp.path() / "data.jsonl").string() +
-                         R"(" eval_fraction: 0.4
+                 R"(" eval_fraction: 0.4
     tokenizer { kind: HF_JSON path: ")" +
-                         (tmp.path() / "tokenizer").string() + R"(" } } } }
-  optimizer { learning_rate: 0.05 }
-  schedule { max_steps: 3 batch_size: 2 }
-}
-)");
+                 (tmp.path() / "tokenizer").string() + R"(" } } } }
+  )" + training + "\n}\n";
+        };
+    // "from_peft" loads PEFT's adapter and learns nothing (no f32 weight moves at 1e-30).
+    return tmp.Write(
+        "vl.pbtxt",
+        "name: \"vl\"\noutput_dir: \"out\"\n" +
+            stage("vl",
+                  "r: 4 lora_alpha: 8 target_modules: \"model.layers.*\" "
+                  "target_modules: \"visual.blocks.0.attn.qkv\"",
+                  "optimizer { learning_rate: 0.05 } schedule { max_steps: 3 batch_size: 2 }") +
+            stage("from_peft", "peft_adapter: \"" + (tmp.path() / "peft_source").string() + "\"",
+                  "optimizer { learning_rate: 1e-30 } schedule { max_steps: 1 batch_size: 2 }"));
   }
   static void SetUpTestSuite() { cases_ = new std::map<std::string, std::unique_ptr<Case>>(); }
   static void TearDownTestSuite() { delete cases_; }
@@ -446,6 +468,17 @@ TEST_P(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnI
 TEST_P(ImageTextExportInteropTest, HfExportComputesTheEnginesLogitsAndPositionsWithImages) {
   EXPECT_TRUE(result()["positions_equal"].get<bool>());
   EXPECT_LE(result()["hf_vs_engine"].get<double>(), kLogitTolerance);
+}
+
+// Adapters PEFT made on the family's fixture (on the decoder's and the vision blocks' linear
+// layers, named as transformers 5 names the modules, with a rank_pattern, an alpha_pattern and
+// use_rslora), loaded by a stage that learns nothing: PEFT's model computes the stage's logits on
+// its eval split's image conversations.
+TEST_P(ImageTextExportInteropTest, PeftAdaptersOnTransformersFiveModulesLoadAsPeftComputesThem) {
+  const nlohmann::json& peft = CaseOf(GetParam()).peft_source_result;
+  ASSERT_FALSE(peft.contains("error")) << peft["error"];
+  EXPECT_LE(peft["peft_vs_engine"].get<double>(), kLogitTolerance);
+  EXPECT_GT(peft["adapters_effect"].get<double>(), 100 * kLogitTolerance);
 }
 
 TEST_P(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {

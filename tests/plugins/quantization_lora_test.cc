@@ -176,7 +176,7 @@ TEST(LoraTest, InitialisationLeavesTheOutputUnchangedAndOnlyTheAdapterLearns) {
   const at::Tensor before = layer->forward(x).detach();
   for (auto& p : layer->parameters()) p.set_requires_grad(false);
   const auto& lora = Lora();
-  auto adapter = lora.Create(*testing::Options(lora, "r: 4 lora_alpha: 8"), *layer);
+  auto adapter = lora.Create(*testing::Options(lora, "r: 4 lora_alpha: 8"), {}, {"l", "l"}, *layer);
   ASSERT_TRUE(adapter.ok()) << adapter.status().message();
   ASSERT_TRUE(layer->AddAdapter(*adapter).ok());
   auto params = layer->named_parameters();
@@ -205,7 +205,8 @@ Linear AdaptedLayer(bool quantized) {
                     .ok());
   }
   const auto& lora = Lora();
-  auto adapter = lora.Create(*testing::Options(lora, "r: 4 lora_alpha: 16"), *layer);
+  auto adapter =
+      lora.Create(*testing::Options(lora, "r: 4 lora_alpha: 16"), {}, {"l", "l"}, *layer);
   EXPECT_TRUE(adapter.ok());
   EXPECT_TRUE(layer->AddAdapter(*adapter).ok());
   at::NoGradGuard no_grad;
@@ -267,7 +268,7 @@ TEST(ForwardConcatenatedTest, EqualsTheLayersSideBySideOrDeclines) {
   ASSERT_TRUE(d->Quantize(QuantizeWith("nf4", "compute_dtype: FP32", d->weight.detach())).ok());
   EXPECT_FALSE(ForwardConcatenated({a.get(), d.get()}, x).defined());
   const auto& lora = Lora();
-  auto adapter = lora.Create(*testing::Options(lora, "r: 2 lora_alpha: 4"), *b);
+  auto adapter = lora.Create(*testing::Options(lora, "r: 2 lora_alpha: 4"), {}, {"b", "b"}, *b);
   ASSERT_TRUE(adapter.ok());
   ASSERT_TRUE(b->AddAdapter(*adapter).ok());
   EXPECT_FALSE(ForwardConcatenated({a.get(), b.get()}, x).defined());
@@ -282,7 +283,7 @@ TEST(QuantizationOptionsTest, BadOptionsAreRefusedByField) {
   EXPECT_TRUE(ValidationErrors(Quantizer("nf4"), "block_size: 4096").empty());
   // A rank larger than the layer, and a weight holding NaN.
   Linear layer(4, 3, false);
-  auto adapter = Lora().Create(*testing::Options(Lora(), "r: 8"), *layer);
+  auto adapter = Lora().Create(*testing::Options(Lora(), "r: 8"), {}, {"l", "l"}, *layer);
   EXPECT_THAT(adapter.status().message(), HasSubstr("rank 8 is larger than the layer (3x4)"));
   const auto& nf4 = Quantizer("nf4");
   auto nan = nf4.Quantize(*testing::Options(nf4, ""), at::full({4, 64}, NAN));
@@ -291,10 +292,12 @@ TEST(QuantizationOptionsTest, BadOptionsAreRefusedByField) {
 
 TEST(LoraTest, AdapterConfigIsPeftShaped) {
   const auto& lora = Lora();
-  const std::string json =
-      lora.AdapterConfigJson(*testing::Options(lora, "r: 4 lora_alpha: 8"),
+  const StatusOr<std::string> written =
+      lora.AdapterConfigJson(*testing::Options(lora, "r: 4 lora_alpha: 8"), {},
                              {"model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj",
                               "model.layers.0.self_attn.v_proj"});
+  ASSERT_TRUE(written.ok()) << written.status().message();
+  const std::string& json = *written;
   EXPECT_THAT(json, HasSubstr("\"peft_type\": \"LORA\""));
   EXPECT_THAT(json, HasSubstr("\"r\": 4"));
   // The full names: bare ones would have PEFT wrap model.layers.1.self_attn.v_proj too.

@@ -6,6 +6,11 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
         written by transformers' save_pretrained: the family fixtures' configs
         (tests/fixtures/hf/make_fixtures.py) with VOCAB_SIZE ids and its seeded O(1) weights.
 
+    .venv/bin/python tests/reference/export_interop.py peft_adapter OUT_DIR BASE_DIR
+        A LoRA adapter PEFT makes on BASE_DIR and saves in OUT_DIR, as a user who trained with
+        PEFT has one: every linear layer of the decoder, r 4, lora_alpha 8, use_rslora, a
+        rank_pattern and an alpha_pattern, lora_dropout 0.05, and random A and B (as if trained).
+
     .venv/bin/python tests/reference/export_interop.py check CASES.json > RESULTS.json
         CASES.json: {"cases": [{"name", "base": DIR, "hf": DIR, "peft": DIR, "prompt": TEXT,
                                 "max_new_tokens": N, "texts": [TEXT, ...], "logits": FILE,
@@ -26,6 +31,11 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
                                       on the file's inputs and the engine's logits, at real tokens
           positions_equal             (image-text) whether transformers' multimodal positions for
                                       the file's inputs are the engine's, at real tokens
+        A case with "peft_source" (a PEFT adapter directory) and "logits" (of a stage that loaded
+        it, before it learned anything) gives instead:
+          peft_vs_engine              the largest |logit| difference between PEFT's model (the
+                                      adapter on "base") and the engine's, on the file's inputs
+          adapters_effect             the same between PEFT's model with and without the adapter
         A case with "image" and "prompt_text" (a Qwen2-VL or Qwen2.5-VL stage's) is checked through
         AutoModelForImageTextToText and the processor, the logits on the prompt with its image.
         And for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
@@ -67,6 +77,52 @@ def make_bases(out_dir, vocab_size):
         print(f"{family}: {directory}")
 
 
+PEFT_SOURCE = dict(r=4, lora_alpha=8, lora_dropout=0.05, use_rslora=True,
+                   target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                   "down_proj"],
+                   rank_pattern={"self_attn.q_proj": 2, "layers.1.mlp.down_proj": 6},
+                   alpha_pattern={"v_proj": 3.0}, init_lora_weights=False)
+
+
+def auto_class(directory):
+    """transformers' class for a base directory: image-text for a config with a vision tower."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = json.loads((pathlib.Path(directory) / "config.json").read_text())
+    return AutoModelForImageTextToText if "vision_config" in config else AutoModelForCausalLM
+
+
+def make_peft_adapter(out_dir, base_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(7)
+    base = auto_class(base_dir).from_pretrained(base_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", **PEFT_SOURCE))
+    model.save_pretrained(out_dir)
+    print(f"peft adapter: {out_dir}")
+
+
+def check_peft_source(case):
+    """PEFT's own model with the adapter it saved, on the inputs of the engine's logits file."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    saved = load_file(case["logits"])
+    base = auto_class(case["base"]).from_pretrained(case["base"], dtype=torch.float32,
+                                                    attn_implementation="eager")
+    peft = PeftModel.from_pretrained(base, case["peft_source"]).eval()
+    mask = saved["attention_mask"]
+    inputs = model_inputs(base, saved)
+    with torch.no_grad():
+        theirs = peft(**inputs).logits
+        with peft.disable_adapter():
+            plain = peft(**inputs).logits
+    return {"peft_vs_engine": real_max_abs_diff(theirs, saved["logits"], mask),
+            "adapters_effect": real_max_abs_diff(theirs, plain, mask)}
+
+
 def real_max_abs_diff(a, b, mask):
     return (a - b).abs().amax(-1).masked_select(mask.bool()).max().item()
 
@@ -105,6 +161,19 @@ def check_peft(hf, base, peft_dir, inputs, result):
     result["hf_vs_base"] = real_max_abs_diff(plain, theirs, mask)
 
 
+def model_inputs(model, saved):
+    """The inputs of an `engine eval --logits` file as `model` takes them: text models get the
+    engine's positions; image-text models get the images and work out their own multimodal
+    positions from the image tokens (mm_token_type_ids) and grids."""
+    inputs = {"input_ids": saved["input_ids"], "attention_mask": saved["attention_mask"]}
+    if "image_grid_thw" in saved:
+        inputs.update(pixel_values=saved["pixel_values"], image_grid_thw=saved["image_grid_thw"],
+                      mm_token_type_ids=(saved["input_ids"] == model.config.image_token_id).int())
+    else:
+        inputs["position_ids"] = saved["position_ids"]
+    return inputs
+
+
 def check_engine_logits(hf, path, result):
     """The hf export on the inputs of an `engine eval --logits` file, against its logits: text
     models are given the engine's positions; image-text models work out their own multimodal
@@ -113,20 +182,15 @@ def check_engine_logits(hf, path, result):
     from safetensors.torch import load_file
 
     saved = load_file(path)
-    mask = saved.get("attention_mask", torch.ones_like(saved["input_ids"]))
-    inputs = {"input_ids": saved["input_ids"], "attention_mask": mask}
+    mask = saved["attention_mask"]
+    inputs = model_inputs(hf, saved)
     if "image_grid_thw" in saved:
-        image_token = hf.config.image_token_id
-        inputs.update(pixel_values=saved["pixel_values"], image_grid_thw=saved["image_grid_thw"],
-                      mm_token_type_ids=(saved["input_ids"] == image_token).int())
         positions, _ = hf.model.get_rope_index(
             inputs["input_ids"], inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"],
             attention_mask=mask)
         real = mask.bool().unsqueeze(0).expand_as(positions)
         result["positions_equal"] = bool(
             positions.masked_select(real).equal(saved["position_ids"].masked_select(real)))
-    else:
-        inputs["position_ids"] = saved["position_ids"]
     with torch.no_grad():
         theirs = hf(**inputs).logits
     result["hf_vs_engine"] = real_max_abs_diff(theirs, saved["logits"], mask)
@@ -206,6 +270,8 @@ def check_image_text(case):
 
 
 def check(case):
+    if "peft_source" in case:
+        return check_peft_source(case)
     if "image" in case:
         return check_image_text(case)
     import torch
@@ -235,6 +301,9 @@ def check(case):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "bases":
         make_bases(sys.argv[2], int(sys.argv[3]))
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "peft_adapter":
+        make_peft_adapter(sys.argv[2], sys.argv[3])
         return
     if len(sys.argv) != 3 or sys.argv[1] != "check":
         sys.exit(__doc__)

@@ -67,22 +67,28 @@ inline std::string SignalAt(const std::string& stage, int step, const std::strin
          (to_parent ? " to_parent: true" : "") + " } } }\n";
 }
 
+// The `chat` data block of the chat fixture's six conversations (qwen2_bpe.json, its chat
+// template), `eval_fraction` of them held out.
+inline std::string ChatFixtureData(const std::string& eval_fraction) {
+  const std::string fixtures = std::string(testing::kSourceDir) + "/tests/fixtures/";
+  return "data { plugin: \"chat\" options { [type.googleapis.com/engine.plugins.ChatOptions] { "
+         "path: \"" +
+         fixtures + "chat_data/conversations.jsonl\" eval_fraction: " + eval_fraction +
+         " tokenizer { kind: HF_JSON path: \"" + fixtures +
+         "tokenizers/qwen2_bpe.json\" config: \"" + fixtures +
+         "chat_data/tokenizer_config.json\" } } } }\n";
+}
+
 // One stage of a small Llama on the chat fixture's conversations (4 to train on, 2 held out):
 // the loss counts the assistants' tokens only, so batches hold different numbers of loss terms,
 // which the model counts on its device. `extra` goes inside the stage.
-inline std::string ChatLlamaStage(const std::string& name, const std::string& extra) {
-  const std::string fixtures = std::string(testing::kSourceDir) + "/tests/fixtures/";
+inline std::string ChatLlamaStage(const std::string& name, const std::string& extra,
+                                  const std::string& eval_fraction = "0.2") {
   return "stage { name: \"" + name +
          "\"\n model { plugin: \"llama\" options { "
          "[type.googleapis.com/engine.transformer.LlamaOptions] { hidden_size: 32 "
-         "num_hidden_layers: 2 num_attention_heads: 4 num_key_value_heads: 2 } } }\n"
-         " data { plugin: \"chat\" options { [type.googleapis.com/engine.plugins.ChatOptions] { "
-         "path: \"" +
-         fixtures +
-         "chat_data/conversations.jsonl\" eval_fraction: 0.2 tokenizer { kind: HF_JSON "
-         "path: \"" +
-         fixtures + "tokenizers/qwen2_bpe.json\" config: \"" + fixtures +
-         "chat_data/tokenizer_config.json\" } } } }\n" + extra + "\n}\n";
+         "num_hidden_layers: 2 num_attention_heads: 4 num_key_value_heads: 2 } } }\n " +
+         ChatFixtureData(eval_fraction) + extra + "\n}\n";
 }
 
 }  // namespace engine::testing

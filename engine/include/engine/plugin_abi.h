@@ -25,9 +25,10 @@
 extern "C" {
 #endif
 
-/* The plugin interface version this SDK speaks. 4: FewRowsMatmul::MatmulFewRows takes the layer's
-   compute dtype, and QuantizedMatmul an optional one. */
-#define ENGINE_PLUGIN_API_VERSION 5
+/* The plugin interface version this SDK speaks. 6: AdapterPlugin's targets, Create and
+   AdapterConfigJson take an AdapterContext (the pipeline's directory), Create the layer's names
+   (AdapterSite), and targets and AdapterConfigJson may fail. */
+#define ENGINE_PLUGIN_API_VERSION 6
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

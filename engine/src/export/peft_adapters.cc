@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/guarded_call.h"
+#include "core/module_names.h"
 #include "engine/adapter.h"
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
@@ -42,14 +43,13 @@ std::string OwningModule(const std::string& name) {
 
 }  // namespace
 
-StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(
-    const ResolvedStage& stage, torch::nn::Module& module, const std::string& base_model,
-    const std::vector<std::pair<std::string, std::string>>& module_prefixes) {
+StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
+                                                torch::nn::Module& module,
+                                                const std::string& base_model,
+                                                const ModulePrefixes& module_prefixes,
+                                                const std::filesystem::path& base_dir) {
   const auto renamed = [&](const std::string& name) {
-    for (const auto& [ours, theirs] : module_prefixes) {
-      if (name.rfind(ours, 0) == 0) return theirs + name.substr(ours.size());
-    }
-    return name;
+    return TransformersModuleName(name, module_prefixes);
   };
   if (stage.adapters.empty()) {
     return FailedPreconditionError(stage.subject() +
@@ -74,10 +74,10 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(
   for (auto& layer : layers) layer = renamed(layer);
   const ResolvedPluginRef& ref = stage.adapters.front();
   const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
-  ENGINE_ASSIGN_OR_RETURN(std::string plugin_json,
-                          GuardedCall(ref.context, [&]() -> StatusOr<std::string> {
-                            return plugin->AdapterConfigJson(*ref.options, layers);
-                          }));
+  ENGINE_ASSIGN_OR_RETURN(
+      std::string plugin_json, GuardedCall(ref.context, [&]() -> StatusOr<std::string> {
+        return plugin->AdapterConfigJson(*ref.options, AdapterContext{base_dir}, layers);
+      }));
   auto config = nlohmann::ordered_json::parse(plugin_json, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) {
     return InternalError(ref.context + ": its adapter_config.json is not a JSON object");

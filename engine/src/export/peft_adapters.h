@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/module_names.h"
 #include "engine/safetensors.h"
 #include "engine/status.h"
 #include "pipeline/resolved_pipeline.h"
@@ -41,8 +42,11 @@ std::filesystem::path PeftBaseModel(const ResolvedStage& stage, const ResolvedPi
 // Fails when the stage has no adapters. `module_prefixes` (Model::transformers_module_prefixes)
 // renames the tensors, modules_to_save and adapted layers for PEFT on transformers' model class;
 // a stage's own checkpoints keep the model's names (none), which the engine reads back.
-StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(
-    const ResolvedStage& stage, torch::nn::Module& module, const std::string& base_model,
-    const std::vector<std::pair<std::string, std::string>>& module_prefixes);
+// `base_dir`: the pipeline's directory, against which the adapter plugin resolves its options.
+StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
+                                                torch::nn::Module& module,
+                                                const std::string& base_model,
+                                                const ModulePrefixes& module_prefixes,
+                                                const std::filesystem::path& base_dir);
 
 }  // namespace engine

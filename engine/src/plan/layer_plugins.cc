@@ -13,6 +13,7 @@
 
 #include "core/glob.h"
 #include "core/guarded_call.h"
+#include "core/module_names.h"
 #include "engine/adapter.h"
 #include "engine/dtype.h"
 #include "engine/linear.h"
@@ -32,10 +33,10 @@ std::string ExampleLayers(const Linears& linears) {
 }
 
 // The layers `patterns` select (all of them for no pattern), or errors for patterns that select
-// nothing.
+// nothing. With `module_prefixes`, a pattern may also match a layer's transformers module name.
 Linears Select(const ResolvedPluginRef& ref, const std::vector<std::string>& patterns,
                const std::string& field, const Linears& linears,
-               std::vector<LayerPluginError>* errors) {
+               std::vector<LayerPluginError>* errors, const ModulePrefixes& module_prefixes = {}) {
   if (linears.empty()) {
     errors->push_back({ref.path, ref.context +
                                      ": the model has no engine::Linear layer to act on (its "
@@ -46,8 +47,9 @@ Linears Select(const ResolvedPluginRef& ref, const std::vector<std::string>& pat
   std::vector<int> hits(patterns.size(), 0);
   for (const auto& item : linears) {
     bool chosen = patterns.empty();
+    const std::string module_name = TransformersModuleName(item.first, module_prefixes);
     for (size_t i = 0; i < patterns.size(); ++i) {
-      if (TargetMatches(patterns[i], item.first)) {
+      if (TargetMatches(patterns[i], item.first) || TargetMatches(patterns[i], module_name)) {
         chosen = true;
         ++hits[i];
       }
@@ -70,18 +72,31 @@ Linears Select(const ResolvedPluginRef& ref, const std::vector<std::string>& pat
 }
 
 // The layers the plugin's target patterns select, its patterns asked behind the guard.
-template <typename LayerPlugin>
-Linears SelectTargets(const ResolvedPluginRef& ref, const LayerPlugin& plugin,
-                      const Linears& linears, std::vector<LayerPluginError>* errors) {
-  using Patterns = std::pair<std::vector<std::string>, std::string>;
-  StatusOr<Patterns> patterns = GuardedCall(ref.context, [&]() -> StatusOr<Patterns> {
-    return Patterns(plugin.targets(*ref.options), plugin.targets_field());
-  });
+using Patterns = std::pair<std::vector<std::string>, std::string>;  // and their field
+
+Linears SelectTargets(const ResolvedPluginRef& ref, const StatusOr<Patterns>& patterns,
+                      const Linears& linears, std::vector<LayerPluginError>* errors,
+                      const ModulePrefixes& module_prefixes = {}) {
   if (!patterns.ok()) {
     errors->push_back({ref.path, patterns.status().message()});
     return {};
   }
-  return Select(ref, patterns->first, patterns->second, linears, errors);
+  return Select(ref, patterns->first, patterns->second, linears, errors, module_prefixes);
+}
+
+StatusOr<Patterns> QuantizerTargets(const ResolvedPluginRef& ref, const QuantizerPlugin& plugin) {
+  return GuardedCall(ref.context, [&]() -> StatusOr<Patterns> {
+    return Patterns(plugin.targets(*ref.options), plugin.targets_field());
+  });
+}
+
+StatusOr<Patterns> AdapterTargets(const ResolvedPluginRef& ref, const AdapterPlugin& plugin,
+                                  const AdapterContext& context) {
+  return GuardedCall(ref.context, [&]() -> StatusOr<Patterns> {
+    ENGINE_ASSIGN_OR_RETURN(std::vector<std::string> patterns,
+                            plugin.targets(*ref.options, context));
+    return Patterns(std::move(patterns), plugin.targets_field(*ref.options));
+  });
 }
 
 // Replaces `layer`'s dense weight by what the quantizer makes of it, adding it to `report`.
@@ -173,6 +188,8 @@ bool TargetMatches(const std::string& pattern, const std::string& name) {
 
 std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
                                                 torch::nn::Module& module,
+                                                const ModulePrefixes& module_prefixes,
+                                                const std::filesystem::path& base_dir,
                                                 LayerPluginReport* report) {
   std::vector<LayerPluginError> errors;
   if (stage.quantizer.entry == nullptr && stage.adapters.empty()) return errors;
@@ -181,7 +198,7 @@ std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
 
   if (const ResolvedPluginRef& ref = stage.quantizer; ref.entry != nullptr) {
     const auto* plugin = static_cast<const QuantizerPlugin*>(ref.entry->plugin.get());
-    const Linears selected = SelectTargets(ref, *plugin, linears, &errors);
+    const Linears selected = SelectTargets(ref, QuantizerTargets(ref, *plugin), linears, &errors);
     if (!errors.empty()) return errors;
     report->quantized_format.clear();
     for (const auto& [name, layer] : selected) {
@@ -202,14 +219,17 @@ std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
 
   for (const ResolvedPluginRef& ref : stage.adapters) {
     const auto* plugin = static_cast<const AdapterPlugin*>(ref.entry->plugin.get());
-    const Linears selected = SelectTargets(ref, *plugin, linears, &errors);
+    const AdapterContext context{base_dir};
+    const Linears selected = SelectTargets(ref, AdapterTargets(ref, *plugin, context), linears,
+                                           &errors, module_prefixes);
     if (!errors.empty()) return errors;
     LayerPluginReport::Adapter summary;
     summary.plugin = ref.entry->name;
     for (const auto& [name, layer] : selected) {
       Status status = GuardedCall(ref.context + ": layer '" + name + "'", [&]() -> Status {
+        const AdapterSite site{name, TransformersModuleName(name, module_prefixes)};
         ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<LinearAdapter> adapter,
-                                plugin->Create(*ref.options, *layer));
+                                plugin->Create(*ref.options, context, site, *layer));
         ENGINE_RETURN_IF_ERROR(layer->AddAdapter(adapter));
         for (const auto& [child, sub] : adapter->modules()) {
           for (const auto& p : sub->named_parameters(/*recurse=*/true)) {

@@ -10,11 +10,13 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "core/module_names.h"
 #include "engine/status.h"
 #include "pipeline/resolved_pipeline.h"
 
@@ -57,9 +59,13 @@ struct LayerPluginError {
   std::string message;
 };
 
-// Returns the errors; empty on success.
+// Returns the errors; empty on success. `module_prefixes` (the model's
+// transformers_module_prefixes) gives each layer its module name, which adapters' target patterns
+// may match and which adapter plugins are told; `base_dir` is the pipeline file's directory.
 std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
                                                 torch::nn::Module& module,
+                                                const ModulePrefixes& module_prefixes,
+                                                const std::filesystem::path& base_dir,
                                                 LayerPluginReport* report);
 
 // Quantized layers multiply in the stage's compute dtype (`stage_compute`: its autocast dtype,

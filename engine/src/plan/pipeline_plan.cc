@@ -155,8 +155,15 @@ class PlanBuilder {
       return false;
     }
     plan->architecture = *architecture;
-    const std::vector<LayerPluginError> layer_errors =
-        ApplyLayerPlugins(stage, plan->model->module(), &plan->layers);
+    StatusOr<ModulePrefixes> prefixes = GuardedCall(
+        stage.model.context,
+        [&]() -> StatusOr<ModulePrefixes> { return plan->model->transformers_module_prefixes(); });
+    if (!prefixes.ok()) {
+      Error(stage.model.path, prefixes.status().message());
+      return false;
+    }
+    const std::vector<LayerPluginError> layer_errors = ApplyLayerPlugins(
+        stage, plan->model->module(), *prefixes, pipeline_.base_dir, &plan->layers);
     for (const LayerPluginError& e : layer_errors) Error(e.path, e.message);
     return layer_errors.empty();
   }

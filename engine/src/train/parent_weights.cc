@@ -36,6 +36,15 @@ StatusOr<double> LoraScale(const std::filesystem::path& dir) {
       config["r"].get<double>() <= 0) {
     return DataLossError(path.string() + " lacks a positive 'r' and a 'lora_alpha'");
   }
+  for (const char* key : {"use_rslora", "rank_pattern", "alpha_pattern"}) {
+    auto it = config.find(key);
+    if (it != config.end() && !it->is_null() && *it != false && !(it->is_object() && it->empty())) {
+      return FailedPreconditionError(
+          path.string() + " sets '" + key +
+          "', so its layers are not all scaled by lora_alpha / r, which parent_adapters: MERGE "
+          "folds in; ATTACH the adapters instead (the default)");
+    }
+  }
   return config["lora_alpha"].get<double>() / config["r"].get<double>();
 }
 

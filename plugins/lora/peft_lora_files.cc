@@ -1,0 +1,270 @@
+#include "peft_lora_files.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <tuple>
+
+#include "engine/atomic_file.h"
+#include "engine/dtype.h"
+#include "engine/json_key_reader.h"
+
+namespace engine::plugins {
+namespace {
+
+constexpr uintmax_t kMaxConfigBytes = 16 << 20;
+constexpr size_t kMaxPatternLength = 1000;
+constexpr char kPrefix[] = "base_model.model.";
+const std::string kA = ".lora_A.weight", kB = ".lora_B.weight";
+
+// Keys that say nothing about what the adapters compute, or say which layers have them (the
+// tensors say that exactly).
+const std::set<std::string>& NeutralKeys() {
+  static const std::set<std::string> keys = {"base_model_name_or_path",
+                                             "revision",
+                                             "inference_mode",
+                                             "auto_mapping",
+                                             "peft_version",
+                                             "runtime_config",
+                                             "megatron_core",
+                                             "qalora_group_size",
+                                             "ensure_weight_tying",
+                                             "init_lora_weights",
+                                             "loftq_config",
+                                             "eva_config",
+                                             "corda_config",
+                                             "lora_ga_config",
+                                             "target_modules",
+                                             "exclude_modules",
+                                             "layers_to_transform",
+                                             "layers_pattern"};
+  return keys;
+}
+
+// Keys PEFT 0.21 has that change the computation, with the value that leaves it LoRA's.
+bool IsUnset(const nlohmann::json& value) {
+  return value.is_null() || (value.is_boolean() && !value.get<bool>()) ||
+         ((value.is_array() || value.is_object()) && value.empty());
+}
+
+const std::map<std::string, std::string>& UnsupportedKeys() {
+  static const std::map<std::string, std::string> keys = {
+      {"use_dora", "DoRA's magnitude vectors"},
+      {"lora_bias", "biases on lora_B"},
+      {"modules_to_save", "whole modules trained beside the adapters"},
+      {"target_parameters", "adapters on parameters rather than linear layers"},
+      {"trainable_token_indices", "trainable token embeddings"},
+      {"fan_in_fan_out", "transposed (Conv1D) weights"},
+      {"megatron_config", "Megatron's parallel layers"},
+      {"velora_config", "VeLoRA"},
+      {"alora_invocation_tokens", "activated LoRA"},
+      {"use_qalora", "QA-LoRA's pooled inputs"},
+      {"monteclora_config", "MonteCLoRA"},
+      {"layer_replication", "replicated layers"},
+      {"use_bdlora", "block-diagonal LoRA"},
+      {"arrow_config", "Arrow routing"},
+      {"kasa_config", "KaSA"}};
+  return keys;
+}
+
+// PEFT's get_pattern_key: the first key for which "(.*\.)?(KEY)" matches the whole name.
+template <typename Value>
+StatusOr<const Value*> PatternValue(const std::vector<std::pair<std::string, Value>>& patterns,
+                                    const std::string& field, const std::filesystem::path& file,
+                                    const std::string& module_name) {
+  for (const auto& [key, value] : patterns) {
+    try {
+      if (std::regex_match(module_name, std::regex("(.*\\.)?(" + key + ")"))) return &value;
+    } catch (const std::exception& error) {
+      return InvalidArgumentError(
+          file.string() + ": " + field + " key '" + key +
+          "' is not a regular expression this engine reads: " + error.what());
+    }
+  }
+  return static_cast<const Value*>(nullptr);
+}
+
+template <typename Value>
+Status ReadPatterns(const nlohmann::ordered_json& json, const std::string& field,
+                    const JsonKeyReader& keys,
+                    std::vector<std::pair<std::string, Value>>* patterns) {
+  auto it = json.find(field);
+  if (it == json.end() || it->is_null()) return Status::Ok();
+  if (!it->is_object()) return keys.Error(field, "must be an object of pattern: value");
+  for (auto entry = it->begin(); entry != it->end(); ++entry) {
+    if (entry.key().empty() || entry.key().size() > kMaxPatternLength) {
+      return keys.Error(field, "has a pattern of " + std::to_string(entry.key().size()) +
+                                   " characters (1 to 1,000)");
+    }
+    const nlohmann::ordered_json& v = entry.value();
+    if constexpr (std::is_integral_v<Value>) {
+      if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+        return keys.Error(field,
+                          "'" + entry.key() + "' must be a positive integer, not " + v.dump());
+      }
+    } else if (!v.is_number() || !std::isfinite(v.get<double>())) {
+      return keys.Error(field, "'" + entry.key() + "' must be a number, not " + v.dump());
+    }
+    patterns->emplace_back(entry.key(), v.get<Value>());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::filesystem::path& dir) {
+  PeftLoraConfig config;
+  config.file = dir / kPeftConfigFile;
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(config.file, error);
+  if (error) {
+    return NotFoundError("cannot read " + config.file.string() + " (" + error.message() +
+                         "): peft_adapter names a directory PEFT's save_pretrained wrote");
+  }
+  if (size > kMaxConfigBytes) {
+    return InvalidArgumentError(config.file.string() + " is " + std::to_string(size) +
+                                " bytes; an adapter_config.json is at most 16 MiB");
+  }
+  ENGINE_ASSIGN_OR_RETURN(const std::string text, ReadFile(config.file));
+  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto ordered = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return DataLossError(config.file.string() + " is not a JSON object");
+  JsonKeyReader keys(json, config.file.string());
+  const nlohmann::json& type = keys.Take("peft_type");
+  if (!type.is_null() && type != "LORA") {
+    return keys.Error("peft_type", "is " + type.dump() + "; the lora plugin reads LORA adapters");
+  }
+  const nlohmann::json& task = keys.Take("task_type");
+  if (task.is_string()) config.task_type = task.get<std::string>();
+  ENGINE_RETURN_IF_ERROR(keys.PositiveInt("r", &config.r));
+  for (auto [key, out] : {std::pair{"lora_alpha", &config.lora_alpha},
+                          std::pair{"lora_dropout", &config.lora_dropout}}) {
+    const nlohmann::json& v = keys.Take(key);
+    if (v.is_null()) continue;
+    if (!v.is_number() || !std::isfinite(v.get<double>())) {
+      return keys.Error(key, "must be a number, not " + v.dump());
+    }
+    *out = v.get<double>();
+  }
+  if (!(config.lora_dropout >= 0 && config.lora_dropout < 1)) {
+    return keys.Error("lora_dropout", "must be in [0, 1)");
+  }
+  ENGINE_RETURN_IF_ERROR(keys.Bool("use_rslora", &config.use_rslora));
+  keys.MarkRead("rank_pattern");
+  keys.MarkRead("alpha_pattern");
+  ENGINE_RETURN_IF_ERROR(ReadPatterns(ordered, "rank_pattern", keys, &config.rank_pattern));
+  ENGINE_RETURN_IF_ERROR(ReadPatterns(ordered, "alpha_pattern", keys, &config.alpha_pattern));
+  const nlohmann::json& bias = keys.Take("bias");
+  if (!bias.is_null() && bias != "none") {
+    return keys.Error(
+        "bias", "is " + bias.dump() + "; only \"none\" is supported (PEFT then trains no bias)");
+  }
+  for (const auto& [key, what] : UnsupportedKeys()) {
+    const nlohmann::json& v = keys.Take(key);
+    if (!IsUnset(v)) {
+      return keys.Error(
+          key, "(" + v.dump() + ") asks for " + what + ", which the lora plugin does not compute");
+    }
+  }
+  for (const std::string& key : keys.Unread(NeutralKeys())) {
+    if (!IsUnset(json[key])) {
+      return keys.Error(key, "(" + json[key].dump() +
+                                 ") is not a LoraConfig key of PEFT 0.21 that the lora plugin "
+                                 "knows; it may change what the adapters compute");
+    }
+  }
+  return config;
+}
+
+StatusOr<int64_t> PeftLoraConfig::RankOf(const std::string& module_name) const {
+  ENGINE_ASSIGN_OR_RETURN(const int64_t* rank,
+                          PatternValue(rank_pattern, "rank_pattern", file, module_name));
+  return rank != nullptr ? *rank : r;
+}
+
+StatusOr<double> PeftLoraConfig::AlphaOf(const std::string& module_name) const {
+  ENGINE_ASSIGN_OR_RETURN(const double* alpha,
+                          PatternValue(alpha_pattern, "alpha_pattern", file, module_name));
+  return alpha != nullptr ? *alpha : lora_alpha;
+}
+
+StatusOr<double> PeftLoraConfig::ScaleOf(const std::string& module_name) const {
+  ENGINE_ASSIGN_OR_RETURN(const int64_t rank, RankOf(module_name));
+  ENGINE_ASSIGN_OR_RETURN(const double alpha, AlphaOf(module_name));
+  return alpha / (use_rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank));
+}
+
+StatusOr<std::vector<std::string>> PeftAdaptedModules(const safetensors::File& weights) {
+  std::vector<std::string> modules;
+  std::set<std::string> a, b;
+  for (const safetensors::TensorInfo& info : weights.tensors()) {
+    const std::string& name = info.name;
+    const auto ends_with = [&](const std::string& suffix) {
+      return name.size() > suffix.size() &&
+             name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    const bool is_a = ends_with(kA), is_b = ends_with(kB);
+    if (name.rfind(kPrefix, 0) != 0 || !(is_a || is_b)) {
+      return InvalidArgumentError(
+          weights.path().string() + ": tensor '" + name +
+          "' is not a LoRA weight of a linear layer (base_model.model.<module>.lora_A.weight or "
+          ".lora_B.weight); embedding adapters, DoRA magnitudes, biases and saved modules are "
+          "not supported");
+    }
+    const std::string module =
+        name.substr(std::strlen(kPrefix), name.size() - std::strlen(kPrefix) - kA.size());
+    (is_a ? a : b).insert(module);
+    if (is_a) modules.push_back(module);
+  }
+  for (const std::string& module : a) {
+    if (b.count(module) == 0) {
+      return InvalidArgumentError(weights.path().string() + " has no tensor '" + kPrefix + module +
+                                  kB + "' beside its lora_A");
+    }
+  }
+  for (const std::string& module : b) {
+    if (a.count(module) == 0) {
+      return InvalidArgumentError(weights.path().string() + " has no tensor '" + kPrefix + module +
+                                  kA + "' beside its lora_B");
+    }
+  }
+  if (modules.empty()) {
+    return InvalidArgumentError(weights.path().string() + " holds no LoRA weights");
+  }
+  return modules;
+}
+
+StatusOr<std::pair<at::Tensor, at::Tensor>> PeftLoraWeights(const safetensors::File& weights,
+                                                            const std::string& module_name,
+                                                            int64_t r, int64_t in_features,
+                                                            int64_t out_features) {
+  std::pair<at::Tensor, at::Tensor> ab;
+  for (auto [suffix, shape, out] :
+       {std::tuple{kA, std::vector<int64_t>{r, in_features}, &ab.first},
+        std::tuple{kB, std::vector<int64_t>{out_features, r}, &ab.second}}) {
+    const std::string name = kPrefix + module_name + suffix;
+    const safetensors::TensorInfo* info = weights.Find(name);
+    if (info == nullptr) {
+      return NotFoundError(weights.path().string() + " has no tensor '" + name + "'");
+    }
+    if (!c10::isFloatingType(info->dtype) || info->shape != shape) {
+      return InvalidArgumentError(
+          weights.path().string() + ": tensor '" + name + "' is " +
+          std::string(DtypeShortName(info->dtype)) + " " + c10::str(at::IntArrayRef(info->shape)) +
+          "; the layer (" + std::to_string(out_features) + "x" + std::to_string(in_features) +
+          ") with rank " + std::to_string(r) +
+          " (adapter_config.json's r or rank_pattern) needs floating point " +
+          c10::str(at::IntArrayRef(shape)));
+    }
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor tensor, weights.Get(name));
+    *out = tensor.to(at::kFloat);
+  }
+  return ab;
+}
+
+}  // namespace engine::plugins
