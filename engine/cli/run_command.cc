@@ -8,11 +8,13 @@
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "cli/session.h"
+#include "core/cpu_threads.h"
 #include "core/interrupt.h"
 #include "core/logging.h"
 #include "core/output_dir_lock.h"
 #include "dist/dist_env.h"
 #include "engine/utf8.h"
+#include "plan/pipeline_plan.h"
 #include "plan/plan_printer.h"
 #include "run/pipeline_runner.h"
 
@@ -20,7 +22,7 @@ namespace engine::cli {
 
 std::string RunHelp() {
   return R"(usage: engine run PIPELINE.pbtxt [--force=STAGE[,STAGE...]] [--from=STAGE]
-                  [--nproc=N] [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
+                  [--nproc=N [--oversubscribe]] [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
 
 Checks the pipeline exactly as `engine check` does and prints its plan; then trains the stages in
 order, each into <output_dir>/<stage>/. A stage ends with an evaluation and a checkpoint in
@@ -53,6 +55,10 @@ says which and why), 2 for a wrong command line, 130 when stopped by Ctrl-C or S
                        when a rank fails the others are stopped and the exit status is its own.
                        torchrun or Slurm can start the ranks instead (RANK, WORLD_SIZE, LOCAL_RANK,
                        MASTER_ADDR, MASTER_PORT)
+                       The check plans as the last rank would, so a stage without DDP, or
+                       with more ranks than CUDA devices, is refused before any rank starts
+  --oversubscribe      with --nproc: allow more ranks than this machine has cores for stages
+                       on the CPU (each rank then gets a share of a core)
   --output_dir=DIR     write here instead of the pipeline's output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
@@ -65,6 +71,7 @@ namespace {
 struct RunFlags {
   RunOptions options;
   int nproc = 1;
+  bool oversubscribe = false;
 };
 
 // Fills `flags` from `a`; returns what is wrong with the command line, or "".
@@ -92,20 +99,61 @@ std::string ParseRunFlags(const Arguments& a, RunFlags* flags) {
     }
     flags->nproc = static_cast<int>(nproc);
   }
+  flags->oversubscribe = a.Has("oversubscribe");
+  if (flags->oversubscribe && flags->nproc == 1) return "--oversubscribe goes with --nproc=N";
   return "";
 }
 
-// The command line of each rank: this one without --nproc.
+// The command line of each rank: this one without the launcher's flags.
 std::vector<std::string> WithoutNproc(const std::vector<std::string>& args) {
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--nproc") {
       ++i;
-    } else if (args[i].rfind("--nproc=", 0) != 0) {
+    } else if (args[i].rfind("--nproc=", 0) != 0 && args[i] != "--oversubscribe") {
       rest.push_back(args[i]);
     }
   }
   return rest;
+}
+
+// While it lives, this process sees the variables the last of `nproc` local ranks will see
+// (launcher.cc sets them for each rank), so that planning here meets what every rank will meet:
+// the largest LOCAL_RANK, which needs its own CUDA device, and a world size above one, which a
+// stage without DDP refuses.
+class AsTheLastRank {
+ public:
+  explicit AsTheLastRank(int nproc) {
+    const std::string last = std::to_string(nproc - 1), size = std::to_string(nproc);
+    for (const auto& [name, value] : {std::pair<const char*, std::string>{"WORLD_SIZE", size},
+                                      {"RANK", last},
+                                      {"LOCAL_RANK", last},
+                                      {"LOCAL_WORLD_SIZE", size}}) {
+      ::setenv(name, value.c_str(), 1);
+    }
+  }
+  ~AsTheLastRank() {
+    for (const char* name : {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+      ::unsetenv(name);
+    }
+  }
+  AsTheLastRank(const AsTheLastRank&) = delete;
+  AsTheLastRank& operator=(const AsTheLastRank&) = delete;
+};
+
+// More ranks than cores for a stage on the CPU, without --oversubscribe: what is wrong, else "".
+std::string TooManyCpuRanks(const PipelinePlan& plan, int nproc, bool oversubscribe) {
+  const int cores = ReadCpuThreadFacts(0, 1).usable_cores;
+  if (oversubscribe || nproc <= cores) return "";
+  for (const StagePlan& stage : plan.stages) {
+    if (stage.stage->device.device == "cpu") {
+      return "--nproc=" + std::to_string(nproc) + " starts more ranks than the " +
+             std::to_string(cores) + " cores this process may use, and " + stage.stage->subject() +
+             " runs on the CPU; use at most " + std::to_string(cores) +
+             " ranks, or add --oversubscribe to share the cores among them";
+    }
+  }
+  return "";
 }
 
 int ReportInvalid(const Session& session, const std::string& file) {
@@ -119,16 +167,26 @@ int ReportInvalid(const Session& session, const std::string& file) {
 // Checks the pipeline once as `engine check` does (data and models included), then starts `nproc`
 // ranks of this command: an invalid pipeline is reported once, without starting any. The check's
 // models are freed before the ranks start; each rank plans again for itself.
-int CheckThenLaunch(const std::vector<std::string>& args, const Arguments& a, int nproc) {
+int CheckThenLaunch(const std::vector<std::string>& args, const Arguments& a,
+                    const RunFlags& flags) {
+  if (std::getenv("WORLD_SIZE") != nullptr) return LaunchRanks(flags.nproc, WithoutNproc(args));
   {
     Session session;
     LoadOptions options;
     if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
-    if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session)) {
-      return ReportInvalid(session, a.positional[0]);
+    bool planned = false;
+    {
+      AsTheLastRank last(flags.nproc);
+      planned = LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session);
+    }
+    if (!planned) return ReportInvalid(session, a.positional[0]);
+    const std::string crowded = TooManyCpuRanks(*session.plan, flags.nproc, flags.oversubscribe);
+    if (!crowded.empty()) {
+      std::cerr << "engine run: " << crowded << "; nothing was run\n";
+      return kExitUsage;
     }
   }
-  return LaunchRanks(nproc, WithoutNproc(args));
+  return LaunchRanks(flags.nproc, WithoutNproc(args));
 }
 
 // The output directory's lock, taken by rank 0 (the ranks share the directory; rank 0 writes the
@@ -161,8 +219,8 @@ int TrainPlan(Session* session, const RunOptions& options) {
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
-  const Arguments a =
-      ParseArguments(args, {"output_dir", "plugin_path", "force", "from", "nproc"}, {});
+  const Arguments a = ParseArguments(args, {"output_dir", "plugin_path", "force", "from", "nproc"},
+                                     {"oversubscribe"});
   if (a.help) {
     std::cout << RunHelp();
     return kExitOk;
@@ -172,7 +230,7 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "engine run: " << error << "\n\n" << RunHelp();
     return kExitUsage;
   }
-  if (flags.nproc > 1) return CheckThenLaunch(args, a, flags.nproc);
+  if (flags.nproc > 1) return CheckThenLaunch(args, a, flags);
   InstallInterruptHandlers();
   LoadOptions options;
   if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");

@@ -225,6 +225,30 @@ TEST_F(StageCacheTest, BytesChangedInPlaceAreFoundByTheContentHash) {
   EXPECT_NE(RunId(Out() / "a/final"), a_run_);
 }
 
+// The manifest is hashed too: an edit that still parses (another step) is found as damage, by
+// `engine verify`, by --from and by a run, which trains the stage again.
+TEST_F(StageCacheTest, AnEditedManifestIsFoundByItsRecordedHash) {
+  const auto manifest = Out() / "a/final/manifest.pbtxt";
+  std::string text = testing::ReadText(manifest);
+  const std::string step = "step: 23\n";
+  ASSERT_NE(text.find(step), std::string::npos) << text;
+  text.replace(text.find(step), step.size(), "step: 24\n");
+  std::ofstream(manifest, std::ios::trunc) << text;
+  const std::string damage =
+      "checkpoint manifest '" + manifest.string() + "' changed after it was written";
+  auto verify = testing::RunEngine({"verify", Out().string()});
+  EXPECT_EQ(verify.exit_code, 1);
+  EXPECT_THAT(verify.out, HasSubstr("DAMAGED " + (Out() / "a/final").string()));
+  EXPECT_THAT(verify.out, HasSubstr(damage));
+  auto r = Run({"--from=b"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(damage));
+  r = Run({});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 'a': training again: its checkpoint is"));
+  EXPECT_NE(RunId(Out() / "a/final"), a_run_);
+}
+
 TEST_F(StageCacheTest, ACorruptParentManifestIsAClearError) {
   const auto manifest = Out() / "a/final/manifest.pbtxt";
   std::ofstream(manifest, std::ios::trunc) << "format_version: 1\nstep: \"many\"\n";

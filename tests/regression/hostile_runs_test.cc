@@ -184,5 +184,30 @@ TEST(HostileRunsTest, NprocOnAnInvalidPipelineChecksOnceAndStartsNoRank) {
   EXPECT_THAT(r.err, Not(HasSubstr("rank")));
 }
 
+// A valid pipeline whose stage does not ask for DDP started ranks until memory ran out; so did a
+// CPU DDP stage with far more ranks than cores. Both are refused before any rank starts.
+TEST(HostileRunsTest, NprocBeyondWhatThePipelineAndTheMachineAllowStartsNoRank) {
+  testing::TempDir dir;
+  auto plain = dir.Write("plain.pbtxt", Pipeline("  schedule { max_steps: 2 batch_size: 16 }"));
+  auto r = RunEngine({"run", plain.string(), "--nproc=1000"}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("it would run as rank 999 of WORLD_SIZE=1000, but the stage does "
+                               "not ask for parallel { strategy: DDP }"));
+  EXPECT_THAT(r.err, Not(HasSubstr("started")));
+
+  auto ddp = dir.Write("ddp.pbtxt", Pipeline("  schedule { max_steps: 2 batch_size: 16 }\n"
+                                             "  parallel { device: \"cpu\" strategy: DDP }"));
+  r = RunEngine({"run", ddp.string(), "--nproc=1000"}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--nproc=1000 starts more ranks than the "));
+  EXPECT_THAT(r.err, HasSubstr("add --oversubscribe to share the cores among them"));
+  EXPECT_THAT(r.err, Not(HasSubstr("started")));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "out"));
+
+  r = RunEngine({"run", ddp.string(), "--oversubscribe"}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--oversubscribe goes with --nproc=N"));
+}
+
 }  // namespace
 }  // namespace engine

@@ -259,10 +259,11 @@ class PlanBuilder {
     const bool ddp = parallel.strategy() == proto::Parallel::DDP;
     if (!ddp && env->world_size > 1) {
       Error(stage.path() + ".parallel.strategy",
-            where + "this process is rank " + std::to_string(env->rank) +
+            where + "it would run as rank " + std::to_string(env->rank) +
                 " of WORLD_SIZE=" + std::to_string(env->world_size) +
                 ", but the stage does not ask for parallel { strategy: DDP }; a stage never runs "
-                "as several ranks unless it says so");
+                "as several ranks unless it says so (run it as one process: without --nproc, "
+                "torchrun or Slurm)");
       return false;
     }
     plan->world_size = ddp ? env->world_size : 1;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -67,7 +68,8 @@ Status RecordFileDigests(const std::filesystem::path& temp, proto::CheckpointMan
   std::error_code ec;
   std::vector<std::filesystem::path> files;
   for (const auto& item : std::filesystem::directory_iterator(temp, ec)) {
-    if (item.is_regular_file(ec) && item.path().filename() != kManifestFile) {
+    const std::filesystem::path name = item.path().filename();
+    if (item.is_regular_file(ec) && name != kManifestFile && name != kManifestHashFile) {
       files.push_back(item.path());
     }
   }
@@ -114,7 +116,27 @@ Status WriteContents(const std::filesystem::path& temp, CheckpointContents conte
   ENGINE_RETURN_IF_ERROR(RecordFileDigests(temp, &manifest));
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
-  return WriteFileAtomically(temp / kManifestFile, text);
+  ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kManifestFile, text));
+  ENGINE_ASSIGN_OR_RETURN(const std::string hash, FileContentHash(temp / kManifestFile));
+  return WriteFileAtomically(temp / kManifestHashFile, hash + "\n");
+}
+
+// The manifest against its recorded hash, when it has one.
+Status CheckManifestHash(const std::filesystem::path& dir) {
+  const std::filesystem::path recorded_file = dir / kManifestHashFile;
+  std::error_code ec;
+  if (!std::filesystem::exists(recorded_file, ec)) return Status::Ok();
+  ENGINE_ASSIGN_OR_RETURN(std::string recorded, ReadFile(recorded_file));
+  while (!recorded.empty() && std::isspace(static_cast<unsigned char>(recorded.back()))) {
+    recorded.pop_back();
+  }
+  ENGINE_ASSIGN_OR_RETURN(const std::string actual, FileContentHash(dir / kManifestFile));
+  if (recorded == actual) return Status::Ok();
+  return DataLossError("checkpoint manifest '" + (dir / kManifestFile).string() +
+                       "' changed after it was written: its content hash is " + actual + ", " +
+                       kManifestHashFile + " records " +
+                       (recorded.size() <= 64 ? recorded : recorded.substr(0, 64) + "...") +
+                       "; the checkpoint cannot be trusted");
 }
 
 }  // namespace
@@ -163,6 +185,7 @@ StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& di
   if (!google::protobuf::TextFormat::ParseFromString(text, &manifest)) {
     return DataLossError("checkpoint manifest '" + path.string() + "' is corrupt");
   }
+  ENGINE_RETURN_IF_ERROR(CheckManifestHash(dir));
   if (manifest.format_version() == 0 || manifest.format_version() > kCheckpointFormatVersion) {
     return FailedPreconditionError(
         "checkpoint manifest '" + path.string() + "' has format version " +

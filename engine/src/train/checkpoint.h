@@ -9,6 +9,9 @@
 //                                the adapter parameters alone, as PEFT names and describes them
 //   <dir>/manifest.pbtxt         engine.proto.CheckpointManifest, protobuf text, with the size and
 //                                content hash of every other file
+//   <dir>/manifest.xxh3          the manifest's own content hash, written last, so that an edited
+//                                manifest is found as an edited tensor file is (a checkpoint of an
+//                                older engine has none, and its manifest is taken as it is)
 //
 // WriteCheckpoint builds the directory under a hidden temporary name beside `dir`, syncs every
 // file, then swaps it into place in one rename (replacing an older checkpoint of the same name,
@@ -32,6 +35,7 @@ namespace engine {
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kManifestFile = "manifest.pbtxt";
+inline constexpr const char* kManifestHashFile = "manifest.xxh3";
 inline constexpr const char* kConfigFile = "config.json";
 inline constexpr const char* kAdapterFile = "adapter_model.safetensors";
 inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
@@ -72,7 +76,8 @@ std::filesystem::path PeriodicCheckpointDir(const std::filesystem::path& stage_d
 // temporaries of writes that did not finish.
 std::vector<std::filesystem::path> PeriodicCheckpointDirs(const std::filesystem::path& stage_dir);
 
-// Reads and checks `<dir>/manifest.pbtxt`.
+// Reads and checks `<dir>/manifest.pbtxt`, against manifest.xxh3 when there is one (a DATA_LOSS
+// error naming both when the manifest changed after it was written).
 StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& dir);
 
 // Checks the files of `dir` a manifest lists (a checkpoint's: all but the manifest; a frozen

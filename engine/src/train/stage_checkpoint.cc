@@ -51,10 +51,10 @@ Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
   const ResolvedStage& stage = *parts.plan->stage;
   if (stage.adapters.empty()) return Status::Ok();
   const std::filesystem::path base = PeftBaseModel(stage, *parts.request->pipeline);
-  ENGINE_ASSIGN_OR_RETURN(PeftAdapterFiles files,
-                          MakePeftAdapterFiles(stage, parts.model->module(), base.string(),
-                                               /*module_prefixes=*/{},
-                                               parts.request->pipeline->base_dir));
+  ENGINE_ASSIGN_OR_RETURN(
+      PeftAdapterFiles files,
+      MakePeftAdapterFiles(stage, parts.model->module(), base.string(),
+                           /*module_prefixes=*/{}, parts.request->pipeline->base_dir));
   contents->adapters = std::move(files.tensors);
   contents->adapter_config_json = std::move(files.config_json);
   return Status::Ok();

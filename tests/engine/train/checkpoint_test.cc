@@ -2,6 +2,7 @@
 
 #include <ATen/ops/equal.h>
 #include <ATen/ops/randn.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -30,14 +31,36 @@ std::vector<std::string> Listing(const std::filesystem::path& dir) {
   return names;
 }
 
+// An edit that still parses is found by the manifest's recorded hash; a checkpoint without one
+// (an older engine's) is read as it is.
+TEST(CheckpointTest, TheManifestIsCheckedAgainstItsRecordedHash) {
+  testing::TempDir dir;
+  const auto ckpt = dir.path() / "final";
+  ASSERT_TRUE(WriteCheckpoint(ckpt, Contents(7)).ok());
+  std::string text = testing::ReadText(ckpt / kManifestFile);
+  ASSERT_NE(text.find("step: 7\n"), std::string::npos);
+  text.replace(text.find("step: 7\n"), 8, "step: 8\n");
+  dir.Write("final/manifest.pbtxt", text);
+  auto edited = ReadManifest(ckpt);
+  ASSERT_FALSE(edited.ok());
+  EXPECT_EQ(edited.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(edited.status().message()),
+              ::testing::HasSubstr("manifest.pbtxt' changed after it was written"));
+  std::filesystem::remove(ckpt / kManifestHashFile);
+  auto older = ReadManifest(ckpt);
+  ASSERT_TRUE(older.ok()) << older.status().message();
+  EXPECT_EQ(older->step(), 8u);
+}
+
 TEST(CheckpointTest, WritesWeightsOptimizerAndManifest) {
   testing::TempDir dir;
   const auto ckpt = dir.path() / "stage" / "final";
   CheckpointContents c = Contents(7);
   at::Tensor w = c.model[0].second;
   ASSERT_TRUE(WriteCheckpoint(ckpt, c).ok());
-  EXPECT_EQ(Listing(ckpt), (std::vector<std::string>{"manifest.pbtxt", "model.safetensors",
-                                                     "optimizer.safetensors"}));
+  EXPECT_EQ(Listing(ckpt),
+            (std::vector<std::string>{"manifest.pbtxt", "manifest.xxh3", "model.safetensors",
+                                      "optimizer.safetensors"}));
   auto manifest = ReadManifest(ckpt);
   ASSERT_TRUE(manifest.ok()) << manifest.status().message();
   EXPECT_EQ(manifest->format_version(), kSelfContainedFormatVersion);
