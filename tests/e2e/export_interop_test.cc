@@ -315,6 +315,7 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
   struct Case {
     testing::TempDir tmp;
     nlohmann::json engine_ids, result, peft_source_result;
+    nlohmann::json qlora_engine_ids, qlora_result;  // the QLoRA stage's
     std::string error;
   };
 
@@ -352,29 +353,62 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
         Generate(source, {"--image=" + image, "--prompt=Cat?"}, &c->error);
     if (generated.is_null()) return *c;
     c->engine_ids = generated["ids"];
+    const std::string qlora = file.string() + ":vq";
+    const fs::path exports = c->tmp.path() / "vq";
+    for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+             {"hf", "--format=hf"},
+             {"peft", "--format=peft"},
+             {"bnb4", "--format=bnb4"},
+             {"bnb4_double", "--format=bnb4", "--double_quant"}}) {
+      std::vector<std::string> args = {"export", qlora, "--to=" + (exports / flags[0]).string()};
+      args.insert(args.end(), flags.begin() + 1, flags.end());
+      const auto exported = testing::RunEngine(args);
+      if (exported.exit_code != 0) {
+        c->error = "engine export " + qlora + " " + flags[1] + ": " + exported.err;
+        return *c;
+      }
+    }
+    const nlohmann::json qlora_generated =
+        Generate(qlora, {"--image=" + image, "--prompt=Cat?"}, &c->error);
+    if (qlora_generated.is_null()) return *c;
+    c->qlora_engine_ids = qlora_generated["ids"];
     const fs::path logits = c->tmp.path() / "logits.safetensors";
     const fs::path peft_logits = c->tmp.path() / "peft_logits.safetensors";
+    const fs::path qlora_logits = exports / "logits.safetensors";
     if (!WriteLogits(file, "vl", logits, &c->error) ||
-        !WriteLogits(file, "from_peft", peft_logits, &c->error)) {
+        !WriteLogits(file, "from_peft", peft_logits, &c->error) ||
+        !WriteLogits(file, "vq", qlora_logits, &c->error)) {
       return *c;
     }
-    const nlohmann::json results = RunReference(c->tmp,
-                                                {{{"name", family},
-                                                  {"logits", logits.string()},
-                                                  {"hf", hf.string()},
-                                                  {"peft", peft.string()},
-                                                  {"base", fixture.string()},
-                                                  {"image", image},
-                                                  {"prompt_text", generated["prompt_text"]},
-                                                  {"max_new_tokens", kNewTokens}},
-                                                 {{"name", family + " from PEFT"},
-                                                  {"base", fixture.string()},
-                                                  {"peft_source", peft_source.string()},
-                                                  {"logits", peft_logits.string()}}},
-                                                &c->error);
+    const nlohmann::json results =
+        RunReference(c->tmp,
+                     {{{"name", family},
+                       {"logits", logits.string()},
+                       {"hf", hf.string()},
+                       {"peft", peft.string()},
+                       {"base", fixture.string()},
+                       {"image", image},
+                       {"prompt_text", generated["prompt_text"]},
+                       {"max_new_tokens", kNewTokens}},
+                      {{"name", family + " from PEFT"},
+                       {"base", fixture.string()},
+                       {"peft_source", peft_source.string()},
+                       {"logits", peft_logits.string()}},
+                      {{"name", family + " QLoRA"},
+                       {"logits", qlora_logits.string()},
+                       {"hf", (exports / "hf").string()},
+                       {"peft", (exports / "peft").string()},
+                       {"bnb4", (exports / "bnb4").string()},
+                       {"bnb4_double", (exports / "bnb4_double").string()},
+                       {"base", fixture.string()},
+                       {"image", image},
+                       {"prompt_text", qlora_generated["prompt_text"]},
+                       {"max_new_tokens", kNewTokens}}},
+                     &c->error);
     if (!results.is_null()) {
       c->result = results[0];
       c->peft_source_result = results[1];
+      c->qlora_result = results[2];
     }
     return *c;
   }
@@ -439,7 +473,12 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
                   "target_modules: \"visual.blocks.0.attn.qkv\"",
                   "optimizer { learning_rate: 0.05 } schedule { max_steps: 3 batch_size: 2 }") +
             stage("from_peft", "peft_adapter: \"" + (tmp.path() / "peft_source").string() + "\"",
-                  "optimizer { learning_rate: 1e-30 } schedule { max_steps: 1 batch_size: 2 }"));
+                  "optimizer { learning_rate: 1e-30 } schedule { max_steps: 1 batch_size: 2 }") +
+            stage("vq", "r: 4 lora_alpha: 8 target_modules: \"model.layers.*\"",
+                  "quantizer { plugin: \"nf4\" options { "
+                  "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: "
+                  "\"model.layers.*\" } } }\n  optimizer { learning_rate: 0.05 } schedule { "
+                  "max_steps: 3 batch_size: 2 }"));
   }
   static void SetUpTestSuite() { cases_ = new std::map<std::string, std::unique_ptr<Case>>(); }
   static void TearDownTestSuite() { delete cases_; }
@@ -479,6 +518,29 @@ TEST_P(ImageTextExportInteropTest, PeftAdaptersOnTransformersFiveModulesLoadAsPe
   ASSERT_FALSE(peft.contains("error")) << peft["error"];
   EXPECT_LE(peft["peft_vs_engine"].get<double>(), kLogitTolerance);
   EXPECT_GT(peft["adapters_effect"].get<double>(), 100 * kLogitTolerance);
+}
+
+// A QLoRA stage (NF4 decoder layers): its hf export loads with every key, answers about the image
+// as the stage does and computes its logits; its bnb4 exports load through bitsandbytes with
+// AutoModelForImageTextToText, each 4-bit layer the stage's; its peft export on the bnb4 base
+// computes the hf export.
+TEST_P(ImageTextExportInteropTest, QloraExportsLoadThroughBitsandbytesAndComputeTheStage) {
+  const Case& c = CaseOf(GetParam());
+  const nlohmann::json& result = c.qlora_result;
+  ASSERT_FALSE(result.contains("error")) << result["error"];
+  ExpectEveryKeyLoaded(result);
+  ExpectSameContinuation(c.qlora_engine_ids.get<std::vector<int64_t>>(),
+                         result["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
+  EXPECT_TRUE(result["positions_equal"].get<bool>());
+  EXPECT_LE(result["hf_vs_engine"].get<double>(), kLogitTolerance);
+  EXPECT_TRUE(result["bnb4_missing"].empty()) << result["bnb4_missing"];
+  EXPECT_TRUE(result["bnb4_unexpected"].empty()) << result["bnb4_unexpected"];
+  EXPECT_EQ(result["bnb4_layers"], kFourBitLayers);
+  EXPECT_LE(result["bnb4_vs_hf"].get<double>(), kFourBitWeightTolerance);
+  EXPECT_EQ(result["bnb4_double_layers"], kFourBitLayers);
+  EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
+  EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
+  ExpectPeftComputesTheHfExport(result);
 }
 
 TEST_P(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFiveModules) {

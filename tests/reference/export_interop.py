@@ -37,7 +37,8 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
                                       adapter on "base") and the engine's, on the file's inputs
           adapters_effect             the same between PEFT's model with and without the adapter
         A case with "image" and "prompt_text" (a Qwen2-VL or Qwen2.5-VL stage's) is checked through
-        AutoModelForImageTextToText and the processor, the logits on the prompt with its image.
+        AutoModelForImageTextToText and the processor, the logits on the prompt with its image
+        (with "bnb4", a QLoRA stage's, as below).
         And for a QLoRA stage (bnb4 given; PEFT's base is then the bnb4 export, loaded through
         bitsandbytes on the CPU):
           bnb4_missing, bnb4_unexpected
@@ -206,9 +207,8 @@ def check_bnb4(case, hf, result):
     import bitsandbytes.functional as bnb
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
 
-    model, info = AutoModelForCausalLM.from_pretrained(
+    model, info = auto_class(case["bnb4"]).from_pretrained(
         case["bnb4"], device_map="cpu", output_loading_info=True, attn_implementation="eager")
     result["bnb4_missing"] = sorted(info["missing_keys"])
     result["bnb4_unexpected"] = sorted(info["unexpected_keys"])
@@ -225,7 +225,8 @@ def check_bnb4(case, hf, result):
         merged = hf.get_submodule(name).weight.float()
         worst = max(worst, (dense - (merged - scale * (b @ a))).abs().max().item())
     result["bnb4_vs_hf"] = worst
-    double = AutoModelForCausalLM.from_pretrained(case["bnb4_double"], device_map="cpu")
+    double = auto_class(case["bnb4_double"]).from_pretrained(case["bnb4_double"],
+                                                             device_map="cpu")
     nested, relative = True, 0.0
     double_layers = four_bit_layers(double)
     result["bnb4_double_layers"] = len(double_layers)
@@ -263,8 +264,11 @@ def check_image_text(case):
     result["hf_greedy"] = generated[0, inputs["input_ids"].shape[1]:].tolist()
     if "logits" in case:
         check_engine_logits(hf, case["logits"], result)
-    base = AutoModelForImageTextToText.from_pretrained(case["base"], dtype=torch.float32,
-                                                       attn_implementation="eager")
+    if "bnb4" in case:
+        base = check_bnb4(case, hf, result)
+    else:
+        base = AutoModelForImageTextToText.from_pretrained(case["base"], dtype=torch.float32,
+                                                           attn_implementation="eager")
     check_peft(hf, base, case["peft"], inputs, result)
     return result
 
