@@ -14,6 +14,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "engine/adapter.h"
 #include "engine/paths.h"
@@ -69,6 +70,34 @@ StatusOr<std::shared_ptr<const safetensors::File>> OpenPeftWeights(const LoraOpt
   return safetensors::File::Open(PeftDir(o, context) / kPeftWeightsFile);
 }
 
+// With peft_adapter, settings given beside it (a pasted snippet's) must be the adapter's.
+Status AgreesWithPeft(const LoraOptions& o, const PeftLoraConfig& config) {
+  const auto differ = [&](const std::string& field, const std::string& ours,
+                          const std::string& theirs) {
+    return InvalidArgumentError(field + " is " + ours + ", but " + config.file.string() + " has " +
+                                theirs + "; leave " + field + " out to take the adapter's");
+  };
+  const auto text = [](double value) {
+    std::ostringstream out;
+    out << value;
+    return out.str();
+  };
+  if (o.has_r() && o.r() != config.r) {
+    return differ("r", std::to_string(o.r()), std::to_string(config.r));
+  }
+  if (o.has_lora_alpha() && o.lora_alpha() != config.lora_alpha) {
+    return differ("lora_alpha", text(o.lora_alpha()), text(config.lora_alpha));
+  }
+  if (o.has_lora_dropout() && o.lora_dropout() != config.lora_dropout) {
+    return differ("lora_dropout", text(o.lora_dropout()), text(config.lora_dropout));
+  }
+  if (o.has_use_rslora() && o.use_rslora() != config.use_rslora) {
+    return differ("use_rslora", o.use_rslora() ? "true" : "false",
+                  config.use_rslora ? "true" : "false");
+  }
+  return Status::Ok();
+}
+
 class LoraPlugin : public AdapterPlugin {
  public:
   const google::protobuf::Message& default_options() const override {
@@ -90,13 +119,9 @@ class LoraPlugin : public AdapterPlugin {
     if (o.peft_adapter().empty()) errors->Add("peft_adapter", "is empty; name PEFT's directory");
     const auto from_file = [&](bool set, const char* field) {
       if (set) {
-        errors->Add(field, "comes from peft_adapter's adapter_config.json; leave it out");
+        errors->Add(field, "comes from peft_adapter's adapter_model.safetensors; leave it out");
       }
     };
-    from_file(o.has_r(), "r");
-    from_file(o.has_lora_alpha(), "lora_alpha");
-    from_file(o.has_lora_dropout(), "lora_dropout");
-    from_file(o.has_use_rslora(), "use_rslora");
     from_file(o.target_modules_size() > 0, "target_modules");
   }
 
@@ -107,7 +132,8 @@ class LoraPlugin : public AdapterPlugin {
     if (!o.has_peft_adapter()) {
       return std::vector<std::string>(o.target_modules().begin(), o.target_modules().end());
     }
-    ENGINE_RETURN_IF_ERROR(ReadPeftLoraConfig(PeftDir(o, context)).status());
+    ENGINE_ASSIGN_OR_RETURN(const PeftLoraConfig config, ReadPeftLoraConfig(PeftDir(o, context)));
+    ENGINE_RETURN_IF_ERROR(AgreesWithPeft(o, config));
     ENGINE_ASSIGN_OR_RETURN(auto weights, OpenPeftWeights(o, context));
     return PeftAdaptedModules(*weights);
   }

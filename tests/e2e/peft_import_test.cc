@@ -135,7 +135,7 @@ class PeftImportTest : public ::testing::Test {
         "name: \"peft\"\noutput_dir: \"out\"\n" +
             Stage("loaded", Base(), PeftAdapter(Source()),
                   "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
-            Stage("continued", Base(), PeftAdapter(Source()),
+            Stage("continued", Base(), PeftAdapter(Source()) + " r: 4 use_rslora: true",
                   "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }"));
   }
   static const nlohmann::json& Result(size_t index) {
@@ -264,7 +264,10 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
                         "layer"));
   // Settings that come from the adapter, and a directory that is not one.
   EXPECT_THAT(CheckErrors(tmp, Base(), Source(), "r: 16"),
-              HasSubstr("r: comes from peft_adapter's adapter_config.json; leave it out"));
+              HasSubstr("r is 16, but " + (Source() / "adapter_config.json").string() +
+                        " has 4; leave r out to take the adapter's"));
+  EXPECT_THAT(CheckErrors(tmp, Base(), Source(), "target_modules: \"q_proj\""),
+              HasSubstr("target_modules: comes from peft_adapter's adapter_model.safetensors"));
   EXPECT_THAT(
       CheckErrors(tmp, Base(), tmp.path() / "nowhere"),
       HasSubstr("cannot read " + (tmp.path() / "nowhere" / "adapter_config.json").string()));
