@@ -38,7 +38,9 @@ unfinished or damaged (its files are checked against the sizes and content hashe
                        position_ids (those the model used), logits (f32 [batch, positions,
                        vocabulary]) and, with images, pixel_values and image_grid_thw as
                        transformers' processors lay them out, so another library can be run on
-                       the same inputs; FILE is replaced
+                       the same inputs (with `packing`, attention_mask holds the data's segment
+                       ids, which transformers does not read as separate documents); FILE is
+                       replaced
   --examples=N         with --logits: that many examples (default: one eval batch)
   --output_dir=DIR     the pipeline's outputs are here instead of its output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
@@ -113,12 +115,14 @@ int EvalCommand(const std::vector<std::string>& args) {
   }
   std::filesystem::path logits_file;
   if (a.error.empty() && logits) {
-    logits_file = std::filesystem::absolute(a.Get("logits"));
+    std::error_code ec;
     if (a.Get("logits").empty()) {
       a.error = "--logits is empty";
-    } else if (std::filesystem::is_directory(logits_file)) {
+    } else if (logits_file = std::filesystem::absolute(a.Get("logits"), ec); ec) {
+      a.error = "--logits=" + a.Get("logits") + ": " + ec.message();
+    } else if (std::filesystem::is_directory(logits_file, ec)) {
       a.error = "--logits=" + a.Get("logits") + " is a directory; name the file to write";
-    } else if (!std::filesystem::is_directory(logits_file.parent_path())) {
+    } else if (!std::filesystem::is_directory(logits_file.parent_path(), ec)) {
       a.error = "--logits=" + a.Get("logits") + ": the directory " +
                 logits_file.parent_path().string() + " does not exist";
     }

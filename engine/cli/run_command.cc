@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
@@ -129,16 +132,26 @@ class AsTheLastRank {
                                       {"RANK", last},
                                       {"LOCAL_RANK", last},
                                       {"LOCAL_WORLD_SIZE", size}}) {
+      const char* before = std::getenv(name);
+      saved_.emplace_back(name,
+                          before != nullptr ? std::optional<std::string>(before) : std::nullopt);
       ::setenv(name, value.c_str(), 1);
     }
   }
   ~AsTheLastRank() {
-    for (const char* name : {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
-      ::unsetenv(name);
+    for (const auto& [name, before] : saved_) {
+      if (before) {
+        ::setenv(name.c_str(), before->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
     }
   }
   AsTheLastRank(const AsTheLastRank&) = delete;
   AsTheLastRank& operator=(const AsTheLastRank&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
 // More ranks than cores for a stage on the CPU, without --oversubscribe: what is wrong, else "".

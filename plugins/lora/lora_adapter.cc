@@ -12,6 +12,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cmath>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -79,7 +80,7 @@ Status AgreesWithPeft(const LoraOptions& o, const PeftLoraConfig& config) {
   };
   const auto text = [](double value) {
     std::ostringstream out;
-    out << value;
+    out << std::setprecision(17) << value;
     return out.str();
   };
   if (o.has_r() && o.r() != config.r) {
@@ -202,11 +203,17 @@ class LoraPlugin : public AdapterPlugin {
                                                                  const AdapterSite& site,
                                                                  const LinearImpl& layer) {
     ENGINE_ASSIGN_OR_RETURN(const PeftLoraConfig config, ReadPeftLoraConfig(PeftDir(o, context)));
-    ENGINE_ASSIGN_OR_RETURN(const int64_t r, config.RankOf(site.module_name));
-    ENGINE_ASSIGN_OR_RETURN(const double scale, config.ScaleOf(site.module_name));
     ENGINE_ASSIGN_OR_RETURN(auto weights, OpenPeftWeights(o, context));
-    ENGINE_ASSIGN_OR_RETURN(auto ab, PeftLoraWeights(*weights, site.module_name, r,
-                                                     layer.in_features(), layer.out_features()));
+    // The name the file holds the layer by: transformers' module name, or for an adapter saved
+    // against another version of the model class, the checkpoint's.
+    const std::string& module =
+        weights->Find("base_model.model." + site.module_name + ".lora_A.weight") != nullptr
+            ? site.module_name
+            : site.name;
+    ENGINE_ASSIGN_OR_RETURN(const int64_t r, config.RankOf(module));
+    ENGINE_ASSIGN_OR_RETURN(const double scale, config.ScaleOf(module));
+    ENGINE_ASSIGN_OR_RETURN(
+        auto ab, PeftLoraWeights(*weights, module, r, layer.in_features(), layer.out_features()));
     auto adapter = std::make_shared<LoraAdapter>(layer.in_features(), layer.out_features(), r,
                                                  scale, config.lora_dropout);
     adapter->Load(ab.first, ab.second);

@@ -34,7 +34,6 @@ const std::set<std::string>& NeutralKeys() {
                                              "megatron_core",
                                              "qalora_group_size",
                                              "ensure_weight_tying",
-                                             "init_lora_weights",
                                              "loftq_config",
                                              "eva_config",
                                              "corda_config",
@@ -159,6 +158,22 @@ StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::filesystem::path& dir) {
   keys.MarkRead("alpha_pattern");
   ENGINE_RETURN_IF_ERROR(ReadPatterns(ordered, "rank_pattern", keys, &config.rank_pattern));
   ENGINE_RETURN_IF_ERROR(ReadPatterns(ordered, "alpha_pattern", keys, &config.alpha_pattern));
+  // PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA and MiCA initialisations also rewrite the base weights
+  // when PEFT loads the adapter (unless it was saved converted, which writes true): the adapter
+  // then belongs to a base this stage does not have.
+  const nlohmann::json& init = keys.Take("init_lora_weights");
+  if (init.is_string()) {
+    const std::string method = init.get<std::string>();
+    for (const char* rewrites : {"pissa", "olora", "corda", "loftq", "lora_ga", "mica"}) {
+      if (method.rfind(rewrites, 0) == 0) {
+        return keys.Error("init_lora_weights",
+                          "is \"" + method +
+                              "\", which changes the base weights when PEFT loads the adapter; "
+                              "save it with PEFT's path_initial_model_for_weight_conversion to get "
+                              "an adapter for the original base");
+      }
+    }
+  }
   const nlohmann::json& bias = keys.Take("bias");
   if (!bias.is_null() && bias != "none") {
     return keys.Error(

@@ -9,9 +9,11 @@
 //     wins). The tensors' shapes must agree with the ranks.
 //   - target_modules, exclude_modules, layers_to_transform, layers_pattern: which layers have
 //     adapters; the tensors in adapter_model.safetensors say it exactly, so those are used.
-//   - how the adapters were initialised (init_lora_weights, loftq_config, eva_config, corda_config,
-//     lora_ga_config), and bookkeeping (task_type, peft_version, base_model_name_or_path, revision,
-//     inference_mode, auto_mapping, runtime_config, ...): nothing to compute.
+//   - how the adapters were initialised (init_lora_weights true, false, "gaussian", "eva",
+//     "orthogonal"; loftq_config, eva_config, corda_config, lora_ga_config), and bookkeeping
+//     (task_type, peft_version, base_model_name_or_path, revision, inference_mode, auto_mapping,
+//     runtime_config, ...): nothing to compute. init_lora_weights "pissa*", "olora", "corda",
+//     "loftq", "lora_ga" and "mica" rewrite the base weights when PEFT loads the adapter: refused.
 //   - anything else that changes what is computed (use_dora, lora_bias, bias other than "none",
 //     modules_to_save, target_parameters, trainable_token_indices, fan_in_fan_out, ...) and any
 //     key PEFT 0.21 does not have, when it is set: refused, naming the key.

@@ -117,6 +117,9 @@ TEST_F(EvalCliTest, LogitsAreRefusedForAModelThatHasNone) {
   EXPECT_THAT(nowhere.err, HasSubstr("does not exist"));
   auto zero = RunEngine({"eval", *pipeline_, "--logits=" + file.string(), "--examples=0"});
   EXPECT_EQ(zero.exit_code, 2);
+  auto empty = RunEngine({"eval", *pipeline_, "--logits="});
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_THAT(empty.err, HasSubstr("--logits is empty"));
 }
 
 // The file's logits are the ones the evaluation scores: their next-token cross-entropy over the

@@ -166,6 +166,9 @@ TEST_F(PeftImportTest, AStageStartsFromPeftsAdaptersAndComputesWhatPeftComputes)
   EXPECT_EQ(loaded.at("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").size(0), 2);
   EXPECT_EQ(loaded.at("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight").size(0), 6);
   EXPECT_EQ(loaded.at("base_model.model.model.layers.0.mlp.down_proj.lora_A.weight").size(0), 4);
+  // PEFT takes the first pattern that matches, in the file's order: "k_proj" comes before
+  // "layers.1.self_attn.k_proj" (5), which therefore never applies.
+  EXPECT_EQ(loaded.at("base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight").size(0), 3);
 
   const nlohmann::json& result = Result(0);
   if (result.contains("error")) return;
@@ -187,8 +190,10 @@ TEST_F(PeftImportTest, ContinuedAdaptersExportWithTheirRanksAndScalesAndPeftRead
   EXPECT_EQ(config["use_rslora"], true);
   EXPECT_EQ(config["r"], 4);
   EXPECT_EQ(config["lora_alpha"], 8.0);
-  EXPECT_EQ(config["rank_pattern"],
-            (nlohmann::json{{"layers.1.mlp.down_proj", 6}, {"self_attn.q_proj", 2}}));
+  EXPECT_EQ(config["rank_pattern"], (nlohmann::json{{"k_proj", 3},
+                                                    {"layers.1.mlp.down_proj", 6},
+                                                    {"layers.1.self_attn.k_proj", 5},
+                                                    {"self_attn.q_proj", 2}}));
   EXPECT_EQ(config["alpha_pattern"], (nlohmann::json{{"v_proj", 3.0}}));
 
   const nlohmann::json& result = Result(1);
@@ -232,6 +237,8 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
            {{{"modules_to_save", {"lm_head"}}}, "'modules_to_save' ([\"lm_head\"]) asks for"},
            {{{"bias", "all"}}, "'bias' is \"all\"; only \"none\" is supported"},
            {{{"peft_type", "IA3"}}, "'peft_type' is \"IA3\""},
+           {{{"init_lora_weights", "pissa_niter_4"}},
+            "'init_lora_weights' is \"pissa_niter_4\", which changes the base weights"},
            {{{"use_future_trick", 1}}, "'use_future_trick' (1) is not a LoraConfig key"},
            {{{"rank_pattern", {{"q_proj", 3}}}},
             "tensor 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is f32 [2, "

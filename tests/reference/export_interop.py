@@ -81,7 +81,10 @@ def make_bases(out_dir, vocab_size):
 PEFT_SOURCE = dict(r=4, lora_alpha=8, lora_dropout=0.05, use_rslora=True,
                    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                    "down_proj"],
-                   rank_pattern={"self_attn.q_proj": 2, "layers.1.mlp.down_proj": 6},
+                   # In sorted order, as PEFT saves them, so that creating and loading pick the
+                   # same first match: layer 1's k_proj takes "k_proj", not its own key.
+                   rank_pattern={"k_proj": 3, "layers.1.mlp.down_proj": 6,
+                                 "layers.1.self_attn.k_proj": 5, "self_attn.q_proj": 2},
                    alpha_pattern={"v_proj": 3.0}, init_lora_weights=False)
 
 

@@ -1,9 +1,10 @@
 // Adapter plugins (LoRA, ...): small trainable side paths attached to a model's linear layers.
 //
 // After quantization the engine finds every engine::Linear (engine/linear.h) that a target pattern
-// matches (as for quantizers: the whole name or its last component, where the name is the layer's
-// checkpoint name or its module name, below) and attaches what Create returns. With adapters and no
-// `trainable.include`, only adapter parameters train. Their names sit under the layer
+// matches (as for quantizers, the whole name or its last component; unlike theirs, the name may be
+// the layer's checkpoint name or its module name, below) and attaches what Create returns. With
+// adapters and no `trainable.include`, only adapter parameters train. Their names sit under the
+// layer
 // ("model.layers.0.self_attn.q_proj.lora_A.weight"), and their dtype follows the precision plan
 // like any parameter's (f32 masters).
 //

@@ -37,4 +37,8 @@ StatusOr<std::string> FileContentHash(const std::filesystem::path& path) {
   return HashHex(XXH3_64bits_digest(state.get()));
 }
 
+std::string ContentHash(std::string_view bytes) {
+  return HashHex(XXH3_64bits(bytes.data(), bytes.size()));
+}
+
 }  // namespace engine

@@ -11,11 +11,15 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "engine/status.h"
 
 namespace engine {
 
 StatusOr<std::string> FileContentHash(const std::filesystem::path& path);
+
+// The same hash of bytes in memory.
+std::string ContentHash(std::string_view bytes);
 
 }  // namespace engine

@@ -117,25 +117,27 @@ Status WriteContents(const std::filesystem::path& temp, CheckpointContents conte
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
   ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kManifestFile, text));
-  ENGINE_ASSIGN_OR_RETURN(const std::string hash, FileContentHash(temp / kManifestFile));
-  return WriteFileAtomically(temp / kManifestHashFile, hash + "\n");
+  return WriteFileAtomically(temp / kManifestHashFile, ContentHash(text) + "\n");
 }
 
-// The manifest against its recorded hash, when it has one.
-Status CheckManifestHash(const std::filesystem::path& dir) {
+// The manifest's `text` against its recorded hash, when it has one.
+Status CheckManifestHash(const std::filesystem::path& dir, const std::string& text) {
   const std::filesystem::path recorded_file = dir / kManifestHashFile;
   std::error_code ec;
   if (!std::filesystem::exists(recorded_file, ec)) return Status::Ok();
+  // 16 hex digits and a newline; anything much longer is not a hash file.
+  if (std::filesystem::file_size(recorded_file, ec) > 64 || ec) {
+    return DataLossError("'" + recorded_file.string() + "' is not a manifest hash");
+  }
   ENGINE_ASSIGN_OR_RETURN(std::string recorded, ReadFile(recorded_file));
   while (!recorded.empty() && std::isspace(static_cast<unsigned char>(recorded.back()))) {
     recorded.pop_back();
   }
-  ENGINE_ASSIGN_OR_RETURN(const std::string actual, FileContentHash(dir / kManifestFile));
+  const std::string actual = ContentHash(text);
   if (recorded == actual) return Status::Ok();
   return DataLossError("checkpoint manifest '" + (dir / kManifestFile).string() +
                        "' changed after it was written: its content hash is " + actual + ", " +
-                       kManifestHashFile + " records " +
-                       (recorded.size() <= 64 ? recorded : recorded.substr(0, 64) + "...") +
+                       kManifestHashFile + " records " + recorded +
                        "; the checkpoint cannot be trusted");
 }
 
@@ -185,7 +187,7 @@ StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& di
   if (!google::protobuf::TextFormat::ParseFromString(text, &manifest)) {
     return DataLossError("checkpoint manifest '" + path.string() + "' is corrupt");
   }
-  ENGINE_RETURN_IF_ERROR(CheckManifestHash(dir));
+  ENGINE_RETURN_IF_ERROR(CheckManifestHash(dir, text));
   if (manifest.format_version() == 0 || manifest.format_version() > kCheckpointFormatVersion) {
     return FailedPreconditionError(
         "checkpoint manifest '" + path.string() + "' has format version " +

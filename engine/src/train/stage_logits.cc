@@ -32,6 +32,31 @@ StatusOr<Batch> FirstEvalExamples(const StagePlan& plan, int64_t examples, const
   return batch;
 }
 
+// What LogitsModel promises: logits [batch, positions, vocabulary] and positions [batch, positions]
+// or [3, batch, positions] for the batch's input_ids.
+Status CheckShapes(const Batch& batch, const BatchLogits& out, const std::string& architecture) {
+  const auto ids = batch.find("input_ids");
+  if (ids == batch.end()) return InvalidArgumentError("the batch has no 'input_ids'");
+  const int64_t rows = ids->second.size(0), positions = ids->second.size(1);
+  const auto wrong = [&](const std::string& what, const at::Tensor& tensor) {
+    return InternalError("the model '" + architecture + "' returned " + what + " of shape " +
+                         (tensor.defined() ? c10::str(tensor.sizes()) : std::string("none")) +
+                         " for input_ids [" + std::to_string(rows) + ", " +
+                         std::to_string(positions) + "]");
+  };
+  const at::Tensor& logits = out.logits;
+  if (!logits.defined() || logits.dim() != 3 || logits.size(0) != rows ||
+      logits.size(1) != positions) {
+    return wrong("logits", logits);
+  }
+  const at::Tensor& p = out.position_ids;
+  const bool plain = p.defined() && p.dim() == 2 && p.size(0) == rows && p.size(1) == positions;
+  const bool multimodal =
+      p.defined() && p.dim() == 3 && p.size(0) == 3 && p.size(1) == rows && p.size(2) == positions;
+  if (!plain && !multimodal) return wrong("position_ids", p);
+  return Status::Ok();
+}
+
 // The batch's fields transformers' models take, the model's positions and logits, on the CPU.
 StatusOr<safetensors::NamedTensors> FileTensors(const Batch& batch, const BatchLogits& out) {
   safetensors::NamedTensors tensors;
@@ -79,6 +104,7 @@ StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
         Batch batch, FirstEvalExamples(plan, examples, stage.device.device, model.host_fields()));
     at::NoGradGuard no_grad;
     ENGINE_ASSIGN_OR_RETURN(BatchLogits out, logits_model->Logits(batch));
+    ENGINE_RETURN_IF_ERROR(CheckShapes(batch, out, model.architecture()));
     ENGINE_ASSIGN_OR_RETURN(result.tensors, FileTensors(batch, out));
     result.metadata = {{"stage", stage.name},
                        {"checkpoint", checkpoint.string()},
