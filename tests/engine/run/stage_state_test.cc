@@ -84,6 +84,7 @@ TEST(StageStateTest, AModelFileThatDisagreesWithItsManifestIsDamaged) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(*manifest, &text);
   std::ofstream(tmp.path() / "final" / kManifestFile, std::ios::trunc) << text;
+  std::filesystem::remove(tmp.path() / "final" / kManifestHashFile);  // nor a manifest hash
   EXPECT_THAT(InspectFinalCheckpoint(tmp.path() / "final", "f1", "").reason,
               HasSubstr("tensor 'w' is missing or differs from its manifest"));
 }
