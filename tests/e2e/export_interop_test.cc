@@ -135,6 +135,18 @@ void ExpectPeftComputesTheHfExport(const nlohmann::json& result) {
   EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
 }
 
+// Both bnb4 exports read by bitsandbytes: every key, each 4-bit layer the stage's, and with
+// --double_quant nested scales close to the plain ones.
+void ExpectBnb4ExportsHoldTheStagesWeights(const nlohmann::json& result) {
+  EXPECT_TRUE(result["bnb4_missing"].empty()) << result["bnb4_missing"];
+  EXPECT_TRUE(result["bnb4_unexpected"].empty()) << result["bnb4_unexpected"];
+  EXPECT_EQ(result["bnb4_layers"], kFourBitLayers);
+  EXPECT_LE(result["bnb4_vs_hf"].get<double>(), kFourBitWeightTolerance);
+  EXPECT_EQ(result["bnb4_double_layers"], kFourBitLayers);
+  EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
+  EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
+}
+
 class ExportInteropTest : public ::testing::Test {
  protected:
   // The bases (transformers), one LoRA stage on each (the engine), both exports and the stage's
@@ -290,13 +302,7 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
     SCOPED_TRACE(stage);
     const nlohmann::json& result = Result(stage);
     if (result.contains("error")) continue;
-    EXPECT_TRUE(result["bnb4_missing"].empty()) << result["bnb4_missing"];
-    EXPECT_TRUE(result["bnb4_unexpected"].empty()) << result["bnb4_unexpected"];
-    EXPECT_EQ(result["bnb4_layers"], kFourBitLayers);
-    EXPECT_LE(result["bnb4_vs_hf"].get<double>(), kFourBitWeightTolerance);
-    EXPECT_EQ(result["bnb4_double_layers"], kFourBitLayers);
-    EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
-    EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
+    ExpectBnb4ExportsHoldTheStagesWeights(result);
   }
 }
 
@@ -533,13 +539,7 @@ TEST_P(ImageTextExportInteropTest, QloraExportsLoadThroughBitsandbytesAndCompute
                          result["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
   EXPECT_TRUE(result["positions_equal"].get<bool>());
   EXPECT_LE(result["hf_vs_engine"].get<double>(), kLogitTolerance);
-  EXPECT_TRUE(result["bnb4_missing"].empty()) << result["bnb4_missing"];
-  EXPECT_TRUE(result["bnb4_unexpected"].empty()) << result["bnb4_unexpected"];
-  EXPECT_EQ(result["bnb4_layers"], kFourBitLayers);
-  EXPECT_LE(result["bnb4_vs_hf"].get<double>(), kFourBitWeightTolerance);
-  EXPECT_EQ(result["bnb4_double_layers"], kFourBitLayers);
-  EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
-  EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
+  ExpectBnb4ExportsHoldTheStagesWeights(result);
   ExpectPeftComputesTheHfExport(result);
 }
 

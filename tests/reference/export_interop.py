@@ -245,6 +245,17 @@ def check_bnb4(case, hf, result):
     return model
 
 
+def peft_base(case, hf, result):
+    """The base PEFT's adapters go on: a QLoRA stage's bnb4 export (checked on the way), else the
+    dense base in f32."""
+    import torch
+
+    if "bnb4" in case:
+        return check_bnb4(case, hf, result)
+    return auto_class(case["base"]).from_pretrained(case["base"], dtype=torch.float32,
+                                                    attn_implementation="eager")
+
+
 def check_image_text(case):
     """A Qwen2-VL or Qwen2.5-VL stage's exports: hf loaded by AutoModelForImageTextToText, and its
     greedy continuation of `prompt_text` (the engine's rendering, image placeholders included)
@@ -267,12 +278,7 @@ def check_image_text(case):
     result["hf_greedy"] = generated[0, inputs["input_ids"].shape[1]:].tolist()
     if "logits" in case:
         check_engine_logits(hf, case["logits"], result)
-    if "bnb4" in case:
-        base = check_bnb4(case, hf, result)
-    else:
-        base = AutoModelForImageTextToText.from_pretrained(case["base"], dtype=torch.float32,
-                                                           attn_implementation="eager")
-    check_peft(hf, base, case["peft"], inputs, result)
+    check_peft(hf, peft_base(case, hf, result), case["peft"], inputs, result)
     return result
 
 
@@ -288,11 +294,7 @@ def check(case):
     hf = load_hf(AutoModelForCausalLM, case["hf"], result)
     if "logits" in case:
         check_engine_logits(hf, case["logits"], result)
-    if "bnb4" in case:
-        base = check_bnb4(case, hf, result)
-    else:
-        base = AutoModelForCausalLM.from_pretrained(case["base"], dtype=torch.float32,
-                                                    attn_implementation="eager")
+    base = peft_base(case, hf, result)
     tokenizer = AutoTokenizer.from_pretrained(case["hf"])
     tokenizer.padding_side = "right"
     batch = tokenizer(case["texts"], return_tensors="pt", padding=True)
