@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "core/allocator.h"
 #include "core/logging.h"
+#include "engine/untrusted_file.h"
 #include "engine/version.h"
 
 namespace engine::cli {
@@ -119,7 +120,14 @@ int main(int argc, char** argv) {
   const std::string name = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (name == "help" || name == "-h" || name == "--help") return cli::Help(rest);
-  if (const cli::Command* command = cli::FindCommand(name)) return command->run(rest);
+  if (const cli::Command* command = cli::FindCommand(name)) {
+    // A malformed ENGINE_FILE_LIMITS would fail the first file read; say so before any work.
+    if (const engine::Status limits = engine::FileLimitsSummary().status(); !limits.ok()) {
+      std::cerr << "engine " << name << ": " << limits.message() << "\n";
+      return cli::kExitUsage;
+    }
+    return command->run(rest);
+  }
   std::cerr << "engine: unknown command '" << name << "'\n\n" << cli::Usage();
   return cli::kExitUsage;
 }

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 
-#include "engine/atomic_file.h"
 #include "engine/format.h"
 #include "engine/hash.h"
 #include "engine/image_file.h"
+#include "engine/untrusted_file.h"
 
 namespace engine::plugins {
 namespace {
@@ -47,12 +47,23 @@ std::string ImageStats::Summary() const {
   return out;
 }
 
+Status ChatImages::CheckAllowed(const std::filesystem::path& path, const std::string& what) const {
+  for (const std::filesystem::path& dir : image_dirs_) {
+    if (IsInsideDirectory(path, dir)) return Status::Ok();
+  }
+  return InvalidArgumentError(what + " leads to '" + path.string() + "', outside '" +
+                              image_dirs_.front().string() +
+                              "' where the data file is; to read images from elsewhere, list their "
+                              "directory in images { allowed_dirs: ... }");
+}
+
 StatusOr<std::vector<ExampleImage>> ChatImages::Check(const std::vector<std::string>& paths,
                                                       const std::string& where) {
   std::vector<ExampleImage> images;
   for (const std::string& name : paths) {
-    const std::filesystem::path path = base_dir_ / name;
-    StatusOr<std::string> bytes = ReadFile(path);
+    const std::filesystem::path path = (image_dirs_.front() / name).lexically_normal();
+    ENGINE_RETURN_IF_ERROR(CheckAllowed(path, where + ": image '" + name + "'"));
+    StatusOr<std::string> bytes = ReadUntrustedFile(path, FileKind::kImage);
     if (!bytes.ok()) return bytes.status().WithContext(where);
     StatusOr<RgbImage> image = DecodeRgbImage(*bytes, path);
     if (!image.ok()) return image.status().WithContext(where);

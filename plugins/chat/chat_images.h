@@ -1,6 +1,8 @@
 // The images of chat examples, as Qwen2-VL reads them (engine/image_tokens.h: <image> placeholders
 // become vision tokens, each image pad repeated per merged patch group, never carrying loss).
-// Image paths are relative to the JSON Lines file.
+// Image paths are relative to the JSON Lines file and stay inside its directory, or inside one the
+// pipeline allows (`images.allowed_dirs`): a dataset's line cannot make the engine read a file
+// elsewhere on the machine. Images are read as engine/untrusted_file.h reads files.
 //
 //   ChatImages images(processor, pad_id, jsonl_dir);
 //   int64_t marked = MarkImagePlaceholders(&messages);              // engine/image_tokens.h
@@ -9,9 +11,9 @@
 //   ENGINE_ASSIGN_OR_RETURN(ExampleImages pixels, images.Pixels(read));       // for a batch
 //
 // Failure, naming FILE:LINE and the image: a missing, unreadable or truncated image, one outside
-// the pixel limits, and a count of <image> placeholders (or of image tokens after rendering) that
-// differs from the images given. Immutable after construction apart from the counts; Pixels may
-// run on several threads at once.
+// the allowed directories, the size limit or the pixel limits, and a count of <image> placeholders
+// (or of image tokens after rendering) that differs from the images given. Immutable after
+// construction apart from the counts; Pixels may run on several threads at once.
 #pragma once
 
 #include <filesystem>
@@ -47,8 +49,11 @@ struct ImageStats {
 
 class ChatImages {
  public:
-  ChatImages(Qwen2VlImageProcessor processor, int64_t pad_id, std::filesystem::path base_dir)
-      : processor_(std::move(processor)), pad_id_(pad_id), base_dir_(std::move(base_dir)) {}
+  // Image paths are relative to image_dirs[0] (the data file's directory) and must lead into one
+  // of `image_dirs`.
+  ChatImages(Qwen2VlImageProcessor processor, int64_t pad_id,
+             std::vector<std::filesystem::path> image_dirs)
+      : processor_(std::move(processor)), pad_id_(pad_id), image_dirs_(std::move(image_dirs)) {}
 
   // Reads every image of a line (decoding it whole, so that a truncated file is found now).
   StatusOr<std::vector<ExampleImage>> Check(const std::vector<std::string>& paths,
@@ -64,9 +69,12 @@ class ChatImages {
   const ImageStats& stats() const { return stats_; }
 
  private:
+  // The error for an image path outside every allowed directory, naming `what`.
+  Status CheckAllowed(const std::filesystem::path& path, const std::string& what) const;
+
   Qwen2VlImageProcessor processor_;
   int64_t pad_id_;
-  std::filesystem::path base_dir_;
+  std::vector<std::filesystem::path> image_dirs_;
   ImageStats stats_;
 };
 

@@ -269,7 +269,11 @@ StatusOr<std::shared_ptr<ChatImages>> MakeChatImages(const ChatOptions& options,
                                 " token, which images need (" + path.string() +
                                 " is Qwen2-VL's image processor)");
   }
-  return std::make_shared<ChatImages>(std::move(processor), pad[0], data_path.parent_path());
+  std::vector<std::filesystem::path> image_dirs = {data_path.parent_path()};
+  for (const std::string& dir : options.images().allowed_dirs()) {
+    image_dirs.push_back(ResolvePath(context.base_dir, dir));
+  }
+  return std::make_shared<ChatImages>(std::move(processor), pad[0], std::move(image_dirs));
 }
 
 class ChatLoader : public DataLoaderPlugin {

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "data_line.h"
+
 namespace engine::plugins {
 namespace {
 
@@ -124,9 +126,7 @@ std::string_view ConversationFormatName(ConversationFormat format) {
 
 StatusOr<ParsedConversation> ParseConversationLine(std::string_view line,
                                                    const std::string& where) {
-  ordered_json json = ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return LineError(where, "not valid JSON");
-  if (!json.is_object()) return LineError(where, "not a JSON object");
+  ENGINE_ASSIGN_OR_RETURN(ordered_json json, ParseDataLine<ordered_json>(line, where));
   ParsedConversation parsed;
   if (json.contains("messages")) {
     parsed.format = ConversationFormat::kMessages;

@@ -1,31 +1,36 @@
 #include "read_file.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "engine/untrusted_file.h"
+
 namespace engine::plugins {
 
 StatusOr<std::string> ReadMaybeCompressed(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return InvalidArgumentError("'" + path.string() + "' is a directory, not a data file");
-  }
-  errno = 0;
-  gzFile file = gzopen(path.c_str(), "rb");
+  ENGINE_ASSIGN_OR_RETURN(const int fd, OpenUntrustedFile(path, FileKind::kData));
+  gzFile file = gzdopen(fd, "rb");
   if (file == nullptr) {
-    return NotFoundError("cannot open '" + path.string() +
-                         "': " + (errno ? std::strerror(errno) : "unknown error"));
+    ::close(fd);
+    return IoError("cannot read '" + path.string() + "': out of memory");
   }
   std::string content;
   char buffer[1 << 16];
-  int n;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) content.append(buffer, n);
+  int n = 0;
+  Status within;
+  while (within.ok() && (n = gzread(file, buffer, sizeof(buffer))) > 0) {
+    content.append(buffer, n);
+    // Decompressed, a small file can be a large one.
+    within = CheckFileLimit(FileKind::kData, content.size(), "'" + path.string() + "'");
+  }
   int error_code = Z_OK;
   const char* error_text = gzerror(file, &error_code);
   const std::string message = error_text != nullptr ? error_text : "";
   gzclose(file);
+  if (!within.ok()) return within;
   if (n < 0 || (error_code != Z_OK && error_code != Z_STREAM_END)) {
     return DataLossError("cannot read '" + path.string() + "'" +
                          (message.empty() ? std::string() : ": " + message) +

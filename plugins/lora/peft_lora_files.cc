@@ -10,14 +10,13 @@
 #include <set>
 #include <tuple>
 
-#include "engine/atomic_file.h"
 #include "engine/dtype.h"
 #include "engine/json_key_reader.h"
+#include "engine/untrusted_file.h"
 
 namespace engine::plugins {
 namespace {
 
-constexpr uintmax_t kMaxConfigBytes = 16 << 20;
 constexpr size_t kMaxPatternLength = 1000;
 constexpr char kPrefix[] = "base_model.model.";
 const std::string kA = ".lora_A.weight", kB = ".lora_B.weight";
@@ -119,17 +118,11 @@ Status ReadPatterns(const nlohmann::ordered_json& json, const std::string& field
 StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::filesystem::path& dir) {
   PeftLoraConfig config;
   config.file = dir / kPeftConfigFile;
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(config.file, error);
-  if (error) {
-    return NotFoundError("cannot read " + config.file.string() + " (" + error.message() +
-                         "): peft_adapter names a directory PEFT's save_pretrained wrote");
+  StatusOr<std::string> read = ReadUntrustedFile(config.file, FileKind::kConfig);
+  if (read.status().code() == StatusCode::kNotFound) {
+    return read.status().WithContext("peft_adapter names a directory PEFT's save_pretrained wrote");
   }
-  if (size > kMaxConfigBytes) {
-    return InvalidArgumentError(config.file.string() + " is " + std::to_string(size) +
-                                " bytes; an adapter_config.json is at most 16 MiB");
-  }
-  ENGINE_ASSIGN_OR_RETURN(const std::string text, ReadFile(config.file));
+  ENGINE_ASSIGN_OR_RETURN(const std::string text, std::move(read));
   const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   const auto ordered = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return DataLossError(config.file.string() + " is not a JSON object");

@@ -17,6 +17,7 @@
 #include <random>
 
 #include "batch_indices.h"
+#include "data_line.h"
 #include "data_split.h"
 #include "engine/data.h"
 #include "engine/format.h"
@@ -82,9 +83,7 @@ StatusOr<std::vector<std::string>> SplitJsonlDocuments(const std::string& text,
     ++line_number;
     if (line.empty()) continue;
     const std::string where = path + ":" + std::to_string(line_number);
-    nlohmann::json json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded()) return DataLossError(where + ": not valid JSON");
-    if (!json.is_object()) return DataLossError(where + ": not a JSON object");
+    ENGINE_ASSIGN_OR_RETURN(nlohmann::json json, ParseDataLine<nlohmann::json>(line, where));
     auto it = json.find(field);
     if (it == json.end()) return DataLossError(where + ": no field '" + field + "'");
     if (!it->is_string()) return DataLossError(where + ": field '" + field + "' is not a string");

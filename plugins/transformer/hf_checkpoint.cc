@@ -4,10 +4,10 @@
 
 #include <map>
 
-#include "engine/atomic_file.h"
 #include "engine/host_memory.h"
 #include "engine/linear.h"
 #include "engine/safetensors.h"
+#include "engine/untrusted_file.h"
 
 namespace engine::transformer {
 namespace {
@@ -29,7 +29,7 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::filesystem::path& dir) {
 }
 
 StatusOr<nlohmann::json> ReadJsonFile(const std::filesystem::path& path) {
-  ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(path, FileKind::kConfig));
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -79,7 +79,7 @@ StatusOr<Checkpoint> OpenCheckpoint(const std::filesystem::path& dir) {
   const auto index = dir / "model.safetensors.index.json";
   std::error_code ec;
   if (std::filesystem::exists(index, ec)) {
-    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(index));
+    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(index, FileKind::kConfig));
     const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded()) return DataLossError("'" + index.string() + "' is not valid JSON");
     auto map = json.is_object() ? json.find("weight_map") : json.end();

@@ -277,7 +277,8 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
               HasSubstr("target_modules: comes from peft_adapter's adapter_model.safetensors"));
   EXPECT_THAT(
       CheckErrors(tmp, Base(), tmp.path() / "nowhere"),
-      HasSubstr("cannot read " + (tmp.path() / "nowhere" / "adapter_config.json").string()));
+      HasSubstr("peft_adapter names a directory PEFT's save_pretrained wrote: cannot open '" +
+                (tmp.path() / "nowhere" / "adapter_config.json").string() + "'"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/nn/module.h>
 
 #include <filesystem>
@@ -311,6 +312,45 @@ TEST_F(Qwen2VlDataTest, BadImageLinesAreErrorsNamingTheFileLineAndImage) {
   ASSERT_FALSE(no_processor.ok());
   EXPECT_THAT(no_processor.status().message(),
               HasSubstr("data.jsonl:1: the line names images, but there is no image processor"));
+}
+
+TEST_F(Qwen2VlDataTest, ImagesOutsideTheDataDirectoryAreRefusedUnlessThePipelineAllowsThem) {
+  testing::TempDir elsewhere;
+  const fs::path outside = elsewhere.path() / "cat.png";
+  fs::copy_file(kFixture / "images" / "chelsea.png", outside);
+  fs::create_symlink(outside, dir_.path() / "images/link.png");
+  fs::create_symlink("/dev/zero", dir_.path() / "images/zero.png");
+  auto line = [](const std::string& image) {
+    return nlohmann::json{{"messages",
+                           {{{"role", "user"}, {"content", "<image>Cat?"}},
+                            {{"role", "assistant"}, {"content", "Yes"}}}},
+                          {"images", {image}}}
+               .dump() +
+           "\n";
+  };
+  const std::string way_out = "list their directory in images { allowed_dirs: ... }";
+  for (const std::string& image :
+       {outside.string(), std::string("../") + elsewhere.path().filename().string() + "/cat.png",
+        std::string("images/link.png"), std::string("images/zero.png")}) {
+    SCOPED_TRACE(image);
+    auto data = OpenChat(dir_, line(image));
+    ASSERT_FALSE(data.ok());
+    EXPECT_THAT(data.status().message(), HasSubstr((dir_.path() / "data.jsonl").string() +
+                                                   ":1: image '" + image + "' leads to '"));
+    EXPECT_THAT(data.status().message(), HasSubstr(way_out));
+  }
+  // A special file inside the directory is refused by what it is.
+  ASSERT_EQ(::mkfifo((dir_.path() / "images/fifo.png").c_str(), 0600), 0);
+  auto fifo = OpenChat(dir_, line("images/fifo.png"));
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_THAT(fifo.status().message(), HasSubstr("fifo.png' is a FIFO, not a regular image file"));
+
+  const std::string allowed = "images { allowed_dirs: \"" + elsewhere.path().string() + "\" }";
+  for (const std::string& image : {outside.string(), std::string("images/link.png")}) {
+    auto data = OpenChat(dir_, line(image), allowed);
+    ASSERT_TRUE(data.ok()) << data.status().message();
+    EXPECT_THAT((*data)->description(), HasSubstr("1 image"));
+  }
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "chat/tokenizer_config.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+
+#include "engine/untrusted_file.h"
 
 namespace engine::chat {
 namespace {
@@ -13,15 +13,6 @@ using nlohmann::ordered_json;
 constexpr const char kConfigFile[] = "tokenizer_config.json";
 constexpr const char kTemplateFile[] = "chat_template.jinja";
 constexpr const char kAdditionalTemplatesDir[] = "additional_chat_templates";
-
-StatusOr<std::string> ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open '" + path.string() + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return IoError("cannot read '" + path.string() + "'");
-  return text.str();
-}
 
 // A special token's text: a string, or an AddedToken object's "content"; nullopt for null.
 StatusOr<std::optional<std::string>> TokenText(const ordered_json& value,
@@ -106,7 +97,7 @@ StatusOr<TokenizerChatConfig> ReadTokenizerChatConfig(const fs::path& path) {
   const fs::path config_file = is_dir ? path / kConfigFile : path;
   TokenizerChatConfig out;
   if (fs::exists(config_file, error)) {
-    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadText(config_file));
+    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(config_file, FileKind::kConfig));
     ordered_json config = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (config.is_discarded() || !config.is_object()) {
       return InvalidArgumentError(config_file.string() + ": not a JSON object");
@@ -117,7 +108,8 @@ StatusOr<TokenizerChatConfig> ReadTokenizerChatConfig(const fs::path& path) {
     return NotFoundError("'" + config_file.string() + "' does not exist");
   }
   if (fs::exists(dir / kTemplateFile, error)) {
-    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadText(dir / kTemplateFile));
+    ENGINE_ASSIGN_OR_RETURN(std::string text,
+                            ReadUntrustedFile(dir / kTemplateFile, FileKind::kTemplate));
     Put(out.templates, {"default", text, (dir / kTemplateFile).string()});
   }
   if (fs::is_directory(dir / kAdditionalTemplatesDir, error)) {
@@ -127,7 +119,7 @@ StatusOr<TokenizerChatConfig> ReadTokenizerChatConfig(const fs::path& path) {
     }
     std::sort(files.begin(), files.end());
     for (const fs::path& file : files) {
-      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadText(file));
+      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(file, FileKind::kTemplate));
       Put(out.templates, {file.stem().string(), text, file.string()});
     }
   }

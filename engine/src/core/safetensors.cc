@@ -149,13 +149,18 @@ namespace {
 // file), with the size it had; at least the 8 bytes of the header length.
 StatusOr<std::pair<void*, uint64_t>> MapPrivately(const std::filesystem::path& path,
                                                   const std::string& where) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in a checkpoint's place would otherwise wait for a writer forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return IoError("cannot open " + where + ": " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
     return IoError("cannot stat " + where + ": " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(where + " is not a regular file (a directory, FIFO or device)");
   }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
@@ -186,23 +191,48 @@ StatusOr<uint64_t> HeaderSize(const uint8_t* bytes, uint64_t file_size, const st
   return header_size;
 }
 
-// The header as a JSON object whose keys are unique (JSON itself allows repeats; the format not).
+// The format's header nests three deep ({name: {"shape": [sizes]}}); JSON values cost 16 bytes
+// and more each, so a header of 100 MB could otherwise hold tens of millions of them.
+constexpr int kMaxHeaderNesting = 3;
+constexpr int64_t kMaxHeaderValues = 4 << 20;
+
+// Thrown from the parser's callback to stop at the first value past a budget.
+struct HeaderOverBudget {
+  std::string problem;
+};
+
+// The header as a JSON object whose keys are unique (JSON itself allows repeats; the format not),
+// parsed within kMaxHeaderNesting and kMaxHeaderValues.
 StatusOr<nlohmann::json> ParseHeader(const char* begin, uint64_t size, const std::string& where) {
+  using Event = nlohmann::json::parse_event_t;
   std::set<std::string> keys;
   std::string duplicate;
+  int64_t values = 0;
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(
-        begin, begin + size,
-        [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-          if (depth == 1 && event == nlohmann::json::parse_event_t::key) {
+        begin, begin + size, [&](int depth, Event event, nlohmann::json& parsed) {
+          if (depth == 1 && event == Event::key) {
             const std::string& key = parsed.get_ref<const std::string&>();
             if (!keys.insert(key).second && duplicate.empty()) duplicate = key;
+          }
+          if ((event == Event::object_start || event == Event::array_start) &&
+              depth >= kMaxHeaderNesting) {
+            throw HeaderOverBudget{"nests arrays or objects more than " +
+                                   std::to_string(kMaxHeaderNesting) + " deep"};
+          }
+          if ((event == Event::value || event == Event::object_start ||
+               event == Event::array_start) &&
+              ++values > kMaxHeaderValues) {
+            throw HeaderOverBudget{"holds more than " + std::to_string(kMaxHeaderValues) +
+                                   " values"};
           }
           return true;
         });
   } catch (const nlohmann::json::exception& e) {
     return DataLossError(where + " is corrupt: its header is not valid JSON (" + e.what() + ")");
+  } catch (const HeaderOverBudget& over) {
+    return DataLossError(where + " is corrupt: its header " + over.problem);
   }
   if (!header.is_object()) return DataLossError(where + " is corrupt: its header is not an object");
   if (!duplicate.empty()) {

@@ -7,11 +7,14 @@
 #include <jerror.h>
 // clang-format on
 #include <png.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <csetjmp>
 #include <cstring>
 #include <memory>
+
+#include "engine/untrusted_file.h"
 
 namespace engine {
 namespace {
@@ -234,9 +237,12 @@ StatusOr<RgbImage> Decode(FILE* file, const std::filesystem::path& path) {
 }  // namespace
 
 StatusOr<RgbImage> ReadRgbImage(const std::filesystem::path& path) {
-  FilePtr file(std::fopen(path.c_str(), "rb"));
+  ENGINE_ASSIGN_OR_RETURN(const int fd, OpenUntrustedFile(path, FileKind::kImage));
+  FilePtr file(fdopen(fd, "rb"));
   if (file == nullptr) {
-    return NotFoundError(Quoted(path) + " cannot be opened: " + std::strerror(errno));
+    const int err = errno;
+    ::close(fd);
+    return IoError(Quoted(path) + " cannot be read: " + std::strerror(err));
   }
   return Decode(file.get(), path);
 }

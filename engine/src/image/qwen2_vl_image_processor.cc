@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/atomic_file.h"
 #include "engine/image_resize.h"
 #include "engine/json_key_reader.h"
+#include "engine/untrusted_file.h"
 
 namespace engine {
 namespace {
@@ -102,7 +102,7 @@ std::string SizeText(int64_t height, int64_t width) {
 }  // namespace
 
 StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::Read(const std::filesystem::path& path) {
-  ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(path, FileKind::kConfig));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return InvalidArgumentError("'" + path.string() + "' is not valid JSON");
   Qwen2VlImageProcessor processor;

@@ -7,6 +7,7 @@
 
 #include "engine/dtype.h"
 #include "engine/format.h"
+#include "engine/untrusted_file.h"
 #include "precision/census.h"
 
 namespace engine {
@@ -391,6 +392,9 @@ std::string PlanToText(const PipelinePlan& plan) {
   out << "pipeline '" << p.name << "' (" << p.file.string() << ")\n";
   out << "  output      " << p.output_dir.string() << "\n";
   out << "  seed        " << p.seed << "\n";
+  if (StatusOr<std::string> limits = FileLimitsSummary(); limits.ok()) {
+    out << "  file limits " << *limits << " (ENGINE_FILE_LIMITS)\n";
+  }
   out << "  run order   ";
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     out << (i ? " -> " : "") << plan.stages[i].stage->name;
@@ -417,6 +421,12 @@ nlohmann::json PlanToJson(const PipelinePlan& plan) {
   j["file"] = p.file.string();
   j["output_dir"] = p.output_dir.string();
   j["seed"] = p.seed;
+  j["file_limits"] = nlohmann::json::object();
+  for (FileKind kind : kFileKinds) {
+    if (StatusOr<uint64_t> limit = FileLimit(kind); limit.ok()) {
+      j["file_limits"][std::string(FileKindName(kind))] = *limit;
+    }
+  }
   j["stages"] = nlohmann::json::array();
   for (const StagePlan& s : plan.stages) j["stages"].push_back(StagePlanToJson(p, s));
   j["callbacks"] = CallbacksJson(p.callbacks);

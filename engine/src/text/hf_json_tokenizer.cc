@@ -2,9 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/atomic_file.h"
 #include "engine/format.h"
 #include "engine/hash.h"
+#include "engine/untrusted_file.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace engine {
@@ -82,13 +82,13 @@ class HfJsonTokenizer : public Tokenizer {
 StatusOr<std::unique_ptr<Tokenizer>> LoadHfJsonTokenizer(const fs::path& path,
                                                          const fs::path& config_path) {
   const fs::path file = fs::is_directory(path) ? path / "tokenizer.json" : path;
-  ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(file));
+  ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadUntrustedFile(file, FileKind::kTokenizer));
   ENGINE_ASSIGN_OR_RETURN(auto impl, tokenizer::HfTokenizer::FromJson(bytes, file.string()));
   nlohmann::json config = nlohmann::json::object();
   const fs::path config_file =
       config_path.empty() ? file.parent_path() / "tokenizer_config.json" : config_path;
   if (!config_path.empty() || fs::exists(config_file)) {
-    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(config_file));
+    ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(config_file, FileKind::kConfig));
     config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!config.is_object()) {
       return DataLossError("'" + config_file.string() + "' is not a JSON object");

@@ -5,10 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/atomic_file.h"
 #include "engine/paths.h"
 #include "engine/qwen2_vl_image_processor.h"
 #include "engine/tokenizer.h"
+#include "engine/untrusted_file.h"
 #include "pipeline/pretrained_dir.h"
 
 namespace engine {
@@ -65,16 +65,18 @@ StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
   if (!options || options->kind() != proto::TokenizerOptions::HF_JSON) return files;
   std::filesystem::path json = ResolvePath(base_dir, options->path());
   if (std::filesystem::is_directory(json)) json /= "tokenizer.json";
-  ENGINE_ASSIGN_OR_RETURN(files["tokenizer.json"], ReadFile(json));
+  ENGINE_ASSIGN_OR_RETURN(files["tokenizer.json"], ReadUntrustedFile(json, FileKind::kTokenizer));
   const std::filesystem::path config = options->config().empty()
                                            ? json.parent_path() / "tokenizer_config.json"
                                            : ResolvePath(base_dir, options->config());
   if (std::filesystem::exists(config)) {
-    ENGINE_ASSIGN_OR_RETURN(files["tokenizer_config.json"], ReadFile(config));
+    ENGINE_ASSIGN_OR_RETURN(files["tokenizer_config.json"],
+                            ReadUntrustedFile(config, FileKind::kConfig));
   }
   const std::filesystem::path processor = StageImageProcessorPath(stage, base_dir);
   if (std::filesystem::exists(processor)) {
-    ENGINE_ASSIGN_OR_RETURN(files[kImageProcessorFile], ReadFile(processor));
+    ENGINE_ASSIGN_OR_RETURN(files[kImageProcessorFile],
+                            ReadUntrustedFile(processor, FileKind::kConfig));
   }
   return files;
 }

@@ -1,9 +1,9 @@
 #include "engine/tokenizer.h"
 
-#include "engine/atomic_file.h"
 #include "engine/format.h"
 #include "engine/hash.h"
 #include "engine/paths.h"
+#include "engine/untrusted_file.h"
 #include "text/hf_json_tokenizer.h"
 #include "text/sentencepiece_shim.h"
 
@@ -35,7 +35,7 @@ class ByteTokenizer : public Tokenizer {
 class SentencePieceTokenizer : public Tokenizer {
  public:
   static StatusOr<std::unique_ptr<Tokenizer>> Load(const std::filesystem::path& path) {
-    ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+    ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadUntrustedFile(path, FileKind::kTokenizer));
     ENGINE_ASSIGN_OR_RETURN(const EngineSentencePieceApi* api, SentencePieceShim());
     std::string error;
     void* processor = api->load(bytes.data(), bytes.size(), &error);

@@ -1,18 +1,13 @@
 #include "tokenizer/hf_tokenizer.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "engine/untrusted_file.h"
 #include "tokenizer/utf8.h"
 
 namespace engine::tokenizer {
 
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read tokenizer file '" + path.string() + "'");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return FromJson(bytes.str(), path.string());
+  ENGINE_ASSIGN_OR_RETURN(const std::string bytes, ReadUntrustedFile(path, FileKind::kTokenizer));
+  return FromJson(bytes, path.string());
 }
 
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view text,
