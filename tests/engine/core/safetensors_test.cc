@@ -7,6 +7,7 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
@@ -237,6 +238,37 @@ TEST(SafetensorsTest, RejectsCorruptHeaders) {
   WriteRaw(path, "{}", "", /*claimed_length=*/1000);
   EXPECT_NE(ErrorOf(path).find("truncated"), std::string::npos);
   EXPECT_NE(ErrorOf(dir.path() / "missing.safetensors").find("cannot open"), std::string::npos);
+}
+
+// A header of nested arrays or millions of values used to be parsed whole (a 99 MB one took
+// 3.5 GB); it stops at the first value past the budget.
+TEST(SafetensorsTest, HeadersAreParsedWithinANestingAndValueBudget) {
+  TempDir dir;
+  const auto path = dir.path() / "h.safetensors";
+  const int deep = 10 * 1000 * 1000;
+  WriteRaw(path, "{\"a\":" + std::string(deep, '[') + std::string(deep, ']') + "}", "");
+  EXPECT_NE(ErrorOf(path).find("its header nests arrays or objects more than 3 deep"),
+            std::string::npos)
+      << ErrorOf(path);
+  std::string many = R"({"a":{"dtype":"U8","data_offsets":[0,0],"shape":[)";
+  for (int i = 0; i < 4200000; ++i) many += "0,";
+  many += "0]}}";
+  WriteRaw(path, many, "");
+  EXPECT_NE(ErrorOf(path).find("its header holds more than 4194304 values"), std::string::npos)
+      << ErrorOf(path);
+  // A real header: three deep.
+  WriteRaw(path,
+           R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+           std::string(8, '\0'));
+  EXPECT_TRUE(File::Open(path).ok()) << ErrorOf(path);
+}
+
+TEST(SafetensorsTest, AFifoOrDirectoryInAFilesPlaceIsRefusedWithoutWaiting) {
+  TempDir dir;
+  const auto fifo = dir.path() / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(ErrorOf(fifo).find("is not a regular file"), std::string::npos) << ErrorOf(fifo);
+  EXPECT_NE(ErrorOf(dir.path()).find("is not a regular file"), std::string::npos);
 }
 
 TEST(SafetensorsTest, GetNamesTheMissingTensor) {
