@@ -49,6 +49,7 @@ packages=(
   libboost-dev nlohmann-json3-dev zlib1g-dev libsentencepiece-dev pkg-config libxxhash-dev
   libpcre2-dev libicu-dev libpng-dev libjpeg62-turbo-dev
   libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev
   python3-venv
 )
 missing=()
