@@ -41,6 +41,21 @@ bool FitLength(const ChatOptions& options, int64_t image_pad_id, TokenizedConver
   return true;
 }
 
+// Whether encoding stopped before the pad tokens of every image: they are in the rendered text
+// (each is one added token), but not among the ids. Otherwise, ExpandImageTokens checks the count.
+bool ImagesPastTheEncodedIds(const chat::RenderedConversation& rendered,
+                             const TokenizedConversation& example, size_t encoded_at_most,
+                             int64_t pad_id, size_t images) {
+  if (example.ids.size() < encoded_at_most) return false;
+  const auto pads = static_cast<size_t>(std::count(example.ids.begin(), example.ids.end(), pad_id));
+  size_t rendered_pads = 0;
+  for (size_t at = rendered.text.find(kImagePadToken); at != std::string::npos;
+       at = rendered.text.find(kImagePadToken, at + 1)) {
+    ++rendered_pads;
+  }
+  return pads < images && rendered_pads == images;
+}
+
 // One line's example into `out`, or a reason it is left out (counted in the stats).
 Status AddLine(std::string_view line, const std::string& where,
                const chat::ChatTemplate& chat_template, const Tokenizer& tokenizer,
@@ -69,11 +84,23 @@ Status AddLine(std::string_view line, const std::string& where,
   }
   StatusOr<chat::RenderedConversation> rendered = chat_template.RenderForTraining(parsed.messages);
   if (!rendered.ok()) return rendered.status().WithContext(where);
-  StatusOr<TokenizedConversation> example = TokenizeForTraining(*rendered, tokenizer);
+  // Tokens past max_length are never kept, so the text past them is not encoded: a line of
+  // megabytes costs what max_length tokens cost. The few tokens beyond max_length keep the last
+  // kept token's character whole in the decoding the loss mask is found with.
+  const size_t encoded_at_most = static_cast<size_t>(options.max_length()) + 8;
+  StatusOr<TokenizedConversation> example =
+      TokenizeForTraining(*rendered, tokenizer, encoded_at_most);
   if (!example.ok()) return example.status().WithContext(where);
   std::vector<ExampleImage> example_images;
   if (!parsed.images.empty()) {
     ENGINE_ASSIGN_OR_RETURN(example_images, images->Check(parsed.images, where));
+    if (ImagesPastTheEncodedIds(*rendered, *example, encoded_at_most, images->pad_id(),
+                                example_images.size())) {
+      // An image pad after the ids kept would land past max_length: FitLength's drop.
+      ++(options.truncation() == ChatOptions::DROP ? out->stats.dropped_too_long
+                                                   : out->stats.dropped_image_cut);
+      return Status::Ok();
+    }
     ENGINE_RETURN_IF_ERROR(images->ExpandImageTokens(example_images, where, &*example));
   }
   if (!FitLength(options, images != nullptr ? images->pad_id() : -1, &*example, &out->stats)) {

@@ -13,10 +13,15 @@ size_t CommonPrefix(const std::string& a, const std::string& b) {
   return i;
 }
 
+// A partial character at the end of a prefix's decoding: U+FFFD's 3 bytes.
+constexpr size_t kReplacementBytes = 3;
+
 // For each byte offset of `rendered` (0..size), the offset in `decoded` of the same text;
-// nothing when the two differ by more than spaces.
+// nothing when the two differ by more than spaces. When `decoded` is the decoding of the first
+// ids only (`prefix`), the rendered text past its end (and a partial character there) maps to
+// its end.
 std::optional<std::vector<size_t>> AlignOffsets(const std::string& rendered,
-                                                const std::string& decoded) {
+                                                const std::string& decoded, bool prefix) {
   std::vector<size_t> map(rendered.size() + 1);
   size_t r = 0, d = 0;
   while (r < rendered.size() || d < decoded.size()) {
@@ -26,6 +31,9 @@ std::optional<std::vector<size_t>> AlignOffsets(const std::string& rendered,
       ++d;
     } else if (r < rendered.size() && rendered[r] == ' ') {
       map[r++] = d;
+    } else if (prefix && decoded.size() - d <= kReplacementBytes) {
+      while (r < rendered.size()) map[r++] = decoded.size();
+      break;
     } else {
       return std::nullopt;
     }
@@ -72,12 +80,12 @@ bool EndsInsideCharacter(const Tokenizer& tokenizer, const std::vector<int64_t>&
 }  // namespace
 
 StatusOr<TokenizedConversation> TokenizeForTraining(const chat::RenderedConversation& rendered,
-                                                    const Tokenizer& tokenizer) {
+                                                    const Tokenizer& tokenizer, size_t max_tokens) {
   TokenizedConversation out;
-  out.ids = tokenizer.Encode(rendered.text);
+  out.ids = tokenizer.EncodeAtMost(rendered.text, max_tokens);
   out.loss.assign(out.ids.size(), 0);
   const std::string full = tokenizer.DecodeWithSpecialTokens(out.ids);
-  const auto offsets = AlignOffsets(rendered.text, full);
+  const auto offsets = AlignOffsets(rendered.text, full, /*prefix=*/out.ids.size() == max_tokens);
   if (!offsets) {
     return FailedPreconditionError(
         "the tokenizer does not decode the rendered conversation back to its text (beyond "

@@ -138,6 +138,34 @@ TEST(ChatLoaderTest, LongExamplesAreTruncatedOrDroppedAndCounted) {
   EXPECT_EQ((*dropped)->size(Split::kTrain), 4);
 }
 
+// The text past max_length is not encoded (a line of megabytes costs what max_length tokens
+// cost), so each truncated example must still hold the whole conversation's first tokens, with
+// their loss as the whole conversation gives it.
+TEST(ChatLoaderTest, TruncatedExamplesAreTheWholeConversationsFirstTokensAndLoss) {
+  auto whole = Open(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 4096");
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  const int64_t examples = (*whole)->size(Split::kTrain);
+  int64_t compared = 0;
+  for (int max_length = 8; max_length <= 80; ++max_length) {
+    auto cut = Open(kChatData, "conversations.jsonl",
+                    "eval_fraction: 0 max_length: " + std::to_string(max_length));
+    // Where some examples lost every loss token, rows no longer line up (or none are left).
+    if (!cut.ok() || (*cut)->size(Split::kTrain) != examples) continue;
+    for (int64_t i = 0; i < examples; ++i) {
+      const Batch full = *(*whole)->GetBatch(Split::kTrain, {i});
+      const Batch kept = *(*cut)->GetBatch(Split::kTrain, {i});
+      const int64_t length = kept.at("input_ids").size(1);
+      ASSERT_LE(length, max_length);
+      for (const char* field : {"input_ids", "labels"}) {
+        ASSERT_TRUE(at::equal(kept.at(field), full.at(field).narrow(1, 0, length)))
+            << field << " of example " << i << " at max_length " << max_length;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 100);
+}
+
 TEST(ChatLoaderTest, BadLinesAreErrorsNamingFileAndLine) {
   testing::TempDir tmp;
   tmp.Write("broken.jsonl", "{\"messages\": []}\n\n{not json\n");

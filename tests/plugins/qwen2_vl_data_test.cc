@@ -314,6 +314,31 @@ TEST_F(Qwen2VlDataTest, BadImageLinesAreErrorsNamingTheFileLineAndImage) {
               HasSubstr("data.jsonl:1: the line names images, but there is no image processor"));
 }
 
+// max_length never cuts an image's tokens: an example whose image would start past it is dropped,
+// also when its text is long enough that the encoding stops before the image.
+TEST_F(Qwen2VlDataTest, ImagesPastMaxLengthDropTheirExampleAndTextPastItIsTruncated) {
+  std::string words;
+  for (int i = 0; i < 20000; ++i) words += "word" + std::to_string(i % 7) + " ";
+  auto line = [](const std::string& question, const std::string& answer) {
+    return nlohmann::json{{"messages",
+                           {{{"role", "user"}, {"content", question}},
+                            {{"role", "assistant"}, {"content", answer}}}},
+                          {"images", {"images/chelsea.png"}}}
+               .dump() +
+           "\n";
+  };
+  const std::string lines =
+      line("<image>Cat?", "Yes") + line(words + "<image>Cat?", "Yes") + line("<image>Cat?", words);
+  auto truncated = OpenChat(dir_, lines, "max_length: 64");
+  ASSERT_TRUE(truncated.ok()) << truncated.status().message();
+  EXPECT_THAT((*truncated)->description(), HasSubstr("1 truncated to max_length 64"));
+  EXPECT_THAT((*truncated)->description(),
+              HasSubstr("dropped: 1 with image tokens beyond max_length 64"));
+  auto dropped = OpenChat(dir_, lines, "max_length: 64 truncation: DROP");
+  ASSERT_TRUE(dropped.ok()) << dropped.status().message();
+  EXPECT_THAT((*dropped)->description(), HasSubstr("dropped: 2 longer than max_length 64"));
+}
+
 TEST_F(Qwen2VlDataTest, ImagesOutsideTheDataDirectoryAreRefusedUnlessThePipelineAllowsThem) {
   testing::TempDir elsewhere;
   const fs::path outside = elsewhere.path() / "cat.png";

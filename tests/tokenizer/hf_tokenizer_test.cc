@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -298,6 +299,29 @@ TEST(HfTokenizerTest, ACorruptedCharsmapNeverReadsOutsideItself) {
     const std::string normalized = tokenizer->Normalize(ToValidUtf8(text));
     EXPECT_TRUE(IsValidUtf8(normalized)) << "round " << round;
     EXPECT_LE(normalized.size(), 256 * text.size()) << "round " << round;
+  }
+}
+
+// Data loaders keep max_length tokens and ask for no more: the encoding stops there, and what it
+// gives must be the whole text's first ids, across added tokens, normalizers, pre-tokenizer words
+// and each kind of model.
+TEST(HfTokenizerTest, AnEncodingStoppedAfterNTokensIsTheWholeTextsFirstN) {
+  const std::string fixtures = ENGINE_TOKENIZER_FIXTURES;
+  const std::string text = "<|im_start|>user\n" + ReadFile(fixtures + "/stress.txt") +
+                           "<|im_end|>\n<|im_start|>assistant\nDone.<|im_end|>";
+  for (const char* file : {"qwen2_bpe.json", "llama3_bpe.json", "llama2_bpe.json",
+                           "t5_unigram.json", "bert_wordpiece.json", "unigram_bytes.json"}) {
+    SCOPED_TRACE(file);
+    auto tokenizer = HfTokenizer::FromFile(fixtures + "/" + file);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+    const std::vector<int64_t> whole = (*tokenizer)->Encode(text, false);
+    ASSERT_GT(whole.size(), 100u);
+    for (size_t n = 0; n <= whole.size() + 1; ++n) {
+      const std::vector<int64_t> first = (*tokenizer)->Encode(text, false, n);
+      ASSERT_EQ(first,
+                std::vector<int64_t>(whole.begin(), whole.begin() + std::min(n, whole.size())))
+          << "n = " << n;
+    }
   }
 }
 

@@ -40,6 +40,15 @@ class Tokenizer {
   virtual std::string description() const = 0;
   // Changes when the mapping changes (part of data identities).
   virtual std::string identity() const = 0;
+  // The first `max_tokens` ids of Encode(text). A tokenizer may stop early, so that the work
+  // follows max_tokens rather than the text: data loaders that keep max_length tokens ask for
+  // max_length + 1 and so also learn whether the text was longer. (Declared last, so that the
+  // slots of the functions above stay where plugins built against an older SDK call them.)
+  virtual std::vector<int64_t> EncodeAtMost(std::string_view text, size_t max_tokens) const {
+    std::vector<int64_t> ids = Encode(text);
+    if (ids.size() > max_tokens) ids.resize(max_tokens);
+    return ids;
+  }
 };
 
 // Adds errors for options that cannot make a tokenizer (a SENTENCEPIECE kind without its

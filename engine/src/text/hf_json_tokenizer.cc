@@ -20,6 +20,9 @@ class HfJsonTokenizer : public Tokenizer {
   std::vector<int64_t> Encode(std::string_view text) const override {
     return impl_->Encode(text, /*add_special_tokens=*/false);
   }
+  std::vector<int64_t> EncodeAtMost(std::string_view text, size_t max_tokens) const override {
+    return impl_->Encode(text, /*add_special_tokens=*/false, max_tokens);
+  }
   std::string Decode(const std::vector<int64_t>& ids) const override {
     return impl_->Decode(ids, /*skip_special_tokens=*/true);
   }

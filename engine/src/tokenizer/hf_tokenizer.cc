@@ -62,10 +62,14 @@ std::string HfTokenizer::Normalize(std::string_view text) const {
   return normalizer_ == nullptr ? AsValidUtf8(text) : normalizer_->Normalize(AsValidUtf8(text));
 }
 
-std::vector<int64_t> HfTokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+// Added tokens, the pieces between them and the pre-tokenizer's words are encoded independently
+// of what follows them, so stopping after `max_tokens` keeps exactly the first ids of the whole.
+std::vector<int64_t> HfTokenizer::Encode(std::string_view text, bool add_special_tokens,
+                                         size_t max_tokens) const {
   std::vector<int64_t> ids;
   std::vector<Piece> words;
   for (const Piece& piece : ExtractAndNormalize(text)) {
+    if (ids.size() >= max_tokens) break;
     if (piece.added_id >= 0) {
       ids.push_back(piece.added_id);
       continue;
@@ -76,8 +80,12 @@ std::vector<int64_t> HfTokenizer::Encode(std::string_view text, bool add_special
     } else {
       words.push_back(piece);
     }
-    for (const Piece& word : words) model_->Encode(word.text, &ids);
+    for (const Piece& word : words) {
+      if (ids.size() >= max_tokens) break;
+      model_->Encode(word.text, &ids);
+    }
   }
+  if (ids.size() > max_tokens) ids.resize(max_tokens);
   return add_special_tokens ? post_processor_.Apply(ids) : ids;
 }
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,7 +38,10 @@ class HfTokenizer {
   static StatusOr<std::unique_ptr<HfTokenizer>> FromJson(std::string_view text,
                                                          const std::string& origin);
 
-  std::vector<int64_t> Encode(std::string_view text, bool add_special_tokens) const;
+  // With `max_tokens`, the first max_tokens ids of the whole text's (before the post-processor
+  // adds its special tokens), found without encoding the words after them.
+  std::vector<int64_t> Encode(std::string_view text, bool add_special_tokens,
+                              size_t max_tokens = std::numeric_limits<size_t>::max()) const;
   // `text` through the normalizer alone (no added tokens, no pre-tokenizer): what the model's
   // words are cut from.
   std::string Normalize(std::string_view text) const;
