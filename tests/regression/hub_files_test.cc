@@ -124,6 +124,24 @@ TEST_F(HubFilesTest, FilesOverTheirKindsLimitAreRefusedWithTheWayToRaiseIt) {
                                "files (set ENGINE_FILE_LIMITS=tokenizer=SIZE to allow more)"));
 }
 
+// An id of 2^31 - 2 in tokenizer.json used to end in a bare std::bad_alloc.
+TEST_F(HubFilesTest, ATokenizerIdFarBeyondItsVocabularyIsRefusedBeforeAnythingIsAllocated) {
+  nlohmann::json tokenizer =
+      nlohmann::json::parse(testing::ReadText(dir_.path() / "tokenizer.json"));
+  tokenizer["added_tokens"].push_back({{"id", 2147483646},
+                                       {"content", "<huge>"},
+                                       {"single_word", false},
+                                       {"lstrip", false},
+                                       {"rstrip", false},
+                                       {"normalized", false},
+                                       {"special", true}});
+  dir_.Write("tokenizer.json", tokenizer.dump());
+  auto r = Check();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("model loader 'llama': vocab_size 2147483647 is above the largest "
+                               "this loader builds (4194304)"));
+}
+
 TEST_F(HubFilesTest, AMalformedLimitsVariableIsAUsageErrorBeforeAnyWork) {
   for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
            {"images=1GiB",
