@@ -32,7 +32,7 @@ build() {
   fi
   local launcher=()
   command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  if [ ! -f "$fuzz_dir/CMakeCache.txt" ]; then
+  if [ ! -f "$fuzz_dir/build.ninja" ]; then
     cmake -S "$root/fuzz" -B "$fuzz_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
       -DENGINE_PYTHON="$root/.venv/bin/python" "${launcher[@]}"
   fi
@@ -74,16 +74,23 @@ run() {
   mkdir -p "$artifacts" "$corpus"
   local options=(-timeout=30 -rss_limit_mb=4096 -artifact_prefix="$artifacts" -print_final_stats=1)
   [ -f "$root/fuzz/$target.dict" ] && options+=(-dict="$root/fuzz/$target.dict")
-  if [ -d "$regressions" ] && [ -n "$(ls -A "$regressions")" ]; then
-    echo "== $target: replaying $(ls "$regressions" | wc -l) regression inputs"
-    "$bin" "${options[@]}" "$regressions"/* || fail "$target" "a regression input from $regressions"
+  local inputs=()
+  [ -d "$regressions" ] && mapfile -t inputs < <(find "$regressions" -type f ! -name '.*' | sort)
+  if [ ${#inputs[@]} -gt 0 ]; then
+    echo "== $target: replaying ${#inputs[@]} regression inputs"
+    "$bin" "${options[@]}" "${inputs[@]}" || fail "$target" "$regressions/*"
   fi
   seeds "$target" "$seed_dir"
+  rm -f "$artifacts"*
   echo "== $target: fuzzing for $seconds s"
-  "$bin" "${options[@]}" -max_total_time="$seconds" "$corpus" "$seed_dir" ||
-    fail "$target" "$(ls -t "$artifacts" | head -1 | sed "s|^|$artifacts|")"
+  if ! "$bin" "${options[@]}" -max_total_time="$seconds" "$corpus" "$seed_dir"; then
+    local found
+    found=$(find "$artifacts" -type f | head -1)
+    fail "$target" "${found:-(no input saved: see the output above)}"
+  fi
 }
 
+# fail TARGET INPUT: what crashed, and how to go on.
 fail() {
   echo "$0: $1 crashed, hung or ran out of memory on $2" >&2
   echo "  reproduce: $fuzz_dir/bin/$1 $2" >&2

@@ -14,6 +14,7 @@
 #include "cli/generation_source.h"
 #include "engine/atomic_file.h"
 #include "engine/dtype.h"
+#include "engine/untrusted_file.h"
 #include "export/bnb4_weights.h"
 #include "export/dense_weights.h"
 #include "export/peft_adapters.h"
@@ -185,7 +186,7 @@ StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
   for (const fs::path& file : TokenizerFiles(source)) files.copied.push_back(file);
   if (!source.image_processor_file().empty()) {
     ENGINE_ASSIGN_OR_RETURN(files.text_files[kImageProcessorFile],
-                            ReadFile(source.image_processor_file()));
+                            ReadUntrustedFile(source.image_processor_file(), FileKind::kConfig));
   }
   return files;
 }
@@ -197,7 +198,8 @@ Status WriteFiles(const fs::path& dir, const ExportFiles& files) {
     ENGINE_RETURN_IF_ERROR(WriteFileAtomically(dir / name, text));
   }
   for (const fs::path& file : files.copied) {
-    ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(file));
+    // Tokenizer files: tokenizer.json, tokenizer.model, their configs and templates.
+    ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadUntrustedFile(file, FileKind::kTokenizer));
     ENGINE_RETURN_IF_ERROR(WriteFileAtomically(dir / file.filename(), bytes));
   }
   return Status::Ok();

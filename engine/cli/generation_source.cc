@@ -15,6 +15,7 @@
 #include "core/guarded_call.h"
 #include "engine/atomic_file.h"
 #include "engine/paths.h"
+#include "engine/untrusted_file.h"
 #include "export/peft_adapters.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/stage_state.h"
@@ -32,7 +33,7 @@ namespace fs = std::filesystem;
 // model_type, otherwise `llama` (llama, mistral, qwen2, qwen3), whose config reader refuses the
 // others by model_type.
 std::string DirectoryLoader(const fs::path& dir) {
-  StatusOr<std::string> text = ReadFile(dir / "config.json");
+  StatusOr<std::string> text = ReadUntrustedFile(dir / "config.json", FileKind::kConfig);
   if (!text.ok()) return "llama";
   const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return "llama";
@@ -88,7 +89,8 @@ class DirectorySource : public GenerationSource {
     ENGINE_RETURN_IF_ERROR(source->ReadChat(source->dir_));
     for (const char* file : {"config.json", "generation_config.json"}) {
       if (!fs::exists(source->dir_ / file)) continue;
-      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(source->dir_ / file));
+      ENGINE_ASSIGN_OR_RETURN(std::string text,
+                              ReadUntrustedFile(source->dir_ / file, FileKind::kConfig));
       source->AddStopIds(text);
     }
     return std::unique_ptr<GenerationSource>(std::move(source));
@@ -231,7 +233,8 @@ class PipelineSource : public GenerationSource {
                             }));
     AddStopIds(config);
     if (fs::exists(checkpoint_ / "config.json")) {
-      ENGINE_ASSIGN_OR_RETURN(std::string text, ReadFile(checkpoint_ / "config.json"));
+      ENGINE_ASSIGN_OR_RETURN(std::string text,
+                              ReadUntrustedFile(checkpoint_ / "config.json", FileKind::kConfig));
       AddStopIds(text);
     }
     return Status::Ok();

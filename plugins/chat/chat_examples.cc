@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <optional>
 
 #include "conversation_formats.h"
 #include "engine/format.h"
@@ -41,19 +43,48 @@ bool FitLength(const ChatOptions& options, int64_t image_pad_id, TokenizedConver
   return true;
 }
 
-// Whether encoding stopped before the pad tokens of every image: they are in the rendered text
-// (each is one added token), but not among the ids. Otherwise, ExpandImageTokens checks the count.
-bool ImagesPastTheEncodedIds(const chat::RenderedConversation& rendered,
-                             const TokenizedConversation& example, size_t encoded_at_most,
-                             int64_t pad_id, size_t images) {
-  if (example.ids.size() < encoded_at_most) return false;
-  const auto pads = static_cast<size_t>(std::count(example.ids.begin(), example.ids.end(), pad_id));
-  size_t rendered_pads = 0;
+// The image pad tokens of a rendered conversation (each is one added token).
+size_t RenderedPads(const chat::RenderedConversation& rendered) {
+  size_t pads = 0;
   for (size_t at = rendered.text.find(kImagePadToken); at != std::string::npos;
        at = rendered.text.find(kImagePadToken, at + 1)) {
-    ++rendered_pads;
+    ++pads;
   }
-  return pads < images && rendered_pads == images;
+  return pads;
+}
+
+// A rendered conversation's tokens with each image's tokens expanded, and its images read into
+// `example_images`; nullopt when an image would start past max_length (counted in `stats`).
+StatusOr<std::optional<TokenizedConversation>> TokenizeExample(
+    const chat::RenderedConversation& rendered, const ParsedConversation& parsed,
+    const Tokenizer& tokenizer, const ChatOptions& options, ChatImages* images,
+    const std::string& where, std::vector<ExampleImage>* example_images, ChatStats* stats) {
+  // Tokens past max_length are never kept, so the text past them is not encoded: a line of
+  // megabytes costs what max_length tokens cost. The few tokens beyond max_length keep the last
+  // kept token's character whole in the decoding the loss mask is found with.
+  const size_t encoded_at_most = static_cast<size_t>(options.max_length()) + 8;
+  const bool with_images = !parsed.images.empty();
+  // A text whose image pads are not one per image (a template that drops images, a pad written
+  // in a message) is an error, counted on the whole text.
+  const size_t tokens = with_images && RenderedPads(rendered) != parsed.images.size()
+                            ? std::numeric_limits<size_t>::max()
+                            : encoded_at_most;
+  StatusOr<TokenizedConversation> example = TokenizeForTraining(rendered, tokenizer, tokens);
+  if (!example.ok()) return example.status().WithContext(where);
+  if (with_images) {
+    ENGINE_ASSIGN_OR_RETURN(*example_images, images->Check(parsed.images, where));
+    if (tokens == encoded_at_most && example->ids.size() >= encoded_at_most &&
+        std::count(example->ids.begin(), example->ids.end(), images->pad_id()) <
+            static_cast<std::ptrdiff_t>(example_images->size())) {
+      // Encoding stopped before an image's pad, which would land past max_length: FitLength's
+      // drop.
+      ++(options.truncation() == ChatOptions::DROP ? stats->dropped_too_long
+                                                   : stats->dropped_image_cut);
+      return std::optional<TokenizedConversation>();
+    }
+    ENGINE_RETURN_IF_ERROR(images->ExpandImageTokens(*example_images, where, &*example));
+  }
+  return std::optional<TokenizedConversation>(std::move(*example));
 }
 
 // One line's example into `out`, or a reason it is left out (counted in the stats).
@@ -84,25 +115,11 @@ Status AddLine(std::string_view line, const std::string& where,
   }
   StatusOr<chat::RenderedConversation> rendered = chat_template.RenderForTraining(parsed.messages);
   if (!rendered.ok()) return rendered.status().WithContext(where);
-  // Tokens past max_length are never kept, so the text past them is not encoded: a line of
-  // megabytes costs what max_length tokens cost. The few tokens beyond max_length keep the last
-  // kept token's character whole in the decoding the loss mask is found with.
-  const size_t encoded_at_most = static_cast<size_t>(options.max_length()) + 8;
-  StatusOr<TokenizedConversation> example =
-      TokenizeForTraining(*rendered, tokenizer, encoded_at_most);
-  if (!example.ok()) return example.status().WithContext(where);
   std::vector<ExampleImage> example_images;
-  if (!parsed.images.empty()) {
-    ENGINE_ASSIGN_OR_RETURN(example_images, images->Check(parsed.images, where));
-    if (ImagesPastTheEncodedIds(*rendered, *example, encoded_at_most, images->pad_id(),
-                                example_images.size())) {
-      // An image pad after the ids kept would land past max_length: FitLength's drop.
-      ++(options.truncation() == ChatOptions::DROP ? out->stats.dropped_too_long
-                                                   : out->stats.dropped_image_cut);
-      return Status::Ok();
-    }
-    ENGINE_RETURN_IF_ERROR(images->ExpandImageTokens(example_images, where, &*example));
-  }
+  ENGINE_ASSIGN_OR_RETURN(std::optional<TokenizedConversation> example,
+                          TokenizeExample(*rendered, parsed, tokenizer, options, images, where,
+                                          &example_images, &out->stats));
+  if (!example) return Status::Ok();
   if (!FitLength(options, images != nullptr ? images->pad_id() : -1, &*example, &out->stats)) {
     return Status::Ok();
   }

@@ -91,6 +91,8 @@ StatusOr<ExampleImages> ChatImages::Pixels(const std::vector<ExampleImage>& imag
   ExampleImages out;
   std::vector<at::Tensor> patches;
   for (const ExampleImage& image : images) {
+    // Read again for each batch: the path must still lead where it did when the data opened.
+    ENGINE_RETURN_IF_ERROR(CheckAllowed(image.path, "image '" + image.path.string() + "'"));
     ENGINE_ASSIGN_OR_RETURN(RgbImage rgb, ReadRgbImage(image.path));
     ENGINE_ASSIGN_OR_RETURN(at::Tensor p, processor_.Patches(rgb));
     if (p.size(0) != image.grid.patches()) {

@@ -13,7 +13,7 @@ size_t CommonPrefix(const std::string& a, const std::string& b) {
   return i;
 }
 
-// A partial character at the end of a prefix's decoding: U+FFFD's 3 bytes.
+// A partial character at the end of a prefix's decoding: one U+FFFD, 3 bytes.
 constexpr size_t kReplacementBytes = 3;
 
 // For each byte offset of `rendered` (0..size), the offset in `decoded` of the same text;
@@ -83,9 +83,16 @@ StatusOr<TokenizedConversation> TokenizeForTraining(const chat::RenderedConversa
                                                     const Tokenizer& tokenizer, size_t max_tokens) {
   TokenizedConversation out;
   out.ids = tokenizer.EncodeAtMost(rendered.text, max_tokens);
+  std::string full = tokenizer.DecodeWithSpecialTokens(out.ids);
+  auto offsets = AlignOffsets(rendered.text, full, /*prefix=*/out.ids.size() == max_tokens);
+  if (!offsets && out.ids.size() == max_tokens) {
+    // The cut fell inside a run of byte tokens that decodes to more than one replacement
+    // character (a byte-fallback decoder writes one per byte): the whole text decides.
+    out.ids = tokenizer.Encode(rendered.text);
+    full = tokenizer.DecodeWithSpecialTokens(out.ids);
+    offsets = AlignOffsets(rendered.text, full, /*prefix=*/false);
+  }
   out.loss.assign(out.ids.size(), 0);
-  const std::string full = tokenizer.DecodeWithSpecialTokens(out.ids);
-  const auto offsets = AlignOffsets(rendered.text, full, /*prefix=*/out.ids.size() == max_tokens);
   if (!offsets) {
     return FailedPreconditionError(
         "the tokenizer does not decode the rendered conversation back to its text (beyond "

@@ -28,7 +28,8 @@ struct TokenizedConversation {
 };
 
 // At most `max_tokens` ids: the first ones of the whole text's, found without encoding the rest
-// (Tokenizer::EncodeAtMost), with the loss of each as the whole text gives it.
+// (Tokenizer::EncodeAtMost), with the loss of each as the whole text gives it. (When the cut falls
+// inside a run of byte tokens whose decoding is not the text's, the whole text is encoded.)
 StatusOr<TokenizedConversation> TokenizeForTraining(const chat::RenderedConversation& rendered,
                                                     const Tokenizer& tokenizer, size_t max_tokens);
 

@@ -157,7 +157,6 @@ class ExportInteropTest : public ::testing::Test {
     engine_ids_ = new nlohmann::json();
     error_ = new std::string();
     const fs::path& reference = kReference;
-    const fs::path& fixtures = kFixtures;
     // qwen2_bpe.json: 956 model tokens and 3 added ones.
     const auto bases = testing::RunCommand(
         {testing::kPython, reference.string(), "bases", (tmp_->path() / "bases").string(), "960"});
@@ -466,6 +465,8 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
   data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
     path: ")" + (tmp.path() / "data.jsonl").string() +
                  R"(" eval_fraction: 0.4
+    images { allowed_dirs: ")" +
+                 (fixture / "images").string() + R"(" }
     tokenizer { kind: HF_JSON path: ")" +
                  (tmp.path() / "tokenizer").string() + R"(" } } } }
   )" + training + "\n}\n";

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "engine/data.h"
 #include "engine/model.h"
@@ -138,32 +139,74 @@ TEST(ChatLoaderTest, LongExamplesAreTruncatedOrDroppedAndCounted) {
   EXPECT_EQ((*dropped)->size(Split::kTrain), 4);
 }
 
-// The text past max_length is not encoded (a line of megabytes costs what max_length tokens
-// cost), so each truncated example must still hold the whole conversation's first tokens, with
-// their loss as the whole conversation gives it.
-TEST(ChatLoaderTest, TruncatedExamplesAreTheWholeConversationsFirstTokensAndLoss) {
-  auto whole = Open(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 4096");
-  ASSERT_TRUE(whole.ok()) << whole.status().message();
+// Compares, for every max_length in [8, 80], each example of `jsonl` in `dir` (read with
+// `tokenizer`, a tokenizer { ... } block) with the first tokens and loss of the same example read
+// whole; returns how many examples it compared.
+int64_t CompareCutsWithWholeExamples(const fs::path& dir, const std::string& jsonl,
+                                     const std::string& tokenizer) {
+  auto open = [&](int max_length) {
+    auto message =
+        testing::Options(Chat(), "path: \"" + jsonl + "\" eval_fraction: 0 " + tokenizer +
+                                     " max_length: " + std::to_string(max_length));
+    return Chat().Open(*message, DataContext{dir, 1});
+  };
+  auto whole = open(4096);
+  EXPECT_TRUE(whole.ok()) << whole.status().message();
+  if (!whole.ok()) return 0;
   const int64_t examples = (*whole)->size(Split::kTrain);
   int64_t compared = 0;
   for (int max_length = 8; max_length <= 80; ++max_length) {
-    auto cut = Open(kChatData, "conversations.jsonl",
-                    "eval_fraction: 0 max_length: " + std::to_string(max_length));
-    // Where some examples lost every loss token, rows no longer line up (or none are left).
-    if (!cut.ok() || (*cut)->size(Split::kTrain) != examples) continue;
+    auto cut = open(max_length);
+    // Where examples lost every loss token, none may be left, or rows no longer line up.
+    if (!cut.ok()) {
+      EXPECT_THAT(cut.status().message(), HasSubstr("gives no examples")) << max_length;
+      continue;
+    }
+    if ((*cut)->size(Split::kTrain) != examples) continue;
     for (int64_t i = 0; i < examples; ++i) {
       const Batch full = *(*whole)->GetBatch(Split::kTrain, {i});
       const Batch kept = *(*cut)->GetBatch(Split::kTrain, {i});
       const int64_t length = kept.at("input_ids").size(1);
-      ASSERT_LE(length, max_length);
+      EXPECT_LE(length, max_length);
       for (const char* field : {"input_ids", "labels"}) {
-        ASSERT_TRUE(at::equal(kept.at(field), full.at(field).narrow(1, 0, length)))
+        EXPECT_TRUE(at::equal(kept.at(field), full.at(field).narrow(1, 0, length)))
             << field << " of example " << i << " at max_length " << max_length;
       }
       ++compared;
     }
   }
-  EXPECT_GT(compared, 100);
+  return compared;
+}
+
+// The text past max_length is not encoded (a line of megabytes costs what max_length tokens
+// cost), so each truncated example must still hold the whole conversation's first tokens, with
+// their loss as the whole conversation gives it: with byte-level BPE, and with byte fallback
+// (Mistral's), whose runs of byte tokens the cut may split anywhere.
+TEST(ChatLoaderTest, TruncatedExamplesAreTheWholeConversationsFirstTokensAndLoss) {
+  EXPECT_GT(CompareCutsWithWholeExamples(
+                kChatData, "conversations.jsonl",
+                "tokenizer { kind: HF_JSON path: \"" + kQwen2.string() + "\" config: \"" +
+                    (kChatData / "tokenizer_config.json").string() + "\" }"),
+            100);
+  testing::TempDir tmp;
+  std::string lines;
+  for (const char* text :
+       {"Ça va 👍👍 très bien 東京タワー 🙂🙃", "日本語のテキスト 🎉 and more 🎉🎉🎉",
+        "plain words then 🧪🧪🧪🧪 emoji"}) {
+    lines += nlohmann::json{{"messages",
+                             {{{"role", "user"}, {"content", std::string("Say: ") + text}},
+                              {{"role", "assistant"}, {"content", text}}}}}
+                 .dump() +
+             "\n";
+  }
+  tmp.Write("emoji.jsonl", lines);
+  const fs::path mistral =
+      fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/mistral_bpe.json";
+  EXPECT_GT(CompareCutsWithWholeExamples(
+                tmp.path(), "emoji.jsonl",
+                "tokenizer { kind: HF_JSON path: \"" + mistral.string() + "\" config: \"" +
+                    (kChatData / "mistral_tokenizer_config.json").string() + "\" }"),
+            40);
 }
 
 TEST(ChatLoaderTest, BadLinesAreErrorsNamingFileAndLine) {

@@ -337,6 +337,13 @@ TEST_F(Qwen2VlDataTest, ImagesPastMaxLengthDropTheirExampleAndTextPastItIsTrunca
   auto dropped = OpenChat(dir_, lines, "max_length: 64 truncation: DROP");
   ASSERT_TRUE(dropped.ok()) << dropped.status().message();
   EXPECT_THAT((*dropped)->description(), HasSubstr("dropped: 2 longer than max_length 64"));
+
+  // A pad token written in a message is counted on the whole text, however far the image is.
+  auto written =
+      OpenChat(dir_, line("<|image_pad|>" + words + "<image>Cat?", "Yes"), "max_length: 64");
+  ASSERT_FALSE(written.ok());
+  EXPECT_THAT(written.status().message(),
+              HasSubstr("data.jsonl:1: the rendered text has 2 <|image_pad|> for 1 image(s)"));
 }
 
 TEST_F(Qwen2VlDataTest, ImagesOutsideTheDataDirectoryAreRefusedUnlessThePipelineAllowsThem) {

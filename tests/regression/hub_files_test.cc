@@ -148,7 +148,10 @@ TEST_F(HubFilesTest, AMalformedLimitsVariableIsAUsageErrorBeforeAnyWork) {
             "ENGINE_FILE_LIMITS item 'images=1GiB' is not KIND=SIZE with KIND one "
             "of config, tokenizer, template, image, data, data_line"},
            {"image=1TB", "ENGINE_FILE_LIMITS item 'image=1TB': '1TB' is not a size"},
-           {"data=0", "ENGINE_FILE_LIMITS item 'data=0': a limit of 0 would refuse every file"}}) {
+           {"data=0", "ENGINE_FILE_LIMITS item 'data=0': a limit of 0 would refuse every file"},
+           {"data=999999999999GiB",
+            "ENGINE_FILE_LIMITS item 'data=999999999999GiB': "
+            "'999999999999GiB' is more than 2^64 bytes"}}) {
     SCOPED_TRACE(setting);
     auto r = Check({{"ENGINE_FILE_LIMITS", setting}});
     EXPECT_EQ(r.exit_code, 2);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <limits>
 
 namespace engine {
 namespace {
@@ -61,6 +62,9 @@ StatusOr<uint64_t> ParseSize(std::string_view text, const std::string& where) {
   }
   const uint64_t value = std::stoull(std::string(text.substr(0, digits)));
   if (value == 0) return InvalidArgumentError(where + ": a limit of 0 would refuse every file");
+  if (value > std::numeric_limits<uint64_t>::max() / scale) {
+    return InvalidArgumentError(where + ": '" + std::string(text) + "' is more than 2^64 bytes");
+  }
   return value * scale;
 }
 
@@ -222,10 +226,13 @@ StatusOr<std::string> ReadUntrustedFile(const std::filesystem::path& path, FileK
 
 bool IsInsideDirectory(const std::filesystem::path& path, const std::filesystem::path& dir) {
   std::error_code ec;
-  const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+  // Relative paths (an empty `dir` included) are taken from the working directory.
+  const std::filesystem::path resolved =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
   if (ec) return false;
-  const std::filesystem::path root = std::filesystem::weakly_canonical(dir, ec);
-  if (ec) return false;
+  const std::filesystem::path root =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
+  if (ec || root.empty()) return false;
   auto r = root.begin();
   auto p = resolved.begin();
   for (; r != root.end(); ++r, ++p) {

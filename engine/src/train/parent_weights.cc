@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,6 +16,7 @@
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
+#include "engine/untrusted_file.h"
 #include "plan/handoff.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_tensors.h"
@@ -28,9 +28,9 @@ namespace {
 // alpha / r from a LoRA checkpoint's adapter_config.json (PEFT's keys).
 StatusOr<double> LoraScale(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / kAdapterConfigFile;
-  std::ifstream in(path);
-  if (!in) return NotFoundError("cannot read " + path.string() + " to merge its adapters");
-  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  StatusOr<std::string> text = ReadUntrustedFile(path, FileKind::kConfig);
+  if (!text.ok()) return text.status().WithContext("to merge its adapters");
+  nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.contains("r") || !config.contains("lora_alpha") ||
       !config["r"].is_number() || !config["lora_alpha"].is_number() ||
       config["r"].get<double>() <= 0) {
@@ -51,9 +51,10 @@ StatusOr<double> LoraScale(const std::filesystem::path& dir) {
 // adapter_config.json's modules_to_save (PEFT's key): modules saved whole beside the adapters.
 StatusOr<std::vector<std::string>> ModulesToSave(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / kAdapterConfigFile;
-  std::ifstream in(path);
-  if (!in) return std::vector<std::string>();
-  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  StatusOr<std::string> text = ReadUntrustedFile(path, FileKind::kConfig);
+  if (text.status().code() == StatusCode::kNotFound) return std::vector<std::string>();
+  ENGINE_RETURN_IF_ERROR(text.status());
+  nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return DataLossError(path.string() + " is not a JSON object");
   std::vector<std::string> modules;
   auto it = config.find("modules_to_save");

@@ -98,6 +98,8 @@ TEST(UntrustedFileTest, PathsLeadingOutOfADirectoryAreFoundThroughDotsAndSymlink
   EXPECT_FALSE(IsInsideDirectory(data.path() / "images/link.png", data.path()));
   EXPECT_FALSE(IsInsideDirectory(data.path() / "linked_dir/b.png", data.path()));
   EXPECT_TRUE(IsInsideDirectory(data.path() / "linked_dir/b.png", elsewhere.path()));
+  // An empty directory is the working one, never everything.
+  EXPECT_FALSE(IsInsideDirectory(outside, ""));
   // A directory whose name starts like the data directory's is not inside it.
   EXPECT_FALSE(IsInsideDirectory(data.path().string() + "_sibling/x.png", data.path()));
 }
