@@ -85,6 +85,12 @@ TEST(JinjaLimitsTest, IntegersAreExactOrAnError) {
             "4611686018427387904 -9223372036854775808 1 1 -4");
   EXPECT_THAT(Render("{{ 99999999999999999999 }}"),
               HasSubstr("number 99999999999999999999 is out of range"));
+  // Found by jinja_fuzzer (tests/fixtures/fuzz/jinja_fuzzer/big_integer_attribute): an index
+  // after a dot, and one in an attribute path, used to end the engine with out_of_range.
+  EXPECT_EQ(Render("{{ x.99999999999999999999 }}"),
+            "ERROR t.jinja:1:6: number 99999999999999999999 is out of range");
+  EXPECT_EQ(Render("{{ ([[1]] | map(attribute='99999999999999999999') | first) is defined }}"),
+            "False");
   // range() stops at the last 64-bit integer instead of wrapping.
   EXPECT_EQ(Render("{{ range(9223372036854775806, 9223372036854775807, 100) | list }}"),
             "[9223372036854775806]");

@@ -32,7 +32,15 @@ Value Attribute(const Value& item, const std::string& path) {
     std::string part =
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = GetItem(v, digits ? Value::Int(std::stoll(part)) : Value::String(part));
+    if (!digits) {
+      v = GetItem(v, Value::String(part));
+    } else {
+      try {
+        v = GetItem(v, Value::Int(std::stoll(part)));
+      } catch (const std::out_of_range&) {
+        return Value::Undefined();  // an index past 64 bits finds nothing, as in Python
+      }
+    }
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }

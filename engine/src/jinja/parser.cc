@@ -49,6 +49,16 @@ class Parser {
   bool IsName(const char* name, size_t ahead = 0) const {
     return Peek(ahead).kind == Kind::kName && Peek(ahead).value == name;
   }
+  // An int or float token's value; one past 64 bits (or a double's range) is an error.
+  Value NumberLiteral(const Token& token) const {
+    try {
+      return token.kind == Kind::kInt ? Value::Int(std::stoll(token.value))
+                                      : Value::Float(std::stod(token.value));
+    } catch (const std::out_of_range&) {
+      Fail(token, "number " + token.value + " is out of range");
+    }
+  }
+
   [[noreturn]] void Fail(const Token& at, const std::string& message) const {
     throw ParseError{at.line, at.column, message};
   }
@@ -558,12 +568,7 @@ class Parser {
       case Kind::kInt:
       case Kind::kFloat: {
         auto node = Make(Expr::Kind::kLiteral, token);
-        try {
-          node->literal = token.kind == Kind::kInt ? Value::Int(std::stoll(token.value))
-                                                   : Value::Float(std::stod(token.value));
-        } catch (const std::out_of_range&) {
-          Fail(token, "number " + token.value + " is out of range");
-        }
+        node->literal = NumberLiteral(token);
         return node;
       }
       case Kind::kOperator:
@@ -616,7 +621,7 @@ class Parser {
         } else if (attr.kind == Kind::kInt) {
           auto get = Make(Expr::Kind::kGetItem, dot);
           get->b = Make(Expr::Kind::kLiteral, attr);
-          get->b->literal = Value::Int(std::stoll(attr.value));
+          get->b->literal = NumberLiteral(attr);
           get->a = std::move(node);
           node = std::move(get);
         } else {
