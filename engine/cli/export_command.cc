@@ -4,7 +4,9 @@
 // bitsandbytes serializes it. The directory appears whole or not at all.
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -88,14 +90,30 @@ struct ExportFiles {
   std::vector<fs::path> copied;  // files copied as they are
 };
 
-// DIR must be new, or an empty directory: an export never mixes with what was there.
+// DIR must be new, or an empty directory: an export never mixes with what was there. A symlink
+// is refused rather than replaced by the directory, and the nearest directory that exists above
+// DIR must take new entries: all found before the model is built.
 Status CheckDestination(const fs::path& to) {
   std::error_code ec;
-  if (!fs::exists(to, ec)) return Status::Ok();
-  if (!fs::is_directory(to, ec) || !fs::is_empty(to, ec)) {
+  const fs::file_status status = fs::symlink_status(to, ec);
+  if (fs::is_symlink(status)) {
+    return FailedPreconditionError("--to '" + to.string() + "' is a symlink (to '" +
+                                   fs::read_symlink(to, ec).string() +
+                                   "'); export writes a new directory in its place: give the "
+                                   "directory's own path, or a new one");
+  }
+  if (fs::exists(status) && (!fs::is_directory(status) || !fs::is_empty(to, ec))) {
     return FailedPreconditionError("--to '" + to.string() +
                                    "' exists and is not an empty directory; export writes a "
                                    "new one");
+  }
+  fs::path existing = fs::absolute(to, ec).parent_path();
+  while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.root_path()) {
+    existing = existing.parent_path();
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    return FailedPreconditionError("--to '" + to.string() + "': cannot write in '" +
+                                   existing.string() + "' (" + std::strerror(errno) + ")");
   }
   return Status::Ok();
 }

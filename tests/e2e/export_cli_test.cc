@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -342,6 +343,28 @@ TEST_F(ExportCliTest, WhatCannotBeExportedIsRefusedAndNothingIsWritten) {
   EXPECT_THAT(busy.err, HasSubstr("exists and is not an empty directory"));
   EXPECT_EQ(testing::ReadText(to / "keep.txt"), "mine");
   EXPECT_FALSE(fs::exists(to / "model.safetensors"));
+  // A symlink in the way is refused, not replaced, before any work.
+  fs::create_directories(tmp_->path() / "elsewhere");
+  fs::create_symlink(tmp_->path() / "elsewhere", tmp_->path() / "linked");
+  const auto linked = Export({full, "--to=" + (tmp_->path() / "linked").string(), "--format=hf"});
+  EXPECT_EQ(linked.exit_code, 1);
+  EXPECT_THAT(linked.err, HasSubstr("linked' is a symlink (to '" +
+                                    (tmp_->path() / "elsewhere").string() + "')"));
+  EXPECT_TRUE(fs::is_symlink(tmp_->path() / "linked"));
+  EXPECT_TRUE(fs::is_empty(tmp_->path() / "elsewhere"));
+  // A place nothing can be written in is refused before the model is built: a directory without
+  // write permission, or for root (who may write anywhere else) a process's /proc directory.
+  fs::path locked = "/proc/1";
+  if (::geteuid() != 0) {
+    locked = tmp_->path() / "locked";
+    fs::create_directories(locked);
+    fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+  }
+  const auto read_only = Export({full, "--to=" + (locked / "export").string(), "--format=hf"});
+  EXPECT_EQ(read_only.exit_code, 1);
+  EXPECT_THAT(read_only.err, HasSubstr("--to '" + (locked / "export").string() +
+                                       "': cannot write in '" + locked.string() + "'"));
+  if (::geteuid() != 0) fs::permissions(locked, fs::perms::owner_all);
   // No hidden temporaries are left beside it.
   for (const auto& item : fs::directory_iterator(tmp_->path())) {
     EXPECT_THAT(item.path().filename().string(), ::testing::Not(HasSubstr(".tmp-")));
