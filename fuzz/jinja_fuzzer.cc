@@ -24,8 +24,8 @@ const nlohmann::ordered_json& Conversation() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view source(reinterpret_cast<const char*>(data), size);
-  auto parsed = engine::chat::ChatTemplate::Parse(
-      source, "fuzz.jinja", {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  auto parsed = engine::chat::ChatTemplate::Parse(source, "fuzz.jinja",
+                                                  {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
   if (!parsed.ok()) return 0;
   engine::chat::ChatRenderOptions options;
   options.add_generation_prompt = true;

@@ -13,8 +13,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const int fd = memfd_create("fuzz.safetensors", 0);
   static const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  if (fd < 0 || ftruncate(fd, 0) != 0 ||
-      pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) {
+  if (fd < 0 || ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) {
     return 0;
   }
   auto file = engine::safetensors::File::Open(path);

@@ -48,8 +48,13 @@ StatusOr<std::string> FileLimitsSummary();
 // raise the limit; OK when within it.
 Status CheckFileLimit(FileKind kind, uint64_t bytes, const std::string& what);
 
-// Opens `path` for reading if it is a regular file within the limit of `kind`, without blocking
-// on a FIFO. The caller owns the descriptor and closes it.
+// Opens `path` for reading if it is a regular file, without blocking on a FIFO, and sets `size`;
+// otherwise the error names the file and what it is ("a FIFO, not a regular `kind` file"). For
+// files no limit applies to (weights, which are mapped). The caller owns the descriptor.
+StatusOr<int> OpenRegularFile(const std::filesystem::path& path, std::string_view kind,
+                              uint64_t* size);
+
+// OpenRegularFile, and the file within the limit of `kind`.
 StatusOr<int> OpenUntrustedFile(const std::filesystem::path& path, FileKind kind);
 
 // The whole file, read as OpenUntrustedFile opens it, never more than the limit of `kind`.

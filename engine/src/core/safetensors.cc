@@ -2,9 +2,7 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include "engine/atomic_file.h"
 #include "engine/dtype.h"
 #include "engine/json_text.h"
+#include "engine/untrusted_file.h"
 
 namespace engine::safetensors {
 namespace {
@@ -149,20 +148,8 @@ namespace {
 // file), with the size it had; at least the 8 bytes of the header length.
 StatusOr<std::pair<void*, uint64_t>> MapPrivately(const std::filesystem::path& path,
                                                   const std::string& where) {
-  // O_NONBLOCK: a FIFO in a checkpoint's place would otherwise wait for a writer forever.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return IoError("cannot open " + where + ": " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return IoError("cannot stat " + where + ": " + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgumentError(where + " is not a regular file (a directory, FIFO or device)");
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  uint64_t file_size = 0;
+  ENGINE_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, "safetensors", &file_size));
   if (file_size < 8) {
     ::close(fd);
     return DataLossError(where + " is truncated: " + std::to_string(file_size) +

@@ -19,25 +19,19 @@ constexpr uint64_t kMiB = kKiB * 1024;
 constexpr uint64_t kGiB = kMiB * 1024;
 constexpr const char kLimitsVariable[] = "ENGINE_FILE_LIMITS";
 
-// Defaults: about 100x the largest real file of each kind (a hub config is tens of KB, Gemma's
-// tokenizer.json 33 MB, a chat template 20 KB, a chat line rarely 1 MB).
-uint64_t DefaultLimit(FileKind kind) {
-  switch (kind) {
-    case FileKind::kConfig:
-      return 64 * kMiB;
-    case FileKind::kTokenizer:
-      return 1 * kGiB;
-    case FileKind::kTemplate:
-      return 16 * kMiB;
-    case FileKind::kImage:
-      return 256 * kMiB;
-    case FileKind::kData:
-      return 8 * kGiB;
-    case FileKind::kDataLine:
-      return 16 * kMiB;
-  }
-  return 0;
-}
+// Each kind's name (what ENGINE_FILE_LIMITS takes) and default limit, in FileKind's order. The
+// defaults are about 100x the largest real file of each kind: a hub config is tens of KB, Gemma's
+// tokenizer.json 33 MB, a chat template 20 KB, a chat line rarely 1 MB.
+struct KindInfo {
+  std::string_view name;
+  uint64_t default_limit;
+};
+constexpr KindInfo kKindInfo[] = {{"config", 64 * kMiB},   {"tokenizer", 1 * kGiB},
+                                  {"template", 16 * kMiB}, {"image", 256 * kMiB},
+                                  {"data", 8 * kGiB},      {"data_line", 16 * kMiB}};
+static_assert(std::size(kKindInfo) == std::size(kFileKinds));
+
+const KindInfo& Info(FileKind kind) { return kKindInfo[static_cast<size_t>(kind)]; }
 
 std::string SizeText(uint64_t bytes) {
   if (bytes % kGiB == 0) return std::to_string(bytes / kGiB) + " GiB";
@@ -75,7 +69,8 @@ struct Limits {
 
 Limits ParseLimits(const char* setting) {
   Limits limits;
-  for (FileKind kind : kFileKinds) limits.bytes[static_cast<size_t>(kind)] = DefaultLimit(kind);
+  for (FileKind kind : kFileKinds)
+    limits.bytes[static_cast<size_t>(kind)] = Info(kind).default_limit;
   if (setting == nullptr) return limits;
   std::string_view rest(setting);
   while (!rest.empty()) {
@@ -125,23 +120,7 @@ std::string WhatItIs(mode_t mode) {
 
 }  // namespace
 
-std::string_view FileKindName(FileKind kind) {
-  switch (kind) {
-    case FileKind::kConfig:
-      return "config";
-    case FileKind::kTokenizer:
-      return "tokenizer";
-    case FileKind::kTemplate:
-      return "template";
-    case FileKind::kImage:
-      return "image";
-    case FileKind::kData:
-      return "data";
-    case FileKind::kDataLine:
-      return "data_line";
-  }
-  return "file";
-}
+std::string_view FileKindName(FileKind kind) { return Info(kind).name; }
 
 StatusOr<uint64_t> FileLimit(FileKind kind) {
   const Limits& limits = CurrentLimits();
@@ -167,8 +146,8 @@ Status CheckFileLimit(FileKind kind, uint64_t bytes, const std::string& what) {
                               kLimitsVariable + "=" + name + "=SIZE to allow more)");
 }
 
-StatusOr<int> OpenUntrustedFile(const std::filesystem::path& path, FileKind kind) {
-  ENGINE_RETURN_IF_ERROR(FileLimit(kind).status());
+StatusOr<int> OpenRegularFile(const std::filesystem::path& path, std::string_view kind,
+                              uint64_t* size) {
   const std::string what = "'" + path.string() + "'";
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -187,19 +166,28 @@ StatusOr<int> OpenUntrustedFile(const std::filesystem::path& path, FileKind kind
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
     return InvalidArgumentError(what + " is " + WhatItIs(st.st_mode) + ", not a regular " +
-                                std::string(FileKindName(kind)) + " file");
+                                std::string(kind) + " file");
   }
-  const Status within = CheckFileLimit(kind, static_cast<uint64_t>(st.st_size), what);
+  // Reads block again as usual: a regular file never waits, and the flag is only for the open.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+StatusOr<int> OpenUntrustedFile(const std::filesystem::path& path, FileKind kind) {
+  ENGINE_RETURN_IF_ERROR(FileLimit(kind).status());
+  uint64_t size = 0;
+  ENGINE_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, FileKindName(kind), &size));
+  const Status within = CheckFileLimit(kind, size, "'" + path.string() + "'");
   if (!within.ok()) {
     ::close(fd);
     return within;
   }
-  // Reads block again as usual: a regular file never waits, and the flag is only for the open.
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
 }
 
 StatusOr<std::string> ReadUntrustedFile(const std::filesystem::path& path, FileKind kind) {
+  ENGINE_ASSIGN_OR_RETURN(const uint64_t limit, FileLimit(kind));
   ENGINE_ASSIGN_OR_RETURN(const int fd, OpenUntrustedFile(path, kind));
   std::string content;
   char buffer[1 << 16];
@@ -214,10 +202,9 @@ StatusOr<std::string> ReadUntrustedFile(const std::filesystem::path& path, FileK
     if (n == 0) break;
     content.append(buffer, static_cast<size_t>(n));
     // A file that grows while it is read is still held to the limit.
-    const Status within = CheckFileLimit(kind, content.size(), "'" + path.string() + "'");
-    if (!within.ok()) {
+    if (content.size() > limit) {
       ::close(fd);
-      return within;
+      return CheckFileLimit(kind, content.size(), "'" + path.string() + "'");
     }
   }
   ::close(fd);

@@ -267,8 +267,9 @@ TEST(SafetensorsTest, AFifoOrDirectoryInAFilesPlaceIsRefusedWithoutWaiting) {
   TempDir dir;
   const auto fifo = dir.path() / "model.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_NE(ErrorOf(fifo).find("is not a regular file"), std::string::npos) << ErrorOf(fifo);
-  EXPECT_NE(ErrorOf(dir.path()).find("is not a regular file"), std::string::npos);
+  EXPECT_EQ(ErrorOf(fifo), "'" + fifo.string() + "' is a FIFO, not a regular safetensors file");
+  EXPECT_EQ(ErrorOf(dir.path()),
+            "'" + dir.path().string() + "' is a directory, not a regular safetensors file");
 }
 
 TEST(SafetensorsTest, GetNamesTheMissingTensor) {
