@@ -1,7 +1,8 @@
 # The data the shipped pipelines read, made at build time from the files scripts/setup.sh fetches
 # into data/ (when they are there): the fortunes' conversations (pipelines/chat_sft.pbtxt) and the
 # digits as PNG files with conversations naming them (the qwen2_vl recipes, the main job).
-# engine_main_job is everything `engine run pipelines/qwen2_vl_r3.pbtxt` needs, and no test.
+# engine_main_job is everything `engine run pipelines/qwen2_vl_r3.pbtxt` needs (and the shipped
+# pipelines' data), and no test.
 add_custom_target(engine_main_job)
 add_dependencies(engine_main_job engine_cli engine_builtin_plugins)
 
@@ -15,6 +16,8 @@ if(EXISTS ${ENGINE_FORTUNES})
     DEPENDS ${ENGINE_FORTUNES} ${PROJECT_SOURCE_DIR}/scripts/make_fortune_chat.py
     COMMENT "Building data/fortune_chat.jsonl from the fortunes")
   add_custom_target(engine_fortune_chat ALL DEPENDS ${ENGINE_FORTUNE_CHAT})
+  # Not the main job's, but pipelines/chat_sft.pbtxt and the examples read it: one short step.
+  add_dependencies(engine_main_job engine_fortune_chat)
 endif()
 
 # The digit images and a JSON Lines file naming them, written last.
