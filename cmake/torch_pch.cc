@@ -1,1 +1,2 @@
-// The translation unit that compiles engine_torch_pch's precompiled header (cmake/EngineTorchPch.cmake).
+// The translation unit that compiles engine_torch_pch's precompiled header
+// (cmake/EngineTorchPch.cmake).
