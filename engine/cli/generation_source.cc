@@ -29,7 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The model loader a model directory is read with: `qwen2_vl` or `qwen2_5_vl` for their
+// The model loader a model directory is read with: `qwen2_vl`, `qwen2_5_vl` or `qwen3_vl` for their
 // model_type, otherwise `llama` (llama, mistral, qwen2, qwen3), whose config reader refuses the
 // others by model_type.
 std::string DirectoryLoader(const fs::path& dir) {
@@ -37,8 +37,12 @@ std::string DirectoryLoader(const fs::path& dir) {
   if (!text.ok()) return "llama";
   const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) return "llama";
-  const std::string type = json.value("model_type", "");
-  return type == "qwen2_vl" || type == "qwen2_5_vl" ? type : "llama";
+  const auto type = json.find("model_type");
+  if (type == json.end() || !type->is_string()) return "llama";
+  for (const char* image_text : {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}) {
+    if (*type == image_text) return image_text;
+  }
+  return "llama";
 }
 
 // tokenizer.json, else a SentencePiece tokenizer.model, as transformers' AutoTokenizer prefers.

@@ -95,7 +95,12 @@ const char* RopeTypeName(RopeScaling::Type type) {
   return "default";
 }
 
-nlohmann::json RopeScalingJson(const RopeScaling& r, const std::vector<int64_t>& mrope_section) {
+nlohmann::json RopeScalingJson(const RopeScaling& r, const std::vector<int64_t>& mrope_section,
+                               bool mrope_interleaved) {
+  if (mrope_interleaved) {
+    return {
+        {"rope_type", "default"}, {"mrope_section", mrope_section}, {"mrope_interleaved", true}};
+  }
   if (!mrope_section.empty()) {
     // As transformers 4 writes Qwen2-VL's.
     return {{"type", "default"}, {"rope_type", "default"}, {"mrope_section", mrope_section}};
@@ -146,7 +151,8 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
       {"qwen2", "Qwen2ForCausalLM"},
       {"qwen3", "Qwen3ForCausalLM"},
       {"qwen2_vl", "Qwen2VLForConditionalGeneration"},
-      {"qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"}};
+      {"qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"},
+      {"qwen3_vl", "Qwen3VLForConditionalGeneration"}};
   auto architecture = architectures.find(model_type);
   nlohmann::json json = {
       {"architectures",
@@ -161,7 +167,7 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
       {"max_position_embeddings", max_position_embeddings},
       {"rms_norm_eps", rms_norm_eps},
       {"rope_theta", rope_theta},
-      {"rope_scaling", RopeScalingJson(rope_scaling, mrope_section)},
+      {"rope_scaling", RopeScalingJson(rope_scaling, mrope_section, mrope_interleaved)},
       {"tie_word_embeddings", tie_word_embeddings},
       {"initializer_range", initializer_range},
       {"hidden_act", ActivationName(hidden_act)},
@@ -176,6 +182,8 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
              model_type == "qwen2_5_vl") {
     AddQwenWindow(*this, json);
     if (model_type == "qwen3") json["attention_bias"] = qkv_bias;
+  } else if (model_type == "qwen3_vl") {
+    json["attention_bias"] = qkv_bias;
   }
   // Written when null too: left out, transformers would take its class's default (Qwen2-VL's bos
   // is 151643), another config than the one read.

@@ -58,6 +58,10 @@ struct LlamaConfig {
   // temporal, height and width positions (position_ids [3, batch, positions]); sums to head_dim
   // / 2. Empty: one position per token.
   std::vector<int64_t> mrope_section;
+  // Qwen3-VL's layout of those bands: frequency i comes from the height positions when i % 3 == 1
+  // and i < 3 x mrope_section[1], from the width positions when i % 3 == 2 and i < 3 x
+  // mrope_section[2], from the temporal ones otherwise (transformers' mrope_interleaved).
+  bool mrope_interleaved = false;
   // Keys within this many positions (the query's own included) on the layers that slide; 0: none.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;  // one per layer when sliding_window > 0
@@ -97,10 +101,11 @@ StatusOr<LlamaConfig> ConfigFromOptions(const LlamaOptions& options, int64_t dat
 // value: a key this engine does not implement is an error unless it cannot change the math.
 StatusOr<LlamaConfig> ConfigFromJson(const nlohmann::json& json, const std::string& where);
 
-// The language model of a Qwen2-VL or Qwen2.5-VL config.json (model_type qwen2_vl or qwen2_5_vl,
-// transformers 4's flat layout): a Qwen2 decoder with mrope_section. The multimodal keys
-// (vision_config, image_token_id, ...) are left to the vision-language loader; any other key is
-// treated as ConfigFromJson treats it.
+// The language model of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config.json (model_type qwen2_vl,
+// qwen2_5_vl or qwen3_vl, read in transformers 4's flat layout): a Qwen2 decoder with
+// mrope_section, or for qwen3_vl a Qwen3 decoder (q/k norms) with interleaved bands. The multimodal
+// keys (vision_config, image_token_id, ...) are left to the vision-language loader; any other key
+// is treated as ConfigFromJson treats it.
 StatusOr<LlamaConfig> Qwen2VlTextConfigFromJson(const nlohmann::json& json,
                                                 const std::string& where);
 

@@ -75,8 +75,8 @@ const std::set<std::string>& KeysWithoutMath() {
 // the end is refused.
 class ConfigReader : private JsonKeyReader {
  public:
-  // `vision_language`: the text part of a qwen2_vl or qwen2_5_vl config; the multimodal keys are
-  // read elsewhere.
+  // `vision_language`: the text part of a qwen2_vl, qwen2_5_vl or qwen3_vl config; the multimodal
+  // keys are read elsewhere.
   ConfigReader(const nlohmann::json& json, std::string where, bool vision_language = false)
       : JsonKeyReader(json, where), where_(std::move(where)), vision_language_(vision_language) {
     if (vision_language_) {
@@ -95,7 +95,12 @@ class ConfigReader : private JsonKeyReader {
     ENGINE_RETURN_IF_ERROR(ReadBiasesAndNorms());
     ENGINE_RETURN_IF_ERROR(ReadRope());
     if (vision_language_ && c_.mrope_section.empty()) {
-      return Error("rope_scaling", "needs an mrope_section for " + c_.model_type);
+      if (c_.model_type != "qwen3_vl") {
+        return Error("rope_scaling", "needs an mrope_section for " + c_.model_type);
+      }
+      // Qwen3-VL's rotary embedding defaults to these bands (Qwen3-VL-8B's head_dim 128).
+      c_.mrope_section = {24, 20, 20};
+      ENGINE_RETURN_IF_ERROR(CheckMropeSum("rope_parameters", nlohmann::json(c_.mrope_section)));
     }
     ENGINE_RETURN_IF_ERROR(ReadWindow());
     ENGINE_RETURN_IF_ERROR(ReadTokenIds());
@@ -144,14 +149,20 @@ class ConfigReader : private JsonKeyReader {
       return Error("model_type", "is missing (this loader reads llama, mistral, qwen2 and qwen3)");
     }
     const std::string type = v.is_string() ? v.get<std::string>() : v.dump();
-    const bool vision_family = type == "qwen2_vl" || type == "qwen2_5_vl";
+    if (type == "qwen3_vl_moe") {
+      return InvalidArgumentError(where_ +
+                                  ": model_type is 'qwen3_vl_moe', Qwen3-VL's "
+                                  "mixture-of-experts variant, which this engine does not build "
+                                  "(the qwen3_vl loader reads the dense models)");
+    }
+    const bool vision_family = type == "qwen2_vl" || type == "qwen2_5_vl" || type == "qwen3_vl";
     if (vision_language_ || vision_family) {
       if (vision_language_ && vision_family) {
         c_.model_type = type;
         return Status::Ok();
       }
       return InvalidArgumentError(where_ + ": model_type is '" + type + "', " +
-                                  (vision_language_ ? "not qwen2_vl or qwen2_5_vl"
+                                  (vision_language_ ? "not qwen2_vl, qwen2_5_vl or qwen3_vl"
                                                     : "a vision-language model; load it with the " +
                                                           type + " model loader"));
     }
@@ -217,7 +228,7 @@ class ConfigReader : private JsonKeyReader {
 
   Status ReadBiasesAndNorms() {
     const std::string& type = c_.model_type;
-    if (type == "llama" || type == "qwen3") {
+    if (type == "llama" || type == "qwen3" || type == "qwen3_vl") {
       ENGINE_ASSIGN_OR_RETURN(c_.qkv_bias, Bool("attention_bias", false));
       c_.o_bias = c_.qkv_bias;
     } else if (type == "qwen2" || type == "qwen2_vl" || type == "qwen2_5_vl") {
@@ -231,7 +242,8 @@ class ConfigReader : private JsonKeyReader {
     } else {
       ENGINE_RETURN_IF_ERROR(OnlyValue("mlp_bias", false));
     }
-    c_.qk_norm = type == "qwen3";
+    c_.qk_norm = type == "qwen3" || type == "qwen3_vl";
+    c_.mrope_interleaved = type == "qwen3_vl";
     return Status::Ok();
   }
 
@@ -345,9 +357,10 @@ class ConfigReader : private JsonKeyReader {
   }
 
   // Qwen2-VL's rope_scaling: type default (or mrope) with mrope_section, three bands summing to
-  // head_dim / 2.
+  // head_dim / 2. Qwen3-VL's also says mrope_interleaved, and its bands default to 24/20/20.
   Status ReadMropeSection(const nlohmann::json& r, const std::string& key,
                           const std::string& type) {
+    const bool qwen3 = c_.mrope_interleaved;
     if (type != "default") {  // RopeType reads "mrope" as "default"
       return InvalidArgumentError(where_ + ": " + key + ".rope_type '" + type +
                                   "' is not supported for " + c_.model_type +
@@ -356,27 +369,41 @@ class ConfigReader : private JsonKeyReader {
     for (auto it = r.begin(); it != r.end(); ++it) {
       // rope_parameters (transformers 5) holds rope_theta too, read by ReadRope.
       const bool theta = key == "rope_parameters" && it.key() == "rope_theta";
+      if (qwen3 && it.key() == "mrope_interleaved") {
+        // transformers' Qwen3-VL interleaves whatever the key says; a checkpoint that says
+        // otherwise was not trained by it.
+        if (it.value() != true) {
+          return InvalidArgumentError(where_ + ": " + key + ".mrope_interleaved is " +
+                                      it.value().dump() +
+                                      ", but transformers' qwen3_vl always interleaves the "
+                                      "rotary bands");
+        }
+        continue;
+      }
       if (it.key() != "rope_type" && it.key() != "type" && it.key() != "mrope_section" && !theta) {
         return InvalidArgumentError(where_ + ": " + key + "." + it.key() + " (" +
                                     it.value().dump() + ") is not read by this engine for " +
                                     c_.model_type);
       }
     }
+    if (qwen3 && !r.contains("mrope_section")) return Status::Ok();  // Read gives the default
     const nlohmann::json section = r.contains("mrope_section") ? r["mrope_section"] : nullptr;
-    int64_t sum = 0;
     bool ok = section.is_array() && section.size() == 3;
     for (size_t i = 0; ok && i < section.size(); ++i) {
       ok = section[i].is_number_integer() && section[i].get<int64_t>() > 0;
-      if (ok) {
-        c_.mrope_section.push_back(section[i].get<int64_t>());
-        sum += section[i].get<int64_t>();
-      }
+      if (ok) c_.mrope_section.push_back(section[i].get<int64_t>());
     }
     if (!ok) {
       return InvalidArgumentError(where_ + ": " + key +
                                   ".mrope_section must be three positive integers, not " +
                                   section.dump());
     }
+    return CheckMropeSum(key, section);
+  }
+
+  Status CheckMropeSum(const std::string& key, const nlohmann::json& section) const {
+    int64_t sum = 0;
+    for (int64_t band : c_.mrope_section) sum += band;
     if (sum * 2 != c_.head_dim()) {
       return InvalidArgumentError(where_ + ": " + key + ".mrope_section " + section.dump() +
                                   " sums to " + std::to_string(sum) +
@@ -388,11 +415,11 @@ class ConfigReader : private JsonKeyReader {
   Status ReadWindow() {
     const std::string& type = c_.model_type;
     const nlohmann::json& window = Take("sliding_window");
-    if (type == "llama") {
+    if (type == "llama" || type == "qwen3_vl") {
       if (!window.is_null()) {
-        return Error("sliding_window", "is " + window.dump() +
-                                           ", but transformers' llama has no sliding window; "
-                                           "remove it or fix the model_type");
+        return Error("sliding_window", "is " + window.dump() + ", but transformers' " + type +
+                                           " has no sliding window; remove it or fix the "
+                                           "model_type");
       }
       return Status::Ok();
     }
@@ -486,7 +513,8 @@ class ConfigReader : private JsonKeyReader {
     if (!mrope.is_null() && mrope != false) {
       return Error("use_mrope",
                    "is " + mrope.dump() +
-                       "; multimodal rotary positions need the qwen2_vl or qwen2_5_vl loader");
+                       "; multimodal rotary positions need the qwen2_vl, qwen2_5_vl or qwen3_vl "
+                       "loader");
     }
     return Status::Ok();
   }

@@ -297,14 +297,20 @@ at::Tensor LlamaDecoderImpl::Forward(const at::Tensor& embeds, const DecoderInpu
     } else {
       h = block->forward(h, context, layer_cache);
     }
+    if (i < inputs.layer_additions.size()) h = h + inputs.layer_additions[i];
   }
   return norm->forward(h);
 }
 
-CausalLm::CausalLm(torch::nn::Module& owner, const LlamaConfig& config) {
-  model = owner.register_module("model", LlamaDecoder(config));
+CausalLm::CausalLm(torch::nn::Module& owner, const LlamaConfig& config)
+    : CausalLm(owner, "model", owner, config) {}
+
+CausalLm::CausalLm(torch::nn::Module& decoder_owner, const std::string& decoder_name,
+                   torch::nn::Module& head_owner, const LlamaConfig& config) {
+  model = decoder_owner.register_module(decoder_name, LlamaDecoder(config));
   if (!config.tie_word_embeddings) {
-    lm_head = owner.register_module("lm_head", Projection(config.hidden_size, config.vocab_size));
+    lm_head =
+        head_owner.register_module("lm_head", Projection(config.hidden_size, config.vocab_size));
   }
 }
 

@@ -58,6 +58,9 @@ struct DecoderInputs {
   // i64 [batch, positions], or [3, batch, positions] with mrope_section (Qwen2-VL's temporal,
   // height and width positions); undefined: from attention_mask (attention_mask.h PositionIds).
   at::Tensor position_ids;
+  // Added to the hidden states after layer i, [batch, positions, hidden] each (Qwen3-VL's
+  // DeepStack: vision features at the image tokens, zero elsewhere); fewer than the layers.
+  std::vector<at::Tensor> layer_additions;
 };
 
 // What every layer's attention reads in one forward, built once by the decoder.
@@ -166,6 +169,10 @@ TORCH_MODULE(LlamaDecoder);
 // "lm_head", so the names are Hugging Face's wherever the parts live.
 struct CausalLm {
   CausalLm(torch::nn::Module& owner, const LlamaConfig& config);
+  // The decoder registered on `decoder_owner` as `decoder_name` (Qwen3-VL's
+  // "model.language_model"), the head on `head_owner` as "lm_head".
+  CausalLm(torch::nn::Module& decoder_owner, const std::string& decoder_name,
+           torch::nn::Module& head_owner, const LlamaConfig& config);
 
   at::Tensor Logits(const at::Tensor& hidden);
   // The head as one dense weight [vocab, hidden] (the embeddings when tied) when Logits is just

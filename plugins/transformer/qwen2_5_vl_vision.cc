@@ -189,9 +189,9 @@ void Qwen25VlVisionTowerImpl::Initialize() {
   InitializeQwenVision(*this, config_.initializer_range);
 }
 
-at::Tensor Qwen25VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
-                                           const std::vector<ImageGrid>& grids,
-                                           bool checkpointing) {
+VisionTokens Qwen25VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
+                                             const std::vector<ImageGrid>& grids,
+                                             bool checkpointing) {
   const int64_t merge = config_.spatial_merge_size, unit = merge * merge;
   at::Tensor x = EmbedPatches(patch_weight, pixel_values);
   VisionRotary rotary =
@@ -218,7 +218,7 @@ at::Tensor Qwen25VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
   }
   const at::Tensor merged = merger_fc2->forward(
       at::gelu(merger_fc1->forward(ln_q->forward(x).reshape({-1, config_.embed_dim * unit}))));
-  return merged.index_select(0, at::argsort(windows.order).to(merged.device()));
+  return {merged.index_select(0, at::argsort(windows.order).to(merged.device())), {}};
 }
 
 }  // namespace engine::transformer

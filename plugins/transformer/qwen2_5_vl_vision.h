@@ -77,8 +77,8 @@ class Qwen25VlVisionTowerImpl : public QwenVisionTower {
   engine::Linear merger_fc1{nullptr}, merger_fc2{nullptr};  // merger.mlp.0, merger.mlp.2
 
  protected:
-  at::Tensor Encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
-                    bool checkpointing) override;
+  VisionTokens Encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
+                      bool checkpointing) override;
 
  private:
   Qwen2VlVisionConfig config_;

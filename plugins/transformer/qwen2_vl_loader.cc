@@ -102,8 +102,9 @@ class Qwen2VlFamilyModel : public Model,
   std::string architecture() const override { return module_->config().model_type(); }
 
   // Qwen2VLForConditionalGeneration's and Qwen2_5_VLForConditionalGeneration's modules
-  // (transformers 5, and 4.52 on).
+  // (transformers 5, and 4.52 on). Qwen3-VL's module already has their names.
   std::vector<std::pair<std::string, std::string>> transformers_module_prefixes() const override {
+    if (module_->config().vision.family == VisionFamily::kQwen3Vl) return {};
     return {{"model.", "model.language_model."}, {"visual.", "model.visual."}};
   }
 
@@ -196,7 +197,7 @@ StatusOr<std::unique_ptr<Model>> Qwen2VlFamilyLoader::Create(
       return std::unique_ptr<Model>(std::move(model));
     }
     ENGINE_RETURN_IF_ERROR(LoadWeights(dir, parts, parts.lm.OptionalCheckpointTensors(), &context,
-                                       Qwen2VlTransformers5Names()));
+                                       Qwen2VlCheckpointRenames(config)));
     return std::unique_ptr<Model>(std::move(model));
   });
 }

@@ -1,7 +1,8 @@
-// The model loaders of the Qwen2-VL family: `qwen2_vl` (Qwen2VLForConditionalGeneration) and
-// `qwen2_5_vl` (Qwen2_5_VLForConditionalGeneration), qwen2_vl_model.h's module, from a Hugging
-// Face model directory (`pretrained`: config.json and its safetensors, sharded or not, in their
-// stored dtype, with the hub's tensor names or transformers 5's) or from a config.json alone
+// The model loaders of the Qwen2-VL family: `qwen2_vl` (Qwen2VLForConditionalGeneration),
+// `qwen2_5_vl` (Qwen2_5_VLForConditionalGeneration) and `qwen3_vl`
+// (Qwen3VLForConditionalGeneration, dense), qwen2_vl_model.h's module, from a Hugging Face model
+// directory (`pretrained`: config.json and its safetensors, sharded or not, in their stored dtype,
+// with the hub's tensor names or transformers 5's) or from a config.json alone
 // (`config`: Hugging Face's random initialisation). Each plugin is this loader for its model_type;
 // a config of the other family is refused naming the loader that reads it.
 //
@@ -26,7 +27,7 @@ namespace engine::transformer {
 
 class Qwen2VlFamilyLoader : public ModelLoaderPlugin {
  public:
-  // `model_type`: "qwen2_vl" or "qwen2_5_vl", the family this loader builds.
+  // `model_type`: "qwen2_vl", "qwen2_5_vl" or "qwen3_vl", the family this loader builds.
   explicit Qwen2VlFamilyLoader(std::string model_type);
 
   const google::protobuf::Message& default_options() const override;

@@ -6,6 +6,7 @@
 
 #include "qwen2_5_vl_vision.h"
 #include "qwen2_vl_positions.h"
+#include "qwen3_vl_vision.h"
 
 namespace engine::transformer {
 namespace {
@@ -26,6 +27,8 @@ StatusOr<nlohmann::json> FlatConfig(const nlohmann::json& json, const std::strin
   flat.erase("text_config");
   const std::string family = json.value("model_type", "");
   for (const auto& [key, value] : text->items()) {
+    // transformers' Qwen3-VL ties its head as the top-level key says, whatever text_config says.
+    if (family == "qwen3_vl" && key == "tie_word_embeddings") continue;
     if (key == "model_type") {
       if (value != family + "_text" && value != family) {
         return InvalidArgumentError(where + ": text_config.model_type is " + value.dump() +
@@ -52,8 +55,32 @@ const PrefixRenames& Qwen2VlTransformers5Names() {
   return renames;
 }
 
+const PrefixRenames& Qwen2VlCheckpointRenames(const Qwen2VlConfig& config) {
+  static const PrefixRenames none;
+  return config.vision.family == VisionFamily::kQwen3Vl ? none : Qwen2VlTransformers5Names();
+}
+
 nlohmann::json Qwen2VlConfig::ToJson(const std::string& dtype) const {
   nlohmann::json json = text.ToJson(dtype);
+  if (vision.family == VisionFamily::kQwen3Vl) {
+    // transformers' Qwen3VLConfig reads the decoder only from text_config, and its rotary
+    // settings only from rope_parameters.
+    nlohmann::json text_config = json;
+    for (const char* top : {"architectures", "torch_dtype", "tie_word_embeddings"}) {
+      text_config.erase(top);
+    }
+    text_config["model_type"] = "qwen3_vl_text";
+    nlohmann::json rope = text_config["rope_scaling"];
+    rope["rope_theta"] = text_config["rope_theta"];
+    text_config.erase("rope_scaling");
+    text_config.erase("rope_theta");
+    text_config["rope_parameters"] = rope;
+    text_config["head_dim"] = text.head_dim();
+    json = {{"architectures", json["architectures"]},
+            {"dtype", dtype},
+            {"tie_word_embeddings", text.tie_word_embeddings},
+            {"text_config", text_config}};
+  }
   json["model_type"] = model_type();
   json["vision_config"] = vision.ToJson();
   json["image_token_id"] = image_token_id;
@@ -75,6 +102,8 @@ StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& given,
   ENGINE_ASSIGN_OR_RETURN(c.vision,
                           c.model_type() == "qwen2_5_vl"
                               ? Qwen25VlVisionConfigFromJson(json["vision_config"], vision_where)
+                          : c.model_type() == "qwen3_vl"
+                              ? Qwen3VlVisionConfigFromJson(json["vision_config"], vision_where)
                               : Qwen2VlVisionConfigFromJson(json["vision_config"], vision_where));
   int64_t* ids[] = {&c.image_token_id, &c.video_token_id, &c.vision_start_token_id,
                     &c.vision_end_token_id};
@@ -92,20 +121,57 @@ StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& given,
   if (c.vision.hidden_size != c.text.hidden_size) {
     return InvalidArgumentError(
         where + ": vision_config." +
-        (c.model_type() == "qwen2_5_vl" ? "out_hidden_size " : "hidden_size ") +
+        (c.model_type() == "qwen2_vl" ? "hidden_size " : "out_hidden_size ") +
         std::to_string(c.vision.hidden_size) +
         " (the merger's output) is not the decoder's hidden_size " +
         std::to_string(c.text.hidden_size));
+  }
+  const auto deepstack = static_cast<int64_t>(c.vision.deepstack_visual_indexes.size());
+  if (deepstack > c.text.num_hidden_layers) {
+    // transformers would drop the features past the last layer.
+    return InvalidArgumentError(
+        where + ": vision_config.deepstack_visual_indexes feeds " + std::to_string(deepstack) +
+        " decoder layers, but the decoder has " + std::to_string(c.text.num_hidden_layers));
   }
   return c;
 }
 
 Qwen2VlModule::Qwen2VlModule(const Qwen2VlConfig& config)
-    : lm(*this, config.text), config_(config) {
-  visual = register_module(
-      "visual", config.vision.family == VisionFamily::kQwen25Vl
-                    ? std::shared_ptr<QwenVisionTower>(Qwen25VlVisionTower(config.vision).ptr())
-                    : std::shared_ptr<QwenVisionTower>(Qwen2VlVisionTower(config.vision).ptr()));
+    : lm(PartsOwner(config),
+         config.vision.family == VisionFamily::kQwen3Vl ? "language_model" : "model", *this,
+         config.text),
+      config_(config) {
+  std::shared_ptr<QwenVisionTower> tower;
+  switch (config.vision.family) {
+    case VisionFamily::kQwen2Vl:
+      tower = Qwen2VlVisionTower(config.vision).ptr();
+      break;
+    case VisionFamily::kQwen25Vl:
+      tower = Qwen25VlVisionTower(config.vision).ptr();
+      break;
+    case VisionFamily::kQwen3Vl:
+      tower = Qwen3VlVisionTower(config.vision).ptr();
+      break;
+  }
+  visual = PartsOwner(config).register_module("visual", tower);
+}
+
+torch::nn::Module& Qwen2VlModule::PartsOwner(const Qwen2VlConfig& config) {
+  if (config.vision.family != VisionFamily::kQwen3Vl) return *this;
+  // Called twice while constructing: the first call registers "model".
+  if (const auto* found = named_children().find("model")) return **found;
+  return *register_module("model", std::make_shared<torch::nn::Module>());
+}
+
+std::vector<at::Tensor> Qwen2VlModule::AtImageTokens(const std::vector<at::Tensor>& features,
+                                                     const at::Tensor& image_tokens,
+                                                     const at::Tensor& embeds) {
+  std::vector<at::Tensor> additions;
+  const at::Tensor where = image_tokens.unsqueeze(-1).expand_as(embeds);
+  for (const at::Tensor& f : features) {
+    additions.push_back(at::zeros_like(embeds).masked_scatter(where, f.to(embeds.scalar_type())));
+  }
+  return additions;
 }
 
 StatusOr<at::Tensor> Qwen2VlModule::Hidden(
@@ -137,6 +203,7 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(
                                 " image tokens but its " + std::to_string(grids.size()) +
                                 " image(s) give " + std::to_string(expected_tokens));
   }
+  std::vector<at::Tensor> deepstack;
   if (!grids.empty()) {
     if (!pixel_values.defined() || pixel_values.dim() != 2 || pixel_values.size(0) != patches ||
         pixel_values.size(1) != config_.vision.patch_values()) {
@@ -145,9 +212,10 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(
           std::to_string(config_.vision.patch_values()) + "] for the batch's images, not " +
           (pixel_values.defined() ? c10::str(pixel_values.sizes()) : std::string("absent")));
     }
-    const at::Tensor features = visual->forward(pixel_values, grids, checkpointing);
+    const VisionTokens features = visual->Features(pixel_values, grids, checkpointing);
+    deepstack = AtImageTokens(features.deepstack, image_tokens, embeds);
     embeds = embeds.masked_scatter(image_tokens.unsqueeze(-1).expand_as(embeds),
-                                   features.to(embeds.scalar_type()));
+                                   features.merged.to(embeds.scalar_type()));
   }
   ENGINE_ASSIGN_OR_RETURN(
       MultimodalPositions positions,
@@ -157,6 +225,7 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(
   DecoderInputs inputs;
   inputs.attention_mask = mask;
   inputs.position_ids = positions.position_ids.to(device, /*non_blocking=*/true);
+  inputs.layer_additions = std::move(deepstack);
   if (next_positions != nullptr) *next_positions = positions.next;
   if (position_ids != nullptr) *position_ids = positions.position_ids;
   return lm.model->Forward(embeds, inputs, cache, checkpointing && cache == nullptr);

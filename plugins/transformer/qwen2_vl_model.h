@@ -1,8 +1,12 @@
-// Qwen2-VL and Qwen2.5-VL (transformers' Qwen2VLForConditionalGeneration,
-// Qwen2_5_VLForConditionalGeneration): the vision tower's tokens placed at the image tokens of a
-// Qwen2 decoder with multimodal rotary positions. The families differ only in their vision towers
-// (qwen2_vl_vision.h, qwen2_5_vl_vision.h); config.json's model_type picks one. Hugging Face
-// names: visual.*, model.*, lm_head.* (transformers 4's layout, which the hub's checkpoints use).
+// Qwen2-VL, Qwen2.5-VL and Qwen3-VL (transformers' Qwen2VLForConditionalGeneration,
+// Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration): the vision tower's tokens
+// placed at the image tokens of a decoder with multimodal rotary positions. Qwen2-VL and Qwen2.5-VL
+// differ only in their vision towers (qwen2_vl_vision.h, qwen2_5_vl_vision.h); Qwen3-VL also has a
+// Qwen3 decoder with interleaved rotary bands and adds its tower's DeepStack features to the
+// hidden states of the first decoder layers at the image tokens (qwen3_vl_vision.h). config.json's
+// model_type picks the family. Hugging Face names: visual.*, model.*, lm_head.* for the first two
+// (transformers 4's layout, which their hub checkpoints use); model.visual.*,
+// model.language_model.*, lm_head.* for Qwen3-VL (its hub checkpoints' and transformers 5's).
 //
 //   ENGINE_ASSIGN_OR_RETURN(Qwen2VlConfig config, Qwen2VlConfigFromJson(json, "config.json"));
 //   Qwen2VlModule module(config);
@@ -31,23 +35,28 @@ struct Qwen2VlConfig {
   int64_t vision_start_token_id = 151652;
   int64_t vision_end_token_id = 151653;
 
-  // "qwen2_vl" or "qwen2_5_vl", as config.json names the family.
+  // "qwen2_vl", "qwen2_5_vl" or "qwen3_vl", as config.json names the family.
   const std::string& model_type() const { return text.model_type; }
-  // config.json in transformers 4's flat layout; `dtype` names the weights' dtype.
+  // config.json, in transformers 4's flat layout (Qwen3-VL: transformers 5's, the only one it has);
+  // `dtype` names the weights' dtype.
   nlohmann::json ToJson(const std::string& dtype) const;
 };
 
-// A qwen2_vl or qwen2_5_vl config.json, in transformers 4's flat layout or transformers 5's (the
-// language model's keys under text_config): its text part (Qwen2VlTextConfigFromJson),
+// A qwen2_vl, qwen2_5_vl or qwen3_vl config.json, in transformers 4's flat layout or transformers
+// 5's (the language model's keys under text_config): its text part (Qwen2VlTextConfigFromJson),
 // vision_config (the family's reader), and the vision token ids. Refused, naming `where` and the
-// key: a vision tower whose output width is not the decoder's hidden_size, a text_config or
-// vision_config of another family, and any key the parts do not read.
+// key: a vision tower whose output width is not the decoder's hidden_size, more DeepStack layers
+// than decoder layers, a text_config or vision_config of another family, and any key the parts do
+// not read.
 StatusOr<Qwen2VlConfig> Qwen2VlConfigFromJson(const nlohmann::json& json, const std::string& where);
 
 // How transformers 5 names Qwen2-VL's tensors (model.language_model.*, model.visual.*) against
 // the hub's names this module has (model.*, visual.*), for LoadWeights: a checkpoint in either
 // layout loads.
 const PrefixRenames& Qwen2VlTransformers5Names();
+// The renames LoadWeights needs for this family: the above, or none for Qwen3-VL (whose module
+// has transformers 5's names, the only ones its checkpoints use).
+const PrefixRenames& Qwen2VlCheckpointRenames(const Qwen2VlConfig& config);
 
 class Qwen2VlModule : public torch::nn::Module {
  public:
@@ -72,6 +81,14 @@ class Qwen2VlModule : public torch::nn::Module {
   std::shared_ptr<QwenVisionTower> visual;  // the family's tower
 
  private:
+  // Where the decoder and the tower are registered: this module, or (Qwen3-VL) its "model".
+  torch::nn::Module& PartsOwner(const Qwen2VlConfig& config);
+  // DeepStack's features as additions to the decoder's first layers: each [tokens, hidden] put at
+  // the image tokens of a [batch, positions, hidden] tensor of zeros.
+  static std::vector<at::Tensor> AtImageTokens(const std::vector<at::Tensor>& features,
+                                               const at::Tensor& image_tokens,
+                                               const at::Tensor& embeds);
+
   Qwen2VlConfig config_;
 };
 

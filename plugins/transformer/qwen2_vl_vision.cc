@@ -9,25 +9,10 @@
 #include "engine/json_key_reader.h"
 #include "llama_modules.h"
 #include "qwen2_5_vl_vision.h"
+#include "qwen3_vl_vision.h"
 
 namespace engine::transformer {
 namespace {
-
-constexpr double kNormEps = 1e-6;
-
-torch::nn::LayerNorm Norm(int64_t size) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({size}).eps(kNormEps));
-}
-
-// LayerNorm of `x` whatever its dtype: in the weights' dtype when `x` has it, otherwise in f32
-// (autocast's policy for layer_norm, which LibTorch 1.13's CPU autocast leaves to the kernel, and
-// that kernel refuses bf16 input with f32 weights).
-at::Tensor ApplyNorm(torch::nn::LayerNorm& norm, const at::Tensor& x) {
-  if (x.scalar_type() == norm->weight.scalar_type()) return norm->forward(x);
-  return at::layer_norm(x.to(at::kFloat), norm->options.normalized_shape(),
-                        norm->weight.to(at::kFloat), norm->bias.to(at::kFloat),
-                        norm->options.eps());
-}
 
 // config.json keys that do not change what the tower computes.
 const std::set<std::string> kNeutralVisionKeys = {"torch_dtype", "dtype",
@@ -35,8 +20,34 @@ const std::set<std::string> kNeutralVisionKeys = {"torch_dtype", "dtype",
 
 }  // namespace
 
+const char* VisionFamilyName(VisionFamily family) {
+  switch (family) {
+    case VisionFamily::kQwen25Vl:
+      return "qwen2_5_vl";
+    case VisionFamily::kQwen3Vl:
+      return "qwen3_vl";
+    case VisionFamily::kQwen2Vl:
+      break;
+  }
+  return "qwen2_vl";
+}
+
+torch::nn::LayerNorm VisionLayerNorm(int64_t size) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({size}).eps(1e-6));
+}
+
+// In f32 for another dtype: autocast's policy for layer_norm, which LibTorch's CPU autocast leaves
+// to the kernel, and that kernel refuses bf16 input with f32 weights.
+at::Tensor ApplyVisionNorm(torch::nn::LayerNorm& norm, const at::Tensor& x) {
+  if (x.scalar_type() == norm->weight.scalar_type()) return norm->forward(x);
+  return at::layer_norm(x.to(at::kFloat), norm->options.normalized_shape(),
+                        norm->weight.to(at::kFloat), norm->bias.to(at::kFloat),
+                        norm->options.eps());
+}
+
 Status Qwen2VlVisionConfig::Check() const {
   if (family == VisionFamily::kQwen25Vl) return CheckQwen25VlVision(*this);
+  if (family == VisionFamily::kQwen3Vl) return CheckQwen3VlVision(*this);
   for (int64_t v : {depth, embed_dim, hidden_size, num_heads, mlp_ratio, in_channels, patch_size,
                     spatial_merge_size, temporal_patch_size}) {
     if (v <= 0) return InvalidArgumentError("vision sizes must all be positive");
@@ -55,6 +66,7 @@ Status Qwen2VlVisionConfig::Check() const {
 
 nlohmann::json Qwen2VlVisionConfig::ToJson() const {
   if (family == VisionFamily::kQwen25Vl) return Qwen25VlVisionJson(*this);
+  if (family == VisionFamily::kQwen3Vl) return Qwen3VlVisionJson(*this);
   nlohmann::json json = {{"model_type", "qwen2_vl"},
                          {"depth", depth},
                          {"embed_dim", embed_dim},
@@ -100,15 +112,16 @@ StatusOr<Qwen2VlVisionConfig> FinishVisionConfig(JsonKeyReader& keys, const std:
     c.initializer_range = range.get<double>();
   }
   ENGINE_RETURN_IF_ERROR(ReadVisionRope(keys, &c.rope_theta));
-  const bool v25 = c.family == VisionFamily::kQwen25Vl;
   // A vision config of another family (Qwen3-VL's beside a Qwen2.5-VL decoder) computes otherwise.
-  const std::string family = v25 ? "qwen2_5_vl" : "qwen2_vl";
+  const std::string family = VisionFamilyName(c.family);
   if (const nlohmann::json& type = keys.Take("model_type");
       !type.is_null() && type != family && type != family + "_vision") {
     return keys.Error("model_type", "is " + type.dump() + ", not the vision config of " + family +
                                         " (" + family + "_vision)");
   }
-  const std::string tower = v25 ? "Qwen2.5-VL vision tower" : "Qwen2-VL vision tower";
+  const std::string tower = c.family == VisionFamily::kQwen25Vl  ? "Qwen2.5-VL vision tower"
+                            : c.family == VisionFamily::kQwen3Vl ? "Qwen3-VL vision tower"
+                                                                 : "Qwen2-VL vision tower";
   ENGINE_RETURN_IF_ERROR(
       keys.RefuseUnread(kNeutralVisionKeys, "is not supported by this engine's " + tower));
   Status checked = c.Check();
@@ -119,22 +132,24 @@ StatusOr<Qwen2VlVisionConfig> FinishVisionConfig(JsonKeyReader& keys, const std:
 Qwen2VlVisionBlockImpl::Qwen2VlVisionBlockImpl(const Qwen2VlVisionConfig& config)
     : config_(config) {
   const int64_t d = config.embed_dim;
-  norm1 = register_module("norm1", Norm(d));
-  norm2 = register_module("norm2", Norm(d));
+  norm1 = register_module("norm1", VisionLayerNorm(d));
+  norm2 = register_module("norm2", VisionLayerNorm(d));
   auto attn = register_module("attn", std::make_shared<torch::nn::Module>());
   qkv = attn->register_module("qkv", engine::Linear(d, 3 * d, /*bias=*/true));
   proj = attn->register_module("proj", engine::Linear(d, d, /*bias=*/true));
   auto mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
-  fc1 = mlp->register_module("fc1", engine::Linear(d, d * config.mlp_ratio, /*bias=*/true));
-  fc2 = mlp->register_module("fc2", engine::Linear(d * config.mlp_ratio, d, /*bias=*/true));
+  const bool v3 = config.family == VisionFamily::kQwen3Vl;
+  const int64_t width = v3 ? config.intermediate_size : d * config.mlp_ratio;
+  fc1 = mlp->register_module(v3 ? "linear_fc1" : "fc1", engine::Linear(d, width, /*bias=*/true));
+  fc2 = mlp->register_module(v3 ? "linear_fc2" : "fc2", engine::Linear(width, d, /*bias=*/true));
 }
 
 at::Tensor Qwen2VlVisionBlockImpl::forward(const at::Tensor& x, const VisionRotary& rotary,
                                            const std::vector<int64_t>& frame_lengths) {
-  const at::Tensor attended = SegmentedVisionAttention(qkv->forward(ApplyNorm(norm1, x)),
+  const at::Tensor attended = SegmentedVisionAttention(qkv->forward(ApplyVisionNorm(norm1, x)),
                                                        config_.num_heads, rotary, frame_lengths);
   const at::Tensor h = x + proj->forward(attended);
-  return h + fc2->forward(Activate(fc1->forward(ApplyNorm(norm2, h)), config_.hidden_act));
+  return h + fc2->forward(Activate(fc1->forward(ApplyVisionNorm(norm2, h)), config_.hidden_act));
 }
 
 Qwen2VlVisionTowerImpl::Qwen2VlVisionTowerImpl(const Qwen2VlVisionConfig& config)
@@ -145,7 +160,7 @@ Qwen2VlVisionTowerImpl::Qwen2VlVisionTowerImpl(const Qwen2VlVisionConfig& config
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.depth; ++i) blocks->push_back(Qwen2VlVisionBlock(config));
   auto merger = register_module("merger", std::make_shared<torch::nn::Module>());
-  ln_q = merger->register_module("ln_q", Norm(d));
+  ln_q = merger->register_module("ln_q", VisionLayerNorm(d));
   auto mlp = merger->register_module("mlp", std::make_shared<torch::nn::Module>());
   merger_fc1 = mlp->register_module("0", engine::Linear(d * m * m, d * m * m, /*bias=*/true));
   merger_fc2 =
@@ -156,8 +171,9 @@ void Qwen2VlVisionTowerImpl::Initialize() {
   InitializeQwenVision(*this, config_.initializer_range);
 }
 
-at::Tensor Qwen2VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
-                                          const std::vector<ImageGrid>& grids, bool checkpointing) {
+VisionTokens Qwen2VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
+                                            const std::vector<ImageGrid>& grids,
+                                            bool checkpointing) {
   at::Tensor x = EmbedPatches(patch_weight, pixel_values);
   const VisionRotary rotary = QwenVisionRotary(grids, config_.spatial_merge_size,
                                                config_.head_dim(), config_.rope_theta, x.device());
@@ -172,8 +188,8 @@ at::Tensor Qwen2VlVisionTowerImpl::Encode(const at::Tensor& pixel_values,
   }
   const int64_t merged =
       config_.embed_dim * config_.spatial_merge_size * config_.spatial_merge_size;
-  const at::Tensor groups = ApplyNorm(ln_q, x).reshape({-1, merged});
-  return merger_fc2->forward(at::gelu(merger_fc1->forward(groups)));
+  const at::Tensor groups = ApplyVisionNorm(ln_q, x).reshape({-1, merged});
+  return {merger_fc2->forward(at::gelu(merger_fc1->forward(groups))), {}};
 }
 
 }  // namespace engine::transformer

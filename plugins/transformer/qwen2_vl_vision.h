@@ -3,8 +3,9 @@
 // matrix product over the flattened patch), blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1,
 // mlp.fc2} (pre-LayerNorm blocks with 2-D rotary positions and bidirectional attention inside each
 // frame of each image), and merger.{ln_q, mlp.0, mlp.2} (each 2x2 group of patches merged into
-// one token of the decoder's width). Also the vision config of the whole family: Qwen2.5-VL's
-// tower (qwen2_5_vl_vision.h) reads and checks its own keys of the same struct.
+// one token of the decoder's width). Also the vision config of the whole family: Qwen2.5-VL's and
+// Qwen3-VL's towers (qwen2_5_vl_vision.h, qwen3_vl_vision.h) read and check their own keys of the
+// same struct.
 //
 //   Qwen2VlVisionTower visual(config);
 //   at::Tensor tokens = visual->forward(pixel_values, grids);  // [patches / 4, hidden_size]
@@ -30,7 +31,10 @@
 
 namespace engine::transformer {
 
-enum class VisionFamily { kQwen2Vl, kQwen25Vl };
+enum class VisionFamily { kQwen2Vl, kQwen25Vl, kQwen3Vl };
+
+// "qwen2_vl", "qwen2_5_vl" or "qwen3_vl": config.json's model_type of the family.
+const char* VisionFamilyName(VisionFamily family);
 
 struct Qwen2VlVisionConfig {
   VisionFamily family = VisionFamily::kQwen2Vl;
@@ -38,7 +42,7 @@ struct Qwen2VlVisionConfig {
   int64_t embed_dim = 1280;    // the blocks' width (Qwen2.5-VL's vision hidden_size)
   int64_t hidden_size = 3584;  // the merger's output: the decoder's width (2.5: out_hidden_size)
   int64_t num_heads = 16;
-  int64_t mlp_ratio = 4;  // Qwen2-VL: the MLP is embed_dim * mlp_ratio wide
+  int64_t mlp_ratio = 4;  // Qwen2-VL: the MLP is embed_dim * mlp_ratio wide (2.5, 3: intermediate)
   int64_t in_channels = 3;
   int64_t patch_size = 14;
   int64_t spatial_merge_size = 2;
@@ -53,6 +57,11 @@ struct Qwen2VlVisionConfig {
   int64_t window_size = 0;
   std::vector<int64_t> fullatt_block_indexes;
   int64_t tokens_per_second = 0;
+  // Qwen3-VL only: the learned position table (a square grid of this many, resampled to each
+  // image's grid), and the blocks whose output also goes, through a merger of its own, to decoder
+  // layer 0, 1, ... (DeepStack), in block order.
+  int64_t num_position_embeddings = 0;
+  std::vector<int64_t> deepstack_visual_indexes;
 
   int64_t head_dim() const { return embed_dim / num_heads; }
   int64_t patch_values() const {
@@ -74,6 +83,8 @@ StatusOr<Qwen2VlVisionConfig> Qwen2VlVisionConfigFromJson(const nlohmann::json& 
 StatusOr<Qwen2VlVisionConfig> FinishVisionConfig(JsonKeyReader& keys, const std::string& where,
                                                  Qwen2VlVisionConfig config);
 
+// A pre-LayerNorm block: Qwen2-VL's (mlp.fc1, mlp.fc2, embed_dim x mlp_ratio wide) and Qwen3-VL's
+// (mlp.linear_fc1, mlp.linear_fc2, intermediate_size wide), as config.family says.
 class Qwen2VlVisionBlockImpl : public torch::nn::Module {
  public:
   explicit Qwen2VlVisionBlockImpl(const Qwen2VlVisionConfig& config);
@@ -102,12 +113,17 @@ class Qwen2VlVisionTowerImpl : public QwenVisionTower {
   engine::Linear merger_fc1{nullptr}, merger_fc2{nullptr};  // merger.mlp.0, merger.mlp.2
 
  protected:
-  at::Tensor Encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
-                    bool checkpointing) override;
+  VisionTokens Encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
+                      bool checkpointing) override;
 
  private:
   Qwen2VlVisionConfig config_;
 };
 TORCH_MODULE(Qwen2VlVisionTower);
+
+// LayerNorm of `x` whatever its dtype: in the weights' dtype when `x` has it, otherwise in f32.
+at::Tensor ApplyVisionNorm(torch::nn::LayerNorm& norm, const at::Tensor& x);
+// The blocks' LayerNorm (eps 1e-6, as transformers builds them).
+torch::nn::LayerNorm VisionLayerNorm(int64_t size);
 
 }  // namespace engine::transformer

@@ -54,16 +54,20 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 at::Tensor RegisterPatchEmbedding(torch::nn::Module& tower, int64_t embed_dim, int64_t in_channels,
-                                  int64_t temporal_patch_size, int64_t patch_size) {
+                                  int64_t temporal_patch_size, int64_t patch_size,
+                                  at::Tensor* bias_out) {
   auto patch_embed = tower.register_module("patch_embed", std::make_shared<torch::nn::Module>());
   auto proj = patch_embed->register_module("proj", std::make_shared<torch::nn::Module>());
-  return proj->register_parameter(
+  at::Tensor weight = proj->register_parameter(
       "weight", at::empty({embed_dim, in_channels, temporal_patch_size, patch_size, patch_size}));
+  if (bias_out != nullptr) *bias_out = proj->register_parameter("bias", at::empty({embed_dim}));
+  return weight;
 }
 
-at::Tensor EmbedPatches(const at::Tensor& patch_weight, const at::Tensor& pixel_values) {
+at::Tensor EmbedPatches(const at::Tensor& patch_weight, const at::Tensor& pixel_values,
+                        const at::Tensor& patch_bias) {
   const at::Tensor weight = patch_weight.reshape({patch_weight.size(0), -1});
-  return at::linear(pixel_values.to(weight.scalar_type()), weight);
+  return at::linear(pixel_values.to(weight.scalar_type()), weight, patch_bias);
 }
 
 std::vector<int64_t> FrameLengths(const std::vector<ImageGrid>& grids) {

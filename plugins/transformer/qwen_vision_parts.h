@@ -20,6 +20,14 @@
 
 namespace engine::transformer {
 
+// What a tower gives the decoder: the images' tokens, [patches / merge^2, hidden_size], and
+// (Qwen3-VL) one more such tensor per DeepStack layer, added to the hidden states after decoder
+// layer 0, 1, ... at the image tokens.
+struct VisionTokens {
+  at::Tensor merged;
+  std::vector<at::Tensor> deepstack;
+};
+
 // A family's vision tower, as Qwen2VlModule holds it.
 class QwenVisionTower : public torch::nn::Module {
  public:
@@ -28,22 +36,30 @@ class QwenVisionTower : public torch::nn::Module {
   // images' tokens for the decoder. Gradient checkpointing is per block.
   at::Tensor forward(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
                      bool checkpointing = false) {
+    return Encode(pixel_values, grids, checkpointing).merged;
+  }
+  // The same, with the DeepStack features.
+  VisionTokens Features(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
+                        bool checkpointing = false) {
     return Encode(pixel_values, grids, checkpointing);
   }
   // Hugging Face's random initialisation (InitializeQwenVision).
   virtual void Initialize() = 0;
 
  protected:
-  virtual at::Tensor Encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
-                            bool checkpointing) = 0;
+  virtual VisionTokens Encode(const at::Tensor& pixel_values, const std::vector<ImageGrid>& grids,
+                              bool checkpointing) = 0;
 };
 
 // patch_embed.proj.weight [embed_dim, in_channels, temporal_patch, patch, patch], registered on
-// `tower` (a Conv3d whose kernel is the whole patch, without bias), and its product with the
-// flattened patches: pixel_values [patches, patch values] -> [patches, embed_dim] in its dtype.
+// `tower` (a Conv3d whose kernel is the whole patch; with `bias`, patch_embed.proj.bias
+// [embed_dim] too, returned through `bias_out`), and its product with the flattened patches:
+// pixel_values [patches, patch values] -> [patches, embed_dim] in its dtype.
 at::Tensor RegisterPatchEmbedding(torch::nn::Module& tower, int64_t embed_dim, int64_t in_channels,
-                                  int64_t temporal_patch_size, int64_t patch_size);
-at::Tensor EmbedPatches(const at::Tensor& patch_weight, const at::Tensor& pixel_values);
+                                  int64_t temporal_patch_size, int64_t patch_size,
+                                  at::Tensor* bias_out = nullptr);
+at::Tensor EmbedPatches(const at::Tensor& patch_weight, const at::Tensor& pixel_values,
+                        const at::Tensor& patch_bias = at::Tensor());
 
 // The patches of each frame of each image, in order: the runs full attention stays within.
 std::vector<int64_t> FrameLengths(const std::vector<ImageGrid>& grids);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace engine::transformer {
@@ -38,6 +39,25 @@ at::Tensor MultimodalBands(const at::Tensor& emb, const std::vector<int64_t>& se
   return at::cat(bands, -1);
 }
 
+// Qwen3-VL: freqs [3, batch, positions, dim / 2] -> [batch, positions, dim / 2], frequency i from
+// the height positions when i % 3 == 1 and i < 3 x section[1], from the width positions when
+// i % 3 == 2 and i < 3 x section[2], from the temporal ones otherwise (transformers'
+// Qwen3VLTextRotaryEmbedding.recomposition_frequencies).
+at::Tensor InterleavedBands(const at::Tensor& freqs, const std::vector<int64_t>& section) {
+  TORCH_CHECK(section.size() == 3, "3-axis positions need a three-band mrope_section");
+  const int64_t half = freqs.size(-1);
+  std::vector<int64_t> axis_of(static_cast<size_t>(half), 0);
+  for (int64_t axis = 1; axis < 3; ++axis) {
+    for (int64_t i = axis; i < std::min(half, 3 * section[axis]); i += 3) axis_of[i] = axis;
+  }
+  // One gather along the axis dimension: [1, batch, positions, dim / 2] of axis indices.
+  const at::Tensor axes = at::tensor(axis_of, at::kLong)
+                              .to(freqs.device())
+                              .view({1, 1, 1, half})
+                              .expand({1, freqs.size(1), freqs.size(2), half});
+  return freqs.gather(0, axes).squeeze(0);
+}
+
 }  // namespace
 
 at::Tensor InverseFrequencies(const LlamaConfig& config, int64_t seq_len,
@@ -68,9 +88,14 @@ RotaryTables BuildRotaryTables(const LlamaConfig& config, const at::Tensor& posi
       dynamic && position_ids.numel() > 0 ? position_ids.max().item<int64_t>() + 1 : 0;
   const at::Tensor inv_freq = InverseFrequencies(config, seq_len, position_ids.device());
   // [(3,) batch, positions, dim / 2]: one f32 product per angle, as transformers' outer product.
-  const at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq;
+  at::Tensor freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq;
+  if (position_ids.dim() == 3 && config.mrope_interleaved) {
+    freqs = InterleavedBands(freqs, config.mrope_section);
+  }
   at::Tensor emb = at::cat({freqs, freqs}, -1);
-  if (position_ids.dim() == 3) emb = MultimodalBands(emb, config.mrope_section);
+  if (position_ids.dim() == 3 && !config.mrope_interleaved) {
+    emb = MultimodalBands(emb, config.mrope_section);
+  }
   emb = emb.unsqueeze(1);
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }

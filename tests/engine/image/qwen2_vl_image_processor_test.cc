@@ -10,7 +10,7 @@
 // arithmetic of Debian's Pillow 9.4 byte for byte (bit-identical to transformers 4.51's values,
 // the fixture's earlier references), and Pillow 13 from PyPI still gives the same bytes for the
 // three PNG images; for rocket.jpg (60x40 to 56x28) it resamples differently, by up to 2 levels of
-// an 8-bit pixel: kPillow13Tolerance. For scale: one level is 0.015 after normalisation, and
+// an 8-bit pixel: Pillow13Tolerance. For scale: one level is 0.015 after normalisation, and
 // compositing the logo's alpha on white instead of dropping it moves a value by 3.8.
 #include "engine/qwen2_vl_image_processor.h"
 
@@ -18,6 +18,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -33,19 +35,25 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Two levels of an 8-bit pixel after normalisation (1 / 255 / the smallest std, times 2).
-constexpr double kPillow13Tolerance = 2.0 / 255 / 0.26130258 + 1e-6;
+// `levels` levels of an 8-bit pixel after normalisation (1 / 255 / the smallest std each).
+double Pillow13Tolerance(const Qwen2VlImageProcessor& processor, int levels) {
+  return levels / 255.0 /
+             *std::min_element(processor.image_std.begin(), processor.image_std.end()) +
+         1e-6;
+}
 
-const std::filesystem::path kFixture =
-    std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / "qwen2_vl";
+std::filesystem::path FixtureDir(const std::string& family) {
+  return std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / family;
+}
+const std::filesystem::path kFixture = FixtureDir("qwen2_vl");
 
 struct Reference {
   at::Tensor pixel_values, pixel_values_pil, image_grid_thw, input_ids;
   std::vector<std::string> images;
 };
 
-Reference ReadReference() {
-  auto file = safetensors::File::Open(kFixture / "reference.safetensors");
+Reference ReadReference(const std::string& family) {
+  auto file = safetensors::File::Open(FixtureDir(family) / "reference.safetensors");
   EXPECT_TRUE(file.ok()) << file.status().message();
   Reference r;
   r.pixel_values = *(*file)->Get("pixel_values");
@@ -57,8 +65,8 @@ Reference ReadReference() {
   return r;
 }
 
-Qwen2VlImageProcessor FixtureProcessor() {
-  auto processor = Qwen2VlImageProcessor::Read(kFixture / "preprocessor_config.json");
+Qwen2VlImageProcessor FixtureProcessor(const std::string& family = "qwen2_vl") {
+  auto processor = Qwen2VlImageProcessor::Read(FixtureDir(family) / "preprocessor_config.json");
   EXPECT_TRUE(processor.ok()) << processor.status().message();
   return *processor;
 }
@@ -123,13 +131,16 @@ TEST(ImageFileTest, BadFilesAreErrorsNamingTheFile) {
               HasSubstr("cannot open '" + (dir.path() / "missing.png").string() + "'"));
 }
 
-TEST(Qwen2VlImageProcessorTest, PixelValuesAndGridsEqualTransformers) {
-  const Reference reference = ReadReference();
+// The family fixture's images through the engine's processor, read from the fixture's
+// preprocessor_config.json, against transformers' pixel_values and grids: bit for bit, but for
+// rocket.jpg through Pillow, within `pillow_levels` levels of an 8-bit pixel.
+void ExpectPixelValuesAndGridsOfTransformers(const std::string& family, int pillow_levels) {
+  const Reference reference = ReadReference(family);
   for (const auto resampler : {Qwen2VlImageProcessor::Resampler::kTorchvision,
                                Qwen2VlImageProcessor::Resampler::kPillow}) {
     const bool torchvision = resampler == Qwen2VlImageProcessor::Resampler::kTorchvision;
     SCOPED_TRACE(torchvision ? "torchvision" : "Pillow");
-    Qwen2VlImageProcessor processor = FixtureProcessor();
+    Qwen2VlImageProcessor processor = FixtureProcessor(family);
     EXPECT_EQ(processor.resampler, Qwen2VlImageProcessor::Resampler::kTorchvision);
     processor.resampler = resampler;
     const at::Tensor pixel_values =
@@ -137,7 +148,7 @@ TEST(Qwen2VlImageProcessorTest, PixelValuesAndGridsEqualTransformers) {
     int64_t start = 0, image_tokens = 0;
     for (size_t i = 0; i < reference.images.size(); ++i) {
       SCOPED_TRACE(reference.images[i]);
-      auto image = ReadRgbImage(kFixture / reference.images[i]);
+      auto image = ReadRgbImage(FixtureDir(family) / reference.images[i]);
       ASSERT_TRUE(image.ok()) << image.status().message();
       auto grid = processor.GridFor(image->height, image->width);
       ASSERT_TRUE(grid.ok()) << grid.status().message();
@@ -153,7 +164,8 @@ TEST(Qwen2VlImageProcessorTest, PixelValuesAndGridsEqualTransformers) {
       if (torchvision || reference.images[i] != "images/rocket.jpg") {
         EXPECT_TRUE(at::equal(*patches, expected));
       } else {
-        EXPECT_LE((*patches - expected).abs().max().item<double>(), kPillow13Tolerance);
+        EXPECT_LE((*patches - expected).abs().max().item<double>(),
+                  Pillow13Tolerance(processor, pillow_levels));
       }
       start += grid->patches();
       image_tokens += processor.TokensFor(*grid);
@@ -162,6 +174,20 @@ TEST(Qwen2VlImageProcessorTest, PixelValuesAndGridsEqualTransformers) {
     // <|image_pad|> (id 264) appears once per merged 2x2 group.
     EXPECT_EQ(image_tokens, reference.input_ids.eq(264).sum().item<int64_t>());
   }
+}
+
+TEST(Qwen2VlImageProcessorTest, PixelValuesAndGridsEqualTransformers) {
+  ExpectPixelValuesAndGridsOfTransformers("qwen2_vl", 2);
+}
+
+// Qwen3-VL's hub directories set patches of 16 pixels (smart_resize to multiples of 32) and mean
+// and std 0.5 in the same processor. Pillow 13 resamples rocket.jpg (60x40 to 64x32) up to 4 levels
+// of an 8-bit pixel away from Pillow 9.4's arithmetic, which the engine's Pillow path keeps.
+TEST(Qwen2VlImageProcessorTest, Qwen3VlPixelValuesAndGridsEqualTransformers) {
+  const Qwen2VlImageProcessor processor = FixtureProcessor("qwen3_vl");
+  EXPECT_EQ(processor.patch_size, 16);
+  EXPECT_EQ(processor.image_std, (std::array<double, 3>{0.5, 0.5, 0.5}));
+  ExpectPixelValuesAndGridsOfTransformers("qwen3_vl", 4);
 }
 
 TEST(Qwen2VlImageProcessorTest, PreprocessorConfigNamesTheBackend) {

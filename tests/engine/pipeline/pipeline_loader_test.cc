@@ -152,10 +152,12 @@ TEST_F(PipelineLoaderTest, UnknownPluginListsWhatIsInstalled) {
   quantizer { plugin: "nf5" }
 })");
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_EQ(errors[0], Prefix() +
-                           "3:11: error: stage 'a': unknown model loader plugin 'digits'; "
-                           "installed model loader plugins: llama, mlp, qwen2_5_vl, qwen2_vl, vlm "
-                           "('digits' is a data loader)");
+  EXPECT_EQ(errors[0],
+            Prefix() +
+                "3:11: error: stage 'a': unknown model loader plugin 'digits'; "
+                "installed model loader plugins: llama, mlp, qwen2_5_vl, qwen2_vl, qwen3_vl, "
+                "vlm "
+                "('digits' is a data loader)");
   EXPECT_EQ(errors[1], Prefix() +
                            "5:15: error: stage 'a': unknown quantizer plugin 'nf5'; installed "
                            "quantizer plugins: int8, nf4");

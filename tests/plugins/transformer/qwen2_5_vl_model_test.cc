@@ -15,61 +15,22 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 
-#include "engine/precision_context.h"
-#include "engine/safetensors.h"
 #include "engine_kernels/cpu_kernels_switch.h"
-#include "hf_checkpoint.h"
 #include "qwen2_5_vl_vision.h"
 #include "qwen2_vl_model.h"
 #include "qwen2_vl_positions.h"
-#include "testing/test_paths.h"
+#include "qwen_vl_fixture.h"
 
 namespace engine::transformer {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::filesystem::path kFixture =
-    std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / "qwen2_5_vl";
+using testing_support::QwenVlFixture;
+using Fixture = QwenVlFixture;
 
-struct Fixture {
-  Qwen2VlConfig config;
-  std::shared_ptr<Qwen2VlModule> module;
-  std::shared_ptr<const safetensors::File> reference;
-  at::Tensor Get(const std::string& name) const { return *reference->Get(name); }
-  std::vector<ImageGrid> Grids() const {
-    const at::Tensor g = Get("image_grid_thw");
-    std::vector<ImageGrid> all;
-    for (int64_t i = 0; i < g.size(0); ++i) {
-      all.push_back({g[i][0].item<int64_t>(), g[i][1].item<int64_t>(), g[i][2].item<int64_t>()});
-    }
-    return all;
-  }
-  // The fixture's images by row: row 0 has one, row 1 two, row 2 one.
-  std::vector<std::vector<ImageGrid>> RowGrids() const {
-    const auto all = Grids();
-    return {{all[0]}, {all[1], all[2]}, {all[3]}};
-  }
-};
-
-Fixture LoadFixture() {
-  Fixture f;
-  auto json = ReadConfigJson(kFixture);
-  EXPECT_TRUE(json.ok()) << json.status().message();
-  auto config = Qwen2VlConfigFromJson(*json, "qwen2_5_vl/config.json");
-  EXPECT_TRUE(config.ok()) << config.status().message();
-  f.config = *config;
-  f.module = std::make_shared<Qwen2VlModule>(f.config);
-  Status loaded = LoadWeights(kFixture, *f.module, {}, nullptr, Qwen2VlTransformers5Names());
-  EXPECT_TRUE(loaded.ok()) << loaded.message();
-  f.module->eval();
-  auto reference = safetensors::File::Open(kFixture / "reference.safetensors");
-  EXPECT_TRUE(reference.ok()) << reference.status().message();
-  f.reference = *reference;
-  return f;
-}
+Fixture LoadFixture() { return testing_support::LoadQwenVlFixture("qwen2_5_vl"); }
 
 TEST(Qwen25VlModelTest, ConfigIsReadFromTheCheckpoint) {
   const Fixture f = LoadFixture();
@@ -130,13 +91,7 @@ TEST(Qwen25VlModelTest, LogitsEqualTransformers) {
   auto hidden = f.module->Hidden(f.Get("input_ids"), mask, f.Get("pixel_values"), f.RowGrids());
   ASSERT_TRUE(hidden.ok()) << hidden.status().message();
   const at::Tensor logits = f.module->lm.Logits(*hidden);
-  const double difference = (logits - f.Get("logits"))
-                                .abs()
-                                .amax(-1)
-                                .masked_select(mask.to(at::kBool))
-                                .max()
-                                .item<double>();
-  EXPECT_LE(difference, 1e-4);
+  EXPECT_LE(testing_support::MaxDifferenceAtRealTokens(logits, f.Get("logits"), mask), 1e-4);
 }
 
 // Per-block checkpointing and the attention kernel give the plain ATen backward's gradients.
@@ -168,7 +123,7 @@ TEST(Qwen25VlModelTest, VisionTowerGradientsAreTheSameThroughCheckpointingAndThe
 }
 
 TEST(Qwen25VlModelTest, ConfigsThatCannotWorkAreRefusedByKey) {
-  auto json = ReadConfigJson(kFixture);
+  auto json = ReadConfigJson(testing_support::FixtureDir("qwen2_5_vl"));
   ASSERT_TRUE(json.ok());
   struct Case {
     std::string key;  // a/b: a's b
