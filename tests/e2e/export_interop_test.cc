@@ -135,14 +135,15 @@ void ExpectPeftComputesTheHfExport(const nlohmann::json& result) {
   EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
 }
 
-// Both bnb4 exports read by bitsandbytes: every key, each 4-bit layer the stage's, and with
-// --double_quant nested scales close to the plain ones.
-void ExpectBnb4ExportsHoldTheStagesWeights(const nlohmann::json& result) {
+// Both bnb4 exports read by bitsandbytes: every key, each of the `layers` 4-bit layers the stage's,
+// and with --double_quant nested scales close to the plain ones.
+void ExpectBnb4ExportsHoldTheStagesWeights(const nlohmann::json& result,
+                                           int layers = kFourBitLayers) {
   EXPECT_TRUE(result["bnb4_missing"].empty()) << result["bnb4_missing"];
   EXPECT_TRUE(result["bnb4_unexpected"].empty()) << result["bnb4_unexpected"];
-  EXPECT_EQ(result["bnb4_layers"], kFourBitLayers);
+  EXPECT_EQ(result["bnb4_layers"], layers);
   EXPECT_LE(result["bnb4_vs_hf"].get<double>(), kFourBitWeightTolerance);
-  EXPECT_EQ(result["bnb4_double_layers"], kFourBitLayers);
+  EXPECT_EQ(result["bnb4_double_layers"], layers);
   EXPECT_TRUE(result["bnb4_double_nested"].get<bool>());
   EXPECT_LE(result["bnb4_double_vs_bnb4"].get<double>(), kDoubleQuantTolerance);
 }
@@ -305,7 +306,8 @@ TEST_F(ExportInteropTest, Bnb4ExportsLoadInBitsandbytesAsTheStagesFourBitWeights
   }
 }
 
-// A LoRA stage of each image-text family (qwen2_vl, qwen2_5_vl) on its fixture (its checkpoint,
+// A LoRA stage of each image-text family (qwen2_vl, qwen2_5_vl, qwen3_vl) on its fixture (its
+// checkpoint,
 // tokenizer and image processor, as transformers 5.17 saved them), trained on image
 // conversations: the hf export loads with AutoModelForImageTextToText with no missing and no
 // unexpected key, and transformers' greedy continuation of a question about an image, through the
@@ -471,21 +473,26 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
                  (tmp.path() / "tokenizer").string() + R"(" } } } }
   )" + training + "\n}\n";
         };
+    // Quantizer patterns match the checkpoint's names: Qwen3-VL's are transformers 5's.
+    const std::string decoder =
+        family == "qwen3_vl" ? "model.language_model.layers.*" : "model.layers.*";
     // "from_peft" loads PEFT's adapter and learns nothing (no f32 weight moves at 1e-30).
     return tmp.Write(
         "vl.pbtxt",
         "name: \"vl\"\noutput_dir: \"out\"\n" +
             stage("vl",
-                  "r: 4 lora_alpha: 8 target_modules: \"model.layers.*\" "
-                  "target_modules: \"visual.blocks.0.attn.qkv\"",
+                  "r: 4 lora_alpha: 8 target_modules: \"" + decoder +
+                      "\" "
+                      "target_modules: \"model.visual.blocks.0.attn.qkv\"",
                   "optimizer { learning_rate: 0.05 } schedule { max_steps: 3 batch_size: 2 }") +
             stage("from_peft", "peft_adapter: \"" + (tmp.path() / "peft_source").string() + "\"",
                   "optimizer { learning_rate: 1e-30 } schedule { max_steps: 1 batch_size: 2 }") +
-            stage("vq", "r: 4 lora_alpha: 8 target_modules: \"model.layers.*\"",
+            stage("vq", "r: 4 lora_alpha: 8 target_modules: \"" + decoder + "\"",
                   "quantizer { plugin: \"nf4\" options { "
-                  "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: "
-                  "\"model.layers.*\" } } }\n  optimizer { learning_rate: 0.05 } schedule { "
-                  "max_steps: 3 batch_size: 2 }"));
+                  "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: \"" +
+                      decoder +
+                      "\" } } }\n  optimizer { learning_rate: 0.05 } schedule { "
+                      "max_steps: 3 batch_size: 2 }"));
   }
   static void SetUpTestSuite() { cases_ = new std::map<std::string, std::unique_ptr<Case>>(); }
   static void TearDownTestSuite() { delete cases_; }
@@ -540,7 +547,8 @@ TEST_P(ImageTextExportInteropTest, QloraExportsLoadThroughBitsandbytesAndCompute
                          result["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
   EXPECT_TRUE(result["positions_equal"].get<bool>());
   EXPECT_LE(result["hf_vs_engine"].get<double>(), kLogitTolerance);
-  ExpectBnb4ExportsHoldTheStagesWeights(result);
+  // The qwen3_vl fixture's decoder has 3 layers (DeepStack feeds 2 of them), the others' 2.
+  ExpectBnb4ExportsHoldTheStagesWeights(result, GetParam() == "qwen3_vl" ? 21 : kFourBitLayers);
   ExpectPeftComputesTheHfExport(result);
 }
 
@@ -549,7 +557,7 @@ TEST_P(ImageTextExportInteropTest, PeftExportLoadsEveryAdapterIntoTransformersFi
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ImageTextExportInteropTest,
-                         ::testing::Values("qwen2_vl", "qwen2_5_vl"),
+                         ::testing::Values("qwen2_vl", "qwen2_5_vl", "qwen3_vl"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

@@ -150,5 +150,42 @@ TEST(Qwen25VlRecipeTest, R3NamesTheDigitsInTheImages) {
   EXPECT_THAT(from_export.out, HasSubstr("seven"));
 }
 
+// pipelines/qwen3_vl_r3.pbtxt: the same recipe and data on Qwen3-VL's architecture (learned
+// positions, a DeepStack merger feeding the first decoder layer, a Qwen3 decoder with interleaved
+// rotary bands): the answers come out right far more often than the most common answer, and the
+// checkpoint and its hf export are Qwen3-VL directories (transformers 5's layout) that `engine
+// generate` reads by their model_type.
+TEST(Qwen3VlRecipeTest, R3NamesTheDigitsInTheImages) {
+  const fs::path pipeline = fs::path(testing::kSourceDir) / "pipelines/qwen3_vl_r3.pbtxt";
+  testing::TempDir tmp;
+  const std::string output_dir = "--output_dir=" + (tmp.path() / "out").string();
+  const auto run = testing::RunEngine({"run", pipeline.string(), output_dir});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // transformers' Qwen3VLForConditionalGeneration of this config has 783,296 parameters.
+  EXPECT_THAT(run.out, HasSubstr("model       qwen3_vl 0.1.0: 783,296 parameters"));
+  const auto eval =
+      testing::RunEngine({"eval", pipeline.string(), output_dir, "--stage=llm", "--format=json"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const auto report = nlohmann::json::parse(eval.out);
+  EXPECT_LT(report["baselines"]["eval/exact_match"].get<double>(), 0.15);
+  // The floor is qwen2_vl_r3's.
+  EXPECT_GT(report["metrics"]["eval/exact_match"].get<double>(), 0.45) << eval.out;
+
+  const auto config = nlohmann::json::parse(
+      testing::ReadText(tmp.path() / "out" / "llm" / "final" / "config.json"));
+  EXPECT_EQ(config["model_type"], "qwen3_vl");
+  EXPECT_EQ(config["text_config"]["rope_parameters"]["mrope_interleaved"], true);
+  EXPECT_EQ(config["vision_config"]["deepstack_visual_indexes"], nlohmann::json({0}));
+  const fs::path exported = tmp.path() / "hf";
+  const auto exporting = testing::RunEngine(
+      {"export", pipeline.string(), output_dir, "--to=" + exported.string(), "--format=hf"});
+  ASSERT_EQ(exporting.exit_code, 0) << exporting.err;
+  const fs::path seven = fs::path(testing::kSourceDir) / "data/digit_chat/images/0007.png";
+  const auto from_export = testing::RunEngine(
+      {"generate", exported.string(), "--image=" + seven.string(), "--prompt=What digit is this?"});
+  ASSERT_EQ(from_export.exit_code, 0) << from_export.err;
+  EXPECT_THAT(from_export.out, HasSubstr("seven"));
+}
+
 }  // namespace
 }  // namespace engine

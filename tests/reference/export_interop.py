@@ -257,10 +257,11 @@ def peft_base(case, hf, result):
 
 
 def check_image_text(case):
-    """A Qwen2-VL or Qwen2.5-VL stage's exports: hf loaded by AutoModelForImageTextToText, and its
-    greedy continuation of `prompt_text` (the engine's rendering, image placeholders included)
-    about `image`, through transformers 5's default processor read from the export (both families
-    use Qwen2VLImageProcessor; their processors differ only for videos); peft on the base."""
+    """A Qwen2-VL, Qwen2.5-VL or Qwen3-VL stage's exports: hf loaded by AutoModelForImageTextToText,
+    and its greedy continuation of `prompt_text` (the engine's rendering, image placeholders
+    included) about `image`, through transformers 5's default processor read from the export (the
+    families use Qwen2VLImageProcessor, Qwen3-VL's with its own patch size, mean and std; their
+    processors differ only for videos); peft on the base."""
     import torch
     from PIL import Image
     from transformers import (AutoModelForImageTextToText, AutoTokenizer, Qwen2VLImageProcessor,
