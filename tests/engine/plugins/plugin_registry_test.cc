@@ -10,9 +10,10 @@
 namespace engine {
 namespace {
 
-// Data loaders digits, text, digits_captions and chat; models mlp, llama and vlm; quantizers nf4
-// and int8; the lora adapter; six precision policies and six callbacks.
-constexpr size_t kBuiltinPlugins = 24;
+// Data loaders digits, text, digits_captions and chat; models mlp, llama, vlm, qwen2_vl,
+// qwen2_5_vl and qwen3_vl; quantizers nf4 and int8; the lora adapter; six precision policies and
+// six callbacks.
+constexpr size_t kBuiltinPlugins = 25;
 
 std::filesystem::path Fixture(const std::string& name) {
   return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");

@@ -29,7 +29,7 @@ using ::testing::HasSubstr;
 const std::filesystem::path kFixtures =
     std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf";
 
-// The decoder fixtures; qwen2_vl is the vision-language model's.
+// The decoder fixtures (qwen3_sharded: save_pretrained's shards and index).
 const std::vector<std::string> kDecoderFixtures = {"llama",
                                                    "llama_tied_bias",
                                                    "llama_head_dim",
@@ -43,6 +43,7 @@ const std::vector<std::string> kDecoderFixtures = {"llama",
                                                    "mistral_sliding",
                                                    "qwen2",
                                                    "qwen2_sliding",
+                                                   "qwen3_sharded",
                                                    "qwen3",
                                                    "llama_bf16"};
 
