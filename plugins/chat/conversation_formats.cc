@@ -110,6 +110,32 @@ Status ReadImagePaths(const ordered_json& json, const std::string& where,
   return Status::Ok();
 }
 
+// Videos (LLaMA-Factory's "videos", a {"type": "video"} content part) are not read yet: a line
+// with one is refused rather than trained on as text.
+Status RefuseVideos(const ordered_json& json, const ordered_json& messages,
+                    const std::string& where) {
+  for (const char* key : {"videos", "video"}) {
+    auto it = json.find(key);
+    if (it != json.end() && !it->is_null()) {
+      return LineError(where, std::string("names videos ('") + key +
+                                  "'); this engine reads images, not videos, in chat data");
+    }
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ordered_json& content =
+        messages[i].contains("content") ? messages[i]["content"] : ordered_json();
+    if (!content.is_array()) continue;
+    for (const ordered_json& part : content) {
+      if (part.is_object() && (part.value("type", "") == "video" || part.contains("video"))) {
+        return LineError(where, "messages[" + std::to_string(i) +
+                                    "] holds a video; this engine reads images, not videos, in "
+                                    "chat data");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view ConversationFormatName(ConversationFormat format) {
@@ -143,6 +169,7 @@ StatusOr<ParsedConversation> ParseConversationLine(std::string_view line,
                      "\"conversations\" (ShareGPT) or \"instruction\" and \"output\" "
                      "(alpaca)");
   }
+  ENGINE_RETURN_IF_ERROR(RefuseVideos(json, parsed.messages, where));
   ENGINE_RETURN_IF_ERROR(ReadImagePaths(json, where, &parsed.images));
   return parsed;
 }

@@ -172,7 +172,8 @@ nlohmann::json LlamaConfig::ToJson(const std::string& dtype) const {
       {"initializer_range", initializer_range},
       {"hidden_act", ActivationName(hidden_act)},
       {"torch_dtype", dtype}};
-  if (explicit_head_dim > 0) json["head_dim"] = explicit_head_dim;
+  // Qwen3's configuration class takes 128 for a head_dim left out, not hidden_size / heads.
+  if (explicit_head_dim > 0 || model_type == "qwen3") json["head_dim"] = head_dim();
   if (model_type == "llama") {
     json["attention_bias"] = qkv_bias;
     json["mlp_bias"] = mlp_bias;

@@ -98,9 +98,8 @@ class ConfigReader : private JsonKeyReader {
       if (c_.model_type != "qwen3_vl") {
         return Error("rope_scaling", "needs an mrope_section for " + c_.model_type);
       }
-      // Qwen3-VL's rotary embedding defaults to these bands (Qwen3-VL-8B's head_dim 128).
+      // Qwen3-VL's rotary embedding defaults to these bands (made for head_dim 128).
       c_.mrope_section = {24, 20, 20};
-      ENGINE_RETURN_IF_ERROR(CheckMropeSum("rope_parameters", nlohmann::json(c_.mrope_section)));
     }
     ENGINE_RETURN_IF_ERROR(ReadWindow());
     ENGINE_RETURN_IF_ERROR(ReadTokenIds());
@@ -177,6 +176,23 @@ class ConfigReader : private JsonKeyReader {
                                 "qwen2, qwen3)");
   }
 
+  // What transformers 5.17's configuration class of the model_type takes for a key config.json
+  // leaves out (head_dim 0: hidden_size / num_attention_heads).
+  struct ClassDefaults {
+    double rope_theta;
+    int64_t head_dim;
+    int64_t max_positions;
+  };
+  ClassDefaults Defaults() const {
+    const std::string& type = c_.model_type;
+    if (type == "qwen3") return {10000, 128, 32768};
+    if (type == "qwen3_vl") return {500000, 128, 128000};
+    if (type == "qwen2_vl" || type == "qwen2_5_vl") return {1000000, 0, 32768};
+    if (type == "qwen2") return {10000, 0, 32768};
+    if (type == "mistral") return {10000, 0, 131072};
+    return {10000, 0, 2048};
+  }
+
   Status ReadSizes() {
     ENGINE_ASSIGN_OR_RETURN(c_.vocab_size, PositiveInt("vocab_size"));
     ENGINE_ASSIGN_OR_RETURN(c_.hidden_size, PositiveInt("hidden_size"));
@@ -186,7 +202,7 @@ class ConfigReader : private JsonKeyReader {
     ENGINE_ASSIGN_OR_RETURN(c_.num_key_value_heads,
                             PositiveInt("num_key_value_heads", c_.num_attention_heads));
     ENGINE_ASSIGN_OR_RETURN(c_.max_position_embeddings,
-                            PositiveInt("max_position_embeddings", 2048));
+                            PositiveInt("max_position_embeddings", Defaults().max_positions));
     ENGINE_ASSIGN_OR_RETURN(c_.rms_norm_eps,
                             PositiveNumber(Take("rms_norm_eps"), "rms_norm_eps", 1e-6));
     ENGINE_ASSIGN_OR_RETURN(c_.initializer_range,
@@ -194,7 +210,7 @@ class ConfigReader : private JsonKeyReader {
     ENGINE_ASSIGN_OR_RETURN(c_.tie_word_embeddings, Bool("tie_word_embeddings", false));
     // transformers writes head_dim even when it is hidden_size / heads; only another value is kept
     // as explicit (so that the config written back stays the same).
-    ENGINE_ASSIGN_OR_RETURN(const int64_t head_dim, PositiveInt("head_dim", int64_t{0}));
+    ENGINE_ASSIGN_OR_RETURN(const int64_t head_dim, PositiveInt("head_dim", Defaults().head_dim));
     if (head_dim > 0 && head_dim * c_.num_attention_heads != c_.hidden_size) {
       c_.explicit_head_dim = head_dim;
     }
@@ -263,14 +279,15 @@ class ConfigReader : private JsonKeyReader {
                                        inner_theta.dump());
       }
       ENGINE_ASSIGN_OR_RETURN(
-          c_.rope_theta,
-          PositiveNumber(inner_theta.is_null() ? theta : inner_theta, "rope_theta", 10000));
+          c_.rope_theta, PositiveNumber(inner_theta.is_null() ? theta : inner_theta, "rope_theta",
+                                        Defaults().rope_theta));
       if (!scaling.is_null()) {
         return Error("rope_scaling", "is given together with rope_parameters; keep one spelling");
       }
       return ReadRopeScaling(parameters, "rope_parameters");
     }
-    ENGINE_ASSIGN_OR_RETURN(c_.rope_theta, PositiveNumber(theta, "rope_theta", 10000));
+    ENGINE_ASSIGN_OR_RETURN(c_.rope_theta,
+                            PositiveNumber(theta, "rope_theta", Defaults().rope_theta));
     if (scaling.is_null()) return Status::Ok();
     if (!scaling.is_object()) {
       return Error("rope_scaling", "must be an object or null, not " + scaling.dump());
@@ -398,6 +415,9 @@ class ConfigReader : private JsonKeyReader {
                                   ".mrope_section must be three positive integers, not " +
                                   section.dump());
     }
+    // Interleaved bands need not fill the head: transformers takes the height and width bands
+    // where they fall within it and the temporal positions everywhere else, as InterleavedBands.
+    if (qwen3) return Status::Ok();
     return CheckMropeSum(key, section);
   }
 

@@ -297,7 +297,10 @@ at::Tensor LlamaDecoderImpl::Forward(const at::Tensor& embeds, const DecoderInpu
     } else {
       h = block->forward(h, context, layer_cache);
     }
-    if (i < inputs.layer_additions.size()) h = h + inputs.layer_additions[i];
+    if (i < inputs.layer_additions.size()) {
+      const at::Tensor& marked = inputs.addition_mask;
+      h = h.index_put({marked}, h.index({marked}) + inputs.layer_additions[i].to(h.scalar_type()));
+    }
   }
   return norm->forward(h);
 }

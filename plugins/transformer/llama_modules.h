@@ -58,9 +58,11 @@ struct DecoderInputs {
   // i64 [batch, positions], or [3, batch, positions] with mrope_section (Qwen2-VL's temporal,
   // height and width positions); undefined: from attention_mask (attention_mask.h PositionIds).
   at::Tensor position_ids;
-  // Added to the hidden states after layer i, [batch, positions, hidden] each (Qwen3-VL's
-  // DeepStack: vision features at the image tokens, zero elsewhere); fewer than the layers.
+  // Added to the hidden states after layer i at the positions `addition_mask` (bool [batch,
+  // positions]) marks, [marked positions, hidden] each (Qwen3-VL's DeepStack: vision features at
+  // the image tokens); at most one per layer.
   std::vector<at::Tensor> layer_additions;
+  at::Tensor addition_mask;
 };
 
 // What every layer's attention reads in one forward, built once by the decoder.

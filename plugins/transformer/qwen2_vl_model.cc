@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <set>
 
 #include "qwen2_5_vl_vision.h"
 #include "qwen2_vl_positions.h"
@@ -14,11 +15,37 @@ namespace {
 const char* const kVisionTokenKeys[] = {"image_token_id", "video_token_id", "vision_start_token_id",
                                         "vision_end_token_id"};
 
+// Top-level keys of a qwen3_vl config.json beside text_config and vision_config: what
+// Qwen3VLConfig reads there, and bookkeeping.
+const std::set<std::string>& Qwen3VlTopLevelKeys() {
+  static const std::set<std::string> keys = {
+      "architectures",         "model_type",           "image_token_id",      "video_token_id",
+      "vision_start_token_id", "vision_end_token_id",  "tie_word_embeddings", "dtype",
+      "torch_dtype",           "transformers_version", "_name_or_path",       "use_cache"};
+  return keys;
+}
+
 // transformers 5 writes the language model's keys under text_config (model_type qwen2_vl_text,
-// qwen2_5_vl_text); they are read as transformers 4's flat layout, where a key given in both
-// places must agree.
+// qwen2_5_vl_text, qwen3_vl_text); they are read as transformers 4's flat layout, where a key
+// given in both places must agree. Qwen3-VL has no flat layout: its decoder is read from
+// text_config alone, and a decoder key at the top level (which Qwen3VLConfig does not read) is
+// refused by name.
 StatusOr<nlohmann::json> FlatConfig(const nlohmann::json& json, const std::string& where) {
   auto text = json.find("text_config");
+  if (json.value("model_type", nlohmann::json()) == "qwen3_vl") {
+    if (text == json.end()) {
+      return InvalidArgumentError(where +
+                                  ": 'text_config' is missing (transformers' "
+                                  "Qwen3VLConfig reads the decoder only from it)");
+    }
+    for (const auto& [key, value] : json.items()) {
+      if (key != "text_config" && key != "vision_config" && !Qwen3VlTopLevelKeys().count(key)) {
+        return InvalidArgumentError(where + ": '" + key +
+                                    "' is at the top level, where transformers' Qwen3VLConfig "
+                                    "does not read it (the decoder's keys belong in text_config)");
+      }
+    }
+  }
   if (text == json.end()) return json;
   if (!text->is_object()) {
     return InvalidArgumentError(where + ": 'text_config' must be an object, not " + text->dump());
@@ -158,20 +185,11 @@ Qwen2VlModule::Qwen2VlModule(const Qwen2VlConfig& config)
 
 torch::nn::Module& Qwen2VlModule::PartsOwner(const Qwen2VlConfig& config) {
   if (config.vision.family != VisionFamily::kQwen3Vl) return *this;
-  // Called twice while constructing: the first call registers "model".
-  if (const auto* found = named_children().find("model")) return **found;
+  // Called twice while constructing: the first call registers "model". named_children() is a
+  // copy, kept alive while it is searched; the module it finds is also held by this one.
+  const auto children = named_children();
+  if (const auto* found = children.find("model")) return **found;
   return *register_module("model", std::make_shared<torch::nn::Module>());
-}
-
-std::vector<at::Tensor> Qwen2VlModule::AtImageTokens(const std::vector<at::Tensor>& features,
-                                                     const at::Tensor& image_tokens,
-                                                     const at::Tensor& embeds) {
-  std::vector<at::Tensor> additions;
-  const at::Tensor where = image_tokens.unsqueeze(-1).expand_as(embeds);
-  for (const at::Tensor& f : features) {
-    additions.push_back(at::zeros_like(embeds).masked_scatter(where, f.to(embeds.scalar_type())));
-  }
-  return additions;
 }
 
 StatusOr<at::Tensor> Qwen2VlModule::Hidden(
@@ -213,7 +231,7 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(
           (pixel_values.defined() ? c10::str(pixel_values.sizes()) : std::string("absent")));
     }
     const VisionTokens features = visual->Features(pixel_values, grids, checkpointing);
-    deepstack = AtImageTokens(features.deepstack, image_tokens, embeds);
+    deepstack = features.deepstack;
     embeds = embeds.masked_scatter(image_tokens.unsqueeze(-1).expand_as(embeds),
                                    features.merged.to(embeds.scalar_type()));
   }
@@ -226,6 +244,7 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(
   inputs.attention_mask = mask;
   inputs.position_ids = positions.position_ids.to(device, /*non_blocking=*/true);
   inputs.layer_additions = std::move(deepstack);
+  if (!inputs.layer_additions.empty()) inputs.addition_mask = image_tokens;
   if (next_positions != nullptr) *next_positions = positions.next;
   if (position_ids != nullptr) *position_ids = positions.position_ids;
   return lm.model->Forward(embeds, inputs, cache, checkpointing && cache == nullptr);

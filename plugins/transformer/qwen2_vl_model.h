@@ -83,12 +83,6 @@ class Qwen2VlModule : public torch::nn::Module {
  private:
   // Where the decoder and the tower are registered: this module, or (Qwen3-VL) its "model".
   torch::nn::Module& PartsOwner(const Qwen2VlConfig& config);
-  // DeepStack's features as additions to the decoder's first layers: each [tokens, hidden] put at
-  // the image tokens of a [batch, positions, hidden] tensor of zeros.
-  static std::vector<at::Tensor> AtImageTokens(const std::vector<at::Tensor>& features,
-                                               const at::Tensor& image_tokens,
-                                               const at::Tensor& embeds);
-
   Qwen2VlConfig config_;
 };
 

@@ -224,6 +224,20 @@ TEST(ChatLoaderTest, BadLinesAreErrorsNamingFileAndLine) {
   EXPECT_THAT(Open(tmp.path(), "lonely.jsonl", "skip_without_assistant: false").status().message(),
               HasSubstr("lonely.jsonl:1: the conversation has no assistant turn"));
   EXPECT_THAT(Open(tmp.path(), "lonely.jsonl").status().message(), HasSubstr("gives no examples"));
+  // Videos are refused by line, not trained on as text.
+  tmp.Write("video.jsonl",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
+            "\"assistant\", \"content\": \"b\"}]}\n"
+            R"({"messages": [{"role": "user", "content": "<video>What happens?"}, )"
+            R"({"role": "assistant", "content": "x"}], "videos": ["clip.mp4"]})");
+  EXPECT_THAT(Open(tmp.path(), "video.jsonl").status().message(),
+              HasSubstr("video.jsonl:2: names videos ('videos'); this engine reads images, not "
+                        "videos, in chat data"));
+  tmp.Write("video_part.jsonl",
+            R"({"messages": [{"role": "user", "content": [{"type": "video", "video": "c.mp4"}, )"
+            R"({"type": "text", "text": "What?"}]}, {"role": "assistant", "content": "x"}]})");
+  EXPECT_THAT(Open(tmp.path(), "video_part.jsonl").status().message(),
+              HasSubstr("video_part.jsonl:1: messages[0] holds a video"));
 }
 
 TEST(ChatLoaderTest, ARoleTheTemplateRefusesIsAnErrorNamingTheLine) {

@@ -157,5 +157,38 @@ TEST(HfConfigTest, QwenWindowsSlideFromMaxWindowLayersOnlyWhenEnabled) {
   EXPECT_THAT(Refusal(json), HasSubstr("'layer_types' must list one type per layer (4)"));
 }
 
+// A key config.json leaves out takes the value transformers 5.17's configuration class of that
+// model_type gives it: Qwen3's head_dim is 128, not hidden_size / heads (and is written back, so
+// that transformers reads the same head); Qwen2-VL's rope_theta is 1000000.
+TEST(HfConfigTest, LeftOutKeysTakeTheirClassDefaults) {
+  nlohmann::json qwen3 = Llama31();
+  for (const char* key :
+       {"rope_scaling", "rope_theta", "max_position_embeddings", "mlp_bias", "pretraining_tp"}) {
+    qwen3.erase(key);
+  }
+  qwen3["model_type"] = "qwen3";
+  auto read = ConfigFromJson(qwen3, "c");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->head_dim(), 128);
+  EXPECT_EQ(read->rope_theta, 10000);
+  EXPECT_EQ(read->max_position_embeddings, 32768);
+  auto tiny = ConfigFromJson(read->ToJson("float32"), "written");
+  ASSERT_TRUE(tiny.ok());
+  qwen3["head_dim"] = 16;  // hidden_size / heads
+  auto explicit_head = ConfigFromJson(qwen3, "c");
+  ASSERT_TRUE(explicit_head.ok()) << explicit_head.status().message();
+  EXPECT_EQ(explicit_head->ToJson("float32")["head_dim"], 16);
+
+  nlohmann::json vl = qwen3;
+  vl.erase("head_dim");
+  vl.erase("attention_bias");  // Qwen2-VL's q, k and v always have biases
+  vl["model_type"] = "qwen2_vl";
+  vl["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {4, 2, 2}}};
+  auto qwen2_vl = Qwen2VlTextConfigFromJson(vl, "c");
+  ASSERT_TRUE(qwen2_vl.ok()) << qwen2_vl.status().message();
+  EXPECT_EQ(qwen2_vl->rope_theta, 1000000);
+  EXPECT_EQ(qwen2_vl->head_dim(), 16);
+}
+
 }  // namespace
 }  // namespace engine::transformer

@@ -147,6 +147,26 @@ TEST(Qwen3VlModelTest, LogitsEqualTransformers) {
   });
 }
 
+// Each row's DeepStack features land at its own image tokens: row 1 (two images) alone computes
+// what it computes in the batch.
+TEST(Qwen3VlModelTest, ARowAloneComputesWhatItComputesInTheBatch) {
+  const QwenVlFixture f = LoadFixture();
+  at::NoGradGuard no_grad;
+  const at::Tensor mask = f.Get("attention_mask");
+  auto batch = f.module->Hidden(f.Get("input_ids"), mask, f.Get("pixel_values"), f.RowGrids());
+  ASSERT_TRUE(batch.ok()) << batch.status().message();
+  const auto grids = f.Grids();
+  const int64_t first = grids[0].patches(), patches = grids[1].patches() + grids[2].patches();
+  auto alone =
+      f.module->Hidden(f.Get("input_ids").narrow(0, 1, 1), mask.narrow(0, 1, 1),
+                       f.Get("pixel_values").narrow(0, first, patches), {{grids[1], grids[2]}});
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  EXPECT_LE(
+      MaxDifferenceAtRealTokens(f.module->lm.Logits(*alone),
+                                f.module->lm.Logits(*batch).narrow(0, 1, 1), mask.narrow(0, 1, 1)),
+      1e-5);
+}
+
 // Per-block checkpointing gives the plain backward's gradients, DeepStack mergers and learned
 // positions included.
 TEST(Qwen3VlModelTest, GradientsReachEveryVisionTensorThroughCheckpointing) {
@@ -203,9 +223,9 @@ TEST(Qwen3VlModelTest, ConfigsThatCannotWorkAreRefusedByKey) {
         Case{"text_config/rope_parameters/mrope_interleaved", false,
              "rope_parameters.mrope_interleaved is false, but transformers' qwen3_vl always "
              "interleaves the rotary bands"},
-        Case{"text_config/rope_parameters/mrope_section",
-             {4, 2, 1},
-             "rope_parameters.mrope_section [4,2,1] sums to 7, not head_dim / 2 = 8"},
+        Case{"rope_theta", 1000,
+             "'rope_theta' is at the top level, where transformers' "
+             "Qwen3VLConfig does not read it"},
         Case{"text_config/sliding_window", 8,
              "'sliding_window' is 8, but transformers' qwen3_vl has no sliding window"}}) {
     SCOPED_TRACE(c.key);
@@ -229,8 +249,9 @@ TEST(Qwen3VlModelTest, ConfigsThatCannotWorkAreRefusedByKey) {
 }
 
 // transformers' Qwen3-VL ties its head as the top-level tie_word_embeddings says; text_config's is
-// not read (the hub's configs repeat it there). Bands default to Qwen3-VL-8B's 24/20/20.
-TEST(Qwen3VlModelTest, TheTopLevelTieAndTheDefaultBandsAreTransformers) {
+// not read (the hub's configs repeat it there). Keys left out take Qwen3VLTextConfig's defaults:
+// bands 24/20/20, rope_theta 500000, head_dim 128. The decoder is read from text_config only.
+TEST(Qwen3VlModelTest, TheTopLevelTieAndLeftOutKeysAreTransformers) {
   auto json = ReadConfigJson(testing_support::FixtureDir("qwen3_vl"));
   ASSERT_TRUE(json.ok());
   nlohmann::json changed = *json;
@@ -250,6 +271,25 @@ TEST(Qwen3VlModelTest, TheTopLevelTieAndTheDefaultBandsAreTransformers) {
   auto defaults = Qwen2VlConfigFromJson(wide, "config.json");
   ASSERT_TRUE(defaults.ok()) << defaults.status().message();
   EXPECT_EQ(defaults->text.mrope_section, (std::vector<int64_t>{24, 20, 20}));
+
+  nlohmann::json sparse = *json;
+  sparse["text_config"].erase("head_dim");
+  sparse["text_config"]["num_attention_heads"] = 2;  // 128 x 2 heads: not hidden_size / heads
+  sparse["text_config"]["num_key_value_heads"] = 1;
+  sparse["text_config"]["rope_parameters"].erase("rope_theta");
+  sparse["text_config"]["rope_parameters"].erase("mrope_section");
+  auto left_out = Qwen2VlConfigFromJson(sparse, "config.json");
+  ASSERT_TRUE(left_out.ok()) << left_out.status().message();
+  EXPECT_EQ(left_out->text.head_dim(), 128);
+  EXPECT_EQ(left_out->text.rope_theta, 500000);
+
+  nlohmann::json flat = *json;
+  flat.erase("text_config");
+  auto refused = Qwen2VlConfigFromJson(flat, "config.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("'text_config' is missing (transformers' Qwen3VLConfig reads the decoder "
+                        "only from it)"));
 }
 
 }  // namespace
