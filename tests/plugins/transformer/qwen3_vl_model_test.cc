@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "engine/precision_context.h"
 #include "engine_kernels/cpu_kernels_switch.h"
 #include "qwen2_vl_positions.h"
 #include "qwen3_vl_vision.h"
@@ -168,26 +169,31 @@ TEST(Qwen3VlModelTest, ARowAloneComputesWhatItComputesInTheBatch) {
 }
 
 // Per-block checkpointing gives the plain backward's gradients, DeepStack mergers and learned
-// positions included.
+// positions included, in f32 and under bf16 autocast.
 TEST(Qwen3VlModelTest, GradientsReachEveryVisionTensorThroughCheckpointing) {
   const QwenVlFixture f = LoadFixture();
   f.module->train();
-  auto gradients = [&](bool checkpointing) {
-    f.module->zero_grad();
-    auto hidden = f.module->Hidden(f.Get("input_ids"), f.Get("attention_mask"),
-                                   f.Get("pixel_values"), f.RowGrids(), checkpointing);
-    EXPECT_TRUE(hidden.ok());
-    f.module->lm.Logits(*hidden).pow(2).mean().backward();
-    std::vector<at::Tensor> grads;
-    for (const auto& p : f.module->visual->parameters()) grads.push_back(p.grad().clone());
-    return grads;
-  };
-  const auto plain = gradients(false);
-  const auto checkpointed = gradients(true);
   const auto names = f.module->visual->named_parameters().keys();
-  for (size_t i = 0; i < plain.size(); ++i) {
-    EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << names[i];
-    EXPECT_GT(plain[i].abs().sum().item<double>(), 0) << names[i];
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 autocast" : "f32");
+    auto gradients = [&](bool checkpointing) {
+      f.module->zero_grad();
+      auto scope = bf16 ? PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16).Enter()
+                        : PrecisionContext::None().Enter();
+      auto hidden = f.module->Hidden(f.Get("input_ids"), f.Get("attention_mask"),
+                                     f.Get("pixel_values"), f.RowGrids(), checkpointing);
+      EXPECT_TRUE(hidden.ok());
+      f.module->lm.Logits(*hidden).to(at::kFloat).pow(2).mean().backward();
+      std::vector<at::Tensor> grads;
+      for (const auto& p : f.module->visual->parameters()) grads.push_back(p.grad().clone());
+      return grads;
+    };
+    const auto plain = gradients(false);
+    const auto checkpointed = gradients(true);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << names[i];
+      EXPECT_GT(plain[i].abs().sum().item<double>(), 0) << names[i];
+    }
   }
 }
 
