@@ -71,20 +71,12 @@ StatusOr<Qwen2VlVisionConfig> Qwen25VlVisionConfigFromJson(const nlohmann::json&
 }
 
 Status CheckQwen25VlVision(const Qwen2VlVisionConfig& c) {
-  for (int64_t v : {c.depth, c.embed_dim, c.hidden_size, c.intermediate_size, c.num_heads,
-                    c.in_channels, c.patch_size, c.spatial_merge_size, c.temporal_patch_size,
-                    c.window_size, c.tokens_per_second}) {
-    if (v <= 0) return InvalidArgumentError("vision sizes must all be positive");
-  }
-  if (c.embed_dim > (1 << 16) || c.hidden_size > (1 << 17) || c.intermediate_size > (1 << 18) ||
-      c.depth > 1024 || c.num_heads > 1024 || c.patch_size > 1024 || c.temporal_patch_size > 64 ||
-      c.spatial_merge_size > 64 || c.window_size > (1 << 16)) {
-    return InvalidArgumentError("vision sizes above the largest this loader builds");
-  }
-  if (c.embed_dim % c.num_heads != 0 || c.head_dim() % 4 != 0) {
-    return InvalidArgumentError("vision hidden_size " + std::to_string(c.embed_dim) +
-                                " must be num_heads (" + std::to_string(c.num_heads) +
-                                ") heads of a multiple of 4 (2-D rotary)");
+  ENGINE_RETURN_IF_ERROR(CheckGatedOrWideVisionSizes(c));
+  if (c.window_size <= 0 || c.tokens_per_second <= 0 || c.window_size > (1 << 16)) {
+    return InvalidArgumentError(
+        "vision window_size (1 to 65536) and tokens_per_second must be "
+        "positive, not " +
+        std::to_string(c.window_size) + " and " + std::to_string(c.tokens_per_second));
   }
   const int64_t merged_patch = c.patch_size * c.spatial_merge_size;
   if (c.window_size % merged_patch != 0) {

@@ -32,6 +32,27 @@ const char* VisionFamilyName(VisionFamily family) {
   return "qwen2_vl";
 }
 
+Status CheckGatedOrWideVisionSizes(const Qwen2VlVisionConfig& c) {
+  for (int64_t v : {c.depth, c.embed_dim, c.hidden_size, c.intermediate_size, c.num_heads,
+                    c.in_channels, c.patch_size, c.spatial_merge_size, c.temporal_patch_size}) {
+    if (v <= 0) return InvalidArgumentError("vision sizes must all be positive");
+  }
+  if (c.embed_dim > (1 << 16) || c.hidden_size > (1 << 17) || c.intermediate_size > (1 << 18) ||
+      c.depth > 1024 || c.num_heads > 1024 || c.patch_size > 1024 || c.temporal_patch_size > 64 ||
+      c.spatial_merge_size > 64) {
+    return InvalidArgumentError(
+        "vision sizes above the largest this loader builds (hidden_size 65536, out_hidden_size "
+        "131072, intermediate_size 262144, depth 1024, num_heads 1024, patch_size 1024, "
+        "temporal_patch_size 64, spatial_merge_size 64)");
+  }
+  if (c.embed_dim % c.num_heads != 0 || c.head_dim() % 4 != 0) {
+    return InvalidArgumentError("vision hidden_size " + std::to_string(c.embed_dim) +
+                                " must be num_heads (" + std::to_string(c.num_heads) +
+                                ") heads of a multiple of 4 (2-D rotary)");
+  }
+  return Status::Ok();
+}
+
 torch::nn::LayerNorm VisionLayerNorm(int64_t size) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({size}).eps(1e-6));
 }

@@ -121,6 +121,10 @@ class Qwen2VlVisionTowerImpl : public QwenVisionTower {
 };
 TORCH_MODULE(Qwen2VlVisionTower);
 
+// The sizes Qwen2.5-VL's and Qwen3-VL's towers share: positive, within what this loader builds,
+// and heads that the 2-D rotary can split (a multiple of 4). Each family's Check adds its own.
+Status CheckGatedOrWideVisionSizes(const Qwen2VlVisionConfig& config);
+
 // LayerNorm of `x` whatever its dtype: in the weights' dtype when `x` has it, otherwise in f32.
 at::Tensor ApplyVisionNorm(torch::nn::LayerNorm& norm, const at::Tensor& x);
 // The blocks' LayerNorm (eps 1e-6, as transformers builds them).

@@ -215,6 +215,11 @@ TEST(Qwen3VlModelTest, ConfigsThatCannotWorkAreRefusedByKey) {
         Case{
             "text_config/num_hidden_layers", 1,
             "vision_config.deepstack_visual_indexes feeds 2 decoder layers, but the decoder has 1"},
+        Case{"vision_config/depth", 5000,
+             "vision sizes above the largest this loader builds (hidden_size 65536, "
+             "out_hidden_size 131072, intermediate_size 262144, depth 1024"},
+        Case{"vision_config/num_position_embeddings", 4194304,
+             "vision num_position_embeddings must be 1 to 1,048,576, not 4194304"},
         Case{"vision_config/num_position_embeddings", 10,
              "vision num_position_embeddings 10 is not a square grid of positions"},
         Case{"vision_config/model_type", "qwen2_5_vl",
