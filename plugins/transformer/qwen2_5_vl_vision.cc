@@ -29,23 +29,6 @@ Qwen2VlVisionConfig DefaultConfig() {
   return c;
 }
 
-Status ReadFullAttentionBlocks(JsonKeyReader& keys, Qwen2VlVisionConfig* c) {
-  const nlohmann::json& v = keys.Take("fullatt_block_indexes");
-  if (v.is_null()) return Status::Ok();
-  if (!v.is_array()) return keys.Error("fullatt_block_indexes", "must be a list, not " + v.dump());
-  c->fullatt_block_indexes.clear();
-  for (const nlohmann::json& index : v) {
-    if (!index.is_number_integer() || index.get<int64_t>() < 0 ||
-        index.get<int64_t>() >= c->depth) {
-      return keys.Error("fullatt_block_indexes",
-                        "holds " + index.dump() + ", not a block of the tower (0 to depth - 1 = " +
-                            std::to_string(c->depth - 1) + ")");
-    }
-    c->fullatt_block_indexes.push_back(index.get<int64_t>());
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 StatusOr<Qwen2VlVisionConfig> Qwen25VlVisionConfigFromJson(const nlohmann::json& json,
@@ -66,7 +49,8 @@ StatusOr<Qwen2VlVisionConfig> Qwen25VlVisionConfigFromJson(const nlohmann::json&
                             {"tokens_per_second", &c.tokens_per_second}}) {
     ENGINE_RETURN_IF_ERROR(keys.PositiveInt(key, value));
   }
-  ENGINE_RETURN_IF_ERROR(ReadFullAttentionBlocks(keys, &c));
+  ENGINE_RETURN_IF_ERROR(
+      ReadVisionBlockList(keys, "fullatt_block_indexes", c.depth, &c.fullatt_block_indexes));
   return FinishVisionConfig(keys, where, c);
 }
 

@@ -28,27 +28,15 @@ Qwen2VlVisionConfig DefaultConfig() {
 }
 
 Status ReadDeepstackIndexes(JsonKeyReader& keys, Qwen2VlVisionConfig* c) {
-  const nlohmann::json& v = keys.Take("deepstack_visual_indexes");
-  if (v.is_null()) return Status::Ok();
-  if (!v.is_array()) {
-    return keys.Error("deepstack_visual_indexes", "must be a list, not " + v.dump());
-  }
-  c->deepstack_visual_indexes.clear();
-  for (const nlohmann::json& index : v) {
-    if (!index.is_number_integer() || index.get<int64_t>() < 0 ||
-        index.get<int64_t>() >= c->depth) {
-      return keys.Error("deepstack_visual_indexes",
-                        "holds " + index.dump() + ", not a block of the tower (0 to depth - 1 = " +
-                            std::to_string(c->depth - 1) + ")");
-    }
-    const int64_t block = index.get<int64_t>();
-    if (std::count(c->deepstack_visual_indexes.begin(), c->deepstack_visual_indexes.end(), block) >
-        0) {
+  std::vector<int64_t>& blocks = c->deepstack_visual_indexes;
+  ENGINE_RETURN_IF_ERROR(ReadVisionBlockList(keys, "deepstack_visual_indexes", c->depth, &blocks));
+  for (auto it = blocks.begin(); it != blocks.end(); ++it) {
+    if (std::find(blocks.begin(), it, *it) != it) {
       // transformers would feed one block's features to two decoder layers through one merger
       // and leave the other merger unused.
-      return keys.Error("deepstack_visual_indexes", "holds block " + index.dump() + " twice");
+      return keys.Error("deepstack_visual_indexes",
+                        "holds block " + std::to_string(*it) + " twice");
     }
-    c->deepstack_visual_indexes.push_back(block);
   }
   return Status::Ok();
 }

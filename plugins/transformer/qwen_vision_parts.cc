@@ -210,6 +210,23 @@ Status ReadVisionRope(JsonKeyReader& keys, double* theta) {
   return Status::Ok();
 }
 
+Status ReadVisionBlockList(JsonKeyReader& keys, const std::string& key, int64_t depth,
+                           std::vector<int64_t>* blocks) {
+  const nlohmann::json& v = keys.Take(key);
+  if (v.is_null()) return Status::Ok();
+  if (!v.is_array()) return keys.Error(key, "must be a list, not " + v.dump());
+  blocks->clear();
+  for (const nlohmann::json& index : v) {
+    if (!index.is_number_integer() || index.get<int64_t>() < 0 || index.get<int64_t>() >= depth) {
+      return keys.Error(key, "holds " + index.dump() +
+                                 ", not a block of the tower (0 to depth - 1 = " +
+                                 std::to_string(depth - 1) + ")");
+    }
+    blocks->push_back(index.get<int64_t>());
+  }
+  return Status::Ok();
+}
+
 Status CheckUnreadVisionCopies(JsonKeyReader& keys, int64_t in_channels, int64_t patch_size) {
   for (auto [copy, read_as, value] :
        {std::tuple<const char*, const char*, int64_t>{"in_chans", "in_channels", in_channels},

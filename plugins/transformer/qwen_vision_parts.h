@@ -93,6 +93,10 @@ void InitializeQwenVision(torch::nn::Module& tower, double initializer_range);
 // silu. rope_parameters (transformers 5): {rope_type "axial", rope_theta}; absent: 10000.
 Status ReadVisionActivation(JsonKeyReader& keys, Activation* activation);
 Status ReadVisionRope(JsonKeyReader& keys, double* theta);
+// A list of the tower's blocks (fullatt_block_indexes, deepstack_visual_indexes) into `blocks`
+// when the key is there: each an integer from 0 to depth - 1.
+Status ReadVisionBlockList(JsonKeyReader& keys, const std::string& key, int64_t depth,
+                           std::vector<int64_t>* blocks);
 // The hub's configs also carry in_chans and spatial_patch_size, which transformers keeps without
 // reading: they must agree with what it reads.
 Status CheckUnreadVisionCopies(JsonKeyReader& keys, int64_t in_channels, int64_t patch_size);

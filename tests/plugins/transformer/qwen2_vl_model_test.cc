@@ -22,6 +22,7 @@
 #include "engine_kernels/cpu_kernels_switch.h"
 #include "hf_checkpoint.h"
 #include "qwen2_vl_positions.h"
+#include "qwen_vl_fixture.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
 
@@ -30,45 +31,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::filesystem::path kFixture =
-    std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / "qwen2_vl";
+const std::filesystem::path kFixture = testing_support::FixtureDir("qwen2_vl");
 
-struct Fixture {
-  Qwen2VlConfig config;
-  std::shared_ptr<Qwen2VlModule> module;
-  std::shared_ptr<const safetensors::File> reference;
-  at::Tensor Get(const std::string& name) const { return *reference->Get(name); }
-  // The fixture's images by row: row 0 has one, row 1 two, row 2 one.
-  std::vector<std::vector<ImageGrid>> RowGrids() const {
-    const at::Tensor g = Get("image_grid_thw");
-    std::vector<ImageGrid> all;
-    for (int64_t i = 0; i < g.size(0); ++i) {
-      all.push_back({g[i][0].item<int64_t>(), g[i][1].item<int64_t>(), g[i][2].item<int64_t>()});
-    }
-    return {{all[0]}, {all[1], all[2]}, {all[3]}};
-  }
-};
+using testing_support::MaxDifferenceAtRealTokens;
+using Fixture = testing_support::QwenVlFixture;
 
-Fixture LoadFixture() {
-  Fixture f;
-  auto json = ReadConfigJson(kFixture);
-  EXPECT_TRUE(json.ok()) << json.status().message();
-  auto config = Qwen2VlConfigFromJson(*json, "qwen2_vl/config.json");
-  EXPECT_TRUE(config.ok()) << config.status().message();
-  f.config = *config;
-  f.module = std::make_shared<Qwen2VlModule>(f.config);
-  Status loaded = LoadWeights(kFixture, *f.module);
-  EXPECT_TRUE(loaded.ok()) << loaded.message();
-  f.module->eval();
-  auto reference = safetensors::File::Open(kFixture / "reference.safetensors");
-  EXPECT_TRUE(reference.ok()) << reference.status().message();
-  f.reference = *reference;
-  return f;
-}
-
-double MaxDifferenceAtRealTokens(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask) {
-  return (a - b).abs().amax(-1).masked_select(mask.to(at::kBool)).max().item<double>();
-}
+Fixture LoadFixture() { return testing_support::LoadQwenVlFixture("qwen2_vl"); }
 
 TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
   const Fixture f = LoadFixture();
@@ -89,8 +57,7 @@ TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
 TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
   const Fixture f = LoadFixture();
   at::NoGradGuard no_grad;
-  std::vector<ImageGrid> grids;
-  for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
+  const std::vector<ImageGrid> grids = f.Grids();
   const at::Tensor expected = f.Get("image_features");
   for (bool kernels : {true, false}) {
     if (!kernels) setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
@@ -162,8 +129,7 @@ TEST(Qwen2VlModelTest, PackedExamplesCountTheirPositionsFromZeroAsAlone) {
 TEST(Qwen2VlModelTest, VisionTowerCheckpointingGivesTheSameGradientsInF32AndBf16) {
   const Fixture f = LoadFixture();
   f.module->train();
-  std::vector<ImageGrid> grids;
-  for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
+  const std::vector<ImageGrid> grids = f.Grids();
   for (bool bf16 : {false, true}) {
     auto gradients = [&](bool checkpointing) {
       f.module->zero_grad();
@@ -192,8 +158,7 @@ TEST(Qwen2VlModelTest, VisionTowerCheckpointingGivesTheSameGradientsInF32AndBf16
 TEST(Qwen2VlModelTest, VisionTowerKernelGradientsEqualTheAtenPath) {
   const Fixture f = LoadFixture();
   f.module->train();
-  std::vector<ImageGrid> grids;
-  for (const auto& row : f.RowGrids()) grids.insert(grids.end(), row.begin(), row.end());
+  const std::vector<ImageGrid> grids = f.Grids();
   auto gradients = [&](bool kernels) {
     if (!kernels) setenv(engine::kernels::kCpuKernelsVariable, "0", 1);
     f.module->zero_grad();
