@@ -17,7 +17,8 @@ namespace engine::cli {
 
 std::string EvalHelp() {
   return R"(usage: engine eval PIPELINE.pbtxt [--stage=STAGE] [--checkpoint=DIR] [--format=text|json]
-                   [--logits=FILE [--examples=N]] [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
+                   [--logits=FILE [--examples=N] [--split=eval|train]] [--output_dir=DIR]
+                   [--plugin_path=DIR[:DIR...]]
 
 Evaluates a trained stage without training it: the pipeline is checked and planned as `engine check`
 does, the stage's model is built as its training built it (layers, adapters, precision), its
@@ -42,6 +43,9 @@ unfinished or damaged (its files are checked against the sizes and content hashe
                        ids, which transformers does not read as separate documents); FILE is
                        replaced
   --examples=N         with --logits: that many examples (default: one eval batch)
+  --split=eval|train   with --logits: the examples of the eval split (default) or of the training
+                       split (in the data's order, not a step's), as another library would train
+                       on them
   --output_dir=DIR     the pipeline's outputs are here instead of its output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
@@ -52,8 +56,9 @@ namespace {
 
 // Writes the stage's logits to `file` and says so; the exit status.
 int WriteLogits(const StageRunRequest& request, const std::filesystem::path& checkpoint,
-                int64_t examples, const std::filesystem::path& file, const std::string& format) {
-  StatusOr<StageLogits> logits = ComputeStageLogits(request, checkpoint, examples);
+                int64_t examples, Split split, const std::filesystem::path& file,
+                const std::string& format) {
+  StatusOr<StageLogits> logits = ComputeStageLogits(request, checkpoint, examples, split);
   Status written =
       logits.ok() ? safetensors::Write(file, logits->tensors, logits->metadata) : logits.status();
   if (!written.ok()) {
@@ -74,9 +79,9 @@ int WriteLogits(const StageRunRequest& request, const std::filesystem::path& che
                           2)
               << "\n";
   } else {
-    std::cout << "stage '" << stage << "': logits of " << shape.at(0) << " eval examples ("
-              << shape.at(1) << " positions, " << shape.at(2) << " ids) written to "
-              << file.string() << "\n";
+    std::cout << "stage '" << stage << "': logits of " << shape.at(0) << " "
+              << (split == Split::kEval ? "eval" : "training") << " examples (" << shape.at(1)
+              << " positions, " << shape.at(2) << " ids) written to " << file.string() << "\n";
   }
   return kExitOk;
 }
@@ -93,7 +98,8 @@ nlohmann::json EvalJson(const std::string& stage, const StageResult& result) {
 
 int EvalCommand(const std::vector<std::string>& args) {
   Arguments a = ParseArguments(
-      args, {"stage", "checkpoint", "format", "output_dir", "plugin_path", "logits", "examples"},
+      args,
+      {"stage", "checkpoint", "format", "output_dir", "plugin_path", "logits", "examples", "split"},
       {});
   if (a.help) {
     std::cout << EvalHelp();
@@ -113,6 +119,15 @@ int EvalCommand(const std::vector<std::string>& args) {
     if (!logits) a.error = "--examples goes with --logits";
     ReadIntFlag("examples", 1, 1 << 20, &a, &examples);
   }
+  const std::string split_name = a.Get("split", "eval");
+  if (a.error.empty() && a.values.count("split")) {
+    if (!logits) {
+      a.error = "--split goes with --logits";
+    } else if (split_name != "eval" && split_name != "train") {
+      a.error = "--split must be eval or train, not '" + split_name + "'";
+    }
+  }
+  const Split split = split_name == "train" ? Split::kTrain : Split::kEval;
   std::filesystem::path logits_file;
   if (a.error.empty() && logits) {
     std::error_code ec;
@@ -154,7 +169,7 @@ int EvalCommand(const std::vector<std::string>& args) {
   request.stage_dir = session.pipeline->output_dir / stage.name;
   Status checked = CheckStageCheckpoint(stage, checkpoint);
   if (checked.ok() && logits)
-    return WriteLogits(request, checkpoint, examples, logits_file, format);
+    return WriteLogits(request, checkpoint, examples, split, logits_file, format);
   StatusOr<StageResult> result =
       checked.ok() ? EvaluateStage(request, checkpoint) : StatusOr<StageResult>(checked);
   if (!result.ok()) {

@@ -91,7 +91,7 @@ std::string MarkedText(const PreviewExample& example, const Tokenizer& tokenizer
 }
 
 void Print(const std::vector<PreviewExample>& examples, const Tokenizer* tokenizer,
-           const std::string& format, const std::string& stage) {
+           const std::string& format, const std::string& stage, const std::string& split) {
   if (format == "json") {
     nlohmann::json list = nlohmann::json::array();
     for (const PreviewExample& example : examples) {
@@ -99,7 +99,8 @@ void Print(const std::vector<PreviewExample>& examples, const Tokenizer* tokeniz
       if (tokenizer != nullptr) item["text"] = tokenizer->DecodeWithSpecialTokens(example.ids);
       list.push_back(item);
     }
-    std::cout << nlohmann::json{{"stage", stage}, {"examples", list}}.dump(2) << "\n";
+    std::cout << nlohmann::json{{"stage", stage}, {"split", split}, {"examples", list}}.dump(2)
+              << "\n";
     return;
   }
   const bool colour = isatty(STDOUT_FILENO);
@@ -119,14 +120,17 @@ void Print(const std::vector<PreviewExample>& examples, const Tokenizer* tokeniz
 }  // namespace
 
 std::string PreviewHelp() {
-  return R"(usage: engine preview PIPELINE.pbtxt [--stage=NAME] [-n N] [--format=text|json]
+  return R"(usage: engine preview PIPELINE.pbtxt [--stage=NAME] [-n N] [--split=train|eval]
+                      [--format=text|json]
 
 Prints the first N (default 3) training examples of a stage's data (default: the first stage) as
 the model will see them: the decoded text, special tokens included, with the tokens that carry
 loss in green on a terminal (between [[ and ]] otherwise). With --format=json:
-{"stage": ..., "examples": [{"input_ids": [...], "loss_mask": [...], "text": "..."}]}.
+{"stage": ..., "split": ..., "examples": [{"input_ids": [...], "loss_mask": [...], "text": "..."}]}.
 This is how to check a chat template and which tokens a model learns from. Nothing is written.
 
+  --split=train|eval   the examples of the training split (default) or of the evaluation split,
+                       in the order the stage evaluates them
   --plugin_path=DIRS   more plugin directories (as for check)
 )";
 }
@@ -136,7 +140,7 @@ int PreviewCommand(const std::vector<std::string>& raw) {
   for (std::string& arg : args) {
     if (arg == "-n") arg = "--n";
   }
-  Arguments a = ParseArguments(args, {"format", "plugin_path", "stage", "n"}, {});
+  Arguments a = ParseArguments(args, {"format", "plugin_path", "stage", "n", "split"}, {});
   if (a.help) {
     std::cout << PreviewHelp();
     return kExitOk;
@@ -146,6 +150,11 @@ int PreviewCommand(const std::vector<std::string>& raw) {
   if (a.error.empty() && format != "text" && format != "json") {
     a.error = "--format must be text or json, not '" + format + "'";
   }
+  const std::string split_name = a.Get("split", "train");
+  if (a.error.empty() && split_name != "train" && split_name != "eval") {
+    a.error = "--split must be train or eval, not '" + split_name + "'";
+  }
+  const Split split = split_name == "eval" ? Split::kEval : Split::kTrain;
   if (a.error.empty()) {
     try {
       n = std::stoll(a.Get("n", "3"));
@@ -176,9 +185,15 @@ int PreviewCommand(const std::vector<std::string>& raw) {
               << "\n";
     return kExitFailure;
   }
+  const int64_t available = split == Split::kEval ? stage->eval_examples : stage->train_examples;
+  if (available == 0) {
+    std::cerr << "engine preview: " << stage->stage->subject() << " has no " << split_name
+              << " examples\n";
+    return kExitFailure;
+  }
   std::vector<int64_t> indices;
-  for (int64_t i = 0; i < std::min(n, stage->train_examples); ++i) indices.push_back(i);
-  auto batch = stage->dataset->GetBatch(Split::kTrain, indices);
+  for (int64_t i = 0; i < std::min(n, available); ++i) indices.push_back(i);
+  auto batch = stage->dataset->GetBatch(split, indices);
   if (!batch.ok() || batch->count("input_ids") == 0) {
     std::cerr << "engine preview: " << stage->stage->subject() << ": "
               << (batch.ok() ? "the data has no 'input_ids' to preview" : batch.status().message())
@@ -186,7 +201,7 @@ int PreviewCommand(const std::vector<std::string>& raw) {
     return kExitFailure;
   }
   const auto tokenizer = DataTokenizer(*stage->stage, session.pipeline->base_dir);
-  Print(Examples(*batch), tokenizer.get(), format, stage->stage->name);
+  Print(Examples(*batch), tokenizer.get(), format, stage->stage->name, split_name);
   return kExitOk;
 }
 

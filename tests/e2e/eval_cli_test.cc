@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "engine/safetensors.h"
 #include "testing/pipelines.h"
@@ -120,6 +121,12 @@ TEST_F(EvalCliTest, LogitsAreRefusedForAModelThatHasNone) {
   auto empty = RunEngine({"eval", *pipeline_, "--logits="});
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_THAT(empty.err, HasSubstr("--logits is empty"));
+  auto split_alone = RunEngine({"eval", *pipeline_, "--split=train"});
+  EXPECT_EQ(split_alone.exit_code, 2);
+  EXPECT_THAT(split_alone.err, HasSubstr("--split goes with --logits"));
+  auto bad_split = RunEngine({"eval", *pipeline_, "--logits=" + file.string(), "--split=test"});
+  EXPECT_EQ(bad_split.exit_code, 2);
+  EXPECT_THAT(bad_split.err, HasSubstr("--split must be eval or train, not 'test'"));
 }
 
 // The file's logits are the ones the evaluation scores: their next-token cross-entropy over the
@@ -176,6 +183,39 @@ TEST(EvalLogitsTest, TheFilesLogitsGiveTheEvaluationsLossOnTheSameExamples) {
   const double loss =
       at::cross_entropy_loss(scores, targets, {}, at::Reduction::Mean, -100).item<double>();
   EXPECT_NEAR(loss, metrics["metrics"]["eval/loss"].get<double>(), 1e-5) << metrics.dump();
+}
+
+// --split=train: the training split's examples, the ones `engine preview` shows, in its order.
+TEST(EvalLogitsTest, TheTrainingSplitsLogitsAreOnTheExamplesPreviewShows) {
+  testing::TempDir dir;
+  const std::string stage = testing::ChatLlamaStage(
+      "sft", "precision { plugin: \"fp32\" }\nschedule { max_steps: 1 batch_size: 2 }", "0.5");
+  const std::string pipeline =
+      dir.Write("chat.pbtxt", "name: \"chat\"\noutput_dir: \"out\"\n" + stage).string();
+  ASSERT_EQ(RunEngine({"run", pipeline}).exit_code, 0);
+  const auto file = dir.path() / "train_logits.safetensors";
+  auto r =
+      RunEngine({"eval", pipeline, "--logits=" + file.string(), "--split=train", "--examples=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("logits of 2 training examples"));
+  auto preview = RunEngine({"preview", pipeline, "-n", "2", "--format=json"});
+  ASSERT_EQ(preview.exit_code, 0) << preview.err;
+  const auto shown = nlohmann::json::parse(preview.out)["examples"];
+  ASSERT_EQ(shown.size(), 2u);
+
+  auto opened = safetensors::File::Open(file);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ((*opened)->metadata().at("split"), "train");
+  auto ids = (*opened)->Get("input_ids");
+  auto mask = (*opened)->Get("attention_mask");
+  ASSERT_TRUE(ids.ok() && mask.ok());
+  ASSERT_EQ(ids->size(0), 2);
+  for (int64_t row = 0; row < 2; ++row) {
+    const at::Tensor kept = (*ids)[row].masked_select((*mask)[row].to(at::kBool));
+    const std::vector<int64_t> got(kept.data_ptr<int64_t>(),
+                                   kept.data_ptr<int64_t>() + kept.numel());
+    EXPECT_EQ(got, shown[row]["input_ids"].get<std::vector<int64_t>>()) << "row " << row;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
 
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -15,7 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::RunEngine;
 
-std::string ChatPipeline() {
+std::string ChatPipeline(const std::string& eval_fraction = "0") {
   const std::string fixtures = std::string(testing::kSourceDir) + "/tests/fixtures/";
   return R"(name: "preview"
 output_dir: "out"
@@ -26,7 +28,8 @@ stage {
   data { plugin: "chat" options { [type.googleapis.com/engine.plugins.ChatOptions] {
     path: ")" +
          fixtures + R"(chat_data/conversations.jsonl"
-    eval_fraction: 0
+    eval_fraction: )" +
+         eval_fraction + R"(
     tokenizer { kind: HF_JSON path: ")" +
          fixtures + R"(tokenizers/qwen2_bpe.json"
                 config: ")" +
@@ -80,6 +83,42 @@ TEST(PreviewTest, BadCommandLinesAndStagesAreErrors) {
   EXPECT_EQ(bad_n.exit_code, 2);
   EXPECT_THAT(bad_n.err, HasSubstr("-n must be a positive number"));
   EXPECT_EQ(RunEngine({"preview"}).exit_code, 2);
+  auto bad_split = RunEngine({"preview", pipeline.string(), "--split=test"});
+  EXPECT_EQ(bad_split.exit_code, 2);
+  EXPECT_THAT(bad_split.err, HasSubstr("--split must be train or eval, not 'test'"));
+  auto no_eval = RunEngine({"preview", pipeline.string(), "--split=eval"});
+  EXPECT_EQ(no_eval.exit_code, 1);
+  EXPECT_THAT(no_eval.err, HasSubstr("has no eval examples"));
+}
+
+// What another library needs to evaluate on the same examples as the stage.
+TEST(PreviewTest, TheEvalSplitIsTheConversationsTheTrainingSplitLeftOut) {
+  testing::TempDir tmp;
+  const auto pipeline = tmp.Write("p.pbtxt", ChatPipeline("0.5"));
+  const auto all = tmp.Write("all.pbtxt", ChatPipeline("0"));
+  auto train = RunEngine({"preview", pipeline.string(), "-n", "6", "--format=json"});
+  auto eval = RunEngine({"preview", pipeline.string(), "-n", "6", "--split=eval", "--format=json"});
+  auto every = RunEngine({"preview", all.string(), "-n", "6", "--format=json"});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  ASSERT_EQ(every.exit_code, 0) << every.err;
+  const auto train_json = nlohmann::json::parse(train.out);
+  const auto eval_json = nlohmann::json::parse(eval.out);
+  EXPECT_EQ(train_json["split"], "train");
+  EXPECT_EQ(eval_json["split"], "eval");
+  // Five conversations have an assistant turn: 3 (2.5 rounded) held out.
+  ASSERT_EQ(train_json["examples"].size(), 2u);
+  ASSERT_EQ(eval_json["examples"].size(), 3u);
+  std::multiset<std::vector<int64_t>> split, whole;
+  for (const auto* list : {&train_json["examples"], &eval_json["examples"]}) {
+    for (const auto& example : *list)
+      split.insert(example["input_ids"].get<std::vector<int64_t>>());
+  }
+  const auto every_json = nlohmann::json::parse(every.out);
+  for (const auto& example : every_json["examples"]) {
+    whole.insert(example["input_ids"].get<std::vector<int64_t>>());
+  }
+  EXPECT_EQ(split, whole);
 }
 
 }  // namespace

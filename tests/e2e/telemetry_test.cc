@@ -111,5 +111,38 @@ TEST(TelemetryTest, StageBeginCarriesThePlan) {
   EXPECT_FALSE(plan["census"].empty());
 }
 
+TEST(TelemetryTest, EachStepEndSaysWhereTheStepsTimeWent) {
+  testing::TempDir dir;
+  auto file = dir.Write(
+      "p.pbtxt", "output_dir: \"out\"\n" + testing::DigitsStage("s",
+                                                                "  schedule { max_steps: 4 }\n"
+                                                                "  callback { plugin: "
+                                                                "\"metrics_jsonl\" }"));
+  auto r = testing::RunEngine({"run", file.string()}, dir.path().string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double previous_elapsed = 0;
+  int steps = 0;
+  for (const auto& line : JsonLines(dir.path() / "out/s/metrics.jsonl")) {
+    if (line["event"] != "step_end") continue;
+    ++steps;
+    const auto& m = line["metrics"];
+    double phases = 0;
+    for (const char* phase : {"batch", "forward", "backward", "host_read", "update"}) {
+      const std::string name = std::string("seconds/") + phase;
+      ASSERT_TRUE(m.contains(name)) << name << " in " << line.dump();
+      EXPECT_GE(m[name].get<double>(), 0.0) << name;
+      phases += m[name].get<double>();
+    }
+    EXPECT_GT(m["seconds/forward"].get<double>(), 0.0);
+    EXPECT_GT(m["seconds/backward"].get<double>(), 0.0);
+    EXPECT_GT(m["seconds/update"].get<double>(), 0.0);
+    // This step's phases only: they fit in the time since the previous step ended.
+    const double elapsed = line["elapsed_seconds"].get<double>();
+    EXPECT_LE(phases, elapsed - previous_elapsed + 1e-6) << line.dump();
+    previous_elapsed = elapsed;
+  }
+  EXPECT_EQ(steps, 4);
+}
+
 }  // namespace
 }  // namespace engine

@@ -17,12 +17,13 @@ namespace engine {
 namespace {
 
 // The examples' batch from the data loader, on `device` but for the model's host fields.
-StatusOr<Batch> FirstEvalExamples(const StagePlan& plan, int64_t examples, const at::Device& device,
-                                  const std::vector<std::string>& host_fields) {
+StatusOr<Batch> FirstExamples(const StagePlan& plan, Split split, int64_t examples,
+                              const at::Device& device,
+                              const std::vector<std::string>& host_fields) {
   std::vector<int64_t> indices(static_cast<size_t>(examples));
   std::iota(indices.begin(), indices.end(), 0);
   ENGINE_ASSIGN_OR_RETURN(Batch batch, GuardedCall(plan.stage->data.context, [&] {
-                            return plan.dataset->GetBatch(Split::kEval, indices);
+                            return plan.dataset->GetBatch(split, indices);
                           }));
   for (auto& [name, tensor] : batch) {
     if (std::find(host_fields.begin(), host_fields.end(), name) == host_fields.end()) {
@@ -83,14 +84,15 @@ StatusOr<safetensors::NamedTensors> FileTensors(const Batch& batch, const BatchL
 }  // namespace
 
 StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
-                                         const std::filesystem::path& checkpoint,
-                                         int64_t examples) {
+                                         const std::filesystem::path& checkpoint, int64_t examples,
+                                         Split split) {
   const StagePlan& plan = *request.plan;
   const ResolvedStage& stage = *plan.stage;
-  const int64_t available = plan.eval_examples;
+  const int64_t available = split == Split::kEval ? plan.eval_examples : plan.train_examples;
   if (available == 0) {
-    return FailedPreconditionError("stage '" + stage.name +
-                                   "' has no eval examples to compute logits on");
+    return FailedPreconditionError("stage '" + stage.name + "' has no " +
+                                   (split == Split::kEval ? "eval" : "training") +
+                                   " examples to compute logits on");
   }
   examples = std::min(examples > 0 ? examples : plan.eval_batch_size, available);
   StageLogits result;
@@ -100,8 +102,8 @@ StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
       return FailedPreconditionError("the model '" + model.architecture() +
                                      "' does not report its logits (engine/model_logits.h)");
     }
-    ENGINE_ASSIGN_OR_RETURN(
-        Batch batch, FirstEvalExamples(plan, examples, stage.device.device, model.host_fields()));
+    ENGINE_ASSIGN_OR_RETURN(Batch batch, FirstExamples(plan, split, examples, stage.device.device,
+                                                       model.host_fields()));
     at::NoGradGuard no_grad;
     ENGINE_ASSIGN_OR_RETURN(BatchLogits out, logits_model->Logits(batch));
     ENGINE_RETURN_IF_ERROR(CheckShapes(batch, out, model.architecture()));
@@ -109,7 +111,8 @@ StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
     result.metadata = {{"stage", stage.name},
                        {"checkpoint", checkpoint.string()},
                        {"architecture", model.architecture()},
-                       {"examples", std::to_string(examples)}};
+                       {"examples", std::to_string(examples)},
+                       {"split", split == Split::kEval ? "eval" : "train"}};
     return Status::Ok();
   });
   if (!used.ok()) return used;

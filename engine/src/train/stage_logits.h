@@ -1,9 +1,9 @@
-// A trained stage's logits on the first examples of its eval split, with the inputs that gave them,
-// for `engine eval --logits`: what another library (transformers on the stage's hf export, say) is
-// run on to be compared with the engine on the same tokens.
+// A trained stage's logits on the first examples of its eval (or training) split, with the inputs
+// that gave them, for `engine eval --logits`: what another library (transformers on the stage's hf
+// export, say) is run on to be compared with the engine on the same tokens.
 //
-// Failure: a model that does not implement LogitsModel (engine/model_logits.h), an empty eval
-// split, or a data loader or model error, each an error naming the stage. Runs on the caller's
+// Failure: a model that does not implement LogitsModel (engine/model_logits.h), an empty split, or
+// a data loader or model error, each an error naming the stage. Runs on the caller's
 // thread; reads the checkpoint as `engine eval` does.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "engine/data.h"
 #include "engine/safetensors.h"
 #include "engine/status.h"
 #include "train/trainer.h"
@@ -33,9 +34,11 @@ struct StageLogits {
   std::map<std::string, std::string> metadata;
 };
 
-// The first `examples` examples of the eval split (0: one eval batch, as the stage evaluates; at
-// most the split) in one batch through the stage's model with `checkpoint`'s weights.
+// The first `examples` examples of `split` (0: one eval batch, as the stage evaluates; at most the
+// split) in one batch through the stage's model with `checkpoint`'s weights. The training split's
+// are in the data's order, not a step's.
 StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
-                                         const std::filesystem::path& checkpoint, int64_t examples);
+                                         const std::filesystem::path& checkpoint, int64_t examples,
+                                         Split split = Split::kEval);
 
 }  // namespace engine

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -583,8 +584,23 @@ class StageTrainer : public CallbackActions {
       event.metrics["loss_scale"] = precision_->loss_scale();
       event.metrics["skipped_steps"] = static_cast<double>(precision_->skipped_steps());
     }
+    AddStepPhaseSeconds(&event.metrics);
     event.memory = ReadMemoryStats();
     return Emit(event);
+  }
+
+  // This step's seconds by phase ("seconds/forward", ...), so that metrics.jsonl and TensorBoard
+  // show where each step's time went; the callbacks' own time is the previous step's.
+  void AddStepPhaseSeconds(std::map<std::string, double>* metrics) {
+    const StepPhaseSeconds& now = phases_;
+    const StepPhaseSeconds& before = phases_at_last_step_end_;
+    (*metrics)["seconds/batch"] = now.batch - before.batch;
+    (*metrics)["seconds/forward"] = now.forward - before.forward;
+    (*metrics)["seconds/backward"] = now.backward - before.backward;
+    (*metrics)["seconds/host_read"] = now.host_read - before.host_read;
+    (*metrics)["seconds/update"] = now.update - before.update;
+    (*metrics)["seconds/callbacks"] = now.callbacks - before.callbacks;
+    phases_at_last_step_end_ = phases_;
   }
 
   // Under DDP each rank evaluates every world_size-th batch and the partial sums are added up, so
@@ -767,6 +783,7 @@ class StageTrainer : public CallbackActions {
   double last_lr_ = 0;
   Clock::time_point start_;
   StepPhaseSeconds phases_;
+  StepPhaseSeconds phases_at_last_step_end_;
 };
 
 }  // namespace
