@@ -70,9 +70,10 @@ FORTUNES = os.path.join(ROOT, "data", "fortunes.txt")
 DIGITS = os.path.join(ROOT, "data", "digit_chat")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LEARNING_RATE = 2e-4
-# Loss agreement, by precision: the two sides sum in other orders, and AdamW turns a gradient's last
-# bits into a whole step of lr for the elements near zero.
-LOSS_TOLERANCE = {"fp32": 1e-3, "bf16-mixed": 2e-2}
+# Loss agreement, by precision. f32: the two sides sum in other orders (measured: 1e-6 after 4
+# steps). bf16-mixed: products rounded to bf16 (8 bits of mantissa) in other orders on each side;
+# not yet measured, as the project's CPUs have no bf16 instructions.
+LOSS_TOLERANCE = {"fp32": 1e-4, "bf16-mixed": 2e-2}
 
 # transformers config arguments, from each model's config.json on the hub.
 MODELS = {
@@ -192,7 +193,7 @@ class Case:
         eval_fraction = self.eval_examples / (self.batch + self.eval_examples)
         quantizer = (
             '  quantizer { plugin: "nf4" options { [type.googleapis.com/engine.plugins.Nf4Options] '
-            '{ target_modules: "model.layers.*" } } }\n' if qlora else "")
+            '{ target_modules: "model.layers.*" double_quant: false } } }\n' if qlora else "")
         model = ('plugin: "qwen2_vl" options { [type.googleapis.com/engine.transformer.Qwen2VlOptions]'
                  if self.vl else
                  'plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions]')
@@ -588,7 +589,7 @@ def main():
                         help="digit conversations per batch for the tiny Qwen2-VL; 0: leave it out")
     parser.add_argument("--vl-steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--kinds", default="lora,qlora")
+    parser.add_argument("--kinds", default="lora,qlora", help="empty: no training, only generation")
     parser.add_argument("--precision", choices=["auto", "fp32", "bf16-mixed"], default="auto")
     parser.add_argument("--generate", default="1,8",
                         help="prompt counts to time generation for; empty: none")
@@ -598,7 +599,7 @@ def main():
     if args.warmup < 1:
         parser.error("--warmup must be at least 1 (the first step allocates)")
     kinds = [k for k in args.kinds.split(",") if k]
-    if not kinds or any(k not in ("lora", "qlora") for k in kinds):
+    if any(k not in ("lora", "qlora") for k in kinds):
         parser.error(f"--kinds takes lora and qlora, not '{args.kinds}'")
     precision = args.precision
     if precision == "auto":

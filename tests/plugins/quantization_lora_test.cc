@@ -244,13 +244,16 @@ TEST(LoraTest, MergingIntoAQuantizedBaseIsExplicit) {
   EXPECT_GT((merged - unmerged).abs().max().item<float>(), 0.0f);
 }
 
-// Dense layers on one input go through one product: the same outputs and gradients as each
-// forward; anything with its own path (an adapter, a quantized weight, a bias on some only) is
-// left to the layers one by one.
+// Dense layers on one input of many rows go through one product: the same outputs and gradients as
+// each forward; anything with its own path (an adapter, a quantized weight, a bias on some only)
+// is left to the layers one by one, and so is an input of few rows (a generated token's), for
+// which copying the weights together costs more than the one product saves.
 TEST(ForwardConcatenatedTest, EqualsTheLayersSideBySideOrDeclines) {
   at::manual_seed(13);
   Linear a(16, 8, true), b(16, 4, true), c(16, 4, false), d(16, 4, true);
-  const at::Tensor x = at::randn({3, 5, 16});
+  const at::Tensor x = at::randn({4, 256, 16});
+  EXPECT_FALSE(ForwardConcatenated({a.get(), b.get()}, at::randn({8, 1, 16})).defined());
+  EXPECT_FALSE(ForwardConcatenated({a.get(), b.get()}, x.slice(1, 0, 255)).defined());
   const at::Tensor together = ForwardConcatenated({a.get(), b.get()}, x);
   ASSERT_TRUE(together.defined());
   const at::Tensor apart = at::cat({a->forward(x), b->forward(x)}, -1);

@@ -154,8 +154,9 @@ TORCH_MODULE(Linear);
 // order) from one product with their concatenated weights: what each forward computes, in one
 // matmul instead of several (wider products run closer to the CPU's peak, and the backward gives x
 // one gradient instead of a sum). Undefined when they cannot go together: a quantized layer, an
-// unmerged adapter, other input sizes, dtypes or devices, or biases on some layers only; the
-// caller then runs them one by one.
+// unmerged adapter, other input sizes, dtypes or devices, or biases on some layers only; or when
+// they should not: x has too few rows (fewer than 1024) for the wider product to repay the copy of
+// the weights it takes. The caller then runs them one by one.
 at::Tensor ForwardConcatenated(const std::vector<LinearImpl*>& layers, const at::Tensor& x);
 
 // x @ W^T for a quantized W, in `compute` (default: W's declared compute dtype), without

@@ -167,7 +167,14 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
 }
 
 at::Tensor ForwardConcatenated(const std::vector<LinearImpl*>& layers, const at::Tensor& x) {
-  if (layers.empty()) return at::Tensor();
+  // The concatenated weight is a copy made on every call. Measured on 2 CPU threads with
+  // Qwen2.5-0.5B's gate/up (2 x 4864 x 896, f32): one product on the copy took 6.6x as long as two
+  // products for 1 row (a generated token), 1.1x for 512 rows, 0.88x for 2048. Below this many
+  // rows the copy costs more than the wider product saves.
+  constexpr int64_t kMinRowsToConcatenate = 1024;
+  if (layers.empty() || x.dim() == 0 || x.numel() < kMinRowsToConcatenate * x.size(-1)) {
+    return at::Tensor();
+  }
   const LinearImpl& first = *layers.front();
   std::vector<at::Tensor> weights, biases;
   for (const LinearImpl* layer : layers) {
