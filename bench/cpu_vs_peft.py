@@ -328,11 +328,20 @@ def peft_model(spec):
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=False,
             bnb_4bit_compute_dtype=torch.bfloat16 if spec["bf16"] else torch.float32,
-            llm_int8_skip_modules=["lm_head", "visual"])
+            llm_int8_skip_modules=["lm_head", "model.visual"])
         kwargs["device_map"] = {"": "cpu"}
     model = model_class_of(spec["checkpoint"]).from_pretrained(
         spec["checkpoint"], dtype=torch.float32, attn_implementation="sdpa", **kwargs)
     model.config.use_cache = False
+    if spec["qlora"]:
+        import bitsandbytes
+
+        quantized = [name for name, module in model.named_modules()
+                     if isinstance(module, bitsandbytes.nn.Linear4bit)]
+        # The engine's nf4 quantizes the decoder layers only (target_modules "model.layers.*").
+        outside = [name for name in quantized if ".layers." not in name or "visual" in name]
+        if outside:
+            sys.exit(f"bitsandbytes quantized layers the engine does not: {outside[:3]}")
     if model.config._attn_implementation != "sdpa":
         sys.exit(f"transformers built {model.config._attn_implementation} attention, not sdpa")
     return PeftModel.from_pretrained(model, spec["adapter"], is_trainable=True)

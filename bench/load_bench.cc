@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/remove_tree.h"
 #include "synthetic_llama.h"
 
 namespace {
@@ -90,7 +91,8 @@ int main(int argc, char** argv) {
   const Measured floor = Check(engine, dir / "tiny.pbtxt");
   const Measured full = Check(engine, dir / "full.pbtxt");
   const Measured qlora = Check(engine, dir / "qlora.pbtxt");
-  fs::remove_all(dir);
+  std::error_code removed;
+  engine::RemoveTree(dir, removed);  // not fs::remove_all: see engine/remove_tree.h
   const double gb = 1e9;
   std::printf("checkpoint: %lld layers, %.2f GB bf16 (from the page cache)\n",
               static_cast<long long>(shape.layers), bytes / gb);

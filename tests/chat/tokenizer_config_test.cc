@@ -7,6 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <system_error>
+
+#include "engine/remove_tree.h"
 
 namespace engine::chat {
 namespace {
@@ -22,7 +25,10 @@ class TokenizerConfigTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    std::error_code ec;
+    RemoveTree(dir_, ec);
+  }
   void Write(const std::string& name, const std::string& text) {
     fs::create_directories((dir_ / name).parent_path());
     std::ofstream(dir_ / name, std::ios::binary) << text;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/remove_tree.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
@@ -55,7 +56,8 @@ stage {
   // A copy of the final checkpoint as a plain model directory (no manifest), to edit.
   static fs::path ModelDirCopy(const std::string& name) {
     const fs::path dir = tmp_->path() / name;
-    fs::remove_all(dir);
+    std::error_code removed;
+    RemoveTree(dir, removed);
     fs::copy(FinalDir(), dir);
     fs::remove(dir / "manifest.pbtxt");
     return dir;
@@ -237,7 +239,8 @@ stage {
 
 TEST_F(GenerateCliTest, ADamagedCheckpointIsRefusedBeforeGenerating) {
   const fs::path dir = tmp_->path() / "damaged";
-  fs::remove_all(dir);
+  std::error_code removed;
+  RemoveTree(dir, removed);
   fs::copy(FinalDir(), dir);
   {
     std::fstream file(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
