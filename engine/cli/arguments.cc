@@ -96,4 +96,18 @@ bool ReadDoubleFlag(const std::string& name, double min, double max, Arguments* 
   return ReadNumberFlag(name, min, max, "a number", args, out);
 }
 
+bool ReadSplitFlag(Arguments* args, Split* out) {
+  if (!args->error.empty()) return false;
+  auto it = args->values.find("split");
+  if (it == args->values.end()) return true;
+  for (Split split : {Split::kTrain, Split::kEval}) {
+    if (it->second == SplitName(split)) {
+      *out = split;
+      return true;
+    }
+  }
+  args->error = "--split must be train or eval, not '" + it->second + "'";
+  return false;
+}
+
 }  // namespace engine::cli

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/data.h"
+
 namespace engine::cli {
 
 struct Arguments {
@@ -40,5 +42,9 @@ Arguments ParseArguments(const std::vector<std::string>& args,
 // and returns false; does nothing when args->error is already set.
 bool ReadIntFlag(const std::string& name, int64_t min, int64_t max, Arguments* args, int64_t* out);
 bool ReadDoubleFlag(const std::string& name, double min, double max, Arguments* args, double* out);
+
+// --split=train|eval into `*out` (left as it is when the flag is absent), with the same error and
+// return conventions.
+bool ReadSplitFlag(Arguments* args, Split* out);
 
 }  // namespace engine::cli

@@ -79,9 +79,9 @@ int WriteLogits(const StageRunRequest& request, const std::filesystem::path& che
                           2)
               << "\n";
   } else {
-    std::cout << "stage '" << stage << "': logits of " << shape.at(0) << " "
-              << (split == Split::kEval ? "eval" : "training") << " examples (" << shape.at(1)
-              << " positions, " << shape.at(2) << " ids) written to " << file.string() << "\n";
+    std::cout << "stage '" << stage << "': logits of " << shape.at(0) << " " << SplitName(split)
+              << " examples (" << shape.at(1) << " positions, " << shape.at(2)
+              << " ids) written to " << file.string() << "\n";
   }
   return kExitOk;
 }
@@ -119,15 +119,9 @@ int EvalCommand(const std::vector<std::string>& args) {
     if (!logits) a.error = "--examples goes with --logits";
     ReadIntFlag("examples", 1, 1 << 20, &a, &examples);
   }
-  const std::string split_name = a.Get("split", "eval");
-  if (a.error.empty() && a.values.count("split")) {
-    if (!logits) {
-      a.error = "--split goes with --logits";
-    } else if (split_name != "eval" && split_name != "train") {
-      a.error = "--split must be eval or train, not '" + split_name + "'";
-    }
-  }
-  const Split split = split_name == "train" ? Split::kTrain : Split::kEval;
+  Split split = Split::kEval;
+  if (a.error.empty() && a.values.count("split") && !logits) a.error = "--split goes with --logits";
+  ReadSplitFlag(&a, &split);
   std::filesystem::path logits_file;
   if (a.error.empty() && logits) {
     std::error_code ec;

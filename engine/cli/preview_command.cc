@@ -150,11 +150,9 @@ int PreviewCommand(const std::vector<std::string>& raw) {
   if (a.error.empty() && format != "text" && format != "json") {
     a.error = "--format must be text or json, not '" + format + "'";
   }
-  const std::string split_name = a.Get("split", "train");
-  if (a.error.empty() && split_name != "train" && split_name != "eval") {
-    a.error = "--split must be train or eval, not '" + split_name + "'";
-  }
-  const Split split = split_name == "eval" ? Split::kEval : Split::kTrain;
+  Split split = Split::kTrain;
+  ReadSplitFlag(&a, &split);
+  const std::string split_name(SplitName(split));
   if (a.error.empty()) {
     try {
       n = std::stoll(a.Get("n", "3"));

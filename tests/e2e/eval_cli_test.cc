@@ -126,7 +126,21 @@ TEST_F(EvalCliTest, LogitsAreRefusedForAModelThatHasNone) {
   EXPECT_THAT(split_alone.err, HasSubstr("--split goes with --logits"));
   auto bad_split = RunEngine({"eval", *pipeline_, "--logits=" + file.string(), "--split=test"});
   EXPECT_EQ(bad_split.exit_code, 2);
-  EXPECT_THAT(bad_split.err, HasSubstr("--split must be eval or train, not 'test'"));
+  EXPECT_THAT(bad_split.err, HasSubstr("--split must be train or eval, not 'test'"));
+}
+
+// A chat stage with three of its six conversations held out (so an eval batch has rows of unequal
+// length), trained for `steps` steps in `dir`; the pipeline file.
+std::string TrainedChatPipeline(const testing::TempDir& dir, int steps) {
+  const std::string stage = testing::ChatLlamaStage(
+      "sft",
+      "precision { plugin: \"fp32\" }\nschedule { max_steps: " + std::to_string(steps) +
+          " batch_size: 2 }",
+      "0.5");
+  const std::string pipeline =
+      dir.Write("chat.pbtxt", "name: \"chat\"\noutput_dir: \"out\"\n" + stage).string();
+  EXPECT_EQ(RunEngine({"run", pipeline}).exit_code, 0);
+  return pipeline;
 }
 
 // The file's logits are the ones the evaluation scores: their next-token cross-entropy over the
@@ -134,12 +148,7 @@ TEST_F(EvalCliTest, LogitsAreRefusedForAModelThatHasNone) {
 // 1e-5).
 TEST(EvalLogitsTest, TheFilesLogitsGiveTheEvaluationsLossOnTheSameExamples) {
   testing::TempDir dir;
-  // Three of the six conversations held out, so the batch has rows of unequal length.
-  const std::string stage = testing::ChatLlamaStage(
-      "sft", "precision { plugin: \"fp32\" }\nschedule { max_steps: 2 batch_size: 2 }", "0.5");
-  const std::string pipeline =
-      dir.Write("chat.pbtxt", "name: \"chat\"\noutput_dir: \"out\"\n" + stage).string();
-  ASSERT_EQ(RunEngine({"run", pipeline}).exit_code, 0);
+  const std::string pipeline = TrainedChatPipeline(dir, 2);
   auto eval = RunEngine({"eval", pipeline, "--format=json"});
   ASSERT_EQ(eval.exit_code, 0) << eval.err;
   const auto metrics = nlohmann::json::parse(eval.out);
@@ -188,16 +197,12 @@ TEST(EvalLogitsTest, TheFilesLogitsGiveTheEvaluationsLossOnTheSameExamples) {
 // --split=train: the training split's examples, the ones `engine preview` shows, in its order.
 TEST(EvalLogitsTest, TheTrainingSplitsLogitsAreOnTheExamplesPreviewShows) {
   testing::TempDir dir;
-  const std::string stage = testing::ChatLlamaStage(
-      "sft", "precision { plugin: \"fp32\" }\nschedule { max_steps: 1 batch_size: 2 }", "0.5");
-  const std::string pipeline =
-      dir.Write("chat.pbtxt", "name: \"chat\"\noutput_dir: \"out\"\n" + stage).string();
-  ASSERT_EQ(RunEngine({"run", pipeline}).exit_code, 0);
+  const std::string pipeline = TrainedChatPipeline(dir, 1);
   const auto file = dir.path() / "train_logits.safetensors";
   auto r =
       RunEngine({"eval", pipeline, "--logits=" + file.string(), "--split=train", "--examples=2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("logits of 2 training examples"));
+  EXPECT_THAT(r.out, HasSubstr("logits of 2 train examples"));
   auto preview = RunEngine({"preview", pipeline, "-n", "2", "--format=json"});
   ASSERT_EQ(preview.exit_code, 0) << preview.err;
   const auto shown = nlohmann::json::parse(preview.out)["examples"];

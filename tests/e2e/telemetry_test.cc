@@ -22,6 +22,19 @@ std::vector<nlohmann::json> JsonLines(const std::filesystem::path& path) {
   return out;
 }
 
+// The stage metrics.jsonl of `steps` steps on the digits, run in `dir`.
+std::vector<nlohmann::json> DigitsRunMetrics(const testing::TempDir& dir, int steps) {
+  auto file = dir.Write(
+      "p.pbtxt", "output_dir: \"out\"\n" +
+                     testing::DigitsStage("s", "  schedule { max_steps: " + std::to_string(steps) +
+                                                   " }\n"
+                                                   "  callback { plugin: "
+                                                   "\"metrics_jsonl\" }"));
+  auto r = testing::RunEngine({"run", file.string()}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return JsonLines(dir.path() / "out/s/metrics.jsonl");
+}
+
 TEST(TelemetryTest, CallbacksObserveAndSteerARun) {
   testing::TempDir dir;
   const std::string stage_callbacks = R"(
@@ -94,14 +107,7 @@ TEST(TelemetryTest, CallbacksObserveAndSteerARun) {
 
 TEST(TelemetryTest, StageBeginCarriesThePlan) {
   testing::TempDir dir;
-  auto file = dir.Write(
-      "p.pbtxt", "output_dir: \"out\"\n" + testing::DigitsStage("s",
-                                                                "  schedule { max_steps: 3 }\n"
-                                                                "  callback { plugin: "
-                                                                "\"metrics_jsonl\" }"));
-  auto r = testing::RunEngine({"run", file.string()}, dir.path().string());
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto lines = JsonLines(dir.path() / "out/s/metrics.jsonl");
+  const auto lines = DigitsRunMetrics(dir, 3);
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.front()["event"], "stage_begin");
   const auto& plan = lines.front()["plan"];
@@ -113,16 +119,9 @@ TEST(TelemetryTest, StageBeginCarriesThePlan) {
 
 TEST(TelemetryTest, EachStepEndSaysWhereTheStepsTimeWent) {
   testing::TempDir dir;
-  auto file = dir.Write(
-      "p.pbtxt", "output_dir: \"out\"\n" + testing::DigitsStage("s",
-                                                                "  schedule { max_steps: 4 }\n"
-                                                                "  callback { plugin: "
-                                                                "\"metrics_jsonl\" }"));
-  auto r = testing::RunEngine({"run", file.string()}, dir.path().string());
-  ASSERT_EQ(r.exit_code, 0) << r.err;
   double previous_elapsed = 0;
   int steps = 0;
-  for (const auto& line : JsonLines(dir.path() / "out/s/metrics.jsonl")) {
+  for (const auto& line : DigitsRunMetrics(dir, 4)) {
     if (line["event"] != "step_end") continue;
     ++steps;
     const auto& m = line["metrics"];

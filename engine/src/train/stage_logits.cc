@@ -91,7 +91,7 @@ StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
   const int64_t available = split == Split::kEval ? plan.eval_examples : plan.train_examples;
   if (available == 0) {
     return FailedPreconditionError("stage '" + stage.name + "' has no " +
-                                   (split == Split::kEval ? "eval" : "training") +
+                                   std::string(SplitName(split)) +
                                    " examples to compute logits on");
   }
   examples = std::min(examples > 0 ? examples : plan.eval_batch_size, available);
@@ -112,7 +112,7 @@ StatusOr<StageLogits> ComputeStageLogits(const StageRunRequest& request,
                        {"checkpoint", checkpoint.string()},
                        {"architecture", model.architecture()},
                        {"examples", std::to_string(examples)},
-                       {"split", split == Split::kEval ? "eval" : "train"}};
+                       {"split", std::string(SplitName(split))}};
     return Status::Ok();
   });
   if (!used.ok()) return used;
