@@ -1,7 +1,7 @@
 // DDP over Gloo on loopback: two ranks with half the batch each end where one rank with
 // the whole batch ends; the plan shows the ranks; ranks started by hand (as torchrun does) write
 // the checkpoint once, from rank 0; a stage that does not ask for DDP refuses to run as several
-// ranks.
+// ranks. SHARDED stages end where DDP ends, resume, and shard levels that cannot run are refused.
 #include "dist/data_parallel.h"
 
 #include <ATen/Context.h>
@@ -17,6 +17,7 @@
 #include <set>
 #include <thread>
 
+#include "engine/remove_tree.h"
 #include "engine/safetensors.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
@@ -100,29 +101,34 @@ TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnd
   // the gradients are the mean over every token of both ranks, so the ranks stay equal, and equal
   // one rank with all of the conversations; so does the loss each rank reports.
   testing::TempDir tmp;
-  const auto stage = [](int batch) {
+  // SHARDED (SGD's momentum split across the ranks) ends there too.
+  const auto stage = [](int batch, const std::string& strategy) {
     return testing::ChatLlamaStage(
         "s",
         "precision { plugin: \"fp32\" } optimizer { sgd { momentum: 0.9 } learning_rate: 0.1 } "
         "schedule { epochs: 3 batch_size: " +
-            std::to_string(batch) +
-            " } parallel { device: \"cpu\" strategy: DDP } callback { plugin: \"progress\" "
+            std::to_string(batch) + " } parallel { device: \"cpu\" " + strategy +
+            " } callback { plugin: \"progress\" "
             "options { [type.googleapis.com/engine.plugins.ProgressOptions] { every_steps: 1 } } "
             "}");
   };
-  const auto one = tmp.Write("one.pbtxt", "output_dir: \"one\"\n" + stage(4));
-  const auto two = tmp.Write("two.pbtxt", "output_dir: \"two\"\n" + stage(2));
+  const auto one = tmp.Write("one.pbtxt", "output_dir: \"one\"\n" + stage(4, ""));
+  const auto two = tmp.Write("two.pbtxt", "output_dir: \"two\"\n" + stage(2, "strategy: DDP"));
+  const auto sharded = tmp.Write(
+      "sharded.pbtxt", "output_dir: \"sharded\"\n" + stage(2, "strategy: SHARDED shard_level: 1"));
   auto r1 = testing::RunEngine({"run", one.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
-  auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
-  ASSERT_EQ(r2.exit_code, 0) << r2.err;
-  EXPECT_THAT(r2.out, HasSubstr("2 examples x 1 accumulation x 2 ranks = 4 examples per step"));
-  ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
-                    tmp.path() / "two/s/final/model.safetensors", /*exactly=*/false);
-  for (const std::string step : {"1/3", "2/3", "3/3"}) {
-    std::smatch loss;
-    ASSERT_TRUE(std::regex_search(r1.err, loss, std::regex("step " + step + " loss [0-9.]+")));
-    EXPECT_THAT(r2.err, HasSubstr(loss.str()));
+  for (const auto& [file, dir] : {std::pair{two, "two"}, std::pair{sharded, "sharded"}}) {
+    auto r2 = testing::RunEngine({"run", "--nproc=2", file.string()});
+    ASSERT_EQ(r2.exit_code, 0) << r2.err;
+    EXPECT_THAT(r2.out, HasSubstr("2 examples x 1 accumulation x 2 ranks = 4 examples per step"));
+    ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
+                      tmp.path() / dir / "s/final/model.safetensors", /*exactly=*/false);
+    for (const std::string step : {"1/3", "2/3", "3/3"}) {
+      std::smatch loss;
+      ASSERT_TRUE(std::regex_search(r1.err, loss, std::regex("step " + step + " loss [0-9.]+")));
+      EXPECT_THAT(r2.err, HasSubstr(loss.str())) << dir;
+    }
   }
 }
 
@@ -235,6 +241,105 @@ TEST(DataParallelTest, NcclForACpuStageIsRefusedAtCheckTime) {
   EXPECT_THAT(r.err,
               HasSubstr("stage 's': backend NCCL reduces CUDA tensors, but the stage runs on "
                         "cpu (requested); use GLOO (or AUTO, which picks Gloo there)"));
+}
+
+// The largest difference between two files' tensors of the same names.
+double MaxDifference(const std::filesystem::path& a, const std::filesystem::path& b,
+                     const std::string& skip_prefix = "engine/") {
+  auto x = safetensors::File::Open(a);
+  auto y = safetensors::File::Open(b);
+  EXPECT_TRUE(x.ok() && y.ok());
+  if (!x.ok() || !y.ok()) return 1e30;
+  double most = 0;
+  for (const auto& info : (*x)->tensors()) {
+    if (info.name.rfind(skip_prefix, 0) == 0) continue;
+    auto v = (*y)->Get(info.name);
+    EXPECT_TRUE(v.ok()) << info.name << " is missing from " << b;
+    if (!v.ok()) return 1e30;
+    const at::Tensor u = *(*x)->Get(info.name);
+    most = std::max(most, u.to(at::kDouble).sub(v->to(at::kDouble)).abs().max().item<double>());
+  }
+  return most;
+}
+
+TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
+  // SHARDED at level 1 splits AdamW's moments across the ranks and changes no number: 2 ranks end
+  // where DDP's 2 ranks end (1e-5; the update is element-wise, only the summation order of the
+  // gradient all-reduce is shared), and 4 ranks of 8 where one rank of 32 ends. The checkpoint
+  // holds the whole optimizer state, under DDP's names.
+  testing::TempDir tmp;
+  const auto one = tmp.Write("one.pbtxt", Pipeline("one", 32, ""));
+  const auto ddp = tmp.Write("ddp.pbtxt", Pipeline("ddp", 16, "strategy: DDP"));
+  const auto two = tmp.Write("two.pbtxt", Pipeline("two", 16, "strategy: SHARDED shard_level: 1"));
+  const auto four =
+      tmp.Write("four.pbtxt", Pipeline("four", 8, "strategy: SHARDED shard_level: 1"));
+  auto r1 = testing::RunEngine({"run", one.string()});
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto rd = testing::RunEngine({"run", "--nproc=2", ddp.string()});
+  ASSERT_EQ(rd.exit_code, 0) << rd.err;
+  auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  auto r4 = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", four.string()});
+  ASSERT_EQ(r4.exit_code, 0) << r4.err;
+  EXPECT_THAT(r2.out, HasSubstr("SHARDED (shard_level 1: the optimizer state split across the "
+                                "ranks) over Gloo: this is rank 0 of 2"));
+  // The mlp's 4,810 trainable f32 elements: AdamW's two moments are 38,480 bytes, a quarter each.
+  EXPECT_THAT(rd.out, HasSubstr("optimizer state 38.5 KB, all-reduce buckets 19.2 KB"));
+  EXPECT_THAT(r4.out, HasSubstr("per rank: model 19.2 KB, gradients 19.2 KB, f32 masters 0 B, "
+                                "optimizer state 9.6 KB (1/4 of 38.5 KB: shard_level 1)"));
+  const std::filesystem::path weights = "s/final/model.safetensors";
+  EXPECT_LE(MaxDifference(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights), 1e-5);
+  ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
+                    /*exactly=*/false);
+  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
+  EXPECT_LE(MaxDifference(tmp.path() / "ddp" / state, tmp.path() / "two" / state), 1e-5);
+  EXPECT_LE(MaxDifference(tmp.path() / "two" / state, tmp.path() / "ddp" / state), 1e-5)
+      << "the same names both ways";
+}
+
+TEST(DataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
+  // Trained to the end, then as if killed after step 30: the final checkpoint and step 40's are
+  // gone, and the same command resumes after step 30 on 2 ranks to the same weights, bit for bit.
+  testing::TempDir tmp;
+  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, "strategy: SHARDED shard_level: 1"));
+  auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::filesystem::path stage = tmp.path() / "out/s";
+  std::filesystem::copy_file(stage / "final/model.safetensors", tmp.path() / "reference");
+  std::error_code ec;
+  RemoveTree(stage / "final", ec);
+  RemoveTree(stage / "checkpoints/step-00000040", ec);
+  ASSERT_TRUE(std::filesystem::exists(stage / "checkpoints/step-00000030"));
+  r = testing::RunEngine({"run", "--nproc=2", file.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 30 of 40"));
+  ExpectSameWeights(tmp.path() / "reference", stage / "final/model.safetensors",
+                    /*exactly=*/true);
+}
+
+TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheField) {
+  testing::TempDir tmp;
+  const struct {
+    std::string parallel, message;
+  } cases[] = {
+      {"strategy: SHARDED",
+       "stage 's': strategy: SHARDED needs parallel.shard_level; shard_level: 1 splits the "
+       "optimizer state across the ranks"},
+      {"strategy: SHARDED shard_level: 2",
+       "stage 's': parallel.shard_level 2 (gradients split across ranks) is not built yet"},
+      {"strategy: SHARDED shard_level: 3",
+       "parallel.shard_level 3 (gradients and parameters split across ranks) is not built yet"},
+      {"strategy: DDP shard_level: 1",
+       "stage 's': parallel.shard_level applies to strategy: SHARDED only; this stage's strategy "
+       "is DDP"},
+  };
+  for (const auto& c : cases) {
+    const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, c.parallel));
+    auto r = testing::RunEngine({"check", file.string()});
+    EXPECT_EQ(r.exit_code, 1) << c.parallel;
+    EXPECT_THAT(r.err, HasSubstr("p.pbtxt:9:")) << c.parallel;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.parallel;
+  }
 }
 
 TEST(DataParallelTest, AStageThatDoesNotAskForDdpRefusesToRunAsSeveralRanks) {

@@ -1,5 +1,6 @@
 // A DataParallel for unit tests: this process is rank 0 of two, and the other rank's side of
-// every collective is scripted (a constant added to gradient sums, fixed values for Max and Sum).
+// every collective is scripted (a constant added to gradient sums, fixed values for Max and Sum,
+// its shard of an all-gather the same as ours).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +35,14 @@ class FakeDataParallel : public DataParallel {
     pending->other = other_gradient;
     pending->fail = fail_waits;
     return pending;
+  }
+
+  // The other rank holds the same shard.
+  Status AllGather(const at::Tensor& shard, const at::Tensor& whole) override {
+    const int64_t n = shard.numel();
+    whole.narrow(0, 0, n).copy_(shard);
+    whole.narrow(0, n, n).copy_(shard);
+    return Status::Ok();
   }
 
   // The other rank's values are `other_max` / `other_sum` where set, else the same as ours.

@@ -71,6 +71,14 @@ class C10dDataParallel : public DataParallel {
     return pending;
   }
 
+  Status AllGather(const at::Tensor& shard, const at::Tensor& whole) override {
+    return Collective("all-gather", [&] {
+      at::Tensor input = shard;
+      at::Tensor output = whole;
+      group_->_allgather_base(output, input)->wait();
+    });
+  }
+
   StatusOr<std::vector<double>> Max(const std::vector<double>& values) override {
     return Reduce(values, c10d::ReduceOp::MAX, "flag all-reduce");
   }

@@ -1,7 +1,7 @@
 // The ranks of a data-parallel stage and what they do together, over a c10d process group (Gloo
 // on the CPU, NCCL on CUDA devices): summing tensors asynchronously (GradientAverager builds
-// gradient buckets on it), agreeing on whether to stop, and waiting for each other around
-// checkpoints.
+// gradient buckets on it), gathering the parts of a sharded optimizer, agreeing on whether to stop,
+// and waiting for each other around checkpoints.
 //
 // One rendezvous store per process and one group per backend, made on first use from DistEnv and
 // kept until exit (c10d groups are not meant to be torn down and rebuilt). Every collective must be
@@ -58,6 +58,11 @@ class DataParallel {
     virtual Status Wait() = 0;
   };
   virtual std::unique_ptr<PendingSum> StartSum(at::Tensor flat) = 0;
+
+  // Copies every rank's `shard` (contiguous, on device(), of the same dtype and size on every rank)
+  // into `whole` (contiguous, world_size() times as many elements; rank r's at r times the shard's
+  // size) and returns when it is there.
+  virtual Status AllGather(const at::Tensor& shard, const at::Tensor& whole) = 0;
 
   // Element-wise maximum over ranks of small flags (stop requested, interrupted, ...).
   virtual StatusOr<std::vector<double>> Max(const std::vector<double>& values) = 0;

@@ -473,12 +473,12 @@ void BindStagePlugins(StageChecker& checker, const std::filesystem::path& base_d
   }
 }
 
-// Under DDP each local rank takes its own device; a malformed environment is reported with the
-// stage's ranks (plan/pipeline_plan.cc).
+// Under DDP (or SHARDED) each local rank takes its own device; a malformed environment is reported
+// with the stage's ranks (plan/pipeline_plan.cc).
 void ChooseStageDevice(StageChecker& checker, ResolvedStage& s) {
   const proto::Parallel& parallel = s.config->parallel();
   std::optional<RankPlacement> placement;
-  if (parallel.strategy() == proto::Parallel::DDP) {
+  if (parallel.strategy() != proto::Parallel::NONE) {
     StatusOr<DistEnv> env = ReadDistEnv();
     placement = env.ok() ? RankPlacement{env->local_rank, env->world_size} : RankPlacement{};
   }

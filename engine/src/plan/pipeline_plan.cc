@@ -246,8 +246,8 @@ class PlanBuilder {
     return true;
   }
 
-  // World size and this process's rank and shard (F5: only a stage that asks for DDP runs as
-  // several ranks, and the plan says so).
+  // World size and this process's rank and shard (F5: only a stage that asks for DDP or SHARDED
+  // runs as several ranks, and the plan says so).
   bool PlanRanks(const ResolvedStage& stage, StagePlan* plan) {
     const proto::Parallel& parallel = stage.config->parallel();
     const std::string where = stage.subject() + ": ";
@@ -256,16 +256,17 @@ class PlanBuilder {
       Error(stage.path() + ".parallel", where + env.status().message());
       return false;
     }
-    const bool ddp = parallel.strategy() == proto::Parallel::DDP;
+    const bool ddp = parallel.strategy() != proto::Parallel::NONE;
     if (!ddp && env->world_size > 1) {
       Error(stage.path() + ".parallel.strategy",
             where + "it would run as rank " + std::to_string(env->rank) +
                 " of WORLD_SIZE=" + std::to_string(env->world_size) +
-                ", but the stage does not ask for parallel { strategy: DDP }; a stage never runs "
-                "as several ranks unless it says so (run it as one process: without --nproc, "
-                "torchrun or Slurm)");
+                ", but the stage does not ask for parallel { strategy: DDP } (or SHARDED); a "
+                "stage never runs as several ranks unless it says so (run it as one process: "
+                "without --nproc, torchrun or Slurm)");
       return false;
     }
+    if (!PlanShardLevel(stage, plan)) return false;
     plan->world_size = ddp ? env->world_size : 1;
     plan->rank = ddp ? env->rank : 0;
     plan->dist_env = *env;
@@ -282,6 +283,37 @@ class PlanBuilder {
                                             std::to_string(plan->world_size) + " ranks");
       return false;
     }
+    return true;
+  }
+
+  // A SHARDED stage names what its ranks split; no other stage may.
+  bool PlanShardLevel(const ResolvedStage& stage, StagePlan* plan) {
+    const proto::Parallel& parallel = stage.config->parallel();
+    const std::string field = stage.path() + ".parallel.shard_level";
+    const std::string where = stage.subject() + ": ";
+    const uint32_t level = parallel.shard_level();
+    if (parallel.strategy() != proto::Parallel::SHARDED) {
+      if (parallel.has_shard_level()) {
+        Error(field, where +
+                         "parallel.shard_level applies to strategy: SHARDED only; this stage's "
+                         "strategy is " +
+                         proto::Parallel::Strategy_Name(parallel.strategy()));
+        return false;
+      }
+      return true;
+    }
+    if (level != 1) {
+      Error(field, where +
+                       (level == 0 ? std::string("strategy: SHARDED needs parallel.shard_level")
+                                   : "parallel.shard_level " + std::to_string(level) +
+                                         (level <= 3 ? std::string(" (gradients") +
+                                                           (level == 3 ? " and parameters" : "") +
+                                                           " split across ranks) is not built yet"
+                                                     : std::string(" does not exist"))) +
+                       "; shard_level: 1 splits the optimizer state across the ranks");
+      return false;
+    }
+    plan->shard_level = static_cast<int>(level);
     return true;
   }
 

@@ -59,8 +59,8 @@ struct StagePlan {
   PrecisionPlan precision;
 
   // One step = gradient_accumulation_steps micro-batches of batch_size examples on each of
-  // world_size ranks (parallel.strategy DDP; 1 otherwise). This process is rank `rank` and trains
-  // on shard_examples examples per epoch.
+  // world_size ranks (parallel.strategy DDP or SHARDED; 1 otherwise). This process is rank `rank`
+  // and trains on shard_examples examples per epoch.
   int64_t world_size = 1;
   int rank = 0;
   int64_t shard_examples = 0;
@@ -71,6 +71,9 @@ struct StagePlan {
   // ranks the environment set (torchrun with one process), and the group's backend.
   bool process_group = false;
   DdpBackend backend = DdpBackend::kGloo;
+  // parallel.shard_level of a SHARDED stage (0 otherwise): what its ranks split
+  // (train/sharded_optimizer.h).
+  int shard_level = 0;
   int64_t batch_size = 0;
   int64_t gradient_accumulation_steps = 1;
   // Examples per step across all devices, as the data can give them (at most every example of the

@@ -89,6 +89,53 @@ std::string EpochsText(double epochs) {
   return buffer;
 }
 
+// What each rank holds for the stage's tensors and its optimizer (activations not counted).
+struct RankMemory {
+  int64_t model = 0;  // weights and buffers in their storage dtypes
+  int64_t gradients = 0;
+  int64_t masters = 0;
+  int64_t optimizer_state = 0;  // this rank's share
+  int64_t all_optimizer_state = 0;
+  int64_t reduce_buckets = 0;  // f32 copies of the gradients that the ranks average
+};
+
+RankMemory MemoryPerRank(const StagePlan& s) {
+  RankMemory m;
+  const proto::Optimizer& optimizer = s.stage->config->optimizer();
+  const int64_t slots = optimizer.has_sgd() ? (optimizer.sgd().momentum() > 0 ? 1 : 0) : 2;
+  int64_t trainable_elements = 0;
+  for (const PrecisionGroupPlan& g : s.precision.groups) {
+    const bool master = g.has_grad && g.master != g.storage;
+    const int64_t master_bytes =
+        master ? g.num_elements * static_cast<int64_t>(c10::elementSize(g.master)) : 0;
+    m.model += g.bytes - master_bytes;
+    m.masters += master_bytes;
+    if (!g.has_grad) continue;
+    trainable_elements += g.num_elements;
+    m.gradients += g.num_elements * static_cast<int64_t>(c10::elementSize(g.grad));
+    m.all_optimizer_state +=
+        g.num_elements * slots * static_cast<int64_t>(c10::elementSize(g.optimizer_state));
+  }
+  m.optimizer_state = s.shard_level >= 1 ? (m.all_optimizer_state + s.world_size - 1) / s.world_size
+                                         : m.all_optimizer_state;
+  if (s.process_group) m.reduce_buckets = trainable_elements * 4;
+  return m;
+}
+
+std::string MemoryText(const StagePlan& s) {
+  const RankMemory m = MemoryPerRank(s);
+  std::string out = std::string(s.world_size > 1 ? "per rank: " : "") + "model " +
+                    HumanBytes(m.model) + ", gradients " + HumanBytes(m.gradients) +
+                    ", f32 masters " + HumanBytes(m.masters) + ", optimizer state " +
+                    HumanBytes(m.optimizer_state);
+  if (s.shard_level >= 1) {
+    out += " (1/" + std::to_string(s.world_size) + " of " + HumanBytes(m.all_optimizer_state) +
+           ": shard_level 1)";
+  }
+  if (m.reduce_buckets > 0) out += ", all-reduce buckets " + HumanBytes(m.reduce_buckets);
+  return out + "; activations not counted";
+}
+
 nlohmann::json CallbacksJson(const std::vector<ResolvedCallback>& callbacks) {
   nlohmann::json out = nlohmann::json::array();
   for (const ResolvedCallback& c : callbacks) {
@@ -352,10 +399,15 @@ void TrainingLines(const StagePlan& s, std::ostringstream& out) {
     out << "    warning: " << warning << "\n";
   }
   if (s.process_group) {
-    out << "  ranks       DDP over " << BackendName(s.backend) << ": this is rank " << s.rank
-        << " of " << s.world_size << "; " << WithThousands(s.shard_examples)
+    out << "  ranks       "
+        << (s.shard_level >= 1 ? "SHARDED (shard_level " + std::to_string(s.shard_level) +
+                                     ": the optimizer state split across the ranks)"
+                               : std::string("DDP"))
+        << " over " << BackendName(s.backend) << ": this is rank " << s.rank << " of "
+        << s.world_size << "; " << WithThousands(s.shard_examples)
         << " examples per rank per epoch\n";
   }
+  out << "  memory      " << MemoryText(s) << "\n";
   out << "  eval        " << EvalText(s) << "\n";
   out << "  checkpoint  " << CheckpointText(s) << "\n";
   if (s.checkpoint_layout.pretrained) {
@@ -452,6 +504,13 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
   js["shard_examples"] = s.shard_examples;
   js["process_group"] =
       s.process_group ? nlohmann::json(BackendName(s.backend)) : nlohmann::json(nullptr);
+  js["shard_level"] = s.shard_level;
+  const RankMemory memory = MemoryPerRank(s);
+  js["memory_per_rank"] = {{"model", memory.model},
+                           {"gradients", memory.gradients},
+                           {"masters", memory.masters},
+                           {"optimizer_state", memory.optimizer_state},
+                           {"all_reduce_buckets", memory.reduce_buckets}};
   AddModelJson(s, js);
   AddTrainingJson(s, js);
   js["precision"] = PrecisionJson(s.precision);

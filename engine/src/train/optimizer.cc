@@ -9,6 +9,15 @@
 #include "engine_kernels/fused_adamw.h"
 
 namespace engine {
+
+GradientFeed GradientOf(const at::Tensor& parameter, size_t i,
+                        const std::vector<GradientFeed>& feeds) {
+  if (i < feeds.size() && feeds[i].grad.defined()) {
+    return {feeds[i].grad, feeds[i].scale, feeds[i].write_back};
+  }
+  return {parameter.grad(), 1.0, at::Tensor()};
+}
+
 namespace {
 
 // Shared state bookkeeping: named slots per parameter, created on first use.
@@ -18,6 +27,8 @@ class SlotOptimizer : public Optimizer {
       : parameters_(std::move(parameters)), slot_names_(std::move(slot_names)) {
     slots_.resize(parameters_.size());
   }
+
+  std::vector<std::string> slot_names() const override { return slot_names_; }
 
   safetensors::NamedTensors State() const override {
     safetensors::NamedTensors out;
@@ -73,15 +84,6 @@ class SlotOptimizer : public Optimizer {
   std::vector<std::string> slot_names_;
   std::vector<std::vector<at::Tensor>> slots_;
 };
-
-// The gradient of parameter `i`: its feed, or its own .grad() with nothing to apply.
-GradientFeed GradientOf(const at::Tensor& parameter, size_t i,
-                        const std::vector<GradientFeed>& feeds) {
-  if (i < feeds.size() && feeds[i].grad.defined()) {
-    return {feeds[i].grad, feeds[i].scale, feeds[i].write_back};
-  }
-  return {parameter.grad(), 1.0, at::Tensor()};
-}
 
 // The gradient in the parameter's dtype with the factor applied (a new tensor when either applies).
 at::Tensor Unscaled(const GradientFeed& g, const at::Tensor& parameter) {

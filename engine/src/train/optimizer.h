@@ -38,6 +38,11 @@ struct GradientFeed {
   at::Tensor write_back;  // undefined, or receives the updated parameter (in its own dtype)
 };
 
+// The gradient of parameter `i` for a step: its feed where `feeds` has one, else its own .grad()
+// with nothing to apply (undefined when it has none).
+GradientFeed GradientOf(const at::Tensor& parameter, size_t i,
+                        const std::vector<GradientFeed>& feeds);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -50,6 +55,13 @@ class Optimizer {
   // Updates taken so far (restored by LoadState).
   int64_t steps() const { return steps_; }
 
+  // The state's slots per parameter, in order ("exp_avg", "exp_avg_sq" for AdamW).
+  virtual std::vector<std::string> slot_names() const = 0;
+
+  // Every rank calls this before a checkpoint that holds the state: an optimizer whose state is
+  // split across ranks (train/sharded_optimizer.h) gathers it, so that State() on rank 0 is whole
+  // until the next step. The others have nothing to do.
+  virtual Status GatherState() { return Status::Ok(); }
   virtual safetensors::NamedTensors State() const = 0;
   // Restores state saved by State() for the same parameters; refuses missing or misshapen entries.
   virtual Status LoadState(const safetensors::NamedTensors& state, int64_t steps) = 0;

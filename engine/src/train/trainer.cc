@@ -35,6 +35,7 @@
 #include "train/optimizer.h"
 #include "train/parent_weights.h"
 #include "train/precision_runtime.h"
+#include "train/sharded_optimizer.h"
 #include "train/stage_checkpoint.h"
 #include "train/step_scalars.h"
 #include "train/training_state.h"
@@ -138,7 +139,10 @@ class StageTrainer : public CallbackActions {
     ENGINE_RETURN_IF_ERROR(
         frozen_base_.Fix(module_, has_parent ? &parent_base : nullptr).WithContext(context_));
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
-    optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
+    optimizer_ = plan_.shard_level >= 1 && data_parallel_ != nullptr
+                     ? MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
+                                            data_parallel_, BucketBytes())
+                     : MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
     ApplyThreadCount();
     return Status::Ok();
@@ -188,10 +192,13 @@ class StageTrainer : public CallbackActions {
                                                     std::chrono::seconds(kCollectiveTimeoutSeconds))
                                   .WithContext(context_));
       gradient_averager_ = std::make_unique<GradientAverager>(
-          data_parallel_, precision_->parameters(),
-          static_cast<int64_t>(config_.parallel().bucket_mib()) << 20);
+          data_parallel_, precision_->parameters(), BucketBytes());
     }
     return Status::Ok();
+  }
+
+  int64_t BucketBytes() const {
+    return static_cast<int64_t>(config_.parallel().bucket_mib()) << 20;
   }
 
   void ApplyThreadCount() { ApplyCpuThreads(plan_.cpu_threads); }
@@ -294,6 +301,9 @@ class StageTrainer : public CallbackActions {
     }
     result.eval_examples = plan_.eval_examples;
     result.final_checkpoint = FinalCheckpointDir(request_.stage_dir);
+    if (config_.checkpoint().save_optimizer_state()) {
+      ENGINE_RETURN_IF_ERROR(optimizer_->GatherState().WithContext(context_));
+    }
     if (plan_.rank == 0) {
       CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
       write.stop_reason = stop_reason_;
@@ -682,6 +692,8 @@ class StageTrainer : public CallbackActions {
               .WithContext(context_));
     }
     last_checkpoint_step_ = step_;
+    if (write.optimizer_state)
+      ENGINE_RETURN_IF_ERROR(optimizer_->GatherState().WithContext(context_));
     if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
     ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
     periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), write.dir), periodic_.end());

@@ -160,6 +160,7 @@ class FixedStateOptimizer : public Optimizer {
  public:
   explicit FixedStateOptimizer(safetensors::NamedTensors state) : state_(std::move(state)) {}
   std::string algorithm() const override { return "fixed"; }
+  std::vector<std::string> slot_names() const override { return {}; }
   safetensors::NamedTensors State() const override { return state_; }
   Status LoadState(const safetensors::NamedTensors&, int64_t) override { return Status::Ok(); }
 

@@ -1,0 +1,35 @@
+// An optimizer whose state is split across the ranks of a data-parallel group (ZeRO stage 1,
+// `parallel { strategy: SHARDED shard_level: 1 }`): each rank keeps the slots (AdamW's moments,
+// SGD's momentum) of 1/world_size of the trainable elements, updates that part from the averaged
+// gradients every rank holds, and the updated parts are all-gathered into every rank's weights.
+//
+// Layout: the parameters, in order, are packed into buckets of about `bucket_bytes` (one dtype per
+// bucket; a parameter larger than that is a bucket of its own), each bucket padded with zeros to a
+// multiple of world_size elements; rank r owns the r-th equal slice of every bucket. The update is
+// element-wise, so it computes what the whole optimizer computes on every rank; the padding stays
+// 0. A parameter without a gradient counts as zeros, as GradientAverager makes it under DDP.
+//
+// State() is empty until GatherState() (a collective) makes it whole on rank 0, in the plain
+// optimizer's names ("<parameter>.<slot>", the parameter's shape): checkpoints are the files a
+// plain or DDP stage writes, and LoadState() takes any of them, whatever world size wrote it.
+//
+// Ownership: borrows `group` and the parameters' tensors. Thread safety: the training thread only.
+// A failed collective (a rank died) during a step throws, for the trainer's GuardedCall to report.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/data_parallel.h"
+#include "engine/pipeline.pb.h"
+#include "train/optimizer.h"
+
+namespace engine {
+
+std::unique_ptr<Optimizer> MakeShardedOptimizer(const proto::Optimizer& config,
+                                                std::vector<NamedParameter> parameters,
+                                                DataParallel* group, int64_t bucket_bytes);
+
+}  // namespace engine
