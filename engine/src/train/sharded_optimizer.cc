@@ -20,11 +20,15 @@ class ShardedOptimizer : public Optimizer {
                    DataParallel* group, int64_t bucket_bytes)
       : parameters_(std::move(parameters)), group_(group) {
     Pack(bucket_bytes);
-    std::vector<NamedParameter> slices;
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      slices.push_back({BucketName(b), buckets_[b].weights});
+    // The plain optimizer, over views of this rank's parts of the parameters: it updates them in
+    // place and keeps slots for them only.
+    std::vector<NamedParameter> views;
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      views.push_back(
+          {PartName(k),
+           Flat(parameters_[parts_[k].parameter]).narrow(0, parts_[k].from, parts_[k].length)});
     }
-    inner_ = MakeOptimizer(config, std::move(slices));
+    inner_ = MakeOptimizer(config, std::move(views));
   }
 
   std::string algorithm() const override { return inner_->algorithm(); }
@@ -33,18 +37,17 @@ class ShardedOptimizer : public Optimizer {
 
   Status GatherState() override {
     gathered_.clear();
-    const safetensors::NamedTensors slices = inner_->State();
-    if (slices.empty()) return Status::Ok();  // no step yet, on every rank
-    const std::map<std::string, at::Tensor> by_name(slices.begin(), slices.end());
+    if (steps_ == 0) return Status::Ok();  // no slots yet, on any rank
+    const safetensors::NamedTensors mine = inner_->State();
+    const std::map<std::string, at::Tensor> by_name(mine.begin(), mine.end());
     at::NoGradGuard no_grad;
     for (const std::string& slot : inner_->slot_names()) {
       for (size_t b = 0; b < buckets_.size(); ++b) {
-        auto it = by_name.find(BucketName(b) + "." + slot);
-        if (it == by_name.end()) {
-          return InternalError("sharded optimizer: no '" + slot + "' for bucket " +
-                               std::to_string(b));
-        }
-        ENGINE_ASSIGN_OR_RETURN(at::Tensor whole, Gather(it->second));
+        // A part without slots (its parameter never had a gradient) sends zeros.
+        ENGINE_ASSIGN_OR_RETURN(at::Tensor whole, GatherBucket(b, [&](size_t k) {
+                                  auto it = by_name.find(PartName(k) + "." + slot);
+                                  return it == by_name.end() ? at::Tensor() : it->second;
+                                }));
         if (group_->rank() != 0) continue;
         const Bucket& bucket = buckets_[b];
         for (size_t i = bucket.first; i < bucket.last; ++i) {
@@ -62,23 +65,17 @@ class ShardedOptimizer : public Optimizer {
     gathered_.clear();
     const std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
     ENGINE_RETURN_IF_ERROR(CheckState(by_name));
-    safetensors::NamedTensors slices;
-    if (!state.empty()) {
-      at::NoGradGuard no_grad;
-      for (size_t b = 0; b < buckets_.size(); ++b) {
-        for (const std::string& slot : inner_->slot_names()) {
-          // A parameter without state never had a gradient: its moments are zeros.
-          at::Tensor slice = at::zeros({buckets_[b].shard}, buckets_[b].weights.options());
-          ForEachOwnedPart(b, [&](size_t i, int64_t from, int64_t to, int64_t length) {
-            auto it = by_name.find(parameters_[i].name + "." + slot);
-            if (it == by_name.end()) return;
-            slice.narrow(0, to, length).copy_(it->second.reshape({-1}).narrow(0, from, length));
-          });
-          slices.emplace_back(BucketName(b) + "." + slot, std::move(slice));
-        }
+    safetensors::NamedTensors mine;
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      const Part& part = parts_[k];
+      for (const std::string& slot : inner_->slot_names()) {
+        auto it = by_name.find(parameters_[part.parameter].name + "." + slot);
+        if (it == by_name.end()) break;  // this parameter never had a gradient
+        mine.emplace_back(PartName(k) + "." + slot,
+                          it->second.reshape({-1}).narrow(0, part.from, part.length));
       }
     }
-    ENGINE_RETURN_IF_ERROR(inner_->LoadState(slices, steps));
+    ENGINE_RETURN_IF_ERROR(inner_->LoadState(mine, steps));
     steps_ = steps;
     return Status::Ok();
   }
@@ -88,26 +85,25 @@ class ShardedOptimizer : public Optimizer {
     at::NoGradGuard no_grad;
     ++steps_;
     gathered_.clear();
-    std::vector<GradientFeed> slice_feeds(buckets_.size());
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      Bucket& bucket = buckets_[b];
-      ForEachOwnedPart(b, [&](size_t i, int64_t from, int64_t to, int64_t length) {
-        const at::Tensor& p = parameters_[i].tensor;
-        bucket.weights.narrow(0, to, length).copy_(p.reshape({-1}).narrow(0, from, length));
-        const GradientFeed g = GradientOf(p, i, feeds);
-        at::Tensor gradient = bucket.gradient.narrow(0, to, length);
-        if (!g.grad.defined()) {
-          gradient.zero_();
-          return;
-        }
-        gradient.copy_(g.grad.reshape({-1}).narrow(0, from, length));
-        if (g.scale != 1.0) gradient.mul_(g.scale);
-      });
-      slice_feeds[b].grad = bucket.gradient;
+    // This rank's parts, updated in place by the plain optimizer with the same gradients, factors
+    // and write-backs the whole parameters would get.
+    std::vector<GradientFeed> part_feeds(parts_.size());
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      const Part& part = parts_[k];
+      const GradientFeed g = GradientOf(parameters_[part.parameter].tensor, part.parameter, feeds);
+      if (!g.grad.defined()) continue;  // a view's own .grad() is undefined too: not updated
+      part_feeds[k].grad = g.grad.reshape({-1}).narrow(0, part.from, part.length);
+      part_feeds[k].scale = g.scale;
+      if (g.write_back.defined() && g.write_back.is_contiguous()) {
+        part_feeds[k].write_back = Flat(g.write_back).narrow(0, part.from, part.length);
+      }
     }
-    inner_->Step(lr, slice_feeds);
+    inner_->Step(lr, part_feeds);
+    // Every rank's parts into every rank's parameters (and their low-precision copies).
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      StatusOr<at::Tensor> whole = Gather(buckets_[b].weights);
+      StatusOr<at::Tensor> whole = GatherBucket(b, [&](size_t k) {
+        return Flat(parameters_[parts_[k].parameter]).narrow(0, parts_[k].from, parts_[k].length);
+      });
       if (!whole.ok()) throw std::runtime_error(whole.status().message());
       const Bucket& bucket = buckets_[b];
       for (size_t i = bucket.first; i < bucket.last; ++i) {
@@ -122,33 +118,42 @@ class ShardedOptimizer : public Optimizer {
   }
 
  private:
-  // Parameters [first, last), end to end from `offsets`; `weights` and `gradient` are this rank's
-  // slice of them (`shard` elements, in the parameters' dtype, on their device).
+  // Parameters [first, last), end to end from `offsets`, `elements` in all; each rank's slice is
+  // `shard` elements (the last one padded).
   struct Bucket {
     size_t first = 0;
     size_t last = 0;
     std::vector<int64_t> offsets;
     int64_t elements = 0;
     int64_t shard = 0;
-    at::Tensor weights;
-    at::Tensor gradient;
+    at::ScalarType dtype = at::kFloat;
+    std::vector<size_t> parts;  // this rank's, in slice order
+  };
+  // `length` elements of parameter `parameter` from its element `from`, at element `to` of this
+  // rank's slice of the parameter's bucket.
+  struct Part {
+    size_t bucket = 0;
+    size_t parameter = 0;
+    int64_t from = 0;
+    int64_t to = 0;
+    int64_t length = 0;
   };
 
-  static std::string BucketName(size_t b) { return "bucket" + std::to_string(b); }
+  static std::string PartName(size_t k) { return "part" + std::to_string(k); }
+  // A parameter as one dimension, sharing its memory (the trainer's tensors are contiguous).
+  static at::Tensor Flat(const at::Tensor& t) { return t.view({-1}); }
+  static at::Tensor Flat(const NamedParameter& p) { return Flat(p.tensor); }
 
   void Pack(int64_t bucket_bytes) {
     for (size_t i = 0; i < parameters_.size(); ++i) {
       const at::Tensor& p = parameters_[i].tensor;
       const int64_t size = static_cast<int64_t>(p.element_size());
-      const bool fresh = buckets_.empty() ||
-                         buckets_.back().weights.scalar_type() != p.scalar_type() ||
-                         (buckets_.back().elements > 0 &&
-                          (buckets_.back().elements + p.numel()) * size > bucket_bytes);
-      if (fresh) {
+      if (buckets_.empty() || buckets_.back().dtype != p.scalar_type() ||
+          (buckets_.back().elements > 0 &&
+           (buckets_.back().elements + p.numel()) * size > bucket_bytes)) {
         buckets_.emplace_back();
         buckets_.back().first = i;
-        // A placeholder that carries the dtype and device until the bucket is sized.
-        buckets_.back().weights = at::empty({0}, p.options().requires_grad(false));
+        buckets_.back().dtype = p.scalar_type();
       }
       Bucket& bucket = buckets_.back();
       bucket.offsets.push_back(bucket.elements);
@@ -156,35 +161,37 @@ class ShardedOptimizer : public Optimizer {
       bucket.last = i + 1;
     }
     const int64_t world = group_->world_size();
-    for (Bucket& bucket : buckets_) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      Bucket& bucket = buckets_[b];
       bucket.shard = (bucket.elements + world - 1) / world;
-      bucket.weights = at::zeros({bucket.shard}, bucket.weights.options());
-      bucket.gradient = at::zeros({bucket.shard}, bucket.weights.options());
+      const int64_t lo = group_->rank() * bucket.shard;
+      const int64_t hi = lo + bucket.shard;
+      for (size_t i = bucket.first; i < bucket.last; ++i) {
+        const int64_t start = bucket.offsets[i - bucket.first];
+        const int64_t begin = std::max(lo, start);
+        const int64_t end = std::min(hi, start + parameters_[i].tensor.numel());
+        if (begin >= end) continue;
+        bucket.parts.push_back(parts_.size());
+        parts_.push_back({b, i, begin - start, begin - lo, end - begin});
+      }
     }
   }
 
-  // Calls part(i, from, to, length) for each parameter i of bucket b with elements in this rank's
-  // slice: `length` of them from element `from` of the parameter go to element `to` of the slice.
-  void ForEachOwnedPart(size_t b,
-                        const std::function<void(size_t, int64_t, int64_t, int64_t)>& part) const {
+  // Bucket b whole on this rank's device: each rank sends its slice, made of part_tensor(k) for
+  // its parts k (undefined: zeros), zeros in the padding.
+  StatusOr<at::Tensor> GatherBucket(size_t b,
+                                    const std::function<at::Tensor(size_t)>& part_tensor) {
     const Bucket& bucket = buckets_[b];
-    const int64_t lo = group_->rank() * bucket.shard;
-    const int64_t hi = lo + bucket.shard;
-    for (size_t i = bucket.first; i < bucket.last; ++i) {
-      const int64_t start = bucket.offsets[i - bucket.first];
-      const int64_t begin = std::max(lo, start);
-      const int64_t end = std::min(hi, start + parameters_[i].tensor.numel());
-      if (begin < end) part(i, begin - start, begin - lo, end - begin);
-    }
-  }
-
-  // Every rank's `slice`, end to end, on the slice's device.
-  StatusOr<at::Tensor> Gather(const at::Tensor& slice) {
+    const at::Tensor& first = parameters_[bucket.first].tensor;
     const c10::Device where = group_->device();
-    const at::Tensor shard = slice.device() == where ? slice : slice.to(where);
-    at::Tensor whole = at::empty({shard.numel() * group_->world_size()}, shard.options());
-    ENGINE_RETURN_IF_ERROR(group_->AllGather(shard, whole));
-    return whole.device() == slice.device() ? whole : whole.to(slice.device());
+    at::Tensor slice = at::zeros({bucket.shard}, first.options().device(where));
+    for (size_t k : bucket.parts) {
+      const at::Tensor part = part_tensor(k);
+      if (part.defined()) slice.narrow(0, parts_[k].to, parts_[k].length).copy_(part);
+    }
+    at::Tensor whole = at::empty({bucket.shard * group_->world_size()}, slice.options());
+    ENGINE_RETURN_IF_ERROR(group_->AllGather(slice, whole));
+    return whole.device() == first.device() ? whole : whole.to(first.device());
   }
 
   // The same checks as the plain optimizer's LoadState, on the whole state.
@@ -218,16 +225,25 @@ class ShardedOptimizer : public Optimizer {
   std::vector<NamedParameter> parameters_;
   DataParallel* group_;
   std::vector<Bucket> buckets_;
-  std::unique_ptr<Optimizer> inner_;  // over the buckets' slices
+  std::vector<Part> parts_;
+  std::unique_ptr<Optimizer> inner_;  // over views of parts_
   safetensors::NamedTensors gathered_;
 };
 
 }  // namespace
 
-std::unique_ptr<Optimizer> MakeShardedOptimizer(const proto::Optimizer& config,
-                                                std::vector<NamedParameter> parameters,
-                                                DataParallel* group, int64_t bucket_bytes) {
-  return std::make_unique<ShardedOptimizer>(config, std::move(parameters), group, bucket_bytes);
+StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer& config,
+                                                          std::vector<NamedParameter> parameters,
+                                                          DataParallel* group,
+                                                          int64_t bucket_bytes) {
+  for (const NamedParameter& p : parameters) {
+    if (!p.tensor.is_contiguous()) {
+      return FailedPreconditionError("the sharded optimizer updates parts of '" + p.name +
+                                     "' in place, and it is not contiguous in memory");
+    }
+  }
+  return std::unique_ptr<Optimizer>(
+      new ShardedOptimizer(config, std::move(parameters), group, bucket_bytes));
 }
 
 }  // namespace engine

@@ -5,9 +5,12 @@
 //
 // Layout: the parameters, in order, are packed into buckets of about `bucket_bytes` (one dtype per
 // bucket; a parameter larger than that is a bucket of its own), each bucket padded with zeros to a
-// multiple of world_size elements; rank r owns the r-th equal slice of every bucket. The update is
-// element-wise, so it computes what the whole optimizer computes on every rank; the padding stays
-// 0. A parameter without a gradient counts as zeros, as GradientAverager makes it under DDP.
+// multiple of world_size elements; rank r owns the r-th equal slice of every bucket. The plain
+// optimizer runs on views of this rank's parts of the parameters, with the gradients, factors and
+// low-precision write-backs the whole parameters would get, so it computes what the plain
+// optimizer computes on every rank, bit for bit, and holds slots for those parts only. After the
+// update, each bucket is all-gathered through a slice-sized and a bucket-sized buffer that live
+// for that bucket's copy only.
 //
 // State() is empty until GatherState() (a collective) makes it whole on rank 0, in the plain
 // optimizer's names ("<parameter>.<slot>", the parameter's shape): checkpoints are the files a
@@ -28,8 +31,10 @@
 
 namespace engine {
 
-std::unique_ptr<Optimizer> MakeShardedOptimizer(const proto::Optimizer& config,
-                                                std::vector<NamedParameter> parameters,
-                                                DataParallel* group, int64_t bucket_bytes);
+// Refuses parameters that are not contiguous (their parts are updated in place through views).
+StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer& config,
+                                                          std::vector<NamedParameter> parameters,
+                                                          DataParallel* group,
+                                                          int64_t bucket_bytes);
 
 }  // namespace engine

@@ -139,10 +139,14 @@ class StageTrainer : public CallbackActions {
     ENGINE_RETURN_IF_ERROR(
         frozen_base_.Fix(module_, has_parent ? &parent_base : nullptr).WithContext(context_));
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
-    optimizer_ = plan_.shard_level >= 1 && data_parallel_ != nullptr
-                     ? MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
-                                            data_parallel_, BucketBytes())
-                     : MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
+    if (plan_.shard_level >= 1 && data_parallel_ != nullptr) {
+      ENGINE_ASSIGN_OR_RETURN(
+          optimizer_, MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
+                                           data_parallel_, BucketBytes())
+                          .WithContext(context_));
+    } else {
+      optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
+    }
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
     ApplyThreadCount();
     return Status::Ok();
