@@ -11,6 +11,12 @@
 # cores and 2 ranks no core is left for Gloo to overlap with, so expect noise around 1 there; the
 # gain needs idle cores or a network to wait on.
 #
+# Last, SHARDED (shard_level 1: AdamW's moments split across the ranks) against DDP on the same 2
+# ranks and a larger MLP (about 50 million f32 parameters, whose AdamW state is 405 MB): rank 0's
+# peak RSS (metrics.jsonl's stage_end; no optimizer state is checkpointed, so nothing is gathered)
+# and the training seconds of each, with their ratios. Level 1 saves half the state per rank at 2
+# ranks and pays an all-gather of the weights after each step on top of DDP's all-reduce.
+#
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
 set -euo pipefail
 engine=${1:-build/bin/engine}
@@ -20,15 +26,16 @@ trap 'rm -rf "$work"' EXIT
 steps=300
 cores=$(nproc)
 
-pipeline() {  # name per-rank-batch threads strategy
+pipeline() {  # name per-rank-batch threads strategy [hidden_units...] [steps]
   cat <<PBTXT
 output_dir: "$work/$1"
+callback { plugin: "metrics_jsonl" }
 stage {
   name: "s"
-  model { plugin: "mlp" options { [type.googleapis.com/engine.plugins.MlpOptions] { hidden_units: 1024 hidden_units: 1024 } } }
+  model { plugin: "mlp" options { [type.googleapis.com/engine.plugins.MlpOptions] { ${5:-hidden_units: 1024 hidden_units: 1024} } } }
   data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "$root/data/digits.csv.gz" } } }
   precision { plugin: "fp32" }
-  schedule { max_steps: $steps batch_size: $2 eval_batch_size: 512 }
+  schedule { max_steps: ${6:-$steps} batch_size: $2 eval_batch_size: 512 }
   checkpoint { save_optimizer_state: false }
   parallel { device: "cpu" num_threads: $3 $4 }
 }
@@ -59,4 +66,25 @@ print(f"ratio 2 ranks / 1 rank: {one / two:.2f}")
 print(f"2 ranks, 1 MiB buckets overlapping the backward: {examples / small:10.0f} examples/s")
 print(f"2 ranks, one bucket after the backward:          {examples / whole:10.0f} examples/s")
 print(f"ratio overlapped / not: {whole / small:.2f}")
+PY
+
+big="hidden_units: 4096 hidden_units: 4096 hidden_units: 4096 hidden_units: 4096"
+big_steps=30
+pipeline ddp 64 "$half" "strategy: DDP" "$big" "$big_steps" > "$work/ddp.pbtxt"
+pipeline sharded 64 "$half" "strategy: SHARDED shard_level: 1" "$big" "$big_steps" \
+  > "$work/sharded.pbtxt"
+ddp=$("$engine" run --nproc 2 "$work/ddp.pbtxt" 2>/dev/null | seconds)
+sharded=$("$engine" run --nproc 2 "$work/sharded.pbtxt" 2>/dev/null | seconds)
+python3 - "$work" "$ddp" "$sharded" "$big_steps" <<'PY'
+import json, sys
+work, ddp, sharded, steps = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+def peak(name):
+    with open(f"{work}/{name}/metrics.jsonl") as f:
+        ends = [json.loads(l) for l in f if '"stage_end"' in l]
+    return ends[-1]["peak_rss_bytes"] / 1e6
+d, s = peak("ddp"), peak("sharded")
+print(f"MLP 64-4096x4-10 (50.6 M f32 parameters), 2 ranks x 64, {steps} AdamW steps:")
+print(f"  DDP:                 {ddp:7.2f} s, rank 0 peak RSS {d:7.0f} MB")
+print(f"  SHARDED shard_level 1: {sharded:5.2f} s, rank 0 peak RSS {s:7.0f} MB")
+print(f"ratio SHARDED / DDP: time {sharded / ddp:.2f}, peak RSS {s / d:.2f}")
 PY

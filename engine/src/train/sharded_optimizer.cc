@@ -2,7 +2,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/empty_like.h>
 
 #include <algorithm>
 #include <functional>
@@ -40,22 +40,30 @@ class ShardedOptimizer : public Optimizer {
     if (steps_ == 0) return Status::Ok();  // no slots yet, on any rank
     const safetensors::NamedTensors mine = inner_->State();
     const std::map<std::string, at::Tensor> by_name(mine.begin(), mine.end());
+    const bool keep = group_->rank() == 0;
     at::NoGradGuard no_grad;
     for (const std::string& slot : inner_->slot_names()) {
+      std::vector<at::Tensor> whole_slots(parameters_.size());
+      if (keep) {
+        for (size_t i = 0; i < parameters_.size(); ++i) {
+          whole_slots[i] = at::empty_like(parameters_[i].tensor, at::MemoryFormat::Contiguous);
+        }
+      }
       for (size_t b = 0; b < buckets_.size(); ++b) {
         // A part without slots (its parameter never had a gradient) sends zeros.
         ENGINE_ASSIGN_OR_RETURN(at::Tensor whole, GatherBucket(b, [&](size_t k) {
                                   auto it = by_name.find(PartName(k) + "." + slot);
                                   return it == by_name.end() ? at::Tensor() : it->second;
                                 }));
-        if (group_->rank() != 0) continue;
-        const Bucket& bucket = buckets_[b];
-        for (size_t i = bucket.first; i < bucket.last; ++i) {
-          const at::Tensor& p = parameters_[i].tensor;
-          gathered_.emplace_back(
-              parameters_[i].name + "." + slot,
-              whole.narrow(0, bucket.offsets[i - bucket.first], p.numel()).view(p.sizes()).clone());
+        if (!keep) continue;
+        for (const Piece& piece : buckets_[b].pieces) {
+          Flat(whole_slots[piece.parameter])
+              .narrow(0, piece.from, piece.length)
+              .copy_(whole.narrow(0, piece.at, piece.length));
         }
+      }
+      for (size_t i = 0; keep && i < parameters_.size(); ++i) {
+        gathered_.emplace_back(parameters_[i].name + "." + slot, std::move(whole_slots[i]));
       }
     }
     return Status::Ok();
@@ -99,38 +107,50 @@ class ShardedOptimizer : public Optimizer {
       }
     }
     inner_->Step(lr, part_feeds);
-    // Every rank's parts into every rank's parameters (and their low-precision copies).
+    // Every rank's parts into every rank's parameters, then their low-precision copies.
     for (size_t b = 0; b < buckets_.size(); ++b) {
       StatusOr<at::Tensor> whole = GatherBucket(b, [&](size_t k) {
         return Flat(parameters_[parts_[k].parameter]).narrow(0, parts_[k].from, parts_[k].length);
       });
       if (!whole.ok()) throw std::runtime_error(whole.status().message());
-      const Bucket& bucket = buckets_[b];
-      for (size_t i = bucket.first; i < bucket.last; ++i) {
-        at::Tensor& p = parameters_[i].tensor;
-        const at::Tensor updated =
-            whole->narrow(0, bucket.offsets[i - bucket.first], p.numel()).view(p.sizes());
-        p.copy_(updated);
-        const GradientFeed g = GradientOf(p, i, feeds);
-        if (g.write_back.defined()) g.write_back.copy_(updated);
+      for (const Piece& piece : buckets_[b].pieces) {
+        Flat(parameters_[piece.parameter])
+            .narrow(0, piece.from, piece.length)
+            .copy_(whole->narrow(0, piece.at, piece.length));
       }
+    }
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const GradientFeed g = GradientOf(parameters_[i].tensor, i, feeds);
+      if (g.write_back.defined()) g.write_back.copy_(parameters_[i].tensor);
     }
   }
 
  private:
-  // Parameters [first, last), end to end from `offsets`, `elements` in all; each rank's slice is
-  // `shard` elements (the last one padded).
+  // `length` elements of parameter `parameter` from its element `from`, at element `at` of a
+  // bucket.
+  struct Piece {
+    size_t parameter = 0;
+    int64_t from = 0;
+    int64_t at = 0;
+    int64_t length = 0;
+  };
+  // `elements` consecutive elements of the parameters (of one dtype) laid end to end; each rank's
+  // slice is `shard` of them (the last one padded).
   struct Bucket {
-    size_t first = 0;
-    size_t last = 0;
-    std::vector<int64_t> offsets;
+    std::vector<Piece> pieces;
     int64_t elements = 0;
     int64_t shard = 0;
     at::ScalarType dtype = at::kFloat;
     std::vector<size_t> parts;  // this rank's, in slice order
   };
-  // `length` elements of parameter `parameter` from its element `from`, at element `to` of this
-  // rank's slice of the parameter's bucket.
+  // What a bucket is all-gathered through, for the largest bucket of a dtype; kept from step to
+  // step, since buffers of a bucket's size freed and allocated again grow the C heap.
+  struct GatherBuffers {
+    at::Tensor slice;
+    at::Tensor whole;
+  };
+  // This rank's share of a piece: `length` elements of parameter `parameter` from its element
+  // `from`, at element `to` of this rank's slice of bucket `bucket`.
   struct Part {
     size_t bucket = 0;
     size_t parameter = 0;
@@ -144,54 +164,73 @@ class ShardedOptimizer : public Optimizer {
   static at::Tensor Flat(const at::Tensor& t) { return t.view({-1}); }
   static at::Tensor Flat(const NamedParameter& p) { return Flat(p.tensor); }
 
+  // Lays the parameters end to end and cuts them into buckets of bucket_bytes (at least one element
+  // per rank), a new one where the dtype changes: a parameter may span buckets, so every transient
+  // buffer of a step is at most a bucket.
   void Pack(int64_t bucket_bytes) {
+    const int64_t world = group_->world_size();
+    at::ScalarType dtype = at::ScalarType::Undefined;
+    int64_t capacity = 0;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       const at::Tensor& p = parameters_[i].tensor;
-      const int64_t size = static_cast<int64_t>(p.element_size());
-      if (buckets_.empty() || buckets_.back().dtype != p.scalar_type() ||
-          (buckets_.back().elements > 0 &&
-           (buckets_.back().elements + p.numel()) * size > bucket_bytes)) {
+      if (p.scalar_type() != dtype) {
+        dtype = p.scalar_type();
+        capacity = std::max<int64_t>(world, bucket_bytes / static_cast<int64_t>(p.element_size()));
         buckets_.emplace_back();
-        buckets_.back().first = i;
-        buckets_.back().dtype = p.scalar_type();
+        buckets_.back().dtype = dtype;
       }
-      Bucket& bucket = buckets_.back();
-      bucket.offsets.push_back(bucket.elements);
-      bucket.elements += p.numel();
-      bucket.last = i + 1;
+      for (int64_t from = 0; from < p.numel();) {
+        if (buckets_.back().elements == capacity) {
+          buckets_.emplace_back();
+          buckets_.back().dtype = dtype;
+        }
+        Bucket& bucket = buckets_.back();
+        const int64_t length = std::min(p.numel() - from, capacity - bucket.elements);
+        bucket.pieces.push_back({i, from, bucket.elements, length});
+        bucket.elements += length;
+        from += length;
+      }
     }
-    const int64_t world = group_->world_size();
+    std::map<at::ScalarType, int64_t> largest_shard;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       Bucket& bucket = buckets_[b];
       bucket.shard = (bucket.elements + world - 1) / world;
+      largest_shard[bucket.dtype] = std::max(largest_shard[bucket.dtype], bucket.shard);
       const int64_t lo = group_->rank() * bucket.shard;
       const int64_t hi = lo + bucket.shard;
-      for (size_t i = bucket.first; i < bucket.last; ++i) {
-        const int64_t start = bucket.offsets[i - bucket.first];
-        const int64_t begin = std::max(lo, start);
-        const int64_t end = std::min(hi, start + parameters_[i].tensor.numel());
+      for (const Piece& piece : bucket.pieces) {
+        const int64_t begin = std::max(lo, piece.at);
+        const int64_t end = std::min(hi, piece.at + piece.length);
         if (begin >= end) continue;
         bucket.parts.push_back(parts_.size());
-        parts_.push_back({b, i, begin - start, begin - lo, end - begin});
+        parts_.push_back(
+            {b, piece.parameter, piece.from + begin - piece.at, begin - lo, end - begin});
       }
+    }
+    const auto on_group = at::TensorOptions().device(group_->device());
+    for (const auto& [dtype, shard] : largest_shard) {
+      buffers_[dtype] = {at::empty({shard}, on_group.dtype(dtype)),
+                         at::empty({shard * world}, on_group.dtype(dtype))};
     }
   }
 
-  // Bucket b whole on this rank's device: each rank sends its slice, made of part_tensor(k) for
-  // its parts k (undefined: zeros), zeros in the padding.
+  // Bucket b whole on the parameters' device (a view of buffers_ there when it is the group's,
+  // valid until the next call): each rank sends its slice, made of part_tensor(k) for its parts k
+  // (undefined: zeros), zeros in the padding.
   StatusOr<at::Tensor> GatherBucket(size_t b,
                                     const std::function<at::Tensor(size_t)>& part_tensor) {
     const Bucket& bucket = buckets_[b];
-    const at::Tensor& first = parameters_[bucket.first].tensor;
-    const c10::Device where = group_->device();
-    at::Tensor slice = at::zeros({bucket.shard}, first.options().device(where));
+    const GatherBuffers& buffers = buffers_.at(bucket.dtype);
+    at::Tensor slice = buffers.slice.narrow(0, 0, bucket.shard);
+    at::Tensor whole = buffers.whole.narrow(0, 0, bucket.shard * group_->world_size());
+    slice.zero_();
     for (size_t k : bucket.parts) {
       const at::Tensor part = part_tensor(k);
       if (part.defined()) slice.narrow(0, parts_[k].to, parts_[k].length).copy_(part);
     }
-    at::Tensor whole = at::empty({bucket.shard * group_->world_size()}, slice.options());
     ENGINE_RETURN_IF_ERROR(group_->AllGather(slice, whole));
-    return whole.device() == first.device() ? whole : whole.to(first.device());
+    const c10::Device device = parameters_[bucket.pieces.front().parameter].tensor.device();
+    return whole.device() == device ? whole : whole.to(device);
   }
 
   // The same checks as the plain optimizer's LoadState, on the whole state.
@@ -226,6 +265,7 @@ class ShardedOptimizer : public Optimizer {
   DataParallel* group_;
   std::vector<Bucket> buckets_;
   std::vector<Part> parts_;
+  std::map<at::ScalarType, GatherBuffers> buffers_;
   std::unique_ptr<Optimizer> inner_;  // over views of parts_
   safetensors::NamedTensors gathered_;
 };

@@ -3,14 +3,14 @@
 // SGD's momentum) of 1/world_size of the trainable elements, updates that part from the averaged
 // gradients every rank holds, and the updated parts are all-gathered into every rank's weights.
 //
-// Layout: the parameters, in order, are packed into buckets of about `bucket_bytes` (one dtype per
-// bucket; a parameter larger than that is a bucket of its own), each bucket padded with zeros to a
-// multiple of world_size elements; rank r owns the r-th equal slice of every bucket. The plain
-// optimizer runs on views of this rank's parts of the parameters, with the gradients, factors and
-// low-precision write-backs the whole parameters would get, so it computes what the plain
-// optimizer computes on every rank, bit for bit, and holds slots for those parts only. After the
-// update, each bucket is all-gathered through a slice-sized and a bucket-sized buffer that live
-// for that bucket's copy only.
+// Layout: the parameters, in order, are laid end to end and cut into buckets of `bucket_bytes`
+// (a new bucket where the dtype changes; a parameter may span buckets), each bucket padded with
+// zeros to a multiple of world_size elements; rank r owns the r-th equal slice of every bucket.
+// The plain optimizer runs on views of this rank's parts of the parameters, with the gradients,
+// factors and low-precision write-backs the whole parameters would get, so it computes what the
+// plain optimizer computes on every rank, bit for bit, and holds slots for those parts only. After
+// the update, each bucket is all-gathered through two buffers kept for the optimizer's life: a
+// slice and a bucket of the largest bucket's size (per dtype).
 //
 // State() is empty until GatherState() (a collective) makes it whole on rank 0, in the plain
 // optimizer's names ("<parameter>.<slot>", the parameter's shape): checkpoints are the files a

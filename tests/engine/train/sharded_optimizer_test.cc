@@ -1,7 +1,7 @@
 // The sharded optimizer on real Gloo groups of 2 and 3 ranks, one thread each, against the plain
-// optimizer on one process: buckets of a few elements, so that parameters share buckets, straddle
-// ranks and leave padding. The updates, the low-precision write-back, the gathered state and a
-// resume at another world size are what the plain optimizer gives.
+// optimizer on one process: buckets of a few elements, so that parameters share and span buckets,
+// straddle ranks and leave padding. The updates, the low-precision write-back, the gathered state
+// and a resume at another world size are what the plain optimizer gives.
 #define USE_C10D_GLOO 1
 #include "train/sharded_optimizer.h"
 
@@ -24,8 +24,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// 41 elements in 6 tensors. With 40-byte buckets: [w] [b c] [d] [e] [f]; with 3 ranks their
-// slices are 5, 2, 3, 3 and 4 elements, the last of each but [w] padded.
+// 41 elements in 6 tensors. 40-byte buckets cut them into 10, 10, 10, 10 and 1 elements, so
+// tensors span buckets and ranks; with 3 ranks every bucket's last slice is padded.
 const std::vector<std::vector<int64_t>> kShapes = {{5, 3}, {2}, {3}, {7}, {2, 2, 2}, {11}};
 constexpr int64_t kBucketBytes = 40;
 
