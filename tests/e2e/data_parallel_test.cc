@@ -31,7 +31,8 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::string Pipeline(const std::string& out, int batch, const std::string& parallel,
-                     int accumulation = 1, const std::string& device = "cpu") {
+                     int accumulation = 1, const std::string& device = "cpu",
+                     const std::string& precision = "fp32") {
   return "output_dir: \"" + out +
          "\"\nstage {\n  name: \"s\"\n"
          "  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins.MlpOptions] { "
@@ -40,7 +41,9 @@ std::string Pipeline(const std::string& out, int batch, const std::string& paral
          "DigitsOptions] { path: \"" +
          testing::DigitsDataPath().string() +
          "\" } } }\n"
-         "  precision { plugin: \"fp32\" }\n"
+         "  precision { plugin: \"" +
+         precision +
+         "\" }\n"
          "  optimizer { learning_rate: 0.003 }\n"
          "  schedule { max_steps: 40 batch_size: " +
          std::to_string(batch) + " gradient_accumulation_steps: " + std::to_string(accumulation) +
@@ -285,8 +288,10 @@ TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
                                 "ranks) over Gloo: this is rank 0 of 2"));
   // The mlp's 4,810 trainable f32 elements: AdamW's two moments are 38,480 bytes, a quarter each.
   EXPECT_THAT(rd.out, HasSubstr("optimizer state 38.5 KB, all-reduce buckets 19.2 KB"));
-  EXPECT_THAT(r4.out, HasSubstr("per rank: model 19.2 KB, gradients 19.2 KB, f32 masters 0 B, "
-                                "optimizer state 9.6 KB (1/4 of 38.5 KB: shard_level 1)"));
+  EXPECT_THAT(
+      r4.out,
+      HasSubstr("per rank: model 19.2 KB, gradients 19.2 KB, f32 masters 0 B, "
+                "optimizer state 9.6 KB (1/4 of 38.5 KB, and of the masters: shard_level 1)"));
   const std::filesystem::path weights = "s/final/model.safetensors";
   EXPECT_EQ(MaxDifference(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights), 0);
   ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
@@ -297,11 +302,42 @@ TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
       << "the same names both ways";
 }
 
+TEST(DataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
+  // bf16-true: the weights are bf16 and their f32 masters are the optimizer's, each rank keeping
+  // those of its part. The weights, moments and masters end bit for bit where DDP's end, and the
+  // checkpoint holds the masters under DDP's names.
+  testing::TempDir tmp;
+  const std::string sharded = "strategy: SHARDED shard_level: 1";
+  const auto ddp =
+      tmp.Write("ddp.pbtxt", Pipeline("ddp", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
+  const auto two = tmp.Write("two.pbtxt", Pipeline("two", 16, sharded, 1, "cpu", "bf16-true"));
+  auto rd = testing::RunEngine({"run", "--nproc=2", ddp.string()});
+  ASSERT_EQ(rd.exit_code, 0) << rd.err;
+  auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_THAT(rd.out, HasSubstr("model 9.6 KB, gradients 9.6 KB, f32 masters 19.2 KB"));
+  EXPECT_THAT(r2.out, HasSubstr("model 9.6 KB, gradients 9.6 KB, f32 masters 9.6 KB"));
+  const std::filesystem::path weights = "s/final/model.safetensors";
+  EXPECT_EQ(MaxDifference(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights), 0);
+  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
+  EXPECT_EQ(MaxDifference(tmp.path() / "ddp" / state, tmp.path() / "two" / state), 0);
+  EXPECT_EQ(MaxDifference(tmp.path() / "two" / state, tmp.path() / "ddp" / state), 0);
+  auto opened = safetensors::File::Open(tmp.path() / "two" / state);
+  ASSERT_TRUE(opened.ok());
+  int masters = 0;
+  for (const auto& info : (*opened)->tensors()) {
+    if (info.name.size() > 7 && info.name.substr(info.name.size() - 7) == ".master") ++masters;
+  }
+  EXPECT_EQ(masters, 4) << "the MLP's two weights and two biases";
+}
+
 TEST(DataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
   // Trained to the end, then as if killed after step 30: the final checkpoint and step 40's are
-  // gone, and the same command resumes after step 30 on 2 ranks to the same weights, bit for bit.
+  // gone, and the same command resumes after step 30 on 2 ranks to the same weights, bit for bit
+  // (bf16-true, so the masters each rank keeps come back too).
   testing::TempDir tmp;
-  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, "strategy: SHARDED shard_level: 1"));
+  const auto file = tmp.Write(
+      "p.pbtxt", Pipeline("out", 16, "strategy: SHARDED shard_level: 1", 1, "cpu", "bf16-true"));
   auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::filesystem::path stage = tmp.path() / "out/s";

@@ -116,8 +116,13 @@ RankMemory MemoryPerRank(const StagePlan& s) {
     m.all_optimizer_state +=
         g.num_elements * slots * static_cast<int64_t>(c10::elementSize(g.optimizer_state));
   }
-  m.optimizer_state = s.shard_level >= 1 ? (m.all_optimizer_state + s.world_size - 1) / s.world_size
-                                         : m.all_optimizer_state;
+  // A sharded optimizer keeps its rank's parts of the state and of the masters.
+  if (s.shard_level >= 1 && s.process_group) {
+    m.optimizer_state = (m.all_optimizer_state + s.world_size - 1) / s.world_size;
+    m.masters = (m.masters + s.world_size - 1) / s.world_size;
+  } else {
+    m.optimizer_state = m.all_optimizer_state;
+  }
   if (s.process_group) m.reduce_buckets = trainable_elements * 4;
   return m;
 }
@@ -128,9 +133,9 @@ std::string MemoryText(const StagePlan& s) {
                     HumanBytes(m.model) + ", gradients " + HumanBytes(m.gradients) +
                     ", f32 masters " + HumanBytes(m.masters) + ", optimizer state " +
                     HumanBytes(m.optimizer_state);
-  if (s.shard_level >= 1) {
+  if (s.shard_level >= 1 && s.process_group) {
     out += " (1/" + std::to_string(s.world_size) + " of " + HumanBytes(m.all_optimizer_state) +
-           ": shard_level 1)";
+           ", and of the masters: shard_level 1)";
   }
   if (m.reduce_buckets > 0) out += ", all-reduce buckets " + HumanBytes(m.reduce_buckets);
   return out + "; activations not counted";

@@ -51,7 +51,8 @@ Status PrecisionRuntime::CastStorage(const PrecisionPlan& plan, torch::nn::Modul
 
 StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const PrecisionPlan& plan,
                                                                     torch::nn::Module& module,
-                                                                    c10::Device device) {
+                                                                    c10::Device device,
+                                                                    MasterHolder masters) {
   const TensorPlans plans(plan);
   ENGINE_RETURN_IF_ERROR(CastStorage(plan, module));
   // The census after the casts must be the plan.
@@ -65,6 +66,7 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
   }
 
   std::unique_ptr<PrecisionRuntime> runtime(new PrecisionRuntime());
+  runtime->master_holder_ = masters;
   if (plan.autocast) runtime->context_ = PrecisionContext::Autocast(device.type(), *plan.autocast);
   runtime->loss_scaling_ = plan.loss_scaling;
   runtime->scale_ = plan.loss_scaling.enabled ? plan.loss_scaling.initial_scale : 1.0;
@@ -79,7 +81,8 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
     runtime->parameters_.push_back({item.key(), item.value()});
     const bool master = t->master != t->storage;
     runtime->has_master_.push_back(master);
-    if (master) {
+    runtime->master_dtypes_.push_back(master ? t->master : at::ScalarType::Undefined);
+    if (master && masters == MasterHolder::kRuntime) {
       at::Tensor copy = item.value().detach().to(t->master).clone();
       copy.set_requires_grad(true);
       runtime->optimizer_parameters_.push_back({item.key(), copy});
@@ -88,6 +91,11 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
     }
   }
   return runtime;
+}
+
+std::vector<at::ScalarType> PrecisionRuntime::OptimizerMasterDtypes() const {
+  if (master_holder_ == MasterHolder::kOptimizer) return master_dtypes_;
+  return std::vector<at::ScalarType>(parameters_.size(), at::ScalarType::Undefined);
 }
 
 void PrecisionRuntime::ZeroGrad() {
@@ -177,7 +185,8 @@ void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     // A fed gradient's update was written back by the optimizer; a master without a gradient
     // did not change.
-    if (has_master_[i] && !Fed(i) && optimizer_parameters_[i].tensor.grad().defined()) {
+    if (has_master_[i] && !Fed(i) && optimizer_parameters_[i].tensor.grad().defined() &&
+        !optimizer_parameters_[i].tensor.is_same(parameters_[i].tensor)) {
       parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
     }
   }
@@ -187,7 +196,9 @@ void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {
 void PrecisionRuntime::SyncParameters() {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (has_master_[i]) parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
+    if (has_master_[i] && !optimizer_parameters_[i].tensor.is_same(parameters_[i].tensor)) {
+      parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
+    }
   }
 }
 
@@ -211,8 +222,14 @@ void PrecisionRuntime::UpdateScale(bool found_inf) {
 }
 
 Status PrecisionRuntime::VerifyOptimizerState(const Optimizer& optimizer) const {
-  std::map<std::string, const at::Tensor*> updated;
-  for (const NamedParameter& p : optimizer_parameters_) updated[p.name] = &p.tensor;
+  // The dtype of the weights the optimizer updates: the masters it keeps, where it keeps them.
+  const std::vector<at::ScalarType> kept = OptimizerMasterDtypes();
+  std::map<std::string, std::pair<const at::Tensor*, at::ScalarType>> updated;
+  for (size_t i = 0; i < optimizer_parameters_.size(); ++i) {
+    const at::Tensor& p = optimizer_parameters_[i].tensor;
+    updated[optimizer_parameters_[i].name] = {
+        &p, kept[i] != at::ScalarType::Undefined ? kept[i] : p.scalar_type()};
+  }
   for (const auto& [name, state] : optimizer.State()) {
     const size_t dot = name.rfind('.');
     auto it = updated.find(name.substr(0, dot == std::string::npos ? 0 : dot));
@@ -220,12 +237,11 @@ Status PrecisionRuntime::VerifyOptimizerState(const Optimizer& optimizer) const 
       return FailedPreconditionError("optimizer state '" + name +
                                      "' belongs to no tensor the optimizer updates");
     }
-    if (state.scalar_type() != it->second->scalar_type() ||
-        !state.sizes().equals(it->second->sizes())) {
+    const auto [weights, dtype] = it->second;
+    if (state.scalar_type() != dtype || !state.sizes().equals(weights->sizes())) {
       return FailedPreconditionError(
           "optimizer state '" + name + "' is " + std::string(DtypeShortName(state.scalar_type())) +
-          " but the weights it updates are " +
-          std::string(DtypeShortName(it->second->scalar_type())) +
+          " but the weights it updates are " + std::string(DtypeShortName(dtype)) +
           " (or of another shape); the optimizer would meet mismatched dtypes (F6)");
     }
   }
@@ -235,7 +251,7 @@ Status PrecisionRuntime::VerifyOptimizerState(const Optimizer& optimizer) const 
 safetensors::NamedTensors PrecisionRuntime::MasterTensors() const {
   safetensors::NamedTensors out;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (has_master_[i]) {
+    if (has_master_[i] && master_holder_ == MasterHolder::kRuntime) {
       out.emplace_back(parameters_[i].name + ".master", optimizer_parameters_[i].tensor.detach());
     }
   }
@@ -251,7 +267,7 @@ Status PrecisionRuntime::Restore(const safetensors::NamedTensors& masters,
   std::map<std::string, at::Tensor> by_name(masters.begin(), masters.end());
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (!has_master_[i]) continue;
+    if (!has_master_[i] || master_holder_ == MasterHolder::kOptimizer) continue;
     const std::string name = parameters_[i].name + ".master";
     auto it = by_name.find(name);
     at::Tensor& master = optimizer_parameters_[i].tensor;

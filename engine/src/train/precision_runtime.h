@@ -39,6 +39,12 @@ class Module;
 
 namespace engine {
 
+// Who keeps the f32 masters of the tensors stored in low precision: the runtime (whole, for any
+// optimizer), or the optimizer, which then gets the low-precision parameters themselves and keeps
+// masters for what it updates (a sharded optimizer, for its part of them:
+// train/sharded_optimizer.h).
+enum class MasterHolder { kRuntime, kOptimizer };
+
 class PrecisionRuntime {
  public:
   // Casts every tensor of `module` to its planned storage dtype where it is: before the module is
@@ -47,15 +53,20 @@ class PrecisionRuntime {
   // CastStorage (nothing left to do after an earlier call) on `module`, already on `device`;
   // checks the result with a fresh census, and makes f32 masters for trainable tensors stored in
   // low precision.
-  static StatusOr<std::unique_ptr<PrecisionRuntime>> Apply(const PrecisionPlan& plan,
-                                                           torch::nn::Module& module,
-                                                           c10::Device device);
+  static StatusOr<std::unique_ptr<PrecisionRuntime>> Apply(
+      const PrecisionPlan& plan, torch::nn::Module& module, c10::Device device,
+      MasterHolder masters = MasterHolder::kRuntime);
 
   const PrecisionContext& context() const { return context_; }
   // The module's trainable parameters, in their storage dtype.
   const std::vector<NamedParameter>& parameters() const { return parameters_; }
-  // What the optimizer updates: a parameter's f32 master where it has one, else the parameter.
+  // What the optimizer updates: a parameter's f32 master where the runtime keeps one, else the
+  // parameter.
   const std::vector<NamedParameter>& optimizer_parameters() const { return optimizer_parameters_; }
+  MasterHolder master_holder() const { return master_holder_; }
+  // Per optimizer parameter, the dtype of the master the optimizer keeps for it (MasterHolder::
+  // kOptimizer), or Undefined.
+  std::vector<at::ScalarType> OptimizerMasterDtypes() const;
 
   bool loss_scaling() const { return loss_scaling_.enabled; }
   double loss_scale() const { return scale_; }
@@ -95,7 +106,8 @@ class PrecisionRuntime {
   // tensor ("<parameter>.<slot>") has the dtype and shape of the weights it updates.
   Status VerifyOptimizerState(const Optimizer& optimizer) const;
 
-  // "<parameter>.master" for each f32 master, for checkpoints.
+  // "<parameter>.master" for each f32 master the runtime keeps, for checkpoints (none when the
+  // optimizer keeps them: its State() holds them under the same names).
   safetensors::NamedTensors MasterTensors() const;
 
   // The dynamic loss scaler, exactly, for checkpoints a stage resumes from.
@@ -108,7 +120,8 @@ class PrecisionRuntime {
   ScalerState scaler_state() const;
 
   // Puts back what MasterTensors() and scaler_state() saved: each master is copied into place (the
-  // optimizer keeps updating the same tensors). Refuses a missing, extra or misshapen master.
+  // optimizer keeps updating the same tensors). Refuses a missing, extra or misshapen master (any
+  // master, when the optimizer keeps them: they go to its LoadState).
   Status Restore(const safetensors::NamedTensors& masters, const ScalerState& scaler);
 
  private:
@@ -125,7 +138,9 @@ class PrecisionRuntime {
   // Whether parameter i's gradient goes to the optimizer through feeds_.
   bool Fed(size_t i) const { return i < feeds_.size() && feeds_[i].grad.defined(); }
 
+  MasterHolder master_holder_ = MasterHolder::kRuntime;
   std::vector<bool> has_master_;
+  std::vector<at::ScalarType> master_dtypes_;  // per parameter; Undefined without a master
   std::vector<GradientFeed> feeds_;
 };
 

@@ -17,18 +17,26 @@ namespace {
 class ShardedOptimizer : public Optimizer {
  public:
   ShardedOptimizer(const proto::Optimizer& config, std::vector<NamedParameter> parameters,
-                   DataParallel* group, int64_t bucket_bytes)
-      : parameters_(std::move(parameters)), group_(group) {
+                   std::vector<at::ScalarType> master_dtypes, DataParallel* group,
+                   int64_t bucket_bytes)
+      : parameters_(std::move(parameters)),
+        master_dtypes_(std::move(master_dtypes)),
+        group_(group) {
+    master_dtypes_.resize(parameters_.size(), at::ScalarType::Undefined);
     Pack(bucket_bytes);
-    // The plain optimizer, over views of this rank's parts of the parameters: it updates them in
-    // place and keeps slots for them only.
-    std::vector<NamedParameter> views;
+    // The plain optimizer, over this rank's parts: views of the parameters, which it updates in
+    // place, or the parts' masters. It keeps slots for them only.
+    at::NoGradGuard no_grad;
+    std::vector<NamedParameter> updated;
+    masters_.resize(parts_.size());
     for (size_t k = 0; k < parts_.size(); ++k) {
-      views.push_back(
-          {PartName(k),
-           Flat(parameters_[parts_[k].parameter]).narrow(0, parts_[k].from, parts_[k].length)});
+      const at::Tensor view = PartOf(parts_[k].parameter, k);
+      if (HasMaster(parts_[k].parameter)) {
+        masters_[k] = view.to(master_dtypes_[parts_[k].parameter]).clone();
+      }
+      updated.push_back({PartName(k), masters_[k].defined() ? masters_[k] : view});
     }
-    inner_ = MakeOptimizer(config, std::move(views));
+    inner_ = MakeOptimizer(config, std::move(updated));
   }
 
   std::string algorithm() const override { return inner_->algorithm(); }
@@ -40,33 +48,16 @@ class ShardedOptimizer : public Optimizer {
     if (steps_ == 0) return Status::Ok();  // no slots yet, on any rank
     const safetensors::NamedTensors mine = inner_->State();
     const std::map<std::string, at::Tensor> by_name(mine.begin(), mine.end());
-    const bool keep = group_->rank() == 0;
     at::NoGradGuard no_grad;
     for (const std::string& slot : inner_->slot_names()) {
-      std::vector<at::Tensor> whole_slots(parameters_.size());
-      if (keep) {
-        for (size_t i = 0; i < parameters_.size(); ++i) {
-          whole_slots[i] = at::empty_like(parameters_[i].tensor, at::MemoryFormat::Contiguous);
-        }
-      }
-      for (size_t b = 0; b < buckets_.size(); ++b) {
-        // A part without slots (its parameter never had a gradient) sends zeros.
-        ENGINE_ASSIGN_OR_RETURN(at::Tensor whole, GatherBucket(b, [&](size_t k) {
-                                  auto it = by_name.find(PartName(k) + "." + slot);
-                                  return it == by_name.end() ? at::Tensor() : it->second;
-                                }));
-        if (!keep) continue;
-        for (const Piece& piece : buckets_[b].pieces) {
-          Flat(whole_slots[piece.parameter])
-              .narrow(0, piece.from, piece.length)
-              .copy_(whole.narrow(0, piece.at, piece.length));
-        }
-      }
-      for (size_t i = 0; keep && i < parameters_.size(); ++i) {
-        gathered_.emplace_back(parameters_[i].name + "." + slot, std::move(whole_slots[i]));
-      }
+      // A part without slots (its parameter never had a gradient) sends zeros.
+      ENGINE_RETURN_IF_ERROR(GatherPerParameter(slot, /*masters_only=*/false, [&](size_t k) {
+        auto it = by_name.find(PartName(k) + "." + slot);
+        return it == by_name.end() ? at::Tensor() : it->second;
+      }));
     }
-    return Status::Ok();
+    return GatherPerParameter("master", /*masters_only=*/true,
+                              [&](size_t k) { return masters_[k]; });
   }
 
   Status LoadState(const safetensors::NamedTensors& state, int64_t steps) override {
@@ -74,13 +65,20 @@ class ShardedOptimizer : public Optimizer {
     const std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
     ENGINE_RETURN_IF_ERROR(CheckState(by_name));
     safetensors::NamedTensors mine;
+    at::NoGradGuard no_grad;
     for (size_t k = 0; k < parts_.size(); ++k) {
       const Part& part = parts_[k];
+      const std::string& name = parameters_[part.parameter].name;
+      auto saved_part = [&](const at::Tensor& whole) {
+        return whole.reshape({-1}).narrow(0, part.from, part.length);
+      };
+      if (auto it = by_name.find(name + ".master"); it != by_name.end()) {
+        masters_[k].copy_(saved_part(it->second));
+      }
       for (const std::string& slot : inner_->slot_names()) {
-        auto it = by_name.find(parameters_[part.parameter].name + "." + slot);
+        auto it = by_name.find(name + "." + slot);
         if (it == by_name.end()) break;  // this parameter never had a gradient
-        mine.emplace_back(PartName(k) + "." + slot,
-                          it->second.reshape({-1}).narrow(0, part.from, part.length));
+        mine.emplace_back(PartName(k) + "." + slot, saved_part(it->second));
       }
     }
     ENGINE_RETURN_IF_ERROR(inner_->LoadState(mine, steps));
@@ -93,25 +91,27 @@ class ShardedOptimizer : public Optimizer {
     at::NoGradGuard no_grad;
     ++steps_;
     gathered_.clear();
-    // This rank's parts, updated in place by the plain optimizer with the same gradients, factors
-    // and write-backs the whole parameters would get.
+    // This rank's parts, updated by the plain optimizer with the gradients, factors and
+    // write-backs the whole parameters would get; a master's update is written back into its part
+    // of the parameter.
     std::vector<GradientFeed> part_feeds(parts_.size());
     for (size_t k = 0; k < parts_.size(); ++k) {
       const Part& part = parts_[k];
       const GradientFeed g = GradientOf(parameters_[part.parameter].tensor, part.parameter, feeds);
-      if (!g.grad.defined()) continue;  // a view's own .grad() is undefined too: not updated
+      if (!g.grad.defined()) continue;  // the part's own .grad() is undefined too: not updated
       part_feeds[k].grad = g.grad.reshape({-1}).narrow(0, part.from, part.length);
       part_feeds[k].scale = g.scale;
-      if (g.write_back.defined() && g.write_back.is_contiguous()) {
+      if (masters_[k].defined()) {
+        part_feeds[k].write_back = PartOf(part.parameter, k);
+      } else if (g.write_back.defined() && g.write_back.is_contiguous()) {
         part_feeds[k].write_back = Flat(g.write_back).narrow(0, part.from, part.length);
       }
     }
     inner_->Step(lr, part_feeds);
-    // Every rank's parts into every rank's parameters, then their low-precision copies.
+    // Every rank's parts into every rank's parameters, then any other low-precision copies.
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      StatusOr<at::Tensor> whole = GatherBucket(b, [&](size_t k) {
-        return Flat(parameters_[parts_[k].parameter]).narrow(0, parts_[k].from, parts_[k].length);
-      });
+      StatusOr<at::Tensor> whole = GatherBucket(
+          b, buckets_[b].dtype, [&](size_t k) { return PartOf(parts_[k].parameter, k); });
       if (!whole.ok()) throw std::runtime_error(whole.status().message());
       for (const Piece& piece : buckets_[b].pieces) {
         Flat(parameters_[piece.parameter])
@@ -121,7 +121,9 @@ class ShardedOptimizer : public Optimizer {
     }
     for (size_t i = 0; i < parameters_.size(); ++i) {
       const GradientFeed g = GradientOf(parameters_[i].tensor, i, feeds);
-      if (g.write_back.defined()) g.write_back.copy_(parameters_[i].tensor);
+      if (g.write_back.defined() && !g.write_back.is_same(parameters_[i].tensor)) {
+        g.write_back.copy_(parameters_[i].tensor);
+      }
     }
   }
 
@@ -160,6 +162,46 @@ class ShardedOptimizer : public Optimizer {
   };
 
   static std::string PartName(size_t k) { return "part" + std::to_string(k); }
+  bool HasMaster(size_t i) const { return master_dtypes_[i] != at::ScalarType::Undefined; }
+  // Part k of parameter i, a view.
+  at::Tensor PartOf(size_t i, size_t k) const {
+    return Flat(parameters_[i]).narrow(0, parts_[k].from, parts_[k].length);
+  }
+  // The dtype of what the optimizer updates for parameter i: its master's, or its own.
+  at::ScalarType UpdatedDtype(size_t i) const {
+    return HasMaster(i) ? master_dtypes_[i] : parameters_[i].tensor.scalar_type();
+  }
+
+  // Gathers what part_tensor(k) gives for this rank's parts into "<parameter>.<suffix>" tensors of
+  // the parameters' shapes in gathered_ on rank 0 (of the masters only, or of every parameter).
+  Status GatherPerParameter(const std::string& suffix, bool masters_only,
+                            const std::function<at::Tensor(size_t)>& part_tensor) {
+    const bool keep = group_->rank() == 0;
+    std::vector<at::Tensor> whole_tensors(parameters_.size());
+    for (size_t i = 0; keep && i < parameters_.size(); ++i) {
+      if (masters_only && !HasMaster(i)) continue;
+      whole_tensors[i] = at::empty(parameters_[i].tensor.sizes(),
+                                   parameters_[i].tensor.options().dtype(UpdatedDtype(i)));
+    }
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const size_t first = buckets_[b].pieces.front().parameter;
+      if (masters_only && !HasMaster(first)) continue;  // a bucket's parameters share a dtype
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor whole, GatherBucket(b, UpdatedDtype(first), part_tensor));
+      if (!keep) continue;
+      for (const Piece& piece : buckets_[b].pieces) {
+        if (!whole_tensors[piece.parameter].defined()) continue;
+        Flat(whole_tensors[piece.parameter])
+            .narrow(0, piece.from, piece.length)
+            .copy_(whole.narrow(0, piece.at, piece.length));
+      }
+    }
+    for (size_t i = 0; keep && i < parameters_.size(); ++i) {
+      if (whole_tensors[i].defined()) {
+        gathered_.emplace_back(parameters_[i].name + "." + suffix, std::move(whole_tensors[i]));
+      }
+    }
+    return Status::Ok();
+  }
   // A parameter as one dimension, sharing its memory (the trainer's tensors are contiguous).
   static at::Tensor Flat(const at::Tensor& t) { return t.view({-1}); }
   static at::Tensor Flat(const NamedParameter& p) { return Flat(p.tensor); }
@@ -191,11 +233,9 @@ class ShardedOptimizer : public Optimizer {
         from += length;
       }
     }
-    std::map<at::ScalarType, int64_t> largest_shard;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       Bucket& bucket = buckets_[b];
       bucket.shard = (bucket.elements + world - 1) / world;
-      largest_shard[bucket.dtype] = std::max(largest_shard[bucket.dtype], bucket.shard);
       const int64_t lo = group_->rank() * bucket.shard;
       const int64_t hi = lo + bucket.shard;
       for (const Piece& piece : bucket.pieces) {
@@ -207,20 +247,15 @@ class ShardedOptimizer : public Optimizer {
             {b, piece.parameter, piece.from + begin - piece.at, begin - lo, end - begin});
       }
     }
-    const auto on_group = at::TensorOptions().device(group_->device());
-    for (const auto& [dtype, shard] : largest_shard) {
-      buffers_[dtype] = {at::empty({shard}, on_group.dtype(dtype)),
-                         at::empty({shard * world}, on_group.dtype(dtype))};
-    }
   }
 
-  // Bucket b whole on the parameters' device (a view of buffers_ there when it is the group's,
-  // valid until the next call): each rank sends its slice, made of part_tensor(k) for its parts k
-  // (undefined: zeros), zeros in the padding.
-  StatusOr<at::Tensor> GatherBucket(size_t b,
+  // Bucket b whole in `dtype` on the parameters' device (a view of a buffer there when it is the
+  // group's, valid until the next call): each rank sends its slice, made of part_tensor(k) for its
+  // parts k (undefined: zeros), zeros in the padding.
+  StatusOr<at::Tensor> GatherBucket(size_t b, at::ScalarType dtype,
                                     const std::function<at::Tensor(size_t)>& part_tensor) {
     const Bucket& bucket = buckets_[b];
-    const GatherBuffers& buffers = buffers_.at(bucket.dtype);
+    const GatherBuffers& buffers = BuffersFor(dtype);
     at::Tensor slice = buffers.slice.narrow(0, 0, bucket.shard);
     at::Tensor whole = buffers.whole.narrow(0, 0, bucket.shard * group_->world_size());
     slice.zero_();
@@ -233,11 +268,23 @@ class ShardedOptimizer : public Optimizer {
     return whole.device() == device ? whole : whole.to(device);
   }
 
+  // Buffers for the largest bucket, in `dtype`, made on first use and kept.
+  const GatherBuffers& BuffersFor(at::ScalarType dtype) {
+    auto it = buffers_.find(dtype);
+    if (it != buffers_.end()) return it->second;
+    int64_t shard = 0;
+    for (const Bucket& bucket : buckets_) shard = std::max(shard, bucket.shard);
+    const auto options = at::TensorOptions().device(group_->device()).dtype(dtype);
+    return buffers_[dtype] = {at::empty({shard}, options),
+                              at::empty({shard * group_->world_size()}, options)};
+  }
+
   // The same checks as the plain optimizer's LoadState, on the whole state.
   Status CheckState(const std::map<std::string, at::Tensor>& by_name) const {
     std::set<std::string> known;
     const std::vector<std::string> slots = inner_->slot_names();
-    for (const NamedParameter& p : parameters_) {
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const NamedParameter& p = parameters_[i];
       size_t present = 0;
       for (const std::string& slot : slots) {
         auto it = by_name.find(p.name + "." + slot);
@@ -251,6 +298,20 @@ class ShardedOptimizer : public Optimizer {
       if (present > 0 && present < slots.size()) {
         return DataLossError("optimizer state for '" + p.name + "' lacks one of its slots");
       }
+      if (!HasMaster(i)) continue;
+      auto master = by_name.find(p.name + ".master");
+      if (master == by_name.end()) {
+        if (!by_name.empty()) {
+          return DataLossError("the f32 master '" + p.name + ".master' is missing");
+        }
+        continue;
+      }
+      if (master->second.scalar_type() != master_dtypes_[i] ||
+          !master->second.sizes().equals(p.tensor.sizes())) {
+        return DataLossError("the master '" + master->first +
+                             "' has another dtype or shape than this stage's");
+      }
+      known.insert(master->first);
     }
     for (const auto& [name, tensor] : by_name) {
       if (known.count(name) == 0) {
@@ -262,9 +323,11 @@ class ShardedOptimizer : public Optimizer {
   }
 
   std::vector<NamedParameter> parameters_;
+  std::vector<at::ScalarType> master_dtypes_;  // per parameter; Undefined: none
   DataParallel* group_;
   std::vector<Bucket> buckets_;
   std::vector<Part> parts_;
+  std::vector<at::Tensor> masters_;  // per part; undefined where its parameter has no master
   std::map<at::ScalarType, GatherBuffers> buffers_;
   std::unique_ptr<Optimizer> inner_;  // over views of parts_
   safetensors::NamedTensors gathered_;
@@ -274,6 +337,7 @@ class ShardedOptimizer : public Optimizer {
 
 StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer& config,
                                                           std::vector<NamedParameter> parameters,
+                                                          std::vector<at::ScalarType> master_dtypes,
                                                           DataParallel* group,
                                                           int64_t bucket_bytes) {
   for (const NamedParameter& p : parameters) {
@@ -282,8 +346,8 @@ StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer
                                      "' in place, and it is not contiguous in memory");
     }
   }
-  return std::unique_ptr<Optimizer>(
-      new ShardedOptimizer(config, std::move(parameters), group, bucket_bytes));
+  return std::unique_ptr<Optimizer>(new ShardedOptimizer(
+      config, std::move(parameters), std::move(master_dtypes), group, bucket_bytes));
 }
 
 }  // namespace engine

@@ -12,13 +12,22 @@
 // the update, each bucket is all-gathered through two buffers kept for the optimizer's life: a
 // slice and a bucket of the largest bucket's size (per dtype).
 //
+// Masters: where the parameters are stored in low precision and the optimizer is to keep their f32
+// masters, each rank keeps masters for its parts only, updates them with the low-precision
+// gradients (as the plain optimizer updates the precision runtime's masters) and writes the
+// rounded result into its part of the parameter; the parameters are then gathered in their own
+// dtype.
+//
 // State() is empty until GatherState() (a collective) makes it whole on rank 0, in the plain
-// optimizer's names ("<parameter>.<slot>", the parameter's shape): checkpoints are the files a
+// optimizer's names and the parameters' shapes ("<parameter>.<slot>", and "<parameter>.master"
+// for the masters it keeps, as the precision runtime names them): checkpoints are the files a
 // plain or DDP stage writes, and LoadState() takes any of them, whatever world size wrote it.
 //
 // Ownership: borrows `group` and the parameters' tensors. Thread safety: the training thread only.
 // A failed collective (a rank died) during a step throws, for the trainer's GuardedCall to report.
 #pragma once
+
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <memory>
@@ -31,9 +40,13 @@
 
 namespace engine {
 
-// Refuses parameters that are not contiguous (their parts are updated in place through views).
+// `master_dtypes`: empty, or per parameter the dtype of the master to keep for this rank's part of
+// it (Undefined: none), for parameters stored in low precision whose precision runtime leaves the
+// masters to the optimizer (MasterHolder::kOptimizer). Refuses parameters that are not contiguous
+// (their parts are updated in place through views).
 StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer& config,
                                                           std::vector<NamedParameter> parameters,
+                                                          std::vector<at::ScalarType> master_dtypes,
                                                           DataParallel* group,
                                                           int64_t bucket_bytes);
 

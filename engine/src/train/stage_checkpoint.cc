@@ -222,10 +222,16 @@ StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const st
   ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
   const TrainingState& training = saved.state;
 
-  ENGINE_RETURN_IF_ERROR(parts.optimizer->LoadState(saved.optimizer_slots, training.optimizer_steps)
-                             .WithContext(where));
+  // The masters go where the stage keeps them: the precision runtime, or its optimizer.
+  safetensors::NamedTensors slots = saved.optimizer_slots;
+  safetensors::NamedTensors masters = saved.masters;
+  if (parts.precision->master_holder() == MasterHolder::kOptimizer) {
+    slots.insert(slots.end(), masters.begin(), masters.end());
+    masters.clear();
+  }
   ENGINE_RETURN_IF_ERROR(
-      parts.precision->Restore(saved.masters, training.scaler).WithContext(where));
+      parts.optimizer->LoadState(slots, training.optimizer_steps).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(parts.precision->Restore(masters, training.scaler).WithContext(where));
   ENGINE_RETURN_IF_ERROR(
       parts.precision->VerifyOptimizerState(*parts.optimizer).WithContext(where));
   ENGINE_RETURN_IF_ERROR(GuardedCall(where, [&] {

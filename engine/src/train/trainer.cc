@@ -144,12 +144,12 @@ class StageTrainer : public CallbackActions {
     ENGINE_RETURN_IF_ERROR(
         frozen_base_.Fix(module_, has_parent ? &parent_base : nullptr).WithContext(context_));
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
-    if (plan_.shard_level >= 1 && data_parallel_ != nullptr) {
+    if (ShardsOptimizer()) {
       ENGINE_ASSIGN_OR_RETURN(
-          optimizer_,
-          MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
-                               data_parallel_, std::min(BucketBytes(), kShardedGatherBytes))
-              .WithContext(context_));
+          optimizer_, MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
+                                           precision_->OptimizerMasterDtypes(), data_parallel_,
+                                           std::min(BucketBytes(), kShardedGatherBytes))
+                          .WithContext(context_));
     } else {
       optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     }
@@ -177,7 +177,10 @@ class StageTrainer : public CallbackActions {
       return Status::Ok();
     }));
     ENGINE_ASSIGN_OR_RETURN(precision_, GuardedCall(context_, [&] {
-                              return PrecisionRuntime::Apply(plan_.precision, module_, device_);
+                              return PrecisionRuntime::Apply(plan_.precision, module_, device_,
+                                                             ShardsOptimizer()
+                                                                 ? MasterHolder::kOptimizer
+                                                                 : MasterHolder::kRuntime);
                             }));
     for (const std::string& warning : plan_.precision.warnings) {
       LOG(WARNING) << context_ << ": " << warning;
@@ -206,6 +209,9 @@ class StageTrainer : public CallbackActions {
     }
     return Status::Ok();
   }
+
+  // A SHARDED stage in a process group: its optimizer (and the f32 masters) split across the ranks.
+  bool ShardsOptimizer() const { return plan_.shard_level >= 1 && plan_.process_group; }
 
   int64_t BucketBytes() const {
     return static_cast<int64_t>(config_.parallel().bucket_mib()) << 20;

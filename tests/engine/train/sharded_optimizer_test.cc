@@ -118,7 +118,7 @@ struct Reference {
 std::unique_ptr<Optimizer> Sharded(const proto::Optimizer& config,
                                    std::vector<NamedParameter> parameters, DataParallel* group,
                                    int64_t bucket_bytes) {
-  auto made = MakeShardedOptimizer(config, std::move(parameters), group, bucket_bytes);
+  auto made = MakeShardedOptimizer(config, std::move(parameters), {}, group, bucket_bytes);
   EXPECT_TRUE(made.ok()) << made.status().message();
   return made.ok() ? std::move(*made) : nullptr;
 }
@@ -180,6 +180,60 @@ TEST_P(ShardedOptimizerTest, ScaledLowPrecisionGradientsUpdateMastersAndWriteBac
   });
 }
 
+TEST_P(ShardedOptimizerTest, MastersItKeepsForItsPartsEndWhereTheRuntimesMastersEnd) {
+  // A bf16 stage whose precision runtime leaves the masters to the optimizer: the optimizer gets
+  // the bf16 parameters, keeps f32 masters for its parts and writes the rounded update back. The
+  // bf16 weights, the moments and the gathered masters are those of the plain optimizer on whole
+  // f32 masters, bit for bit; the state resumes on another world size.
+  const int world = GetParam();
+  const std::vector<at::ScalarType> f32(kShapes.size(), at::kFloat);
+  auto bf16_parameters = [] {
+    std::vector<NamedParameter> out = FreshParameters();
+    for (auto& p : out) p.tensor = p.tensor.to(at::kBFloat16);
+    return out;
+  };
+  auto feeds_for = [](int step, const std::vector<NamedParameter>& low) {
+    const std::vector<at::Tensor> g = Gradients(step);
+    std::vector<GradientFeed> feeds;
+    for (size_t i = 0; i < g.size(); ++i) {
+      feeds.push_back({g[i].mul(512).to(at::kBFloat16), 1.0 / 512, low[i].tensor});
+    }
+    return feeds;
+  };
+  // The plain optimizer on the precision runtime's whole masters.
+  const std::vector<NamedParameter> low = bf16_parameters();
+  std::vector<NamedParameter> masters;
+  for (const auto& p : low) masters.push_back({p.name, p.tensor.to(at::kFloat)});
+  auto plain = MakeOptimizer(AdamWConfig(), masters);
+  for (int s = 0; s < 2; ++s) plain->Step(1e-2, feeds_for(s, low));
+  safetensors::NamedTensors expected = plain->State();
+  for (const auto& m : masters) expected.emplace_back(m.name + ".master", m.tensor);
+  safetensors::NamedTensors saved;
+  OnRanks(world, [&](DataParallel& ranks) {
+    std::vector<NamedParameter> mine = bf16_parameters();
+    auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kBucketBytes);
+    ASSERT_TRUE(made.ok());
+    for (int s = 0; s < 2; ++s) (*made)->Step(1e-2, feeds_for(s, mine));
+    ExpectEqual(mine, low, "bf16 weights");
+    ASSERT_TRUE((*made)->GatherState().ok());
+    if (ranks.rank() == 0) {
+      ExpectSameState((*made)->State(), expected);
+      saved = (*made)->State();
+    }
+  });
+  // One more step, resumed on 2 ranks from what was gathered.
+  plain->Step(1e-2, feeds_for(2, low));
+  OnRanks(2, [&](DataParallel& ranks) {
+    std::vector<NamedParameter> mine = bf16_parameters();
+    auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kBucketBytes);
+    ASSERT_TRUE(made.ok());
+    ASSERT_TRUE((*made)->LoadState(saved, 2).ok());
+    (*made)->Step(1e-2, feeds_for(2, mine));
+    // The step starts from the saved masters, not from the bf16 weights it was made with.
+    ExpectEqual(mine, low, "bf16 weights after the resumed step");
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, ShardedOptimizerTest, ::testing::Values(2, 3),
                          [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
 
@@ -227,7 +281,7 @@ TEST(ShardedOptimizerResumeTest, StateGatheredOnTwoRanksResumesOnThreeAndOnOne) 
 TEST(ShardedOptimizerResumeTest, RefusesParametersItCannotUpdateInPlace) {
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = {{"transposed", at::randn({3, 4}).t()}};
-    auto made = MakeShardedOptimizer(AdamWConfig(), parameters, &ranks, kBucketBytes);
+    auto made = MakeShardedOptimizer(AdamWConfig(), parameters, {}, &ranks, kBucketBytes);
     ASSERT_FALSE(made.ok());
     EXPECT_THAT(made.status().message(), HasSubstr("'transposed'"));
     EXPECT_THAT(made.status().message(), HasSubstr("not contiguous"));
@@ -245,6 +299,9 @@ TEST(ShardedOptimizerResumeTest, RefusesStateThatFitsNoParameter) {
     EXPECT_THAT(stranger.message(), HasSubstr("'q.exp_avg', which matches no trainable parameter"));
     Status half = sharded->LoadState({{"p1.exp_avg", at::zeros({2})}}, 1);
     EXPECT_THAT(half.message(), HasSubstr("'p1' lacks one of its slots"));
+    Status master = sharded->LoadState({{"p1.master", at::zeros({2})}}, 1);
+    EXPECT_THAT(master.message(), HasSubstr("'p1.master', which matches no trainable parameter"))
+        << "these parameters have no masters";
   });
 }
 
