@@ -177,6 +177,37 @@ TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromR
   EXPECT_TRUE(std::filesystem::exists(tmp.path() / "out/s/final/manifest.pbtxt"));
 }
 
+TEST(DataParallelTest, RanksStartedFromDifferentPipelinesRefuseToTrainNamingTheField) {
+  // Rank 1's file asks for another learning rate: both ranks stop before step 1, naming the field.
+  testing::TempDir tmp;
+  std::string other = Pipeline("out", 16, "strategy: SHARDED shard_level: 1");
+  other.replace(other.find("learning_rate: 0.003"), 20, "learning_rate: 0.004");
+  const std::filesystem::path files[2] = {
+      tmp.Write("p0.pbtxt", Pipeline("out", 16, "strategy: SHARDED shard_level: 1")),
+      tmp.Write("p1.pbtxt", other)};
+  const std::string port = std::to_string(FreePort());
+  testing::CommandResult results[2];
+  std::thread ranks[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks[rank] = std::thread([&, rank] {
+      results[rank] = testing::RunEngine({"run", files[rank].string()}, "",
+                                         {{"RANK", std::to_string(rank)},
+                                          {"LOCAL_RANK", std::to_string(rank)},
+                                          {"WORLD_SIZE", "2"},
+                                          {"MASTER_ADDR", "127.0.0.1"},
+                                          {"MASTER_PORT", port}});
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (const testing::CommandResult& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("stage 's': the 2 ranks do not run the same stage: "
+                                 "stage[0].optimizer differs between them"));
+    EXPECT_THAT(r.err, Not(HasSubstr("step 1")));
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "out/s/final"));
+}
+
 // A checkpoint a callback asks for on rank 0 is taken by every rank together (it gathers each
 // rank's random generators, so a rank saving alone would wait for the others forever).
 TEST(DataParallelTest, ACheckpointRankZerosCallbackAsksForHoldsEveryRanksGenerators) {

@@ -37,8 +37,9 @@ class FakeDataParallel : public DataParallel {
     return pending;
   }
 
-  // The other rank holds the same shard.
+  // The other rank holds the same shard (a stand-in: tests of what is gathered need real ranks).
   Status AllGather(const at::Tensor& shard, const at::Tensor& whole) override {
+    if (fail_waits) return AbortedError("data parallel all-gather failed: peer gone");
     const int64_t n = shard.numel();
     whole.narrow(0, 0, n).copy_(shard);
     whole.narrow(0, n, n).copy_(shard);

@@ -61,7 +61,8 @@ class DataParallel {
 
   // Copies every rank's `shard` (contiguous, on device(), of the same dtype and size on every rank)
   // into `whole` (contiguous, world_size() times as many elements; rank r's at r times the shard's
-  // size) and returns when it is there.
+  // size) and returns when it is there (on a CUDA device: for work queued on the current stream
+  // after it returns).
   virtual Status AllGather(const at::Tensor& shard, const at::Tensor& whole) = 0;
 
   // Element-wise maximum over ranks of small flags (stop requested, interrupted, ...).

@@ -1,9 +1,9 @@
 // The optimizers a stage can name (AdamW, SGD), with state the engine can checkpoint by name.
 //
 // Parameters are updated in place from their .grad(); a parameter without a gradient this step is
-// left alone, as in PyTorch. State tensors have the parameter's dtype and device and are named
-// "<parameter>.<slot>" ("head.weight.exp_avg"), so an optimizer checkpoint is a plain safetensors
-// file.
+// left alone, as in PyTorch. State tensors have the dtype and device of the weights they update (a
+// sharded optimizer's masters, where it keeps them) and are named "<parameter>.<slot>"
+// ("head.weight.exp_avg"), so an optimizer checkpoint is a plain safetensors file.
 //
 // Thread safety: one thread at a time.
 #pragma once
@@ -62,6 +62,8 @@ class Optimizer {
   // split across ranks (train/sharded_optimizer.h) gathers it, so that State() on rank 0 is whole
   // until the next step. The others have nothing to do.
   virtual Status GatherState() { return Status::Ok(); }
+  // After the checkpoint: lets go of what GatherState() gathered.
+  virtual void ForgetGatheredState() {}
   virtual safetensors::NamedTensors State() const = 0;
   // Restores state saved by State() for the same parameters; refuses missing or misshapen entries.
   virtual Status LoadState(const safetensors::NamedTensors& state, int64_t steps) = 0;

@@ -281,8 +281,12 @@ Status PrecisionRuntime::Restore(const safetensors::NamedTensors& masters,
     by_name.erase(it);
   }
   if (!by_name.empty()) {
-    return DataLossError("'" + by_name.begin()->first +
-                         "' is the master of no tensor this stage trains in low precision");
+    return DataLossError(
+        "'" + by_name.begin()->first +
+        (master_holder_ == MasterHolder::kOptimizer
+             ? "' is for the optimizer, which keeps this stage's masters (a bug: it was not "
+               "handed to the optimizer)"
+             : "' is the master of no tensor this stage trains in low precision"));
   }
   scale_ = scaler.scale;
   growth_tracker_ = scaler.growth_tracker;

@@ -14,9 +14,10 @@
 //      low-precision parameter) -> UpdateScale.
 // UnscaleAndCheck and ClipGradients are the same with their reads done at once.
 //
-// The optimizer's arithmetic and state therefore always have the dtype of the weights it updates
-// (F6); with AdamW the cast, unscale, update and write-back are one fused pass (on the CPU, and on
-// CUDA where LibTorch has it), and the checks and the norm cost no device read of their own.
+// The optimizer's arithmetic and state therefore always have the dtype of the weights it updates,
+// the masters wherever they are kept (F6); with AdamW the cast, unscale, update and write-back are
+// one fused pass (on the CPU, and on CUDA where LibTorch has it), and the checks and the norm cost
+// no device read of their own.
 //
 // Thread safety: the training thread only. context() may be captured and entered on other threads.
 #pragma once
@@ -52,7 +53,7 @@ class PrecisionRuntime {
   static Status CastStorage(const PrecisionPlan& plan, torch::nn::Module& module);
   // CastStorage (nothing left to do after an earlier call) on `module`, already on `device`;
   // checks the result with a fresh census, and makes f32 masters for trainable tensors stored in
-  // low precision.
+  // low precision (unless `masters` leaves them to the optimizer).
   static StatusOr<std::unique_ptr<PrecisionRuntime>> Apply(
       const PrecisionPlan& plan, torch::nn::Module& module, c10::Device device,
       MasterHolder masters = MasterHolder::kRuntime);
@@ -97,7 +98,7 @@ class PrecisionRuntime {
   // Gradients prepared by UnscaleAndCheck for the masters, one per optimizer parameter (an empty
   // feed where the optimizer reads the parameter's own .grad()). Cleared by Step and ZeroGrad.
   const std::vector<GradientFeed>& feeds() const { return feeds_; }
-  // Copies every master into its low-precision parameter.
+  // Copies every master the runtime keeps into its low-precision parameter.
   void SyncParameters();
   // After a step: backs off on overflow (found_inf), grows after growth_interval clean steps.
   void UpdateScale(bool found_inf);

@@ -22,7 +22,8 @@ class ShardedOptimizer : public Optimizer {
       : parameters_(std::move(parameters)),
         master_dtypes_(std::move(master_dtypes)),
         group_(group) {
-    master_dtypes_.resize(parameters_.size(), at::ScalarType::Undefined);
+    if (master_dtypes_.empty())
+      master_dtypes_.assign(parameters_.size(), at::ScalarType::Undefined);
     Pack(bucket_bytes);
     // The plain optimizer, over this rank's parts: views of the parameters, which it updates in
     // place, or the parts' masters. It keeps slots for them only.
@@ -42,14 +43,16 @@ class ShardedOptimizer : public Optimizer {
   std::string algorithm() const override { return inner_->algorithm(); }
   std::vector<std::string> slot_names() const override { return inner_->slot_names(); }
   safetensors::NamedTensors State() const override { return gathered_; }
+  void ForgetGatheredState() override { gathered_.clear(); }
 
   Status GatherState() override {
     gathered_.clear();
-    if (steps_ == 0) return Status::Ok();  // no slots yet, on any rank
     const safetensors::NamedTensors mine = inner_->State();
     const std::map<std::string, at::Tensor> by_name(mine.begin(), mine.end());
     at::NoGradGuard no_grad;
-    for (const std::string& slot : inner_->slot_names()) {
+    // Before the first update there are no slots on any rank (steps were skipped, or none was
+    // taken); the masters exist from the start.
+    for (const std::string& slot : steps_ > 0 ? inner_->slot_names() : std::vector<std::string>()) {
       // A part without slots (its parameter never had a gradient) sends zeros.
       ENGINE_RETURN_IF_ERROR(GatherPerParameter(slot, /*masters_only=*/false, [&](size_t k) {
         auto it = by_name.find(PartName(k) + "." + slot);
@@ -162,6 +165,11 @@ class ShardedOptimizer : public Optimizer {
   };
 
   static std::string PartName(size_t k) { return "part" + std::to_string(k); }
+  static std::string JoinSlots(const std::vector<std::string>& slots) {
+    std::string out;
+    for (const std::string& slot : slots) out += (out.empty() ? "" : ", ") + slot;
+    return out;
+  }
   bool HasMaster(size_t i) const { return master_dtypes_[i] != at::ScalarType::Undefined; }
   // Part k of parameter i, a view.
   at::Tensor PartOf(size_t i, size_t k) const {
@@ -173,21 +181,22 @@ class ShardedOptimizer : public Optimizer {
   }
 
   // Gathers what part_tensor(k) gives for this rank's parts into "<parameter>.<suffix>" tensors of
-  // the parameters' shapes in gathered_ on rank 0 (of the masters only, or of every parameter).
+  // the parameters' shapes in gathered_ on rank 0, in host memory, which a checkpoint is written
+  // from anyway (of the masters only, or of every parameter).
   Status GatherPerParameter(const std::string& suffix, bool masters_only,
                             const std::function<at::Tensor(size_t)>& part_tensor) {
-    const bool keep = group_->rank() == 0;
+    const bool rank_zero = group_->rank() == 0;
     std::vector<at::Tensor> whole_tensors(parameters_.size());
-    for (size_t i = 0; keep && i < parameters_.size(); ++i) {
+    for (size_t i = 0; rank_zero && i < parameters_.size(); ++i) {
       if (masters_only && !HasMaster(i)) continue;
       whole_tensors[i] = at::empty(parameters_[i].tensor.sizes(),
-                                   parameters_[i].tensor.options().dtype(UpdatedDtype(i)));
+                                   at::TensorOptions().dtype(UpdatedDtype(i)).device(at::kCPU));
     }
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const size_t first = buckets_[b].pieces.front().parameter;
       if (masters_only && !HasMaster(first)) continue;  // a bucket's parameters share a dtype
       ENGINE_ASSIGN_OR_RETURN(at::Tensor whole, GatherBucket(b, UpdatedDtype(first), part_tensor));
-      if (!keep) continue;
+      if (!rank_zero) continue;
       for (const Piece& piece : buckets_[b].pieces) {
         if (!whole_tensors[piece.parameter].defined()) continue;
         Flat(whole_tensors[piece.parameter])
@@ -195,7 +204,7 @@ class ShardedOptimizer : public Optimizer {
             .copy_(whole.narrow(0, piece.at, piece.length));
       }
     }
-    for (size_t i = 0; keep && i < parameters_.size(); ++i) {
+    for (size_t i = 0; rank_zero && i < parameters_.size(); ++i) {
       if (whole_tensors[i].defined()) {
         gathered_.emplace_back(parameters_[i].name + "." + suffix, std::move(whole_tensors[i]));
       }
@@ -211,20 +220,15 @@ class ShardedOptimizer : public Optimizer {
   // buffer of a step is at most a bucket.
   void Pack(int64_t bucket_bytes) {
     const int64_t world = group_->world_size();
-    at::ScalarType dtype = at::ScalarType::Undefined;
-    int64_t capacity = 0;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       const at::Tensor& p = parameters_[i].tensor;
-      if (p.scalar_type() != dtype) {
-        dtype = p.scalar_type();
-        capacity = std::max<int64_t>(world, bucket_bytes / static_cast<int64_t>(p.element_size()));
-        buckets_.emplace_back();
-        buckets_.back().dtype = dtype;
-      }
+      const int64_t capacity =
+          std::max<int64_t>(world, bucket_bytes / static_cast<int64_t>(p.element_size()));
       for (int64_t from = 0; from < p.numel();) {
-        if (buckets_.back().elements == capacity) {
+        if (buckets_.empty() || buckets_.back().dtype != p.scalar_type() ||
+            buckets_.back().elements == capacity) {
           buckets_.emplace_back();
-          buckets_.back().dtype = dtype;
+          buckets_.back().dtype = p.scalar_type();
         }
         Bucket& bucket = buckets_.back();
         const int64_t length = std::min(p.numel() - from, capacity - bucket.elements);
@@ -296,7 +300,8 @@ class ShardedOptimizer : public Optimizer {
         ++present;
       }
       if (present > 0 && present < slots.size()) {
-        return DataLossError("optimizer state for '" + p.name + "' lacks one of its slots");
+        return DataLossError("optimizer state for '" + p.name + "' lacks one of its slots (" +
+                             JoinSlots(slots) + ")");
       }
       if (!HasMaster(i)) continue;
       auto master = by_name.find(p.name + ".master");
@@ -340,6 +345,10 @@ StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer
                                                           std::vector<at::ScalarType> master_dtypes,
                                                           DataParallel* group,
                                                           int64_t bucket_bytes) {
+  if (!master_dtypes.empty() && master_dtypes.size() != parameters.size()) {
+    return InternalError("the sharded optimizer got " + std::to_string(master_dtypes.size()) +
+                         " master dtypes for " + std::to_string(parameters.size()) + " parameters");
+  }
   for (const NamedParameter& p : parameters) {
     if (!p.tensor.is_contiguous()) {
       return FailedPreconditionError("the sharded optimizer updates parts of '" + p.name +

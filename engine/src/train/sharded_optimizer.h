@@ -8,7 +8,9 @@
 // zeros to a multiple of world_size elements; rank r owns the r-th equal slice of every bucket.
 // The plain optimizer runs on views of this rank's parts of the parameters, with the gradients,
 // factors and low-precision write-backs the whole parameters would get, so it computes what the
-// plain optimizer computes on every rank, bit for bit, and holds slots for those parts only. After
+// plain optimizer computes on every rank (AdamW's fused pass bit for bit; LibTorch's vectorized
+// kernels, which SGD runs, may round the last bit of an element differently where a part starts
+// mid-vector), and holds slots for those parts only. After
 // the update, each bucket is all-gathered through two buffers kept for the optimizer's life: a
 // slice and a bucket of the largest bucket's size (per dtype).
 //

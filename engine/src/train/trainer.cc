@@ -35,6 +35,7 @@
 #include "train/optimizer.h"
 #include "train/parent_weights.h"
 #include "train/precision_runtime.h"
+#include "train/rank_agreement.h"
 #include "train/sharded_optimizer.h"
 #include "train/stage_checkpoint.h"
 #include "train/step_scalars.h"
@@ -146,10 +147,12 @@ class StageTrainer : public CallbackActions {
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
     if (ShardsOptimizer()) {
       ENGINE_ASSIGN_OR_RETURN(
-          optimizer_, MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
-                                           precision_->OptimizerMasterDtypes(), data_parallel_,
-                                           std::min(BucketBytes(), kShardedGatherBytes))
-                          .WithContext(context_));
+          optimizer_,
+          MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
+                               precision_->OptimizerMasterDtypes(), data_parallel_,
+                               BucketBytes() > 0 ? std::min(BucketBytes(), kShardedGatherBytes)
+                                                 : kShardedGatherBytes)
+              .WithContext(context_));
     } else {
       optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
     }
@@ -197,13 +200,22 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  // Under DDP: the process group and the gradient averager.
+  // Under DDP: the process group, the ranks' agreement that they run the same stage, and the
+  // gradient averager.
   Status ConnectRanks() {
     if (plan_.process_group) {
       ENGINE_ASSIGN_OR_RETURN(data_parallel_,
                               DataParallel::Connect(plan_.dist_env, plan_.backend, device_,
                                                     std::chrono::seconds(kCollectiveTimeoutSeconds))
                                   .WithContext(context_));
+      ENGINE_RETURN_IF_ERROR(
+          AgreeOnTheStage(
+              *data_parallel_,
+              StageAgreementEntries(
+                  config_, stage_.path(),
+                  {{"the data " + stage_.path() + " reads", plan_.data_identity},
+                   {stage_.path() + "'s plugins and precision plan", plan_.fingerprint}}))
+              .WithContext(context_));
       gradient_averager_ = std::make_unique<GradientAverager>(
           data_parallel_, precision_->parameters(), BucketBytes());
     }
@@ -317,13 +329,11 @@ class StageTrainer : public CallbackActions {
     }
     result.eval_examples = plan_.eval_examples;
     result.final_checkpoint = FinalCheckpointDir(request_.stage_dir);
-    if (config_.checkpoint().save_optimizer_state()) {
-      ENGINE_RETURN_IF_ERROR(optimizer_->GatherState().WithContext(context_));
-    }
+    CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
+    write.stop_reason = stop_reason_;
+    write.metrics = result.eval_metrics;
+    ENGINE_RETURN_IF_ERROR(GatherOptimizerState(write));
     if (plan_.rank == 0) {
-      CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
-      write.stop_reason = stop_reason_;
-      write.metrics = result.eval_metrics;
       ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
       RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
     }
@@ -708,8 +718,7 @@ class StageTrainer : public CallbackActions {
               .WithContext(context_));
     }
     last_checkpoint_step_ = step_;
-    if (write.optimizer_state)
-      ENGINE_RETURN_IF_ERROR(optimizer_->GatherState().WithContext(context_));
+    ENGINE_RETURN_IF_ERROR(GatherOptimizerState(write));
     if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
     ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
     periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), write.dir), periodic_.end());
@@ -732,9 +741,18 @@ class StageTrainer : public CallbackActions {
     return write;
   }
 
+  // Every rank calls this before a checkpoint with optimizer state: a sharded optimizer gathers its
+  // state on rank 0 (a collective), which SaveCheckpoint lets go of once written.
+  Status GatherOptimizerState(const CheckpointWrite& write) {
+    if (!write.optimizer_state) return Status::Ok();
+    return GuardedCall(context_, [&] { return optimizer_->GatherState(); });
+  }
+
   Status SaveCheckpoint(const CheckpointWrite& write) {
     const Clock::time_point begin = Clock::now();
-    ENGINE_RETURN_IF_ERROR(SaveStageCheckpoint(Parts(), Position(), write).WithContext(context_));
+    const Status saved = SaveStageCheckpoint(Parts(), Position(), write).WithContext(context_);
+    optimizer_->ForgetGatheredState();
+    ENGINE_RETURN_IF_ERROR(saved);
     LOG(INFO) << context_ << ": checkpoint " << write.dir.string() << " written in "
               << FormatNumber(std::chrono::duration<double>(Clock::now() - begin).count()) << " s";
     Event event = MakeEvent(EventType::kCheckpointSaved);

@@ -7,6 +7,7 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 
@@ -190,6 +191,34 @@ TEST(PrecisionRuntimeTest, OptimizerStateMustMatchTheMasters) {
             "shape); the optimizer would meet mismatched dtypes (F6)");
   FixedStateOptimizer stray({{"v.exp_avg", at::ones({4})}});
   EXPECT_FALSE((*runtime)->VerifyOptimizerState(stray).ok());
+}
+
+TEST(PrecisionRuntimeTest, MastersLeftToTheOptimizerAreNeitherMadeNorSavedHere) {
+  // A sharded optimizer keeps the masters of its part: the runtime makes none, hands over the bf16
+  // parameter itself with its gradient feed, writes no masters into checkpoints and takes none
+  // back, and checks the optimizer's state against the masters' dtype.
+  auto module = MakeModule();
+  auto runtime = PrecisionRuntime::Apply(PlanFor("bf16-true", *module), *module, at::kCPU,
+                                         MasterHolder::kOptimizer);
+  ASSERT_TRUE(runtime.ok()) << runtime.status().message();
+  at::Tensor w = module->named_parameters()["w"];
+  ASSERT_EQ((*runtime)->optimizer_parameters().size(), 1u);
+  EXPECT_TRUE((*runtime)->optimizer_parameters()[0].tensor.is_same(w));
+  EXPECT_EQ((*runtime)->OptimizerMasterDtypes(), std::vector<at::ScalarType>{at::kFloat});
+  EXPECT_TRUE((*runtime)->MasterTensors().empty());
+  w.mutable_grad() = at::full({4}, 2.0, at::kBFloat16);
+  ASSERT_TRUE((*runtime)->UnscaleAndCheck());
+  ASSERT_EQ((*runtime)->feeds().size(), 1u);
+  EXPECT_TRUE((*runtime)->feeds()[0].write_back.is_same(w));
+
+  FixedStateOptimizer f32_state({{"w.exp_avg", at::ones({4})}, {"w.master", at::ones({4})}});
+  EXPECT_TRUE((*runtime)->VerifyOptimizerState(f32_state).ok());
+  FixedStateOptimizer bf16_state({{"w.exp_avg", at::ones({4}, at::kBFloat16)}});
+  EXPECT_THAT((*runtime)->VerifyOptimizerState(bf16_state).message(),
+              ::testing::HasSubstr("the weights it updates are f32"));
+  EXPECT_TRUE((*runtime)->Restore({}, {}).ok());
+  EXPECT_THAT((*runtime)->Restore({{"w.master", at::ones({4})}}, {}).message(),
+              ::testing::HasSubstr("'w.master' is for the optimizer"));
 }
 
 TEST(PrecisionRuntimeTest, PlanMustCoverEveryTensor) {
