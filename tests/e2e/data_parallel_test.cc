@@ -51,7 +51,8 @@ std::string Pipeline(const std::string& out, int batch, const std::string& paral
          " }\n}\n";
 }
 
-// Every tensor of two weight files equal, or (with a tolerance) close.
+// Two safetensors files (weights, or optimizer state) hold the same names, every tensor equal or
+// (with a tolerance) close.
 void ExpectSameWeights(const std::filesystem::path& a, const std::filesystem::path& b,
                        bool exactly) {
   auto x = safetensors::File::Open(a);
@@ -147,15 +148,16 @@ int FreePort() {
   return ntohs(address.sin_port);
 }
 
-TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromRankZero) {
-  testing::TempDir tmp;
-  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, "strategy: DDP"));
+// Ranks 0 and 1 of a world of 2 on loopback, started as torchrun would (each with its own
+// arguments), at the same time.
+std::vector<testing::CommandResult> RunTwoRanksFromTheEnvironment(
+    const std::vector<std::vector<std::string>>& arguments) {
   const std::string port = std::to_string(FreePort());
-  testing::CommandResult results[2];
+  std::vector<testing::CommandResult> results(2);
   std::thread ranks[2];
   for (int rank = 0; rank < 2; ++rank) {
     ranks[rank] = std::thread([&, rank] {
-      results[rank] = testing::RunEngine({"run", "-v", file.string()}, "",
+      results[rank] = testing::RunEngine(arguments[rank], "",
                                          {{"RANK", std::to_string(rank)},
                                           {"LOCAL_RANK", std::to_string(rank)},
                                           {"WORLD_SIZE", "2"},
@@ -164,6 +166,14 @@ TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromR
     });
   }
   for (auto& t : ranks) t.join();
+  return results;
+}
+
+TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromRankZero) {
+  testing::TempDir tmp;
+  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, "strategy: DDP"));
+  const std::vector<testing::CommandResult> results =
+      RunTwoRanksFromTheEnvironment({{"run", "-v", file.string()}, {"run", "-v", file.string()}});
   ASSERT_EQ(results[0].exit_code, 0) << results[0].err;
   ASSERT_EQ(results[1].exit_code, 0) << results[1].err;
   EXPECT_THAT(results[1].out, HasSubstr("this is rank 1 of 2"));
@@ -185,20 +195,8 @@ TEST(DataParallelTest, RanksStartedFromDifferentPipelinesRefuseToTrainNamingTheF
   const std::filesystem::path files[2] = {
       tmp.Write("p0.pbtxt", Pipeline("out", 16, "strategy: SHARDED shard_level: 1")),
       tmp.Write("p1.pbtxt", other)};
-  const std::string port = std::to_string(FreePort());
-  testing::CommandResult results[2];
-  std::thread ranks[2];
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks[rank] = std::thread([&, rank] {
-      results[rank] = testing::RunEngine({"run", files[rank].string()}, "",
-                                         {{"RANK", std::to_string(rank)},
-                                          {"LOCAL_RANK", std::to_string(rank)},
-                                          {"WORLD_SIZE", "2"},
-                                          {"MASTER_ADDR", "127.0.0.1"},
-                                          {"MASTER_PORT", port}});
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const std::vector<testing::CommandResult> results =
+      RunTwoRanksFromTheEnvironment({{"run", files[0].string()}, {"run", files[1].string()}});
   for (const testing::CommandResult& r : results) {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_THAT(r.err, HasSubstr("stage 's': the 2 ranks do not run the same stage: "
@@ -277,25 +275,6 @@ TEST(DataParallelTest, NcclForACpuStageIsRefusedAtCheckTime) {
                         "cpu (requested); use GLOO (or AUTO, which picks Gloo there)"));
 }
 
-// The largest difference between two files' tensors of the same names.
-double MaxDifference(const std::filesystem::path& a, const std::filesystem::path& b,
-                     const std::string& skip_prefix = "engine/") {
-  auto x = safetensors::File::Open(a);
-  auto y = safetensors::File::Open(b);
-  EXPECT_TRUE(x.ok() && y.ok());
-  if (!x.ok() || !y.ok()) return 1e30;
-  double most = 0;
-  for (const auto& info : (*x)->tensors()) {
-    if (info.name.rfind(skip_prefix, 0) == 0) continue;
-    auto v = (*y)->Get(info.name);
-    EXPECT_TRUE(v.ok()) << info.name << " is missing from " << b;
-    if (!v.ok()) return 1e30;
-    const at::Tensor u = *(*x)->Get(info.name);
-    most = std::max(most, u.to(at::kDouble).sub(v->to(at::kDouble)).abs().max().item<double>());
-  }
-  return most;
-}
-
 TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
   // SHARDED at level 1 splits AdamW's moments across the ranks and changes no number: each rank
   // runs DDP's update on its part of every tensor, so 2 ranks end bit for bit where DDP's 2 ranks
@@ -324,13 +303,11 @@ TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
       HasSubstr("per rank: model 19.2 KB, gradients 19.2 KB, f32 masters 0 B, "
                 "optimizer state 9.6 KB (1/4 of 38.5 KB, and of the masters: shard_level 1)"));
   const std::filesystem::path weights = "s/final/model.safetensors";
-  EXPECT_EQ(MaxDifference(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights), 0);
+  ExpectSameWeights(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights, /*exactly=*/true);
   ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
                     /*exactly=*/false);
   const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
-  EXPECT_EQ(MaxDifference(tmp.path() / "ddp" / state, tmp.path() / "two" / state), 0);
-  EXPECT_EQ(MaxDifference(tmp.path() / "two" / state, tmp.path() / "ddp" / state), 0)
-      << "the same names both ways";
+  ExpectSameWeights(tmp.path() / "ddp" / state, tmp.path() / "two" / state, /*exactly=*/true);
 }
 
 TEST(DataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
@@ -349,10 +326,9 @@ TEST(DataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
   EXPECT_THAT(rd.out, HasSubstr("model 9.6 KB, gradients 9.6 KB, f32 masters 19.2 KB"));
   EXPECT_THAT(r2.out, HasSubstr("model 9.6 KB, gradients 9.6 KB, f32 masters 9.6 KB"));
   const std::filesystem::path weights = "s/final/model.safetensors";
-  EXPECT_EQ(MaxDifference(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights), 0);
+  ExpectSameWeights(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights, /*exactly=*/true);
   const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
-  EXPECT_EQ(MaxDifference(tmp.path() / "ddp" / state, tmp.path() / "two" / state), 0);
-  EXPECT_EQ(MaxDifference(tmp.path() / "two" / state, tmp.path() / "ddp" / state), 0);
+  ExpectSameWeights(tmp.path() / "ddp" / state, tmp.path() / "two" / state, /*exactly=*/true);
   auto opened = safetensors::File::Open(tmp.path() / "two" / state);
   ASSERT_TRUE(opened.ok());
   int masters = 0;

@@ -74,6 +74,9 @@ struct StagePlan {
   // parallel.shard_level of a SHARDED stage (0 otherwise): what its ranks split
   // (train/sharded_optimizer.h).
   int shard_level = 0;
+  // A SHARDED stage in a process group: its optimizer state and f32 masters are split across the
+  // ranks (without a group it trains as one rank, with the whole optimizer).
+  bool shards_optimizer() const { return shard_level >= 1 && process_group; }
   int64_t batch_size = 0;
   int64_t gradient_accumulation_steps = 1;
   // Examples per step across all devices, as the data can give them (at most every example of the

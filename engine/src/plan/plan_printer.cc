@@ -117,7 +117,7 @@ RankMemory MemoryPerRank(const StagePlan& s) {
         g.num_elements * slots * static_cast<int64_t>(c10::elementSize(g.optimizer_state));
   }
   // A sharded optimizer keeps its rank's parts of the state and of the masters.
-  if (s.shard_level >= 1 && s.process_group) {
+  if (s.shards_optimizer()) {
     m.optimizer_state = (m.all_optimizer_state + s.world_size - 1) / s.world_size;
     m.masters = (m.masters + s.world_size - 1) / s.world_size;
   } else {
@@ -133,7 +133,7 @@ std::string MemoryText(const StagePlan& s) {
                     HumanBytes(m.model) + ", gradients " + HumanBytes(m.gradients) +
                     ", f32 masters " + HumanBytes(m.masters) + ", optimizer state " +
                     HumanBytes(m.optimizer_state);
-  if (s.shard_level >= 1 && s.process_group) {
+  if (s.shards_optimizer()) {
     out += " (1/" + std::to_string(s.world_size) + " of " + HumanBytes(m.all_optimizer_state) +
            ", and of the masters: shard_level 1)";
   }
@@ -405,9 +405,9 @@ void TrainingLines(const StagePlan& s, std::ostringstream& out) {
   }
   if (s.process_group) {
     out << "  ranks       "
-        << (s.shard_level >= 1 ? "SHARDED (shard_level " + std::to_string(s.shard_level) +
-                                     ": the optimizer state split across the ranks)"
-                               : std::string("DDP"))
+        << (s.shards_optimizer() ? "SHARDED (shard_level " + std::to_string(s.shard_level) +
+                                       ": the optimizer state split across the ranks)"
+                                 : std::string("DDP"))
         << " over " << BackendName(s.backend) << ": this is rank " << s.rank << " of "
         << s.world_size << "; " << WithThousands(s.shard_examples)
         << " examples per rank per epoch\n";

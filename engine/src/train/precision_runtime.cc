@@ -80,7 +80,6 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
     }
     runtime->parameters_.push_back({item.key(), item.value()});
     const bool master = t->master != t->storage;
-    runtime->has_master_.push_back(master);
     runtime->master_dtypes_.push_back(master ? t->master : at::ScalarType::Undefined);
     if (master && masters == MasterHolder::kRuntime) {
       at::Tensor copy = item.value().detach().to(t->master).clone();
@@ -102,7 +101,7 @@ void PrecisionRuntime::ZeroGrad() {
   feeds_.clear();
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (parameters_[i].tensor.grad().defined()) parameters_[i].tensor.mutable_grad().reset();
-    if (has_master_[i] && optimizer_parameters_[i].tensor.grad().defined()) {
+    if (KeepsMaster(i) && optimizer_parameters_[i].tensor.grad().defined()) {
       optimizer_parameters_[i].tensor.mutable_grad().reset();
     }
   }
@@ -118,8 +117,8 @@ at::Tensor PrecisionRuntime::UnscaleAndFlag() {
     at::Tensor grad = parameters_[i].tensor.grad();
     if (!grad.defined()) continue;
     // A master's gradient is unscaled into f32 by the optimizer (see the header).
-    const bool unscale_here = !has_master_[i] && factor != 1.0;
-    if (has_master_[i]) feeds_[i] = {grad, factor, parameters_[i].tensor};
+    const bool unscale_here = !HasMaster(i) && factor != 1.0;
+    if (HasMaster(i)) feeds_[i] = {grad, factor, parameters_[i].tensor};
     const bool kernel = kernels::FusedKernelsTake(grad);
     if (kernel && !found.defined()) found = at::zeros({1}, grad.options().dtype(at::kInt));
     if (kernel && grad.device() == found.device()) {
@@ -149,7 +148,7 @@ at::Tensor PrecisionRuntime::GradNormSquared() const {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (Fed(i)) {
       norms.push_back(at::norm(feeds_[i].grad, 2, at::kFloat) * feeds_[i].scale);
-    } else if (const at::Tensor& g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
+    } else if (const at::Tensor& g = parameters_[i].tensor.grad(); g.defined() && !HasMaster(i)) {
       norms.push_back(at::norm(g, 2, at::kFloat));
     }
   }
@@ -173,7 +172,7 @@ void PrecisionRuntime::ApplyClip(double total_norm, double max_norm, double divi
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (Fed(i)) {
       feeds_[i].scale *= factor;
-    } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !has_master_[i]) {
+    } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !HasMaster(i)) {
       g.mul_(factor);
     }
   }
@@ -185,8 +184,7 @@ void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     // A fed gradient's update was written back by the optimizer; a master without a gradient
     // did not change.
-    if (has_master_[i] && !Fed(i) && optimizer_parameters_[i].tensor.grad().defined() &&
-        !optimizer_parameters_[i].tensor.is_same(parameters_[i].tensor)) {
+    if (KeepsMaster(i) && !Fed(i) && optimizer_parameters_[i].tensor.grad().defined()) {
       parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
     }
   }
@@ -196,9 +194,7 @@ void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {
 void PrecisionRuntime::SyncParameters() {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (has_master_[i] && !optimizer_parameters_[i].tensor.is_same(parameters_[i].tensor)) {
-      parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
-    }
+    if (KeepsMaster(i)) parameters_[i].tensor.copy_(optimizer_parameters_[i].tensor);
   }
 }
 
@@ -251,7 +247,7 @@ Status PrecisionRuntime::VerifyOptimizerState(const Optimizer& optimizer) const 
 safetensors::NamedTensors PrecisionRuntime::MasterTensors() const {
   safetensors::NamedTensors out;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (has_master_[i] && master_holder_ == MasterHolder::kRuntime) {
+    if (KeepsMaster(i)) {
       out.emplace_back(parameters_[i].name + ".master", optimizer_parameters_[i].tensor.detach());
     }
   }
@@ -267,7 +263,7 @@ Status PrecisionRuntime::Restore(const safetensors::NamedTensors& masters,
   std::map<std::string, at::Tensor> by_name(masters.begin(), masters.end());
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (!has_master_[i] || master_holder_ == MasterHolder::kOptimizer) continue;
+    if (!KeepsMaster(i)) continue;
     const std::string name = parameters_[i].name + ".master";
     auto it = by_name.find(name);
     at::Tensor& master = optimizer_parameters_[i].tensor;

@@ -140,8 +140,14 @@ class PrecisionRuntime {
   bool Fed(size_t i) const { return i < feeds_.size() && feeds_[i].grad.defined(); }
 
   MasterHolder master_holder_ = MasterHolder::kRuntime;
-  std::vector<bool> has_master_;
   std::vector<at::ScalarType> master_dtypes_;  // per parameter; Undefined without a master
+  // Whether parameter i is stored in low precision and updated through an f32 master, whoever
+  // keeps it.
+  bool HasMaster(size_t i) const { return master_dtypes_[i] != at::ScalarType::Undefined; }
+  // Whether this runtime keeps that master (optimizer_parameters_[i] is then the master's copy).
+  bool KeepsMaster(size_t i) const {
+    return HasMaster(i) && master_holder_ == MasterHolder::kRuntime;
+  }
   std::vector<GradientFeed> feeds_;
 };
 

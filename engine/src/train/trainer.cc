@@ -145,7 +145,7 @@ class StageTrainer : public CallbackActions {
     ENGINE_RETURN_IF_ERROR(
         frozen_base_.Fix(module_, has_parent ? &parent_base : nullptr).WithContext(context_));
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
-    if (ShardsOptimizer()) {
+    if (plan_.shards_optimizer()) {
       ENGINE_ASSIGN_OR_RETURN(
           optimizer_,
           MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
@@ -181,7 +181,7 @@ class StageTrainer : public CallbackActions {
     }));
     ENGINE_ASSIGN_OR_RETURN(precision_, GuardedCall(context_, [&] {
                               return PrecisionRuntime::Apply(plan_.precision, module_, device_,
-                                                             ShardsOptimizer()
+                                                             plan_.shards_optimizer()
                                                                  ? MasterHolder::kOptimizer
                                                                  : MasterHolder::kRuntime);
                             }));
@@ -221,9 +221,6 @@ class StageTrainer : public CallbackActions {
     }
     return Status::Ok();
   }
-
-  // A SHARDED stage in a process group: its optimizer (and the f32 masters) split across the ranks.
-  bool ShardsOptimizer() const { return plan_.shard_level >= 1 && plan_.process_group; }
 
   int64_t BucketBytes() const {
     return static_cast<int64_t>(config_.parallel().bucket_mib()) << 20;
