@@ -11,11 +11,12 @@
 # cores and 2 ranks no core is left for Gloo to overlap with, so expect noise around 1 there; the
 # gain needs idle cores or a network to wait on.
 #
-# Last, SHARDED (shard_level 1: AdamW's moments split across the ranks) against DDP on the same 2
-# ranks and a larger MLP (about 50 million f32 parameters, whose AdamW state is 405 MB): rank 0's
-# peak RSS (metrics.jsonl's stage_end; no optimizer state is checkpointed, so nothing is gathered)
-# and the training seconds of each, with their ratios. Level 1 saves half the state per rank at 2
-# ranks and pays an all-gather of the weights after each step on top of DDP's all-reduce.
+# Last, SHARDED against DDP on the same 2 ranks and a larger MLP (about 50 million f32 parameters,
+# whose AdamW state is 405 MB): rank 0's peak RSS (metrics.jsonl's stage_end; no optimizer state is
+# checkpointed, so nothing is gathered) and the training seconds of each, with their ratios.
+# shard_level 1 splits AdamW's moments (half per rank at 2 ranks) and pays an all-gather of the
+# weights after each step on top of DDP's all-reduce; shard_level 2 splits the gradients too and
+# reduce-scatters them instead of all-reducing, so its collectives move what DDP's move.
 #
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
 set -euo pipefail
@@ -73,18 +74,25 @@ big_steps=30
 pipeline ddp 64 "$half" "strategy: DDP" "$big" "$big_steps" > "$work/ddp.pbtxt"
 pipeline sharded 64 "$half" "strategy: SHARDED shard_level: 1" "$big" "$big_steps" \
   > "$work/sharded.pbtxt"
+pipeline level2 64 "$half" "strategy: SHARDED shard_level: 2" "$big" "$big_steps" \
+  > "$work/level2.pbtxt"
 ddp=$("$engine" run --nproc 2 "$work/ddp.pbtxt" 2>/dev/null | seconds)
 sharded=$("$engine" run --nproc 2 "$work/sharded.pbtxt" 2>/dev/null | seconds)
-python3 - "$work" "$ddp" "$sharded" "$big_steps" <<'PY'
+level2=$("$engine" run --nproc 2 "$work/level2.pbtxt" 2>/dev/null | seconds)
+python3 - "$work" "$ddp" "$sharded" "$level2" "$big_steps" <<'PY'
 import json, sys
-work, ddp, sharded, steps = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+work = sys.argv[1]
+ddp, sharded, level2 = map(float, sys.argv[2:5])
+steps = int(sys.argv[5])
 def peak(name):
     with open(f"{work}/{name}/metrics.jsonl") as f:
         ends = [json.loads(l) for l in f if '"stage_end"' in l]
     return ends[-1]["peak_rss_bytes"] / 1e6
-d, s = peak("ddp"), peak("sharded")
+d, s, l2 = peak("ddp"), peak("sharded"), peak("level2")
 print(f"MLP 64-4096x4-10 (50.6 M f32 parameters), 2 ranks x 64, {steps} AdamW steps:")
-print(f"  DDP:                 {ddp:7.2f} s, rank 0 peak RSS {d:7.0f} MB")
-print(f"  SHARDED shard_level 1: {sharded:5.2f} s, rank 0 peak RSS {s:7.0f} MB")
-print(f"ratio SHARDED / DDP: time {sharded / ddp:.2f}, peak RSS {s / d:.2f}")
+print(f"  DDP:                   {ddp:7.2f} s, rank 0 peak RSS {d:7.0f} MB")
+print(f"  SHARDED shard_level 1: {sharded:7.2f} s, rank 0 peak RSS {s:7.0f} MB")
+print(f"  SHARDED shard_level 2: {level2:7.2f} s, rank 0 peak RSS {l2:7.0f} MB")
+print(f"ratio shard_level 1 / DDP: time {sharded / ddp:.2f}, peak RSS {s / d:.2f}")
+print(f"ratio shard_level 2 / DDP: time {level2 / ddp:.2f}, peak RSS {l2 / d:.2f}")
 PY

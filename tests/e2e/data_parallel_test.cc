@@ -360,6 +360,92 @@ TEST(DataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
                     /*exactly=*/true);
 }
 
+TEST(DataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEnds) {
+  // Level 2 reduce-scatters each gradient into the rank that owns its part, and the parts hold
+  // DDP's averaged elements exactly: 2 ranks end bit for bit where DDP's 2 ranks end, in f32 and
+  // in bf16-true (masters and moments too), and 4 ranks of 8 where one rank of 32 ends.
+  testing::TempDir tmp;
+  const std::string level2 = "strategy: SHARDED shard_level: 2";
+  const auto one = tmp.Write("one.pbtxt", Pipeline("one", 32, ""));
+  const auto ddp = tmp.Write("ddp.pbtxt", Pipeline("ddp", 16, "strategy: DDP"));
+  const auto two = tmp.Write("two.pbtxt", Pipeline("two", 16, level2));
+  const auto four = tmp.Write("four.pbtxt", Pipeline("four", 8, level2));
+  const auto ddp_bf16 =
+      tmp.Write("ddp_bf16.pbtxt", Pipeline("ddp_bf16", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
+  const auto two_bf16 =
+      tmp.Write("two_bf16.pbtxt", Pipeline("two_bf16", 16, level2, 1, "cpu", "bf16-true"));
+  for (const auto& file : {ddp, two, ddp_bf16, two_bf16}) {
+    auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
+    ASSERT_EQ(r.exit_code, 0) << file << r.err;
+    if (file == two) {
+      EXPECT_THAT(r.out, HasSubstr("SHARDED (shard_level 2: the optimizer state and the gradients "
+                                   "split across the ranks) over Gloo: this is rank 0 of 2"));
+      EXPECT_THAT(r.out, HasSubstr("gradients reduce-scattered and weights all-gathered in "
+                                   "buckets of 4.2 MB"));
+      // Half of the 19.2 KB of gradients; the f32 parts (9.6 KB) and 4 buffers of the one
+      // bucket the 4,810 elements fill (77.0 KB).
+      EXPECT_THAT(r.out,
+                  HasSubstr("per rank: model 19.2 KB, gradients 9.6 KB, f32 masters 0 B, "
+                            "optimizer state 19.2 KB (1/2 of 38.5 KB, and of the masters "
+                            "and gradients: shard_level 2), reduce-scatter buffers 86.6 KB"));
+    }
+  }
+  auto r1 = testing::RunEngine({"run", one.string()});
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r4 = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", four.string()});
+  ASSERT_EQ(r4.exit_code, 0) << r4.err;
+  const std::filesystem::path weights = "s/final/model.safetensors";
+  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
+  for (const std::string& name : {"", "_bf16"}) {
+    ExpectSameWeights(tmp.path() / ("ddp" + name) / weights, tmp.path() / ("two" + name) / weights,
+                      /*exactly=*/true);
+    ExpectSameWeights(tmp.path() / ("ddp" + name) / state, tmp.path() / ("two" + name) / state,
+                      /*exactly=*/true);
+  }
+  ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
+                    /*exactly=*/false);
+}
+
+TEST(DataParallelTest, ShardLevelTwoSkipsTheOverflowsDdpSkipsAndClipsAsItClips) {
+  // Under loss scaling that overflows (scaled_fp32 from a scale of 1e37), with two micro-batches
+  // per step and clipping, each level-2 rank checks and measures only its parts: the ranks sum
+  // their overflow flags and squared norms, so they skip the steps DDP skips (an overflow in one
+  // rank's parts stops every rank) and clip by the same norm. The norm is summed from parts in
+  // another order than DDP's, so the weights agree within rounding.
+  testing::TempDir tmp;
+  auto pipeline = [&](const std::string& out, const std::string& parallel) {
+    std::string text = "plugin_path: \"" + std::string(testing::kTestPluginDir) +
+                       "/scaled_fp32\"\n" + Pipeline(out, 8, parallel, /*accumulation=*/2);
+    const std::string precision = "  precision { plugin: \"fp32\" }\n";
+    text.replace(text.find(precision), precision.size(),
+                 testing::Precision("scaled_fp32",
+                                    "loss_scaling { initial_scale: 1e37 growth_interval: 3 }"));
+    const std::string optimizer = "optimizer { learning_rate: 0.003 }";
+    text.replace(text.find(optimizer), optimizer.size(),
+                 "optimizer { learning_rate: 0.003 max_grad_norm: 0.05 }");
+    return tmp.Write(out + ".pbtxt", text);
+  };
+  const auto ddp = pipeline("ddp", "strategy: DDP");
+  const auto two = pipeline("two", "strategy: SHARDED shard_level: 2");
+  auto rd = testing::RunEngine({"run", "--nproc=2", ddp.string()});
+  ASSERT_EQ(rd.exit_code, 0) << rd.err;
+  auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  auto overflows = [](const std::string& log) {
+    const std::regex skipped("step [0-9]+ overflowed at loss scale [^;]*; skipped");
+    std::set<std::string> steps;
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), skipped);
+         it != std::sregex_iterator(); ++it) {
+      steps.insert(it->str());
+    }
+    return steps;
+  };
+  EXPECT_FALSE(overflows(rd.err).empty());
+  EXPECT_EQ(overflows(rd.err), overflows(r2.err));
+  ExpectSameWeights(tmp.path() / "ddp/s/final/model.safetensors",
+                    tmp.path() / "two/s/final/model.safetensors", /*exactly=*/false);
+}
+
 TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheField) {
   testing::TempDir tmp;
   const struct {
@@ -367,11 +453,10 @@ TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheFie
   } cases[] = {
       {"strategy: SHARDED",
        "stage 's': strategy: SHARDED needs parallel.shard_level; shard_level: 1 splits the "
-       "optimizer state across the ranks"},
-      {"strategy: SHARDED shard_level: 2",
-       "stage 's': parallel.shard_level 2 (gradients split across ranks) is not built yet"},
+       "optimizer state across the ranks, 2 the gradients too"},
       {"strategy: SHARDED shard_level: 3",
-       "parallel.shard_level 3 (gradients and parameters split across ranks) is not built yet"},
+       "stage 's': parallel.shard_level 3 (parameters split across ranks) is not built yet"},
+      {"strategy: SHARDED shard_level: 4", "stage 's': parallel.shard_level 4 does not exist"},
       {"strategy: DDP shard_level: 1",
        "stage 's': parallel.shard_level applies to strategy: SHARDED only; this stage's strategy "
        "is DDP"},

@@ -37,6 +37,28 @@ class FakeDataParallel : public DataParallel {
     return pending;
   }
 
+  // Rank 0's slice of the sum, the other rank adding `other_gradient` to every element.
+  std::unique_ptr<PendingSum> StartReduceScatter(at::Tensor whole, at::Tensor shard) override {
+    started_sizes.push_back(whole.numel());
+    struct Pending : PendingSum {
+      Status Wait() override {
+        if (fail) return AbortedError("data parallel gradient reduce-scatter failed: peer gone");
+        shard.copy_(whole.narrow(0, 0, shard.numel()));
+        shard.add_(other);
+        return Status::Ok();
+      }
+      at::Tensor whole, shard;
+      float other = 0;
+      bool fail = false;
+    };
+    auto pending = std::make_unique<Pending>();
+    pending->whole = whole;
+    pending->shard = shard;
+    pending->other = other_gradient;
+    pending->fail = fail_waits;
+    return pending;
+  }
+
   // The other rank holds the same shard (a stand-in: tests of what is gathered need real ranks).
   Status AllGather(const at::Tensor& shard, const at::Tensor& whole) override {
     if (fail_waits) return AbortedError("data parallel all-gather failed: peer gone");
@@ -66,7 +88,7 @@ class FakeDataParallel : public DataParallel {
   float other_gradient = 0;  // every element of the other rank's gradients
   bool fail_waits = false;
   std::vector<double> other_max, other_sum;
-  std::vector<int64_t> started_sizes;     // StartSum calls, in order
+  std::vector<int64_t> started_sizes;     // StartSum and StartReduceScatter calls, in order
   std::vector<std::vector<double>> sums;  // Sum calls
 };
 

@@ -71,6 +71,15 @@ class C10dDataParallel : public DataParallel {
     return pending;
   }
 
+  std::unique_ptr<PendingSum> StartReduceScatter(at::Tensor whole, at::Tensor shard) override {
+    auto pending = std::make_unique<C10dPendingSum>();
+    pending->tensors = {std::move(whole), std::move(shard)};
+    pending->started = Collective("gradient reduce-scatter", [&] {
+      pending->work = group_->_reduce_scatter_base(pending->tensors[1], pending->tensors[0]);
+    });
+    return pending;
+  }
+
   Status AllGather(const at::Tensor& shard, const at::Tensor& whole) override {
     return Collective("all-gather", [&] {
       at::Tensor input = shard;

@@ -1,7 +1,8 @@
 // The ranks of a data-parallel stage and what they do together, over a c10d process group (Gloo
-// on the CPU, NCCL on CUDA devices): summing tensors asynchronously (GradientAverager builds
-// gradient buckets on it), gathering the parts of a sharded optimizer, agreeing on whether to stop,
-// and waiting for each other around checkpoints.
+// on the CPU, NCCL on CUDA devices): summing tensors asynchronously, whole or each rank its slice
+// (GradientAverager and GradientReduceScatter build gradient buckets on them), gathering the parts
+// of a sharded optimizer, agreeing on whether to stop, and waiting for each other around
+// checkpoints.
 //
 // One rendezvous store per process and one group per backend, made on first use from DistEnv and
 // kept until exit (c10d groups are not meant to be torn down and rebuilt). Every collective must be
@@ -48,16 +49,22 @@ class DataParallel {
   // Where the tensors given to StartSum must live.
   virtual c10::Device device() const { return c10::Device(c10::kCPU); }
 
-  // Starts summing `flat` (a contiguous f32 tensor on device()) over the ranks and returns at once;
-  // the sum is in `flat` when Wait() returns Ok (on a CUDA device: for work queued on the current
-  // stream after Wait()). Every rank must start the same sums in the same order. `flat` must stay
-  // alive and untouched until then.
+  // Starts summing `flat` (a contiguous f32 or f64 tensor on device()) over the ranks and returns
+  // at once; the sum is in `flat` when Wait() returns Ok (on a CUDA device: for work queued on the
+  // current stream after Wait()). Every rank must start the same sums in the same order. `flat`
+  // must stay alive and untouched until then.
   class PendingSum {
    public:
     virtual ~PendingSum() = default;
     virtual Status Wait() = 0;
   };
   virtual std::unique_ptr<PendingSum> StartSum(at::Tensor flat) = 0;
+
+  // Starts summing `whole` (contiguous f32 on device(), world_size() times the size of `shard`)
+  // over the ranks into this rank's slice of the sum: `shard` gets elements [rank * n, (rank + 1) *
+  // n) of it, n being its size, when Wait() returns Ok. Both must stay alive and untouched until
+  // then; the same order rule as StartSum's.
+  virtual std::unique_ptr<PendingSum> StartReduceScatter(at::Tensor whole, at::Tensor shard) = 0;
 
   // Copies every rank's `shard` (contiguous, on device(), of the same dtype and size on every rank)
   // into `whole` (contiguous, world_size() times as many elements; rank r's at r times the shard's

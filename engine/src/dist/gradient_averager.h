@@ -1,16 +1,13 @@
-// Averages a stage's gradients over the ranks of a DataParallel group in buckets, starting each
-// bucket's all-reduce while the backward that completes the step's gradients is still running
-// (what PyTorch's DDP Reducer does), so communication overlaps with the rest of the backward.
+// DDP's GradientSync (dist/gradient_sync.h): averages a stage's gradients over the ranks of a
+// DataParallel group in buckets, starting each bucket's all-reduce while the backward that
+// completes the step's gradients is still running (what PyTorch's DDP Reducer does), so
+// communication overlaps with the rest of the backward.
 //
 // Buckets hold about `bucket_bytes` of f32 each, filled in reverse parameter order (roughly the
 // order in which backward produces gradients) and always started in bucket order, so every rank
 // starts the same all-reduces in the same order whatever order its hooks fire in. A gradient is
 // reduced in f32 whatever its dtype and written back in its own dtype. A parameter that gets no
 // gradient in a step counts as zeros, as in DDP with find_unused_parameters.
-//
-// Use per optimizer step:
-//   ArmForLastBackward(); <the step's last backward>; Finish();
-// Backwards before ArmForLastBackward() (earlier micro-batches) just accumulate, unreduced.
 //
 // Ownership: borrows `group` and the parameters' tensors; the hooks it puts on the parameters are
 // removed by the destructor. Thread safety: the hooks may run on autograd's threads; the other
@@ -24,30 +21,27 @@
 #include <mutex>
 #include <vector>
 
+#include "core/named_parameter.h"
 #include "dist/data_parallel.h"
+#include "dist/gradient_sync.h"
 #include "engine/status.h"
-#include "train/optimizer.h"
 
 namespace engine {
 
-class GradientAverager {
+class GradientAverager : public GradientSync {
  public:
   GradientAverager(DataParallel* group, std::vector<NamedParameter> parameters,
                    int64_t bucket_bytes);
-  ~GradientAverager();
+  ~GradientAverager() override;
   GradientAverager(const GradientAverager&) = delete;
   GradientAverager& operator=(const GradientAverager&) = delete;
 
-  // The next backward produces the step's final gradients: from then on, a bucket whose
-  // gradients are all computed is reduced at once.
-  void ArmForLastBackward();
-  // Starts the buckets the backward did not complete, waits for all of them, and replaces every
-  // gradient by its mean over the ranks. Disarms.
-  Status Finish();
+  void ArmForLastBackward() override;
+  // Replaces every gradient by its mean over the ranks.
+  Status Finish() override;
 
-  int bucket_count() const { return static_cast<int>(buckets_.size()); }
-  // Buckets of the last step started from inside the backward, before Finish().
-  int buckets_started_during_backward() const { return started_during_backward_; }
+  int bucket_count() const override { return static_cast<int>(buckets_.size()); }
+  int buckets_started_during_backward() const override { return started_during_backward_; }
 
  private:
   struct Bucket {

@@ -77,6 +77,13 @@ struct StagePlan {
   // A SHARDED stage in a process group: its optimizer state and f32 masters are split across the
   // ranks (without a group it trains as one rank, with the whole optimizer).
   bool shards_optimizer() const { return shard_level >= 1 && process_group; }
+  // ... and its gradients reduce-scattered, each rank keeping its parts only (shard_level 2).
+  bool shards_gradients() const { return shard_level >= 2 && process_group; }
+  // DDP's all-reduce buckets (parallel.bucket_mib), in bytes of f32.
+  int64_t bucket_bytes = 0;
+  // A SHARDED stage's buckets (dist/shard_layout.h), in bytes of the parameters' dtype: the
+  // all-gather's pieces and, at level 2, the reduce-scatter's buckets.
+  int64_t shard_bucket_bytes = 0;
   int64_t batch_size = 0;
   int64_t gradient_accumulation_steps = 1;
   // Examples per step across all devices, as the data can give them (at most every example of the

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
+#include "dist/gradient_reduce_scatter.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
 #include "engine/untrusted_file.h"
@@ -96,7 +98,9 @@ struct RankMemory {
   int64_t masters = 0;
   int64_t optimizer_state = 0;  // this rank's share
   int64_t all_optimizer_state = 0;
-  int64_t reduce_buckets = 0;  // f32 copies of the gradients that the ranks average
+  // f32 buffers the ranks reduce gradients through: a copy of every gradient under DDP and
+  // shard_level 1; at shard_level 2 this rank's parts and the buckets on the wire.
+  int64_t reduce_buckets = 0;
 };
 
 RankMemory MemoryPerRank(const StagePlan& s) {
@@ -124,7 +128,45 @@ RankMemory MemoryPerRank(const StagePlan& s) {
     m.optimizer_state = m.all_optimizer_state;
   }
   if (s.process_group) m.reduce_buckets = trainable_elements * 4;
+  // Level 2 keeps only this rank's parts of the gradients, in their dtype and in f32, and sends
+  // the rest through a few f32 buffers of the largest bucket's size (dist/shard_layout.h: a bucket
+  // holds shard_bucket_bytes of one storage dtype).
+  if (s.shards_gradients()) {
+    m.gradients = (m.gradients + s.world_size - 1) / s.world_size;
+    std::map<at::ScalarType, int64_t> elements_of_dtype;
+    for (const PrecisionGroupPlan& g : s.precision.groups) {
+      if (g.has_grad) elements_of_dtype[g.storage] += g.num_elements;
+    }
+    int64_t largest_bucket = 0;
+    for (const auto& [dtype, elements] : elements_of_dtype) {
+      largest_bucket = std::max(
+          largest_bucket,
+          std::min(elements, s.shard_bucket_bytes / static_cast<int64_t>(c10::elementSize(dtype))));
+    }
+    m.reduce_buckets = (trainable_elements * 4 + s.world_size - 1) / s.world_size +
+                       int64_t{GradientReduceScatter::kBucketsInFlight} * 4 * largest_bucket;
+  }
   return m;
+}
+
+// The strategy and what it splits.
+std::string RanksText(const StagePlan& s) {
+  if (!s.shards_optimizer()) return "DDP";
+  return "SHARDED (shard_level " + std::to_string(s.shard_level) + ": the optimizer state" +
+         (s.shards_gradients() ? " and the gradients" : "") + " split across the ranks)";
+}
+
+// The buckets the ranks' collectives move.
+std::string BucketsText(const StagePlan& s) {
+  if (s.shards_gradients()) {
+    return "gradients reduce-scattered and weights all-gathered in buckets of " +
+           HumanBytes(s.shard_bucket_bytes);
+  }
+  std::string out = "gradients all-reduced in f32 buckets of " + HumanBytes(s.bucket_bytes);
+  if (s.shards_optimizer()) {
+    out += ", weights all-gathered in buckets of " + HumanBytes(s.shard_bucket_bytes);
+  }
+  return out;
 }
 
 std::string MemoryText(const StagePlan& s) {
@@ -135,9 +177,14 @@ std::string MemoryText(const StagePlan& s) {
                     HumanBytes(m.optimizer_state);
   if (s.shards_optimizer()) {
     out += " (1/" + std::to_string(s.world_size) + " of " + HumanBytes(m.all_optimizer_state) +
-           ", and of the masters: shard_level 1)";
+           (s.shards_gradients() ? ", and of the masters and gradients" : ", and of the masters") +
+           ": shard_level " + std::to_string(s.shard_level) + ")";
   }
-  if (m.reduce_buckets > 0) out += ", all-reduce buckets " + HumanBytes(m.reduce_buckets);
+  if (m.reduce_buckets > 0) {
+    out +=
+        std::string(s.shards_gradients() ? ", reduce-scatter buffers " : ", all-reduce buckets ") +
+        HumanBytes(m.reduce_buckets);
+  }
   return out + "; activations not counted";
 }
 
@@ -404,13 +451,10 @@ void TrainingLines(const StagePlan& s, std::ostringstream& out) {
     out << "    warning: " << warning << "\n";
   }
   if (s.process_group) {
-    out << "  ranks       "
-        << (s.shards_optimizer() ? "SHARDED (shard_level " + std::to_string(s.shard_level) +
-                                       ": the optimizer state split across the ranks)"
-                                 : std::string("DDP"))
-        << " over " << BackendName(s.backend) << ": this is rank " << s.rank << " of "
-        << s.world_size << "; " << WithThousands(s.shard_examples)
-        << " examples per rank per epoch\n";
+    out << "  ranks       " << RanksText(s) << " over " << BackendName(s.backend)
+        << ": this is rank " << s.rank << " of " << s.world_size << "; "
+        << WithThousands(s.shard_examples) << " examples per rank per epoch\n";
+    out << "              " << BucketsText(s) << "\n";
   }
   out << "  memory      " << MemoryText(s) << "\n";
   out << "  eval        " << EvalText(s) << "\n";
@@ -516,6 +560,8 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
                            {"masters", memory.masters},
                            {"optimizer_state", memory.optimizer_state},
                            {"all_reduce_buckets", memory.reduce_buckets}};
+  js["bucket_bytes"] = s.bucket_bytes;
+  js["shard_bucket_bytes"] = s.shard_bucket_bytes;
   AddModelJson(s, js);
   AddTrainingJson(s, js);
   js["precision"] = PrecisionJson(s.precision);

@@ -15,16 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "core/named_parameter.h"
 #include "engine/pipeline.pb.h"
 #include "engine/safetensors.h"
 #include "engine/status.h"
 
 namespace engine {
-
-struct NamedParameter {
-  std::string name;
-  at::Tensor tensor;
-};
 
 // A parameter's gradient for one step when it is not simply the parameter's .grad(): the
 // precision runtime hands over a master's low-precision gradient as backward left it, with the

@@ -88,8 +88,23 @@ StatusOr<std::unique_ptr<PrecisionRuntime>> PrecisionRuntime::Apply(const Precis
     } else {
       runtime->optimizer_parameters_.push_back({item.key(), item.value()});
     }
+    runtime->holders_.push_back(item.value());
+    runtime->holder_parameter_.push_back(runtime->parameters_.size() - 1);
   }
   return runtime;
+}
+
+Status PrecisionRuntime::HoldGradientsIn(std::vector<at::Tensor> parts,
+                                         std::vector<size_t> parameter_of) {
+  if (master_holder_ != MasterHolder::kOptimizer || parts.size() != parameter_of.size()) {
+    return InternalError("gradients held in parts need masters held by the optimizer");
+  }
+  for (size_t i : parameter_of) {
+    if (i >= parameters_.size()) return InternalError("a gradient part of no parameter");
+  }
+  holders_ = std::move(parts);
+  holder_parameter_ = std::move(parameter_of);
+  return Status::Ok();
 }
 
 std::vector<at::ScalarType> PrecisionRuntime::OptimizerMasterDtypes() const {
@@ -105,20 +120,24 @@ void PrecisionRuntime::ZeroGrad() {
       optimizer_parameters_[i].tensor.mutable_grad().reset();
     }
   }
+  for (const at::Tensor& holder : holders_) {
+    if (holder.grad().defined()) holder.mutable_grad().reset();
+  }
 }
 
 at::Tensor PrecisionRuntime::UnscaleAndFlag() {
   at::NoGradGuard no_grad;
   const double factor = 1.0 / scale_;
-  feeds_.assign(parameters_.size(), GradientFeed());
+  feeds_.assign(holders_.size(), GradientFeed());
   at::Tensor found;  // one int32 on the gradients' device that the kernels set on inf or nan
   at::Tensor total;  // where no kernel takes a gradient: an f32 sum each, any inf or nan shows
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    at::Tensor grad = parameters_[i].tensor.grad();
+  for (size_t h = 0; h < holders_.size(); ++h) {
+    at::Tensor grad = holders_[h].grad();
     if (!grad.defined()) continue;
     // A master's gradient is unscaled into f32 by the optimizer (see the header).
-    const bool unscale_here = !HasMaster(i) && factor != 1.0;
-    if (HasMaster(i)) feeds_[i] = {grad, factor, parameters_[i].tensor};
+    const bool master = HasMaster(holder_parameter_[h]);
+    const bool unscale_here = !master && factor != 1.0;
+    if (master) feeds_[h] = {grad, factor, holders_[h]};
     const bool kernel = kernels::FusedKernelsTake(grad);
     if (kernel && !found.defined()) found = at::zeros({1}, grad.options().dtype(at::kInt));
     if (kernel && grad.device() == found.device()) {
@@ -145,10 +164,11 @@ bool PrecisionRuntime::UnscaleAndCheck() { return UnscaleAndFlag().item<double>(
 at::Tensor PrecisionRuntime::GradNormSquared() const {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> norms;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (Fed(i)) {
-      norms.push_back(at::norm(feeds_[i].grad, 2, at::kFloat) * feeds_[i].scale);
-    } else if (const at::Tensor& g = parameters_[i].tensor.grad(); g.defined() && !HasMaster(i)) {
+  for (size_t h = 0; h < holders_.size(); ++h) {
+    if (Fed(h)) {
+      norms.push_back(at::norm(feeds_[h].grad, 2, at::kFloat) * feeds_[h].scale);
+    } else if (const at::Tensor& g = holders_[h].grad();
+               g.defined() && !HasMaster(holder_parameter_[h])) {
       norms.push_back(at::norm(g, 2, at::kFloat));
     }
   }
@@ -169,10 +189,10 @@ void PrecisionRuntime::ApplyClip(double total_norm, double max_norm, double divi
   const bool clips = max_norm > 0 && std::isfinite(total_norm) && total_norm > max_norm;
   const double factor = (clips ? max_norm / (total_norm + 1e-6) : 1.0) / divisor;
   if (factor == 1.0) return;
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (Fed(i)) {
-      feeds_[i].scale *= factor;
-    } else if (at::Tensor g = parameters_[i].tensor.grad(); g.defined() && !HasMaster(i)) {
+  for (size_t h = 0; h < holders_.size(); ++h) {
+    if (Fed(h)) {
+      feeds_[h].scale *= factor;
+    } else if (at::Tensor g = holders_[h].grad(); g.defined() && !HasMaster(holder_parameter_[h])) {
       g.mul_(factor);
     }
   }
@@ -181,6 +201,7 @@ void PrecisionRuntime::ApplyClip(double total_norm, double max_norm, double divi
 void PrecisionRuntime::Step(Optimizer& optimizer, double lr) {
   optimizer.Step(lr, feeds_);
   at::NoGradGuard no_grad;
+  // (The runtime keeps masters only with the parameters as the holders: i is also the holder.)
   for (size_t i = 0; i < parameters_.size(); ++i) {
     // A fed gradient's update was written back by the optimizer; a master without a gradient
     // did not change.

@@ -65,6 +65,12 @@ class PrecisionRuntime {
   // parameter.
   const std::vector<NamedParameter>& optimizer_parameters() const { return optimizer_parameters_; }
   MasterHolder master_holder() const { return master_holder_; }
+  // Where the step's gradients are, when not on the parameters: sharded level 2 leaves each rank
+  // only its parts of them, each the .grad() of `parts[k]` (a flat view of part of parameter
+  // `parameter_of[k]`). The steps above then read, check, unscale, clip and feed those, one feed
+  // per part, and GradNormSquared is this rank's share of the square (the caller sums it over the
+  // ranks). Needs MasterHolder::kOptimizer.
+  Status HoldGradientsIn(std::vector<at::Tensor> parts, std::vector<size_t> parameter_of);
   // Per optimizer parameter, the dtype of the master the optimizer keeps for it (MasterHolder::
   // kOptimizer), or Undefined.
   std::vector<at::ScalarType> OptimizerMasterDtypes() const;
@@ -95,8 +101,9 @@ class PrecisionRuntime {
   // The optimizer's update at `lr` from the prepared gradients; the low-precision parameters hold
   // the updated masters afterwards.
   void Step(Optimizer& optimizer, double lr);
-  // Gradients prepared by UnscaleAndCheck for the masters, one per optimizer parameter (an empty
-  // feed where the optimizer reads the parameter's own .grad()). Cleared by Step and ZeroGrad.
+  // Gradients prepared by UnscaleAndCheck for the masters, one per optimizer parameter (or per
+  // part, see HoldGradientsIn; an empty feed where the optimizer reads the .grad() itself).
+  // Cleared by Step and ZeroGrad.
   const std::vector<GradientFeed>& feeds() const { return feeds_; }
   // Copies every master the runtime keeps into its low-precision parameter.
   void SyncParameters();
@@ -136,8 +143,12 @@ class PrecisionRuntime {
   int64_t consecutive_skips_ = 0;
   std::vector<NamedParameter> parameters_;
   std::vector<NamedParameter> optimizer_parameters_;
-  // Whether parameter i's gradient goes to the optimizer through feeds_.
-  bool Fed(size_t i) const { return i < feeds_.size() && feeds_[i].grad.defined(); }
+  // What holds the step's gradients: the parameters, or parts of them (HoldGradientsIn), and
+  // the parameter each belongs to.
+  std::vector<at::Tensor> holders_;
+  std::vector<size_t> holder_parameter_;
+  // Whether holder h's gradient goes to the optimizer through feeds_.
+  bool Fed(size_t h) const { return h < feeds_.size() && feeds_[h].grad.defined(); }
 
   MasterHolder master_holder_ = MasterHolder::kRuntime;
   std::vector<at::ScalarType> master_dtypes_;  // per parameter; Undefined without a master

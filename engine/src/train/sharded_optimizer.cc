@@ -18,24 +18,26 @@ class ShardedOptimizer : public Optimizer {
  public:
   ShardedOptimizer(const proto::Optimizer& config, std::vector<NamedParameter> parameters,
                    std::vector<at::ScalarType> master_dtypes, DataParallel* group,
-                   int64_t bucket_bytes)
+                   std::shared_ptr<const ShardLayout> layout, ShardedGradients gradients)
       : parameters_(std::move(parameters)),
         master_dtypes_(std::move(master_dtypes)),
-        group_(group) {
+        group_(group),
+        layout_(std::move(layout)),
+        buckets_(layout_->buckets),
+        parts_(layout_->parts),
+        gradients_(gradients) {
     if (master_dtypes_.empty())
       master_dtypes_.assign(parameters_.size(), at::ScalarType::Undefined);
-    Pack(bucket_bytes);
-    // The plain optimizer, over this rank's parts: views of the parameters, which it updates in
-    // place, or the parts' masters. It keeps slots for them only.
+    // The plain optimizer, over this rank's parts: their views, which it updates in place (and
+    // whose .grad() it reads at level 2), or the parts' masters. It keeps slots for them only.
     at::NoGradGuard no_grad;
     std::vector<NamedParameter> updated;
     masters_.resize(parts_.size());
     for (size_t k = 0; k < parts_.size(); ++k) {
-      const at::Tensor view = PartOf(parts_[k].parameter, k);
       if (HasMaster(parts_[k].parameter)) {
-        masters_[k] = view.to(master_dtypes_[parts_[k].parameter]).clone();
+        masters_[k] = parts_[k].view.to(master_dtypes_[parts_[k].parameter]).clone();
       }
-      updated.push_back({PartName(k), masters_[k].defined() ? masters_[k] : view});
+      updated.push_back({PartName(k), masters_[k].defined() ? masters_[k] : parts_[k].view});
     }
     inner_ = MakeOptimizer(config, std::move(updated));
   }
@@ -97,24 +99,15 @@ class ShardedOptimizer : public Optimizer {
     // This rank's parts, updated by the plain optimizer with the gradients, factors and
     // write-backs the whole parameters would get; a master's update is written back into its part
     // of the parameter.
-    std::vector<GradientFeed> part_feeds(parts_.size());
-    for (size_t k = 0; k < parts_.size(); ++k) {
-      const Part& part = parts_[k];
-      const GradientFeed g = GradientOf(parameters_[part.parameter].tensor, part.parameter, feeds);
-      if (!g.grad.defined()) continue;  // the part's own .grad() is undefined too: not updated
-      part_feeds[k].grad = g.grad.reshape({-1}).narrow(0, part.from, part.length);
-      part_feeds[k].scale = g.scale;
-      if (masters_[k].defined()) {
-        part_feeds[k].write_back = PartOf(part.parameter, k);
-      } else if (g.write_back.defined() && g.write_back.is_contiguous()) {
-        part_feeds[k].write_back = Flat(g.write_back).narrow(0, part.from, part.length);
-      }
+    if (gradients_ == ShardedGradients::kInParts) {
+      inner_->Step(lr, feeds);
+    } else {
+      inner_->Step(lr, PartFeeds(feeds));
     }
-    inner_->Step(lr, part_feeds);
     // Every rank's parts into every rank's parameters, then any other low-precision copies.
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      StatusOr<at::Tensor> whole = GatherBucket(
-          b, buckets_[b].dtype, [&](size_t k) { return PartOf(parts_[k].parameter, k); });
+      StatusOr<at::Tensor> whole =
+          GatherBucket(b, buckets_[b].dtype, [&](size_t k) { return parts_[k].view; });
       if (!whole.ok()) throw std::runtime_error(whole.status().message());
       for (const Piece& piece : buckets_[b].pieces) {
         Flat(parameters_[piece.parameter])
@@ -122,6 +115,7 @@ class ShardedOptimizer : public Optimizer {
             .copy_(whole->narrow(0, piece.at, piece.length));
       }
     }
+    if (gradients_ == ShardedGradients::kInParts) return;
     for (size_t i = 0; i < parameters_.size(); ++i) {
       const GradientFeed g = GradientOf(parameters_[i].tensor, i, feeds);
       if (g.write_back.defined() && !g.write_back.is_same(parameters_[i].tensor)) {
@@ -131,37 +125,33 @@ class ShardedOptimizer : public Optimizer {
   }
 
  private:
-  // `length` elements of parameter `parameter` from its element `from`, at element `at` of a
-  // bucket.
-  struct Piece {
-    size_t parameter = 0;
-    int64_t from = 0;
-    int64_t at = 0;
-    int64_t length = 0;
-  };
-  // `elements` consecutive elements of the parameters (of one dtype) laid end to end; each rank's
-  // slice is `shard` of them (the last one padded).
-  struct Bucket {
-    std::vector<Piece> pieces;
-    int64_t elements = 0;
-    int64_t shard = 0;
-    at::ScalarType dtype = at::kFloat;
-    std::vector<size_t> parts;  // this rank's, in slice order
-  };
+  using Piece = ShardLayout::Piece;
+  using Bucket = ShardLayout::Bucket;
+  using Part = ShardLayout::Part;
+
+  // Level 1: the feeds of this rank's parts, cut from the whole parameters' gradients.
+  std::vector<GradientFeed> PartFeeds(const std::vector<GradientFeed>& feeds) const {
+    std::vector<GradientFeed> part_feeds(parts_.size());
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      const Part& part = parts_[k];
+      const GradientFeed g = GradientOf(parameters_[part.parameter].tensor, part.parameter, feeds);
+      if (!g.grad.defined()) continue;  // the part's own .grad() is undefined too: not updated
+      part_feeds[k].grad = g.grad.reshape({-1}).narrow(0, part.from, part.length);
+      part_feeds[k].scale = g.scale;
+      if (masters_[k].defined()) {
+        part_feeds[k].write_back = part.view;
+      } else if (g.write_back.defined() && g.write_back.is_contiguous()) {
+        part_feeds[k].write_back = Flat(g.write_back).narrow(0, part.from, part.length);
+      }
+    }
+    return part_feeds;
+  }
+
   // What a bucket is all-gathered through, for the largest bucket of a dtype; kept from step to
   // step, since buffers of a bucket's size freed and allocated again grow the C heap.
   struct GatherBuffers {
     at::Tensor slice;
     at::Tensor whole;
-  };
-  // This rank's share of a piece: `length` elements of parameter `parameter` from its element
-  // `from`, at element `to` of this rank's slice of bucket `bucket`.
-  struct Part {
-    size_t bucket = 0;
-    size_t parameter = 0;
-    int64_t from = 0;
-    int64_t to = 0;
-    int64_t length = 0;
   };
 
   static std::string PartName(size_t k) { return "part" + std::to_string(k); }
@@ -171,10 +161,6 @@ class ShardedOptimizer : public Optimizer {
     return out;
   }
   bool HasMaster(size_t i) const { return master_dtypes_[i] != at::ScalarType::Undefined; }
-  // Part k of parameter i, a view.
-  at::Tensor PartOf(size_t i, size_t k) const {
-    return Flat(parameters_[i]).narrow(0, parts_[k].from, parts_[k].length);
-  }
   // The dtype of what the optimizer updates for parameter i: its master's, or its own.
   at::ScalarType UpdatedDtype(size_t i) const {
     return HasMaster(i) ? master_dtypes_[i] : parameters_[i].tensor.scalar_type();
@@ -215,44 +201,6 @@ class ShardedOptimizer : public Optimizer {
   static at::Tensor Flat(const at::Tensor& t) { return t.view({-1}); }
   static at::Tensor Flat(const NamedParameter& p) { return Flat(p.tensor); }
 
-  // Lays the parameters end to end and cuts them into buckets of bucket_bytes (at least one element
-  // per rank), a new one where the dtype changes: a parameter may span buckets, so every transient
-  // buffer of a step is at most a bucket.
-  void Pack(int64_t bucket_bytes) {
-    const int64_t world = group_->world_size();
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      const at::Tensor& p = parameters_[i].tensor;
-      const int64_t capacity =
-          std::max<int64_t>(world, bucket_bytes / static_cast<int64_t>(p.element_size()));
-      for (int64_t from = 0; from < p.numel();) {
-        if (buckets_.empty() || buckets_.back().dtype != p.scalar_type() ||
-            buckets_.back().elements == capacity) {
-          buckets_.emplace_back();
-          buckets_.back().dtype = p.scalar_type();
-        }
-        Bucket& bucket = buckets_.back();
-        const int64_t length = std::min(p.numel() - from, capacity - bucket.elements);
-        bucket.pieces.push_back({i, from, bucket.elements, length});
-        bucket.elements += length;
-        from += length;
-      }
-    }
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      Bucket& bucket = buckets_[b];
-      bucket.shard = (bucket.elements + world - 1) / world;
-      const int64_t lo = group_->rank() * bucket.shard;
-      const int64_t hi = lo + bucket.shard;
-      for (const Piece& piece : bucket.pieces) {
-        const int64_t begin = std::max(lo, piece.at);
-        const int64_t end = std::min(hi, piece.at + piece.length);
-        if (begin >= end) continue;
-        bucket.parts.push_back(parts_.size());
-        parts_.push_back(
-            {b, piece.parameter, piece.from + begin - piece.at, begin - lo, end - begin});
-      }
-    }
-  }
-
   // Bucket b whole in `dtype` on the parameters' device (a view of a buffer there when it is the
   // group's, valid until the next call): each rank sends its slice, made of part_tensor(k) for its
   // parts k (undefined: zeros), zeros in the padding.
@@ -276,8 +224,7 @@ class ShardedOptimizer : public Optimizer {
   const GatherBuffers& BuffersFor(at::ScalarType dtype) {
     auto it = buffers_.find(dtype);
     if (it != buffers_.end()) return it->second;
-    int64_t shard = 0;
-    for (const Bucket& bucket : buckets_) shard = std::max(shard, bucket.shard);
+    const int64_t shard = layout_->LargestShard();
     const auto options = at::TensorOptions().device(group_->device()).dtype(dtype);
     return buffers_[dtype] = {at::empty({shard}, options),
                               at::empty({shard * group_->world_size()}, options)};
@@ -330,8 +277,10 @@ class ShardedOptimizer : public Optimizer {
   std::vector<NamedParameter> parameters_;
   std::vector<at::ScalarType> master_dtypes_;  // per parameter; Undefined: none
   DataParallel* group_;
-  std::vector<Bucket> buckets_;
-  std::vector<Part> parts_;
+  std::shared_ptr<const ShardLayout> layout_;
+  const std::vector<Bucket>& buckets_;  // layout_'s
+  const std::vector<Part>& parts_;      // layout_'s
+  ShardedGradients gradients_;
   std::vector<at::Tensor> masters_;  // per part; undefined where its parameter has no master
   std::map<at::ScalarType, GatherBuffers> buffers_;
   std::unique_ptr<Optimizer> inner_;  // over views of parts_
@@ -340,23 +289,45 @@ class ShardedOptimizer : public Optimizer {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer& config,
-                                                          std::vector<NamedParameter> parameters,
-                                                          std::vector<at::ScalarType> master_dtypes,
-                                                          DataParallel* group,
-                                                          int64_t bucket_bytes) {
-  if (!master_dtypes.empty() && master_dtypes.size() != parameters.size()) {
-    return InternalError("the sharded optimizer got " + std::to_string(master_dtypes.size()) +
-                         " master dtypes for " + std::to_string(parameters.size()) + " parameters");
-  }
+StatusOr<std::shared_ptr<const ShardLayout>> LayOutShards(
+    const std::vector<NamedParameter>& parameters, const DataParallel& group,
+    int64_t bucket_bytes) {
+  std::vector<at::Tensor> tensors;
   for (const NamedParameter& p : parameters) {
     if (!p.tensor.is_contiguous()) {
       return FailedPreconditionError("the sharded optimizer updates parts of '" + p.name +
                                      "' in place, and it is not contiguous in memory");
     }
+    tensors.push_back(p.tensor);
   }
-  return std::unique_ptr<Optimizer>(new ShardedOptimizer(
-      config, std::move(parameters), std::move(master_dtypes), group, bucket_bytes));
+  return std::make_shared<const ShardLayout>(
+      MakeShardLayout(tensors, group.world_size(), group.rank(), bucket_bytes));
+}
+
+StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer& config,
+                                                          std::vector<NamedParameter> parameters,
+                                                          std::vector<at::ScalarType> master_dtypes,
+                                                          DataParallel* group,
+                                                          std::shared_ptr<const ShardLayout> layout,
+                                                          ShardedGradients gradients) {
+  if (!master_dtypes.empty() && master_dtypes.size() != parameters.size()) {
+    return InternalError("the sharded optimizer got " + std::to_string(master_dtypes.size()) +
+                         " master dtypes for " + std::to_string(parameters.size()) + " parameters");
+  }
+  return std::unique_ptr<Optimizer>(new ShardedOptimizer(config, std::move(parameters),
+                                                         std::move(master_dtypes), group,
+                                                         std::move(layout), gradients));
+}
+
+StatusOr<std::unique_ptr<Optimizer>> MakeShardedOptimizer(const proto::Optimizer& config,
+                                                          std::vector<NamedParameter> parameters,
+                                                          std::vector<at::ScalarType> master_dtypes,
+                                                          DataParallel* group,
+                                                          int64_t bucket_bytes) {
+  ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<const ShardLayout> layout,
+                          LayOutShards(parameters, *group, bucket_bytes));
+  return MakeShardedOptimizer(config, std::move(parameters), std::move(master_dtypes), group,
+                              std::move(layout), ShardedGradients::kWhole);
 }
 
 }  // namespace engine

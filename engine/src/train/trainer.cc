@@ -20,6 +20,7 @@
 #include "dist/data_parallel.h"
 #include "dist/eval_partials.h"
 #include "dist/gradient_averager.h"
+#include "dist/gradient_reduce_scatter.h"
 #include "engine/adapter.h"
 #include "engine/format.h"
 #include "engine/json_text.h"
@@ -51,11 +52,6 @@ constexpr int64_t kMaxConsecutiveSkips = 30;
 
 // A collective that waits longer than this for another rank fails (that rank is gone or stuck).
 constexpr int kCollectiveTimeoutSeconds = 300;
-// A sharded optimizer all-gathers the updated weights in pieces of at most this size (or
-// bucket_mib when smaller). Gloo copies each piece through a buffer of its own, and buffers of
-// DDP's 25 MiB freed and allocated again every step held about 100 MB more on each rank of a 50 M
-// parameter MLP (bench/data_parallel_bench.sh); 4 MiB pieces cost no measurable time there.
-constexpr int64_t kShardedGatherBytes = int64_t{4} << 20;
 
 std::set<std::string> HostFieldsOf(const Model& model) {
   const std::vector<std::string> fields = model.host_fields();
@@ -145,17 +141,7 @@ class StageTrainer : public CallbackActions {
     ENGINE_RETURN_IF_ERROR(
         frozen_base_.Fix(module_, has_parent ? &parent_base : nullptr).WithContext(context_));
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
-    if (plan_.shards_optimizer()) {
-      ENGINE_ASSIGN_OR_RETURN(
-          optimizer_,
-          MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
-                               precision_->OptimizerMasterDtypes(), data_parallel_,
-                               BucketBytes() > 0 ? std::min(BucketBytes(), kShardedGatherBytes)
-                                                 : kShardedGatherBytes)
-              .WithContext(context_));
-    } else {
-      optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
-    }
+    ENGINE_RETURN_IF_ERROR(MakeOptimizerAndGradientSync());
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
     ApplyThreadCount();
     return Status::Ok();
@@ -200,8 +186,7 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  // Under DDP: the process group, the ranks' agreement that they run the same stage, and the
-  // gradient averager.
+  // Under DDP: the process group and the ranks' agreement that they run the same stage.
   Status ConnectRanks() {
     if (plan_.process_group) {
       ENGINE_ASSIGN_OR_RETURN(data_parallel_,
@@ -216,14 +201,49 @@ class StageTrainer : public CallbackActions {
                   {{"the data " + stage_.path() + " reads", plan_.data_identity},
                    {stage_.path() + "'s plugins and precision plan", plan_.fingerprint}}))
               .WithContext(context_));
-      gradient_averager_ = std::make_unique<GradientAverager>(
-          data_parallel_, precision_->parameters(), BucketBytes());
     }
     return Status::Ok();
   }
 
-  int64_t BucketBytes() const {
-    return static_cast<int64_t>(config_.parallel().bucket_mib()) << 20;
+  // The stage's optimizer and, in a process group, what brings the ranks' gradients together:
+  // DDP's averager, or for a sharded stage its layout's optimizer and, at level 2, the
+  // reduce-scatter that leaves each rank the gradients of its parts only.
+  Status MakeOptimizerAndGradientSync() {
+    if (!plan_.shards_optimizer()) {
+      optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
+      if (plan_.process_group) {
+        gradient_sync_ = std::make_unique<GradientAverager>(
+            data_parallel_, precision_->parameters(), plan_.bucket_bytes);
+      }
+      return Status::Ok();
+    }
+    ENGINE_ASSIGN_OR_RETURN(
+        std::shared_ptr<const ShardLayout> layout,
+        LayOutShards(precision_->optimizer_parameters(), *data_parallel_, plan_.shard_bucket_bytes)
+            .WithContext(context_));
+    const bool in_parts = plan_.shards_gradients();
+    ENGINE_ASSIGN_OR_RETURN(
+        optimizer_,
+        MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
+                             precision_->OptimizerMasterDtypes(), data_parallel_, layout,
+                             in_parts ? ShardedGradients::kInParts : ShardedGradients::kWhole)
+            .WithContext(context_));
+    if (!in_parts) {
+      gradient_sync_ = std::make_unique<GradientAverager>(data_parallel_, precision_->parameters(),
+                                                          plan_.bucket_bytes);
+      return Status::Ok();
+    }
+    std::vector<at::Tensor> parts;
+    std::vector<size_t> parameter_of;
+    for (const ShardLayout::Part& part : layout->parts) {
+      parts.push_back(part.view);
+      parameter_of.push_back(part.parameter);
+    }
+    ENGINE_RETURN_IF_ERROR(precision_->HoldGradientsIn(std::move(parts), std::move(parameter_of))
+                               .WithContext(context_));
+    gradient_sync_ = std::make_unique<GradientReduceScatter>(
+        data_parallel_, precision_->parameters(), std::move(layout));
+    return Status::Ok();
   }
 
   void ApplyThreadCount() { ApplyCpuThreads(plan_.cpu_threads); }
@@ -441,7 +461,7 @@ class StageTrainer : public CallbackActions {
   // on all ranks. A single micro-batch on one rank is that mean already, and is not weighted.
   Status TrainStep(BatchPrefetcher& prefetcher, size_t first, size_t last) {
     precision_->ZeroGrad();
-    const bool data_parallel = gradient_averager_ != nullptr;
+    const bool data_parallel = gradient_sync_ != nullptr;
     const bool weighted = last - first > 1 || data_parallel;
     const double scale = precision_->loss_scale();
     ENGINE_ASSIGN_OR_RETURN(AccumulatedLoss accumulated,
@@ -450,10 +470,11 @@ class StageTrainer : public CallbackActions {
     if (data_parallel) {
       // Every rank ends with the same (still loss-scaled) gradients, so all of them see the same
       // overflow and skip the same steps.
-      ENGINE_RETURN_IF_ERROR(gradient_averager_->Finish().WithContext(context_));
+      ENGINE_RETURN_IF_ERROR(gradient_sync_->Finish().WithContext(context_));
       ENGINE_ASSIGN_OR_RETURN(ranks, AverageOverRanks(accumulated));
     }
-    const StepScalars read = PrepareAndReadGradients(accumulated, ranks, weighted);
+    ENGINE_ASSIGN_OR_RETURN(const StepScalars read,
+                            PrepareAndReadGradients(accumulated, ranks, weighted));
     if (read.divisor == 0) {
       return FailedPreconditionError(context_ + ": step " + std::to_string(step_ + 1) +
                                      " had no loss terms (every example was masked)");
@@ -507,13 +528,19 @@ class StageTrainer : public CallbackActions {
   // Unscales the gradients by the loss scale, queues their non-finite flag and, where the stage
   // clips, their norm, and reads those with the loss and the counts left on the device in one
   // synchronisation.
-  StepScalars PrepareAndReadGradients(const AccumulatedLoss& accumulated, const RankSums& ranks,
-                                      bool weighted) {
+  // With gradients in parts (shard_level 2), each rank checks and measures its parts only, and
+  // the flag and the squared norm are summed over the ranks (on the device) before the read.
+  StatusOr<StepScalars> PrepareAndReadGradients(const AccumulatedLoss& accumulated,
+                                                const RankSums& ranks, bool weighted) {
     at::Tensor flag, norm_squared;
     {
       PhaseTimer timer(&phases_.update);
       flag = precision_->UnscaleAndFlag();
       if (config_.optimizer().max_grad_norm() > 0) norm_squared = precision_->GradNormSquared();
+      if (plan_.shards_gradients()) {
+        ENGINE_ASSIGN_OR_RETURN(std::tie(flag, norm_squared),
+                                SumFlagAndNormOverRanks(flag, norm_squared));
+      }
     }
     PhaseTimer timer(&phases_.host_read);
     const at::Tensor& loss_sum = ranks.loss_sum.defined() ? ranks.loss_sum : accumulated.sum;
@@ -535,6 +562,17 @@ class StageTrainer : public CallbackActions {
     return read;
   }
 
+  // `flag` and `norm_squared` (undefined: none) each summed over the ranks, in f64.
+  StatusOr<std::pair<at::Tensor, at::Tensor>> SumFlagAndNormOverRanks(
+      const at::Tensor& flag, const at::Tensor& norm_squared) {
+    const auto f64 = at::TensorOptions().dtype(at::kDouble).device(data_parallel_->device());
+    at::Tensor sums = at::zeros({2}, f64);
+    sums[0].copy_(flag);
+    if (norm_squared.defined()) sums[1].copy_(norm_squared);
+    ENGINE_RETURN_IF_ERROR(data_parallel_->StartSum(sums)->Wait().WithContext(context_));
+    return std::make_pair(sums[0], norm_squared.defined() ? sums[1] : at::Tensor());
+  }
+
   // Forward and backward over each micro-batch; `weighted`: each micro-batch's mean loss
   // multiplied by its number of loss terms.
   StatusOr<AccumulatedLoss> AccumulateGradients(BatchPrefetcher& prefetcher, size_t first,
@@ -547,7 +585,7 @@ class StageTrainer : public CallbackActions {
       // terms (its loss is then 0, and so are its gradients).
       const at::Tensor& device_count = output.loss_count_tensor;
       if (!device_count.defined() && output.loss_count <= 0) continue;
-      if (gradient_averager_ != nullptr && i + 1 == last) gradient_averager_->ArmForLastBackward();
+      if (gradient_sync_ != nullptr && i + 1 == last) gradient_sync_->ArmForLastBackward();
       PhaseTimer timer(&phases_.backward);
       ENGINE_RETURN_IF_ERROR(GuardedCall(context_, [&] {
         at::Tensor term_sum = output.loss;
@@ -813,7 +851,7 @@ class StageTrainer : public CallbackActions {
   DataParallel* data_parallel_ = nullptr;  // process-wide; null without a process group
   // What the callbacks saved in the checkpoint this stage resumes from, until stage_begin is out.
   std::map<std::string, std::string> restored_callback_states_;
-  std::unique_ptr<GradientAverager> gradient_averager_;  // with data_parallel_
+  std::unique_ptr<GradientSync> gradient_sync_;  // with data_parallel_
   std::vector<std::filesystem::path> periodic_;
   int64_t last_checkpoint_step_ = -1;
   std::string run_id_;

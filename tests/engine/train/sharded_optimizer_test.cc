@@ -10,14 +10,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <map>
-#include <thread>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <vector>
 
-#include "dist/c10d_group.h"
+#include "testing/gloo_ranks.h"
 
 namespace engine {
 namespace {
@@ -74,22 +70,7 @@ proto::Optimizer SgdConfig() {
   return config;
 }
 
-// Runs body(group) on `world` ranks of one Gloo group, each on a thread of its own.
-void OnRanks(int world, const std::function<void(DataParallel&)>& body) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
-      dist_internal::C10dDataParallel<c10d::ProcessGroupGloo> ranks(c10::Device(c10::kCPU), store,
-                                                                    group);
-      body(ranks);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
+using testing::OnRanks;
 
 void ExpectEqual(const std::vector<NamedParameter>& a, const std::vector<NamedParameter>& b,
                  const std::string& what) {
