@@ -24,7 +24,7 @@ engine=${1:-build/bin/engine}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-steps=300
+steps=${STEPS:-300}
 cores=$(nproc)
 
 pipeline() {  # name per-rank-batch threads strategy [hidden_units...] [steps]

@@ -24,8 +24,11 @@ namespace engine::testing {
 inline const bool kFlightRecorderOff = setenv("TORCH_FR_BUFFER_SIZE", "0", 1) == 0;
 
 // Runs body(group) on `world` ranks of one Gloo group, each on a thread of its own; returns when
-// all of them have. The threads must not share LibTorch's default generator.
-inline void OnRanks(int world, const std::function<void(DataParallel&)>& body) {
+// all of them have. The threads must not share LibTorch's default generator. `by`: how the group
+// reduce-scatters (an engine process's Gloo group all-reduces and slices).
+inline void OnRanks(
+    int world, const std::function<void(DataParallel&)>& body,
+    dist_internal::ReduceScatterBy by = dist_internal::ReduceScatterBy::kAllReduce) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
@@ -34,7 +37,7 @@ inline void OnRanks(int world, const std::function<void(DataParallel&)>& body) {
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
       dist_internal::C10dDataParallel<c10d::ProcessGroupGloo> ranks(c10::Device(c10::kCPU), store,
-                                                                    group);
+                                                                    group, by);
       body(ranks);
     });
   }

@@ -52,12 +52,33 @@ struct C10dPendingSum : DataParallel::PendingSum {
   Status started;
 };
 
+// A reduce-scatter done as an all-reduce of the whole tensor, of which Wait() keeps this rank's
+// slice.
+struct C10dPendingSlice : C10dPendingSum {
+  Status Wait() override {
+    ENGINE_RETURN_IF_ERROR(C10dPendingSum::Wait());
+    shard.copy_(tensors[0].narrow(0, rank * shard.numel(), shard.numel()));
+    return Status::Ok();
+  }
+  at::Tensor shard;
+  int rank = 0;
+};
+
+// How StartReduceScatter reduces: with the group's reduce-scatter, or (Gloo, whose reduce-scatter
+// took 2.1x its all-reduce's time on 2 CPU ranks, and 1.2x at 4 MiB) with an all-reduce of which
+// each rank keeps its slice: the same sum, and the buffer is the caller's already.
+enum class ReduceScatterBy { kReduceScatter, kAllReduce };
+
 template <typename Group>
 class C10dDataParallel : public DataParallel {
  public:
   C10dDataParallel(c10::Device device, c10::intrusive_ptr<c10d::Store> store,
-                   c10::intrusive_ptr<Group> group)
-      : device_(device), store_(std::move(store)), group_(std::move(group)) {}
+                   c10::intrusive_ptr<Group> group,
+                   ReduceScatterBy reduce_scatter_by = ReduceScatterBy::kReduceScatter)
+      : device_(device),
+        store_(std::move(store)),
+        group_(std::move(group)),
+        reduce_scatter_by_(reduce_scatter_by) {}
 
   int rank() const override { return group_->getRank(); }
   int world_size() const override { return group_->getSize(); }
@@ -72,6 +93,15 @@ class C10dDataParallel : public DataParallel {
   }
 
   std::unique_ptr<PendingSum> StartReduceScatter(at::Tensor whole, at::Tensor shard) override {
+    if (reduce_scatter_by_ == ReduceScatterBy::kAllReduce) {
+      auto pending = std::make_unique<C10dPendingSlice>();
+      pending->tensors = {std::move(whole)};
+      pending->shard = std::move(shard);
+      pending->rank = rank();
+      pending->started = Collective("gradient reduce-scatter",
+                                    [&] { pending->work = group_->allreduce(pending->tensors); });
+      return pending;
+    }
     auto pending = std::make_unique<C10dPendingSum>();
     pending->tensors = {std::move(whole), std::move(shard)};
     pending->started = Collective("gradient reduce-scatter", [&] {
@@ -122,6 +152,7 @@ class C10dDataParallel : public DataParallel {
   c10::Device device_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Group> group_;
+  ReduceScatterBy reduce_scatter_by_;
 };
 
 }  // namespace engine::dist_internal

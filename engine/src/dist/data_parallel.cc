@@ -30,8 +30,8 @@ StatusOr<std::unique_ptr<DataParallel>> MakeGlooGroup(c10::intrusive_ptr<c10d::S
     auto group =
         c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
     return std::unique_ptr<DataParallel>(
-        new dist_internal::C10dDataParallel<c10d::ProcessGroupGloo>(c10::Device(c10::kCPU), store,
-                                                                    group));
+        new dist_internal::C10dDataParallel<c10d::ProcessGroupGloo>(
+            c10::Device(c10::kCPU), store, group, dist_internal::ReduceScatterBy::kAllReduce));
   } catch (const std::exception& e) {
     return FailedPreconditionError("cannot make the Gloo process group: " + FirstLine(e));
   }

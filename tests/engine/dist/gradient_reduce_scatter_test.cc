@@ -1,7 +1,9 @@
 // Shard level 2's gradient reduce-scatter on real Gloo groups of 2 and 3 ranks (threads): every
 // rank ends with the mean over the ranks of the elements it owns, as the .grad() of its parts'
 // views, and with no whole gradient on any parameter; buckets are sent from inside the backward;
-// earlier micro-batches and parameters without a gradient count as DDP counts them.
+// earlier micro-batches and parameters without a gradient count as DDP counts them. Both ways a
+// group may reduce-scatter are tried: c10d's reduce-scatter (NCCL's way) and an all-reduce of
+// which each rank keeps its slice (Gloo's).
 #define USE_C10D_GLOO 1
 #include "dist/gradient_reduce_scatter.h"
 
@@ -9,6 +11,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "testing/gloo_ranks.h"
@@ -63,73 +66,92 @@ std::vector<at::Tensor> ExpectedMean(const std::vector<at::Tensor>& values, int 
   return mean;
 }
 
-class GradientReduceScatterTest : public ::testing::TestWithParam<int> {};
+using dist_internal::ReduceScatterBy;
+
+class GradientReduceScatterTest
+    : public ::testing::TestWithParam<std::tuple<int, ReduceScatterBy>> {};
 
 TEST_P(GradientReduceScatterTest, EachRankEndsWithTheMeanOfItsPartsAndNoWholeGradient) {
-  const int world = GetParam();
+  const auto [world, by] = GetParam();
   const std::vector<at::Tensor> values = Random(7);
   constexpr int kMicroBatches = 2;
   const std::vector<at::Tensor> expected = ExpectedMean(values, world, kMicroBatches);
-  testing::OnRanks(world, [&](DataParallel& ranks) {
-    std::vector<NamedParameter> parameters;
-    std::vector<at::Tensor> tensors;
-    for (size_t i = 0; i < values.size(); ++i) {
-      parameters.push_back({"p" + std::to_string(i), values[i].clone().requires_grad_(true)});
-      tensors.push_back(parameters.back().tensor);
-    }
-    auto layout = std::make_shared<const ShardLayout>(
-        MakeShardLayout(tensors, ranks.world_size(), ranks.rank(), kBucketBytes));
-    GradientReduceScatter scatter(&ranks, parameters, layout);
-    for (int step = 0; step < 2; ++step) {  // the buffers are reused from step to step
-      for (const NamedParameter& p : parameters) p.tensor.mutable_grad().reset();
-      for (const ShardLayout::Part& part : layout->parts) part.view.mutable_grad().reset();
-      Loss(parameters, ranks.rank(), 0).backward();  // an earlier micro-batch: accumulates
-      scatter.ArmForLastBackward();
-      Loss(parameters, ranks.rank(), 1).backward();
-      ASSERT_TRUE(scatter.Finish().ok());
-      EXPECT_GT(scatter.buckets_started_during_backward(), 0);
-      for (const NamedParameter& p : parameters) {
-        EXPECT_FALSE(p.tensor.grad().defined()) << p.name << " kept its whole gradient";
-      }
-      ASSERT_FALSE(layout->parts.empty());
-      for (const ShardLayout::Part& part : layout->parts) {
-        const at::Tensor want =
-            expected[part.parameter].reshape({-1}).narrow(0, part.from, part.length);
-        ASSERT_TRUE(part.view.grad().defined());
-        EXPECT_TRUE(at::allclose(part.view.grad(), want, 1e-6, 1e-6))
-            << "rank " << ranks.rank() << " part of p" << part.parameter << " from " << part.from;
-      }
-    }
-  });
+  testing::OnRanks(
+      world,
+      [&](DataParallel& ranks) {
+        std::vector<NamedParameter> parameters;
+        std::vector<at::Tensor> tensors;
+        for (size_t i = 0; i < values.size(); ++i) {
+          parameters.push_back({"p" + std::to_string(i), values[i].clone().requires_grad_(true)});
+          tensors.push_back(parameters.back().tensor);
+        }
+        auto layout = std::make_shared<const ShardLayout>(
+            MakeShardLayout(tensors, ranks.world_size(), ranks.rank(), kBucketBytes));
+        GradientReduceScatter scatter(&ranks, parameters, layout);
+        for (int step = 0; step < 2; ++step) {  // the buffers are reused from step to step
+          for (const NamedParameter& p : parameters) p.tensor.mutable_grad().reset();
+          for (const ShardLayout::Part& part : layout->parts) part.view.mutable_grad().reset();
+          Loss(parameters, ranks.rank(), 0).backward();  // an earlier micro-batch: accumulates
+          scatter.ArmForLastBackward();
+          Loss(parameters, ranks.rank(), 1).backward();
+          ASSERT_TRUE(scatter.Finish().ok());
+          EXPECT_GT(scatter.buckets_started_during_backward(), 0);
+          for (const NamedParameter& p : parameters) {
+            EXPECT_FALSE(p.tensor.grad().defined()) << p.name << " kept its whole gradient";
+          }
+          ASSERT_FALSE(layout->parts.empty());
+          for (const ShardLayout::Part& part : layout->parts) {
+            const at::Tensor want =
+                expected[part.parameter].reshape({-1}).narrow(0, part.from, part.length);
+            ASSERT_TRUE(part.view.grad().defined());
+            EXPECT_TRUE(at::allclose(part.view.grad(), want, 1e-6, 1e-6))
+                << "rank " << ranks.rank() << " part of p" << part.parameter << " from "
+                << part.from;
+          }
+        }
+      },
+      by);
 }
 
 TEST_P(GradientReduceScatterTest, AStepWhoseLastMicroBatchHadNoLossSendsTheEarlierOnes) {
-  const int world = GetParam();
+  const auto [world, by] = GetParam();
   const std::vector<at::Tensor> values = Random(7);
   const std::vector<at::Tensor> expected = ExpectedMean(values, world, /*micro_batches=*/1);
-  testing::OnRanks(world, [&](DataParallel& ranks) {
-    std::vector<NamedParameter> parameters;
-    std::vector<at::Tensor> tensors;
-    for (size_t i = 0; i < values.size(); ++i) {
-      parameters.push_back({"p" + std::to_string(i), values[i].clone().requires_grad_(true)});
-      tensors.push_back(parameters.back().tensor);
-    }
-    auto layout = std::make_shared<const ShardLayout>(
-        MakeShardLayout(tensors, ranks.world_size(), ranks.rank(), kBucketBytes));
-    GradientReduceScatter scatter(&ranks, parameters, layout);
-    Loss(parameters, ranks.rank(), 0).backward();  // never armed
-    ASSERT_TRUE(scatter.Finish().ok());
-    EXPECT_EQ(scatter.buckets_started_during_backward(), 0);
-    for (const ShardLayout::Part& part : layout->parts) {
-      EXPECT_TRUE(at::allclose(
-          part.view.grad(),
-          expected[part.parameter].reshape({-1}).narrow(0, part.from, part.length), 1e-6, 1e-6));
-    }
-  });
+  testing::OnRanks(
+      world,
+      [&](DataParallel& ranks) {
+        std::vector<NamedParameter> parameters;
+        std::vector<at::Tensor> tensors;
+        for (size_t i = 0; i < values.size(); ++i) {
+          parameters.push_back({"p" + std::to_string(i), values[i].clone().requires_grad_(true)});
+          tensors.push_back(parameters.back().tensor);
+        }
+        auto layout = std::make_shared<const ShardLayout>(
+            MakeShardLayout(tensors, ranks.world_size(), ranks.rank(), kBucketBytes));
+        GradientReduceScatter scatter(&ranks, parameters, layout);
+        Loss(parameters, ranks.rank(), 0).backward();  // never armed
+        ASSERT_TRUE(scatter.Finish().ok());
+        EXPECT_EQ(scatter.buckets_started_during_backward(), 0);
+        for (const ShardLayout::Part& part : layout->parts) {
+          EXPECT_TRUE(
+              at::allclose(part.view.grad(),
+                           expected[part.parameter].reshape({-1}).narrow(0, part.from, part.length),
+                           1e-6, 1e-6));
+        }
+      },
+      by);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GradientReduceScatterTest, ::testing::Values(2, 3),
-                         [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+INSTANTIATE_TEST_SUITE_P(Ranks, GradientReduceScatterTest,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values(ReduceScatterBy::kReduceScatter,
+                                                              ReduceScatterBy::kAllReduce)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "Ranks" +
+                                  (std::get<1>(info.param) == ReduceScatterBy::kReduceScatter
+                                       ? "ReduceScatter"
+                                       : "AllReduceSliced");
+                         });
 
 }  // namespace
 }  // namespace engine
