@@ -96,6 +96,13 @@ bool ReadDoubleFlag(const std::string& name, double min, double max, Arguments* 
   return ReadNumberFlag(name, min, max, "a number", args, out);
 }
 
+std::string ReadTextOrJsonFormat(Arguments* args) {
+  const std::string format = args->Get("format", "text");
+  if (format == "text" || format == "json") return format;
+  if (args->error.empty()) args->error = "--format must be text or json, not '" + format + "'";
+  return "text";
+}
+
 bool ReadSplitFlag(Arguments* args, Split* out) {
   if (!args->error.empty()) return false;
   auto it = args->values.find("split");

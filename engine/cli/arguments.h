@@ -43,6 +43,10 @@ Arguments ParseArguments(const std::vector<std::string>& args,
 bool ReadIntFlag(const std::string& name, int64_t min, int64_t max, Arguments* args, int64_t* out);
 bool ReadDoubleFlag(const std::string& name, double min, double max, Arguments* args, double* out);
 
+// --format=text|json: its value, "text" when absent. Another value sets args->error naming it
+// (unless an error is already set) and gives "text".
+std::string ReadTextOrJsonFormat(Arguments* args);
+
 // --split=train|eval into `*out` (left as it is when the flag is absent), with the same error and
 // return conventions.
 bool ReadSplitFlag(Arguments* args, Split* out);

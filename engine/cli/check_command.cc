@@ -32,10 +32,7 @@ int CheckCommand(const std::vector<std::string>& args) {
     std::cout << CheckHelp();
     return kExitOk;
   }
-  const std::string format = a.Get("format", "text");
-  if (a.error.empty() && format != "text" && format != "json") {
-    a.error = "--format must be text or json, not '" + format + "'";
-  }
+  const std::string format = ReadTextOrJsonFormat(&a);
   if (a.error.empty() && a.positional.size() != 1) a.error = "expected one pipeline file";
   if (!a.error.empty()) {
     std::cerr << "engine check: " << a.error << "\n\n" << CheckHelp();

@@ -41,10 +41,7 @@ int ConformanceCommand(const std::vector<std::string>& args) {
     std::cout << ConformanceHelp();
     return kExitOk;
   }
-  const std::string format = a.Get("format", "text");
-  if (a.error.empty() && format != "text" && format != "json") {
-    a.error = "--format must be text or json, not '" + format + "'";
-  }
+  const std::string format = ReadTextOrJsonFormat(&a);
   if (a.error.empty() && a.positional.size() != 1) a.error = "expected one plugin library";
   if (!a.error.empty()) {
     std::cerr << "engine conformance: " << a.error << "\n\n" << ConformanceHelp();

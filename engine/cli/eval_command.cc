@@ -3,13 +3,13 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/session.h"
 #include "engine/json_text.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/pipeline_runner.h"
-#include "train/checkpoint.h"
 #include "train/stage_logits.h"
 #include "train/trainer.h"
 
@@ -105,10 +105,7 @@ int EvalCommand(const std::vector<std::string>& args) {
     std::cout << EvalHelp();
     return kExitOk;
   }
-  const std::string format = a.Get("format", "text");
-  if (a.error.empty() && format != "text" && format != "json") {
-    a.error = "--format must be text or json, not '" + format + "'";
-  }
+  const std::string format = ReadTextOrJsonFormat(&a);
   if (a.error.empty() && a.positional.size() != 1) a.error = "expected one pipeline file";
   if (a.error.empty() && a.values.count("output_dir") && a.Get("output_dir").empty()) {
     a.error = "--output_dir is empty";

@@ -11,6 +11,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/peft_adapters.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/generation_source.h"
@@ -19,8 +21,6 @@
 #include "engine/untrusted_file.h"
 #include "export/bnb4_weights.h"
 #include "export/dense_weights.h"
-#include "export/peft_adapters.h"
-#include "train/checkpoint.h"
 
 namespace engine::cli {
 

@@ -428,7 +428,7 @@ GenerateFlags ReadFlags(Arguments& a) {
   GenerateFlags flags;
   GenerationOptions& g = flags.generation;
   flags.raw = a.switches.count("raw") > 0;
-  flags.format = a.Get("format", "text");
+  flags.format = ReadTextOrJsonFormat(&a);
   flags.system = a.Get("system");
   int64_t seed = 0;
   ReadIntFlag("max_new_tokens", 1, 1000000, &a, &g.max_new_tokens);
@@ -438,9 +438,6 @@ GenerateFlags ReadFlags(Arguments& a) {
   ReadIntFlag("seed", 0, std::numeric_limits<int64_t>::max(), &a, &seed);
   ReadIntFlag("batch_size", 1, 4096, &a, &flags.batch_size);
   g.seed = static_cast<uint64_t>(seed);
-  if (a.error.empty() && flags.format != "text" && flags.format != "json") {
-    a.error = "--format must be text or json, not '" + flags.format + "'";
-  }
   if (a.error.empty() && flags.raw && a.Has("system")) a.error = "--system needs the chat template";
   if (a.error.empty() && flags.raw && a.Has("image")) a.error = "--image needs the chat template";
   if (a.error.empty() && a.positional.size() != 1) a.error = "expected one SOURCE";

@@ -11,17 +11,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/peft_adapters.h"
 #include "cli/session.h"
 #include "core/guarded_call.h"
 #include "engine/atomic_file.h"
 #include "engine/paths.h"
 #include "engine/untrusted_file.h"
-#include "export/peft_adapters.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/stage_state.h"
 #include "text/hf_json_tokenizer.h"
 #include "text/stage_tokenizer.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace engine::cli {

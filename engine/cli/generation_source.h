@@ -77,7 +77,7 @@ class GenerationSource {
   // The directory the weights are read from: the model directory, or the stage's checkpoint.
   const std::filesystem::path& files_dir() const { return files_dir_; }
   // The model directory the weights build on: the model directory itself, or for a stage
-  // PeftBaseModel's (export/peft_adapters.h).
+  // PeftBaseModel's (checkpoint/peft_adapters.h).
   const std::filesystem::path& base_model_dir() const { return base_model_dir_; }
   // The stage, for a pipeline source; null for a model directory.
   virtual const ResolvedStage* stage() const { return nullptr; }

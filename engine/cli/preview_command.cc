@@ -145,11 +145,8 @@ int PreviewCommand(const std::vector<std::string>& raw) {
     std::cout << PreviewHelp();
     return kExitOk;
   }
-  const std::string format = a.Get("format", "text");
+  const std::string format = ReadTextOrJsonFormat(&a);
   int64_t n = 3;
-  if (a.error.empty() && format != "text" && format != "json") {
-    a.error = "--format must be text or json, not '" + format + "'";
-  }
   Split split = Split::kTrain;
   ReadSplitFlag(&a, &split);
   const std::string split_name(SplitName(split));

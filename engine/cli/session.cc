@@ -1,8 +1,8 @@
 #include "cli/session.h"
 
+#include "checkpoint/checkpoint.h"
 #include "plugins/search_path.h"
 #include "run/stage_state.h"
-#include "train/checkpoint.h"
 
 namespace engine::cli {
 

@@ -4,11 +4,11 @@
 #include <filesystem>
 #include <iostream>
 
+#include "checkpoint/checkpoint.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "engine/utf8.h"
 #include "run/stage_state.h"
-#include "train/checkpoint.h"
 
 namespace engine::cli {
 

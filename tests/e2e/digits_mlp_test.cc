@@ -9,13 +9,13 @@
 
 #include <regex>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/data.h"
 #include "engine/safetensors.h"
 #include "plugins/plugin_registry.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/safetensors.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

@@ -7,13 +7,13 @@
 
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/checkpoint.pb.h"
 #include "engine/remove_tree.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <map>
 
+#include "checkpoint/checkpoint_layout.h"
+#include "checkpoint/frozen_base.h"
 #include "core/fingerprint.h"
 #include "core/glob.h"
 #include "core/guarded_call.h"
@@ -16,12 +18,10 @@
 #include "engine/hash.h"
 #include "engine/module_tensors.h"
 #include "engine/precision_kit.h"
-#include "plan/checkpoint_layout.h"
 #include "plan/handoff.h"
 #include "plan/watched_metrics.h"
 #include "precision/census.h"
 #include "precision/device_capability.h"
-#include "train/frozen_base.h"
 
 namespace engine {
 namespace {
@@ -127,8 +127,8 @@ class PlanBuilder {
     return true;
   }
 
-  // Slim or self-contained checkpoints (plan/checkpoint_layout.h); a stage that trains every tensor
-  // has no base to leave out.
+  // Slim or self-contained checkpoints (checkpoint/checkpoint_layout.h); a stage that trains every
+  // tensor has no base to leave out.
   void PlanCheckpoints(const ResolvedStage& stage, StagePlan* plan) {
     plan->checkpoint_layout = PlanCheckpointLayout(pipeline_, stage);
     if (plan->checkpoint_layout.slim && UntrainedTensorNames(plan->model->module()).empty()) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_layout.h"
 #include "core/cpu_threads.h"
 #include "dist/data_parallel.h"
 #include "dist/dist_env.h"
@@ -19,7 +20,6 @@
 #include "engine/precision.h"
 #include "pipeline/diagnostics.h"
 #include "pipeline/resolved_pipeline.h"
-#include "plan/checkpoint_layout.h"
 #include "plan/handoff.h"
 #include "plan/layer_plugins.h"
 

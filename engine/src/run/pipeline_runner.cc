@@ -3,12 +3,12 @@
 #include <chrono>
 #include <cstdio>
 
+#include "checkpoint/checkpoint.h"
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
 #include "core/logging.h"
 #include "plan/plan_printer.h"
 #include "run/stage_state.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

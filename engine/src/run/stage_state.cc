@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <map>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "engine/dtype.h"
 #include "engine/safetensors.h"
 #include "pipeline/resolved_pipeline.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tensors.h"
 
 namespace engine {
 

@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_tensors.h"
+#include "checkpoint/frozen_base.h"
 #include "core/logging.h"
 #include "engine/dtype.h"
 #include "engine/linear.h"
@@ -18,9 +21,6 @@
 #include "engine/safetensors.h"
 #include "engine/untrusted_file.h"
 #include "plan/handoff.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tensors.h"
-#include "train/frozen_base.h"
 
 namespace engine {
 namespace {

@@ -3,8 +3,8 @@
 // (plan/handoff.h): tensors copied as they are, dense weights quantized on the fly, the parent's
 // LoRA adapters re-attached or, with `merge_adapters`, merged into the base weights first.
 //
-// A slim parent (plan/checkpoint_layout.h) holds only what it changed; its frozen base is the
-// child's own build's, which must be the same base (train/frozen_base.h).
+// A slim parent (checkpoint/checkpoint_layout.h) holds only what it changed; its frozen base is the
+// child's own build's, which must be the same base (checkpoint/frozen_base.h).
 //
 // Nothing is written into the model before the whole mapping is known to fit; errors name the
 // checkpoint and start with `context`. Thread safety: the training thread, before training.
@@ -30,7 +30,7 @@ struct ParentLoad {
   bool merge_adapters = false;
   // The stage's `new_tensors` (plan/handoff.h).
   std::vector<std::string> new_tensor_globs;
-  // The base the child builds from its own `pretrained` directory (train/frozen_base.h), asked
+  // The base the child builds from its own `pretrained` directory (checkpoint/frozen_base.h), asked
   // only when the parent's checkpoint is slim: its left-out base tensors are then the child's own,
   // once the two bases are checked equal. Null or an error: a slim parent cannot be loaded.
   std::function<StatusOr<const proto::FrozenBase*>()> own_base;

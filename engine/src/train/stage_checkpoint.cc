@@ -10,16 +10,16 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_tensors.h"
+#include "checkpoint/frozen_base.h"
+#include "checkpoint/peft_adapters.h"
 #include "core/guarded_call.h"
 #include "core/logging.h"
 #include "engine/module_tensors.h"
 #include "engine/safetensors.h"
-#include "export/peft_adapters.h"
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tensors.h"
-#include "train/frozen_base.h"
 #include "train/stage_manifest.h"
 #include "train/training_state.h"
 
@@ -46,7 +46,8 @@ void AddOptimizerState(const StageParts& parts, const TrainingPosition& position
   contents->optimizer_metadata = AppendTrainingState(training, contents->optimizer);
 }
 
-// adapter_model.safetensors and adapter_config.json, as PEFT reads them (export/peft_adapters.h).
+// adapter_model.safetensors and adapter_config.json, as PEFT reads them
+// (checkpoint/peft_adapters.h).
 Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
   const ResolvedStage& stage = *parts.plan->stage;
   if (stage.adapters.empty()) return Status::Ok();

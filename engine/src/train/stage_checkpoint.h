@@ -2,13 +2,13 @@
 // checkpoint, and how it puts a stage back where a periodic checkpoint left it.
 //
 // A checkpoint holds every parameter and buffer (model.safetensors; a slim one only those outside
-// its frozen base, plan/checkpoint_layout.h), the model's config.json, the
+// its frozen base, checkpoint/checkpoint_layout.h), the model's config.json, the
 // adapters alone as PEFT lays them out, the manifest, and, with optimizer state, everything a
 // resume needs to go on exactly: optimizer slots, f32 masters, the loss scaler, the random
 // generators of every rank, the callbacks' states and the counters behind the step events
 // (training_state.h).
 //
-// The layout and the atomic publication are train/checkpoint.h's. Both functions run on the
+// The layout and the atomic publication are checkpoint/checkpoint.h's. Both functions run on the
 // training thread and borrow the trainer's parts for the call. Restore checks everything against
 // the stage before it changes anything but the weights and optimizer, so a refused checkpoint
 // leaves the stage as it was prepared; errors name the checkpoint's directory.
@@ -49,8 +49,8 @@ struct StageParts {
   Optimizer* optimizer = nullptr;
   PrecisionRuntime* precision = nullptr;
   at::Device device = at::Device(at::kCPU);
-  // The frozen base the stage's checkpoints leave out, its tensors listed (train/frozen_base.h);
-  // null when they hold every tensor.
+  // The frozen base the stage's checkpoints leave out, its tensors listed
+  // (checkpoint/frozen_base.h); null when they hold every tensor.
   const proto::FrozenBase* frozen_base = nullptr;
 };
 

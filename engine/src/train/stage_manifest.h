@@ -2,7 +2,7 @@
 // parent run), where training stood (step, epoch, final or periodic, why it stopped early, the
 // metrics) and what wrote it (model, data, precision, quantizer and adapter plugins with versions,
 // the precision groups, the engine's and LibTorch's versions). Checks and resumes read it back
-// (train/checkpoint.h).
+// (checkpoint/checkpoint.h).
 //
 // A pure function of its inputs except for the creation time; any thread.
 #pragma once

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/frozen_base.h"
 #include "core/cpu_threads.h"
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
@@ -30,8 +32,6 @@
 #include "plan/plan_printer.h"
 #include "precision/census.h"
 #include "train/batch_prefetcher.h"
-#include "train/checkpoint.h"
-#include "train/frozen_base.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/parent_weights.h"

@@ -10,8 +10,8 @@
 
 #include <fstream>
 
+#include "checkpoint/checkpoint.h"
 #include "testing/temp_dir.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "pipeline/pipeline_loader.h"
 #include "run/pipeline_runner.h"
 #include "testing/pipelines.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
-#include "train/checkpoint.h"
 #include "train/step_scalars.h"
 
 namespace engine {

@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <ATen/ops/equal.h>
 #include <ATen/ops/randn.h>

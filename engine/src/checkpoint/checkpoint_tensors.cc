@@ -1,6 +1,6 @@
-#include "train/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_tensors.h"
 
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace engine {
 

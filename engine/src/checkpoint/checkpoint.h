@@ -2,7 +2,8 @@
 //
 //   <dir>/model.safetensors      every parameter and buffer, by name, in its stored dtype; a slim
 //                                checkpoint's only those outside its frozen base and its adapter
-//                                file (train/checkpoint_tensors.h reads them wherever they are)
+//                                file (checkpoint/checkpoint_tensors.h reads them wherever they
+//                                are)
 //   <dir>/optimizer.safetensors  optimizer slots ("<param>.exp_avg"), when saved
 //   <dir>/config.json            the model's configuration (Hugging Face's name for it), when given
 //   <dir>/adapter_model.safetensors, adapter_config.json

@@ -1,6 +1,6 @@
-// The frozen base a slim checkpoint leaves out (plan/checkpoint_layout.h): what it is, which of the
-// model's tensors belong to it, and whether the base a reader builds now is the one the checkpoint
-// was trained on.
+// The frozen base a slim checkpoint leaves out (checkpoint/checkpoint_layout.h): what it is, which
+// of the model's tensors belong to it, and whether the base a reader builds now is the one the
+// checkpoint was trained on.
 //
 // A base is named by its `pretrained` directory's files (config.json, the weights and their index,
 // with sizes and XXH3 content hashes) and the recipe that turns them into tensors (BaseRecipe).
@@ -46,7 +46,7 @@ std::set<std::string> BaseTensorNames(const proto::FrozenBase& base);
 // tensors its slim checkpoints leave out. The training thread's.
 class StageFrozenBase {
  public:
-  // `slim`: the stage's checkpoint layout (plan/checkpoint_layout.h).
+  // `slim`: the stage's checkpoint layout (checkpoint/checkpoint_layout.h).
   StageFrozenBase(const ResolvedStage& stage, const ResolvedPipeline& pipeline, bool slim)
       : stage_(stage), pipeline_(pipeline), slim_(slim) {}
 

@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <google/protobuf/text_format.h>

@@ -1,6 +1,6 @@
 // Which tensors a stage's checkpoints hold: every tensor of the model (self-contained), or only
 // what the stage changes, over a frozen base that every reader rebuilds from the model's
-// `pretrained` directory (slim; train/frozen_base.h records and checks that base).
+// `pretrained` directory (slim; checkpoint/frozen_base.h records and checks that base).
 //
 // A QLoRA stage of a 1.1B model trains 1.7 MB of adapters over a 700 MB 4-bit base that its model
 // build makes again, bit for bit, from the same directory with the same loader, quantizer,

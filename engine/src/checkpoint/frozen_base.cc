@@ -1,4 +1,4 @@
-#include "train/frozen_base.h"
+#include "checkpoint/frozen_base.h"
 
 #include <torch/nn/module.h>
 
@@ -7,11 +7,11 @@
 #include <map>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_layout.h"
 #include "engine/linear.h"
 #include "engine/module_tensors.h"
 #include "pipeline/pretrained_dir.h"
-#include "plan/checkpoint_layout.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

@@ -1,4 +1,4 @@
-#include "export/peft_adapters.h"
+#include "checkpoint/peft_adapters.h"
 
 #include <torch/nn/module.h>
 
@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "checkpoint/checkpoint.h"
 #include "core/guarded_call.h"
 #include "core/module_names.h"
 #include "engine/adapter.h"
@@ -13,7 +14,6 @@
 #include "engine/module_tensors.h"
 #include "engine/plugin.h"
 #include "pipeline/pretrained_dir.h"
-#include "train/checkpoint.h"
 
 namespace engine {
 namespace {

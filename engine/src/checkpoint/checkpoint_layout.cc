@@ -1,4 +1,4 @@
-#include "plan/checkpoint_layout.h"
+#include "checkpoint/checkpoint_layout.h"
 
 #include "core/fingerprint.h"
 #include "pipeline/pretrained_dir.h"
