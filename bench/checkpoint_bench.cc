@@ -21,7 +21,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 #include "synthetic_llama.h"
 
 namespace {
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   const Measured whole = Run(engine, dir / "whole.pbtxt", dir / "whole");
   const Measured slim = Run(engine, dir / "slim.pbtxt", dir / "slim");
   std::error_code removed;
-  engine::RemoveTree(dir, removed);  // not fs::remove_all: see engine/remove_tree.h
+  engine::RemoveTree(dir, removed);  // not fs::remove_all: see core/remove_tree.h
   const double mb = 1e6;
   std::printf(
       "QLoRA stage (nf4 on model.layers.*, LoRA r 8 on q_proj, v_proj), %lld layers, %.2f "

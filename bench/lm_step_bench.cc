@@ -19,7 +19,7 @@
 #include "bench_util.h"
 #include "core/allocator.h"
 #include "core/logging.h"
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 
 namespace {
 

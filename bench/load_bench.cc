@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 #include "synthetic_llama.h"
 
 namespace {
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   const Measured full = Check(engine, dir / "full.pbtxt");
   const Measured qlora = Check(engine, dir / "qlora.pbtxt");
   std::error_code removed;
-  engine::RemoveTree(dir, removed);  // not fs::remove_all: see engine/remove_tree.h
+  engine::RemoveTree(dir, removed);  // not fs::remove_all: see core/remove_tree.h
   const double gb = 1e9;
   std::printf("checkpoint: %lld layers, %.2f GB bf16 (from the page cache)\n",
               static_cast<long long>(shape.layers), bytes / gb);

@@ -20,7 +20,7 @@
 #include "bench_util.h"
 #include "core/allocator.h"
 #include "core/logging.h"
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 #include "precision/device_capability.h"
 
 int main(int argc, char** argv) {

@@ -27,7 +27,7 @@
 #include "core/allocator.h"
 #include "core/cpu_threads.h"
 #include "core/logging.h"
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/generation_source.h"
-#include "engine/atomic_file.h"
+#include "core/atomic_file.h"
 #include "engine/dtype.h"
 #include "engine/untrusted_file.h"
 #include "export/bnb4_weights.h"

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <system_error>
 
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 
 namespace engine::chat {
 namespace {

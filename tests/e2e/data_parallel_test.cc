@@ -17,7 +17,7 @@
 #include <set>
 #include <thread>
 
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 #include "engine/safetensors.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"

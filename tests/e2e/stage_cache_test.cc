@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
+#include "core/remove_tree.h"
 #include "engine/checkpoint.pb.h"
-#include "engine/remove_tree.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -154,7 +154,7 @@ TEST_F(StageCacheTest, UnknownStagesInForceOrFromAreUsageErrors) {
 
 TEST_F(StageCacheTest, FromWithAMissingParentCheckpointFailsBeforeTraining) {
   std::error_code ec;
-  RemoveTree(Out() / "a", ec);  // not std::filesystem::remove_all (engine/remove_tree.h says why)
+  RemoveTree(Out() / "a", ec);  // not std::filesystem::remove_all (core/remove_tree.h says why)
   auto r = Run({"--from=b"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("stage 'a' comes before --from=b but cannot be used as it is: no "

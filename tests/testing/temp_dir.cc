@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 #include "testing/test_paths.h"
 
 namespace engine::testing {

@@ -11,11 +11,11 @@
 #include <cstring>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/file_hash.h"
 #include "core/logging.h"
-#include "engine/atomic_file.h"
+#include "core/remove_tree.h"
 #include "engine/dtype.h"
-#include "engine/remove_tree.h"
 
 namespace engine {
 namespace {

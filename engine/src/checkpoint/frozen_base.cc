@@ -9,8 +9,8 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
+#include "core/module_tensors.h"
 #include "engine/linear.h"
-#include "engine/module_tensors.h"
 #include "pipeline/pretrained_dir.h"
 
 namespace engine {

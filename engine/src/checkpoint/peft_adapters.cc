@@ -9,9 +9,9 @@
 #include "checkpoint/checkpoint.h"
 #include "core/guarded_call.h"
 #include "core/module_names.h"
+#include "core/module_tensors.h"
 #include "engine/adapter.h"
 #include "engine/linear.h"
-#include "engine/module_tensors.h"
 #include "engine/plugin.h"
 #include "pipeline/pretrained_dir.h"
 

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/module_tensors.h"
 #include "engine/few_rows_matmul.h"
-#include "engine/module_tensors.h"
 
 namespace engine {
 namespace {

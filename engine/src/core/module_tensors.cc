@@ -1,4 +1,4 @@
-#include "engine/module_tensors.h"
+#include "core/module_tensors.h"
 
 #include <torch/nn/module.h>
 

@@ -1,4 +1,4 @@
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 
 #include <errno.h>
 #include <ftw.h>

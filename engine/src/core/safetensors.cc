@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/atomic_file.h"
+#include "core/atomic_file.h"
 #include "engine/dtype.h"
 #include "engine/json_text.h"
 #include "engine/untrusted_file.h"

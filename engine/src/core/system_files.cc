@@ -1,6 +1,6 @@
 #include "core/system_files.h"
 
-#include "engine/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace engine {
 

@@ -10,9 +10,9 @@
 #include <set>
 #include <vector>
 
+#include "core/module_tensors.h"
 #include "engine/dtype.h"
 #include "engine/linear.h"
-#include "engine/module_tensors.h"
 #include "engine_kernels/nf4.h"
 #include "engine_kernels/nf4_codebook.h"
 #include "export/dense_weights.h"

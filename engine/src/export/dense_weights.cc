@@ -6,8 +6,8 @@
 #include <map>
 #include <set>
 
+#include "core/module_tensors.h"
 #include "engine/linear.h"
-#include "engine/module_tensors.h"
 
 namespace engine {
 

@@ -20,7 +20,7 @@ namespace engine {
 // `tensor` as an export writes it: on the CPU, contiguous, in `dtype` when it is floating-point.
 at::Tensor ExportedTensor(const at::Tensor& tensor, at::ScalarType dtype);
 
-// In the order of the module's tensors (engine/module_tensors.h).
+// In the order of the module's tensors (core/module_tensors.h).
 StatusOr<safetensors::NamedTensors> DenseWeights(torch::nn::Module& module, at::ScalarType dtype);
 
 }  // namespace engine

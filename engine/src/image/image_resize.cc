@@ -1,4 +1,4 @@
-#include "engine/image_resize.h"
+#include "image/image_resize.h"
 
 #include <algorithm>
 #include <cmath>

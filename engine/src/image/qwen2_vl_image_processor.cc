@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/image_resize.h"
 #include "engine/json_key_reader.h"
 #include "engine/untrusted_file.h"
+#include "image/image_resize.h"
 
 namespace engine {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 
-#include "engine/atomic_file.h"
+#include "core/atomic_file.h"
 #include "engine/paths.h"
 #include "pipeline/pipeline_parser.h"
 #include "pipeline/validator.h"

@@ -1,9 +1,9 @@
 #include "plan/handoff.h"
 
 #include "core/glob.h"
+#include "core/module_tensors.h"
 #include "engine/format.h"
 #include "engine/linear.h"
-#include "engine/module_tensors.h"
 
 namespace engine {
 namespace {

@@ -6,7 +6,7 @@
 #include <set>
 #include <tuple>
 
-#include "engine/module_tensors.h"
+#include "core/module_tensors.h"
 
 namespace engine {
 

@@ -10,8 +10,8 @@
 #include <map>
 #include <vector>
 
+#include "core/module_tensors.h"
 #include "engine/dtype.h"
-#include "engine/module_tensors.h"
 #include "engine_kernels/fused_adamw.h"
 #include "precision/census.h"
 

@@ -16,7 +16,7 @@
 #include "checkpoint/peft_adapters.h"
 #include "core/guarded_call.h"
 #include "core/logging.h"
-#include "engine/module_tensors.h"
+#include "core/module_tensors.h"
 #include "engine/safetensors.h"
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"

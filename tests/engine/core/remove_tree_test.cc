@@ -1,4 +1,4 @@
-#include "engine/remove_tree.h"
+#include "core/remove_tree.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

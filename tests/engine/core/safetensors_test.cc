@@ -13,7 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/atomic_file.h"
+#include "core/atomic_file.h"
 #include "testing/temp_dir.h"
 
 namespace engine::safetensors {

@@ -25,8 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/image_file.h"
-#include "engine/image_resize.h"
 #include "engine/safetensors.h"
+#include "image/image_resize.h"
 #include "testing/temp_dir.h"
 #include "testing/test_paths.h"
 
