@@ -105,7 +105,8 @@ TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnd
   // the gradients are the mean over every token of both ranks, so the ranks stay equal, and equal
   // one rank with all of the conversations; so does the loss each rank reports.
   testing::TempDir tmp;
-  // SHARDED (SGD's momentum split across the ranks) ends there too.
+  // SHARDED (SGD's momentum, and at level 2 the gradients, split across the ranks) ends there
+  // too.
   const auto stage = [](int batch, const std::string& strategy) {
     return testing::ChatLlamaStage(
         "s",
@@ -120,9 +121,12 @@ TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnd
   const auto two = tmp.Write("two.pbtxt", "output_dir: \"two\"\n" + stage(2, "strategy: DDP"));
   const auto sharded = tmp.Write(
       "sharded.pbtxt", "output_dir: \"sharded\"\n" + stage(2, "strategy: SHARDED shard_level: 1"));
+  const auto level2 = tmp.Write(
+      "level2.pbtxt", "output_dir: \"level2\"\n" + stage(2, "strategy: SHARDED shard_level: 2"));
   auto r1 = testing::RunEngine({"run", one.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
-  for (const auto& [file, dir] : {std::pair{two, "two"}, std::pair{sharded, "sharded"}}) {
+  for (const auto& [file, dir] :
+       {std::pair{two, "two"}, std::pair{sharded, "sharded"}, std::pair{level2, "level2"}}) {
     auto r2 = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r2.exit_code, 0) << r2.err;
     EXPECT_THAT(r2.out, HasSubstr("2 examples x 1 accumulation x 2 ranks = 4 examples per step"));
@@ -404,6 +408,37 @@ TEST(DataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEn
   }
   ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
                     /*exactly=*/false);
+}
+
+TEST(DataParallelTest, QloraAtShardLevelTwoEndsWhereDdpEnds) {
+  // LoRA on an NF4 base: only the adapters train, so only they are laid out, reduce-scattered and
+  // all-gathered; the 4-bit base is whole on every rank and never sent. The adapters and their
+  // AdamW state end bit for bit where DDP's end.
+  testing::TempDir tmp;
+  const auto stage = [](const std::string& strategy) {
+    return testing::ChatLlamaStage(
+        "s",
+        "quantizer { plugin: \"nf4\" options { [type.googleapis.com/engine.plugins.Nf4Options] { "
+        "target_modules: \"model.layers.*\" } } }\n"
+        "adapter { plugin: \"lora\" options { [type.googleapis.com/engine.plugins.LoraOptions] { "
+        "r: 4 lora_alpha: 8 target_modules: \"q_proj\" target_modules: \"v_proj\" } } }\n"
+        "precision { plugin: \"fp32\" } optimizer { learning_rate: 0.01 } "
+        "schedule { epochs: 3 batch_size: 2 checkpoint_every_steps: 2 } parallel { device: "
+        "\"cpu\" " +
+            strategy + " }");
+  };
+  const auto ddp = tmp.Write("ddp.pbtxt", "output_dir: \"ddp\"\n" + stage("strategy: DDP"));
+  const auto level2 = tmp.Write(
+      "level2.pbtxt", "output_dir: \"level2\"\n" + stage("strategy: SHARDED shard_level: 2"));
+  for (const auto& file : {ddp, level2}) {
+    auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
+    ASSERT_EQ(r.exit_code, 0) << file << r.err;
+  }
+  ExpectSameWeights(tmp.path() / "ddp/s/final/model.safetensors",
+                    tmp.path() / "level2/s/final/model.safetensors", /*exactly=*/true);
+  ExpectSameWeights(tmp.path() / "ddp/s/checkpoints/step-00000002/optimizer.safetensors",
+                    tmp.path() / "level2/s/checkpoints/step-00000002/optimizer.safetensors",
+                    /*exactly=*/true);
 }
 
 TEST(DataParallelTest, ShardLevelTwoSkipsTheOverflowsDdpSkipsAndClipsAsItClips) {
