@@ -29,20 +29,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The model loader a model directory is read with: `qwen2_vl`, `qwen2_5_vl` or `qwen3_vl` for their
-// model_type, otherwise `llama` (llama, mistral, qwen2, qwen3), whose config reader refuses the
-// others by model_type.
-std::string DirectoryLoader(const fs::path& dir) {
-  StatusOr<std::string> text = ReadUntrustedFile(dir / "config.json", FileKind::kConfig);
-  if (!text.ok()) return "llama";
-  const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) return "llama";
-  const auto type = json.find("model_type");
-  if (type == json.end() || !type->is_string()) return "llama";
-  for (const char* image_text : {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}) {
-    if (*type == image_text) return image_text;
+// The model_type of a model directory's config.json, which picks the loader that reads it.
+StatusOr<std::string> DirectoryModelType(const fs::path& dir) {
+  const fs::path file = dir / "config.json";
+  ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(file, FileKind::kConfig));
+  const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) {
+    return InvalidArgumentError("'" + file.string() + "' is not a JSON object");
   }
-  return "llama";
+  const auto type = json.find("model_type");
+  if (type == json.end() || !type->is_string()) {
+    return InvalidArgumentError("'" + file.string() +
+                                "' has no model_type string, which says which model loader reads "
+                                "the directory");
+  }
+  return type->get<std::string>();
 }
 
 // tokenizer.json, else a SentencePiece tokenizer.model, as transformers' AutoTokenizer prefers.
@@ -101,12 +102,11 @@ class DirectorySource : public GenerationSource {
   }
 
   Status WithModel(const std::function<Status(Model&)>& use) override {
-    const std::string loader_name = DirectoryLoader(dir_);
-    const PluginRegistry::Entry* entry = registry_.Find(PluginKind::kModelLoader, loader_name);
-    if (entry == nullptr) {
-      return NotFoundError("the model loader plugin '" + loader_name +
-                           "' is not installed (see `engine plugins`)");
-    }
+    ENGINE_ASSIGN_OR_RETURN(const std::string model_type,
+                            DirectoryModelType(dir_).WithContext(description_));
+    ENGINE_ASSIGN_OR_RETURN(const PluginRegistry::Entry* entry,
+                            registry_.FindModelLoaderFor(model_type).WithContext(description_));
+    const std::string& loader_name = entry->name;
     const auto& loader = static_cast<const ModelLoaderPlugin&>(*entry->plugin);
     const std::string context = "model loader '" + loader_name + "'";
     std::unique_ptr<google::protobuf::Message> options(loader.default_options().New());

@@ -11,8 +11,11 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "attention_mask.h"
 #include "engine/linear.h"
@@ -21,6 +24,7 @@
 #include "engine/text_generator.h"
 #include "generation.h"
 #include "hf_checkpoint.h"
+#include "llama_config.h"
 #include "llama_modules.h"
 #include "llama_setup.h"
 #include "lm_metrics.h"
@@ -118,6 +122,10 @@ class LlamaLoader : public ModelLoaderPlugin {
   void ValidateOptions(const google::protobuf::Message& message,
                        OptionErrors* errors) const override {
     ValidateLlamaOptions(OptionsAs<LlamaOptions>(message), "", errors);
+  }
+
+  std::vector<std::string> model_types() const override {
+    return {std::begin(kDecoderModelTypes), std::end(kDecoderModelTypes)};
   }
 
   StatusOr<std::unique_ptr<Model>> Create(const google::protobuf::Message& message,

@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/model.h"
 #include "engine/plugin.h"
@@ -35,6 +36,7 @@ class Qwen2VlFamilyLoader : public ModelLoaderPlugin {
                        OptionErrors* errors) const override;
   StatusOr<std::unique_ptr<Model>> Create(const google::protobuf::Message& message,
                                           const ModelContext& context) const override;
+  std::vector<std::string> model_types() const override { return {model_type_}; }
 
  private:
   std::string model_type_;

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "core/remove_tree.h"
 #include "testing/subprocess.h"
@@ -173,6 +175,15 @@ TEST_F(GenerateCliTest, BadInputIsRefusedByName) {
   fs::remove(no_template / "tokenizer_config.json");
   const fs::path no_tokenizer = ModelDirCopy("no_tokenizer");
   fs::remove(no_tokenizer / "tokenizer.json");
+  const fs::path gpt2 = ModelDirCopy("gpt2");
+  {
+    std::ifstream in(gpt2 / "config.json");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::regex model_type("\"model_type\": *\"[a-z0-9_]+\"");
+    ASSERT_TRUE(std::regex_search(config, model_type));
+    std::ofstream(gpt2 / "config.json")
+        << std::regex_replace(config, model_type, "\"model_type\": \"gpt2\"");
+  }
   const std::string dir = FinalDir().string();
   const std::vector<Case> cases = {
       {{dir, "--prompt=x", "--max_new_tokens=0"}, 2, "--max_new_tokens must be a whole number"},
@@ -189,6 +200,10 @@ TEST_F(GenerateCliTest, BadInputIsRefusedByName) {
       {{dir, "--prompt=x", "--dtype=f8"}, 1, "--dtype must be auto, float32"},
       {{pipeline_->string(), "--prompt=x", "--dtype=bfloat16"}, 1, "--dtype and --device are for"},
       {{(tmp_->path() / "missing").string(), "--prompt=x"}, 1, "neither a model directory nor"},
+      {{gpt2.string(), "--prompt=x"},
+       1,
+       "no installed model loader reads model_type 'gpt2' (the installed ones read llama, mistral, "
+       "qwen2, qwen2_5_vl, qwen2_vl, qwen3, qwen3_vl"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = c.args;

@@ -25,10 +25,9 @@
 extern "C" {
 #endif
 
-/* The plugin interface version this SDK speaks. 6: AdapterPlugin's targets, Create and
-   AdapterConfigJson take an AdapterContext (the pipeline's directory), Create the layer's names
-   (AdapterSite), and targets and AdapterConfigJson may fail. */
-#define ENGINE_PLUGIN_API_VERSION 6
+/* The plugin interface version this SDK speaks. 7: ModelLoaderPlugin gained model_types() (the
+   config.json model_types a loader reads), a new virtual function. */
+#define ENGINE_PLUGIN_API_VERSION 7
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

@@ -1,8 +1,10 @@
 #include "plugins/plugin_registry.h"
 
 #include <algorithm>
+#include <set>
 #include <system_error>
 
+#include "engine/model.h"
 #include "plugins/plugin_library.h"
 
 namespace engine {
@@ -77,6 +79,33 @@ Status PluginRegistry::LoadSearchPath(const std::vector<std::filesystem::path>& 
 const PluginRegistry::Entry* PluginRegistry::Find(PluginKind kind, std::string_view name) const {
   auto it = entries_.find(std::make_pair(kind, std::string(name)));
   return it == entries_.end() ? nullptr : it->second.get();
+}
+
+StatusOr<const PluginRegistry::Entry*> PluginRegistry::FindModelLoaderFor(
+    std::string_view model_type) const {
+  std::vector<const Entry*> found;
+  std::set<std::string> known;
+  for (const auto& [key, entry] : entries_) {
+    if (key.first != PluginKind::kModelLoader) continue;
+    for (const std::string& type :
+         static_cast<const ModelLoaderPlugin&>(*entry->plugin).model_types()) {
+      known.insert(type);
+      if (type == model_type) found.push_back(entry.get());
+    }
+  }
+  if (found.size() > 1) {
+    return FailedPreconditionError("the model loaders '" + found[0]->name + "' and '" +
+                                   found[1]->name + "' both read model_type '" +
+                                   std::string(model_type) + "'; remove one from the plugin path");
+  }
+  if (found.empty()) {
+    std::string list;
+    for (const std::string& type : known) list += (list.empty() ? "" : ", ") + type;
+    return NotFoundError("no installed model loader reads model_type '" + std::string(model_type) +
+                         "' (the installed ones read " + (list.empty() ? "none" : list) +
+                         "; see `engine plugins`)");
+  }
+  return found.front();
 }
 
 std::vector<const PluginRegistry::Entry*> PluginRegistry::FindByName(std::string_view name) const {

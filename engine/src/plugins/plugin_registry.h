@@ -56,6 +56,10 @@ class PluginRegistry {
   std::vector<const Entry*> FindByName(std::string_view name) const;
   // Sorted by kind, then name.
   std::vector<const Entry*> All() const;
+  // The model loader that declares `model_type` (ModelLoaderPlugin::model_types). Not found names
+  // the type and the types the installed loaders read; two loaders declaring it is an error
+  // naming both.
+  StatusOr<const Entry*> FindModelLoaderFor(std::string_view model_type) const;
   // Names of the plugins of `kind`, sorted.
   std::vector<std::string> NamesOfKind(PluginKind kind) const;
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/data.h"
+#include "engine/model.h"
+#include "engine/tokenizer.pb.h"
 #include "plugins/plugin_library.h"
 #include "plugins/search_path.h"
 #include "testing/test_paths.h"
@@ -183,6 +185,50 @@ TEST(PluginRegistryTest, FindAndList) {
   EXPECT_EQ(registry.NamesOfKind(PluginKind::kQuantizer),
             (std::vector<std::string>{"int8", "nf4"}));
   EXPECT_EQ(registry.NamesOfKind(PluginKind::kAdapter), (std::vector<std::string>{"lora"}));
+}
+
+// A model loader of Llama checkpoints besides the built-in one.
+class SecondLlamaLoader : public ModelLoaderPlugin {
+ public:
+  const google::protobuf::Message& default_options() const override {
+    return proto::TokenizerOptions::default_instance();
+  }
+  StatusOr<std::unique_ptr<Model>> Create(const google::protobuf::Message&,
+                                          const ModelContext&) const override {
+    return InternalError("not built");
+  }
+  std::vector<std::string> model_types() const override { return {"qwen2"}; }
+};
+
+TEST(PluginRegistryTest, AModelDirectoryFindsTheLoaderThatDeclaresItsModelType) {
+  PluginRegistry registry;
+  ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
+  for (const auto& [model_type, loader] :
+       std::vector<std::pair<std::string, std::string>>{{"llama", "llama"},
+                                                        {"mistral", "llama"},
+                                                        {"qwen2", "llama"},
+                                                        {"qwen3", "llama"},
+                                                        {"qwen2_vl", "qwen2_vl"},
+                                                        {"qwen2_5_vl", "qwen2_5_vl"},
+                                                        {"qwen3_vl", "qwen3_vl"}}) {
+    auto found = registry.FindModelLoaderFor(model_type);
+    ASSERT_TRUE(found.ok()) << found.status().message();
+    EXPECT_EQ((*found)->name, loader) << model_type;
+  }
+  auto missing = registry.FindModelLoaderFor("gpt2");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "no installed model loader reads model_type 'gpt2' (the installed ones read llama, "
+            "mistral, qwen2, qwen2_5_vl, qwen2_vl, qwen3, qwen3_vl; see `engine plugins`)");
+  ASSERT_TRUE(registry
+                  .Register("llama_too", "0.1.0", "another Llama loader", "",
+                            std::make_unique<SecondLlamaLoader>())
+                  .ok());
+  auto twice = registry.FindModelLoaderFor("qwen2");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(),
+            "the model loaders 'llama' and 'llama_too' both read model_type 'qwen2'; remove one "
+            "from the plugin path");
 }
 
 TEST(SearchPathTest, BuiltinThenFlagsThenEnvironment) {
