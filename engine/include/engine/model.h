@@ -121,7 +121,7 @@ class ModelLoaderPlugin : public Plugin {
                                                   const ModelContext& context) const = 0;
 
   // The `model_type`s (config.json) of the Hugging Face model directories this loader builds from
-  // its `pretrained` option: what `engine generate`, `eval` and `export` pick a loader for a model
+  // its `pretrained` option: what `engine generate` and `export` pick a loader for a model
   // directory by. Empty (the default) for a loader of models of its own; no two installed loaders
   // may declare the same type.
   virtual std::vector<std::string> model_types() const { return {}; }
