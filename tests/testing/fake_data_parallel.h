@@ -6,7 +6,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/data_parallel.h"
@@ -20,43 +23,18 @@ class FakeDataParallel : public DataParallel {
 
   std::unique_ptr<PendingSum> StartSum(at::Tensor flat) override {
     started_sizes.push_back(flat.numel());
-    struct Pending : PendingSum {
-      Status Wait() override {
-        if (fail) return AbortedError("data parallel gradient all-reduce failed: peer gone");
-        flat.add_(other);
-        return Status::Ok();
-      }
-      at::Tensor flat;
-      float other = 0;
-      bool fail = false;
-    };
-    auto pending = std::make_unique<Pending>();
-    pending->flat = flat;
-    pending->other = other_gradient;
-    pending->fail = fail_waits;
-    return pending;
+    const float other = other_gradient;
+    return Pending("all-reduce", [flat, other] { flat.add_(other); });
   }
 
   // Rank 0's slice of the sum, the other rank adding `other_gradient` to every element.
   std::unique_ptr<PendingSum> StartReduceScatter(at::Tensor whole, at::Tensor shard) override {
     started_sizes.push_back(whole.numel());
-    struct Pending : PendingSum {
-      Status Wait() override {
-        if (fail) return AbortedError("data parallel gradient reduce-scatter failed: peer gone");
-        shard.copy_(whole.narrow(0, 0, shard.numel()));
-        shard.add_(other);
-        return Status::Ok();
-      }
-      at::Tensor whole, shard;
-      float other = 0;
-      bool fail = false;
-    };
-    auto pending = std::make_unique<Pending>();
-    pending->whole = whole;
-    pending->shard = shard;
-    pending->other = other_gradient;
-    pending->fail = fail_waits;
-    return pending;
+    const float other = other_gradient;
+    return Pending("reduce-scatter", [whole, shard, other] {
+      shard.copy_(whole.narrow(0, 0, shard.numel()));
+      shard.add_(other);
+    });
   }
 
   // The other rank holds the same shard (a stand-in: tests of what is gathered need real ranks).
@@ -90,6 +68,26 @@ class FakeDataParallel : public DataParallel {
   std::vector<double> other_max, other_sum;
   std::vector<int64_t> started_sizes;     // StartSum and StartReduceScatter calls, in order
   std::vector<std::vector<double>> sums;  // Sum calls
+
+ private:
+  // A sum whose Wait() runs `finish`, or fails as a dead peer would when fail_waits was set.
+  std::unique_ptr<PendingSum> Pending(const std::string& what, std::function<void()> finish) {
+    struct Scripted : PendingSum {
+      Status Wait() override {
+        if (fail) return AbortedError("data parallel gradient " + what + " failed: peer gone");
+        finish();
+        return Status::Ok();
+      }
+      std::string what;
+      std::function<void()> finish;
+      bool fail = false;
+    };
+    auto pending = std::make_unique<Scripted>();
+    pending->what = what;
+    pending->finish = std::move(finish);
+    pending->fail = fail_waits;
+    return pending;
+  }
 };
 
 }  // namespace engine::testing

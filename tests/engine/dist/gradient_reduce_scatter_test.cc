@@ -68,6 +68,23 @@ std::vector<at::Tensor> ExpectedMean(const std::vector<at::Tensor>& values, int 
 
 using dist_internal::ReduceScatterBy;
 
+// This rank's copy of the parameters, trainable.
+std::vector<NamedParameter> Parameters(const std::vector<at::Tensor>& values) {
+  std::vector<NamedParameter> parameters;
+  for (size_t i = 0; i < values.size(); ++i) {
+    parameters.push_back({"p" + std::to_string(i), values[i].clone().requires_grad_(true)});
+  }
+  return parameters;
+}
+
+std::shared_ptr<const ShardLayout> LayOut(const std::vector<NamedParameter>& parameters,
+                                          const DataParallel& ranks) {
+  std::vector<at::Tensor> tensors;
+  for (const NamedParameter& p : parameters) tensors.push_back(p.tensor);
+  return std::make_shared<const ShardLayout>(
+      MakeShardLayout(tensors, ranks.world_size(), ranks.rank(), kBucketBytes));
+}
+
 class GradientReduceScatterTest
     : public ::testing::TestWithParam<std::tuple<int, ReduceScatterBy>> {};
 
@@ -79,14 +96,8 @@ TEST_P(GradientReduceScatterTest, EachRankEndsWithTheMeanOfItsPartsAndNoWholeGra
   testing::OnRanks(
       world,
       [&](DataParallel& ranks) {
-        std::vector<NamedParameter> parameters;
-        std::vector<at::Tensor> tensors;
-        for (size_t i = 0; i < values.size(); ++i) {
-          parameters.push_back({"p" + std::to_string(i), values[i].clone().requires_grad_(true)});
-          tensors.push_back(parameters.back().tensor);
-        }
-        auto layout = std::make_shared<const ShardLayout>(
-            MakeShardLayout(tensors, ranks.world_size(), ranks.rank(), kBucketBytes));
+        const std::vector<NamedParameter> parameters = Parameters(values);
+        const auto layout = LayOut(parameters, ranks);
         GradientReduceScatter scatter(&ranks, parameters, layout);
         for (int step = 0; step < 2; ++step) {  // the buffers are reused from step to step
           for (const NamedParameter& p : parameters) p.tensor.mutable_grad().reset();
@@ -120,14 +131,8 @@ TEST_P(GradientReduceScatterTest, AStepWhoseLastMicroBatchHadNoLossSendsTheEarli
   testing::OnRanks(
       world,
       [&](DataParallel& ranks) {
-        std::vector<NamedParameter> parameters;
-        std::vector<at::Tensor> tensors;
-        for (size_t i = 0; i < values.size(); ++i) {
-          parameters.push_back({"p" + std::to_string(i), values[i].clone().requires_grad_(true)});
-          tensors.push_back(parameters.back().tensor);
-        }
-        auto layout = std::make_shared<const ShardLayout>(
-            MakeShardLayout(tensors, ranks.world_size(), ranks.rank(), kBucketBytes));
+        const std::vector<NamedParameter> parameters = Parameters(values);
+        const auto layout = LayOut(parameters, ranks);
         GradientReduceScatter scatter(&ranks, parameters, layout);
         Loss(parameters, ranks.rank(), 0).backward();  // never armed
         ASSERT_TRUE(scatter.Finish().ok());
