@@ -22,8 +22,7 @@
 #include "core/remove_tree.h"
 #include "dist/data_parallel.h"
 #include "dist/eval_partials.h"
-#include "dist/gradient_averager.h"
-#include "dist/gradient_reduce_scatter.h"
+#include "dist/gradient_sync.h"
 #include "engine/adapter.h"
 #include "engine/format.h"
 #include "engine/json_text.h"
@@ -37,8 +36,8 @@
 #include "train/parent_weights.h"
 #include "train/precision_runtime.h"
 #include "train/rank_agreement.h"
-#include "train/sharded_optimizer.h"
 #include "train/stage_checkpoint.h"
+#include "train/stage_optimizer.h"
 #include "train/step_scalars.h"
 #include "train/training_state.h"
 
@@ -205,44 +204,13 @@ class StageTrainer : public CallbackActions {
     return Status::Ok();
   }
 
-  // The stage's optimizer and, in a process group, what brings the ranks' gradients together:
-  // DDP's averager, or for a sharded stage its layout's optimizer and, at level 2, the
-  // reduce-scatter that leaves each rank the gradients of its parts only.
+  // The optimizer and the gradient sync the plan's strategy asks for (train/stage_optimizer.h).
   Status MakeOptimizerAndGradientSync() {
-    if (!plan_.shards_optimizer()) {
-      optimizer_ = MakeOptimizer(config_.optimizer(), precision_->optimizer_parameters());
-      if (plan_.process_group) {
-        gradient_sync_ = std::make_unique<GradientAverager>(
-            data_parallel_, precision_->parameters(), plan_.bucket_bytes);
-      }
-      return Status::Ok();
-    }
-    ENGINE_ASSIGN_OR_RETURN(
-        std::shared_ptr<const ShardLayout> layout,
-        LayOutShards(precision_->optimizer_parameters(), *data_parallel_, plan_.shard_bucket_bytes)
-            .WithContext(context_));
-    const bool in_parts = plan_.shards_gradients();
-    ENGINE_ASSIGN_OR_RETURN(
-        optimizer_,
-        MakeShardedOptimizer(config_.optimizer(), precision_->optimizer_parameters(),
-                             precision_->OptimizerMasterDtypes(), data_parallel_, layout,
-                             in_parts ? ShardedGradients::kInParts : ShardedGradients::kWhole)
-            .WithContext(context_));
-    if (!in_parts) {
-      gradient_sync_ = std::make_unique<GradientAverager>(data_parallel_, precision_->parameters(),
-                                                          plan_.bucket_bytes);
-      return Status::Ok();
-    }
-    std::vector<at::Tensor> parts;
-    std::vector<size_t> parameter_of;
-    for (const ShardLayout::Part& part : layout->parts) {
-      parts.push_back(part.view);
-      parameter_of.push_back(part.parameter);
-    }
-    ENGINE_RETURN_IF_ERROR(precision_->HoldGradientsIn(std::move(parts), std::move(parameter_of))
-                               .WithContext(context_));
-    gradient_sync_ = std::make_unique<GradientReduceScatter>(
-        data_parallel_, precision_->parameters(), std::move(layout));
+    ENGINE_ASSIGN_OR_RETURN(StageOptimizer made, MakeStageOptimizer(plan_, config_.optimizer(),
+                                                                    *precision_, data_parallel_)
+                                                     .WithContext(context_));
+    optimizer_ = std::move(made.optimizer);
+    gradient_sync_ = std::move(made.gradient_sync);
     return Status::Ok();
   }
 
