@@ -11,6 +11,7 @@ namespace engine::cli {
 
 std::string CheckHelp() {
   return R"(usage: engine check PIPELINE.pbtxt [--format=text|json] [--plugin_path=DIR[:DIR...]]
+                    [--base_path=DIR[:DIR...]]
 
 Reads a pipeline, loads its plugins, checks every stage (plugin options, value ranges, the stage
 graph, data, model, trainable selection, precision) and prints the plan of each stage: model,
@@ -23,11 +24,13 @@ Exit status 0 when the pipeline can run. Otherwise every problem found is printe
   --format=text|json   how the plan is printed (json: {"valid": ..., "plan" | "errors": ...})
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
+  --base_path=DIRS     where to look for the base of a slim checkpoint whose base moved, by its
+                       content (and 3 levels below; then $ENGINE_BASE_PATH)
 )";
 }
 
 int CheckCommand(const std::vector<std::string>& args) {
-  Arguments a = ParseArguments(args, {"format", "plugin_path"}, {});
+  Arguments a = ParseArguments(args, {"format", "plugin_path", "base_path"}, {});
   if (a.help) {
     std::cout << CheckHelp();
     return kExitOk;
@@ -41,8 +44,10 @@ int CheckCommand(const std::vector<std::string>& args) {
   Session session;
   // The plan is printed, not run: each stage's model is released as soon as the stage is planned
   // (later stages check their handoff against the names and shapes the plan keeps).
+  BaseSearch bases;
+  bases.dirs = BaseSearchPath(a.Get("base_path"));
   const bool ok = LoadAndPlan(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session,
-                              PlanModels::kRelease);
+                              PlanModels::kRelease, bases);
   if (!ok) {
     std::cerr << session.diagnostics.ToString();
     std::cerr << "engine check: " << session.diagnostics.size() << " error"

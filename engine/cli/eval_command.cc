@@ -18,7 +18,7 @@ namespace engine::cli {
 std::string EvalHelp() {
   return R"(usage: engine eval PIPELINE.pbtxt [--stage=STAGE] [--checkpoint=DIR] [--format=text|json]
                    [--logits=FILE [--examples=N] [--split=eval|train]] [--output_dir=DIR]
-                   [--plugin_path=DIR[:DIR...]]
+                   [--plugin_path=DIR[:DIR...]] [--base_path=DIR[:DIR...]]
 
 Evaluates a trained stage without training it: the pipeline is checked and planned as `engine check`
 does, the stage's model is built as its training built it (layers, adapters, precision), its
@@ -49,6 +49,8 @@ unfinished or damaged (its files are checked against the sizes and content hashe
   --output_dir=DIR     the pipeline's outputs are here instead of its output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
+  --base_path=DIRS     where to look for the base of a slim checkpoint whose base moved, by its
+                       content (and 3 levels below; then $ENGINE_BASE_PATH)
 )";
 }
 
@@ -97,10 +99,10 @@ nlohmann::json EvalJson(const std::string& stage, const StageResult& result) {
 }  // namespace
 
 int EvalCommand(const std::vector<std::string>& args) {
-  Arguments a = ParseArguments(
-      args,
-      {"stage", "checkpoint", "format", "output_dir", "plugin_path", "logits", "examples", "split"},
-      {});
+  Arguments a = ParseArguments(args,
+                               {"stage", "checkpoint", "format", "output_dir", "plugin_path",
+                                "base_path", "logits", "examples", "split"},
+                               {});
   if (a.help) {
     std::cout << EvalHelp();
     return kExitOk;
@@ -139,8 +141,13 @@ int EvalCommand(const std::vector<std::string>& args) {
   }
   LoadOptions options;
   if (a.values.count("output_dir")) options.output_dir = a.Get("output_dir");
+  BaseSearch bases;
+  bases.dirs = BaseSearchPath(a.Get("base_path"));
+  if (a.values.count("checkpoint"))
+    bases.checkpoint = std::filesystem::absolute(a.Get("checkpoint"));
   Session session;
-  if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session)) {
+  if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session, PlanModels::kKeep,
+                   bases)) {
     std::cerr << session.diagnostics.ToString();
     return kExitFailure;
   }
@@ -158,7 +165,7 @@ int EvalCommand(const std::vector<std::string>& args) {
   request.pipeline = session.pipeline.get();
   request.plan = const_cast<StagePlan*>(stage_plan);
   request.stage_dir = session.pipeline->output_dir / stage.name;
-  Status checked = CheckStageCheckpoint(stage, checkpoint);
+  Status checked = CheckStageCheckpoint(session, stage, checkpoint);
   if (checked.ok() && logits)
     return WriteLogits(request, checkpoint, examples, split, logits_file, format);
   StatusOr<StageResult> result =

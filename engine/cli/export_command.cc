@@ -59,6 +59,8 @@ built it and given its final checkpoint (or --checkpoint).
   --checkpoint=DIR with a pipeline: a checkpoint of the stage instead of its final one
   --output_dir=DIR with a pipeline: its outputs are here instead of its output_dir
   --plugin_path=DIRS more plugin directories (as for check)
+  --base_path=DIRS with a pipeline: where to look for the base of a slim checkpoint whose base
+                   moved (as for eval)
 
 Exit status 0 when DIR was written, 1 when the source cannot be exported in that format (peft from
 a stage without adapters, a damaged checkpoint, DIR not empty, ...), 2 for a wrong command line.
@@ -274,7 +276,8 @@ ExportFlags ReadFlags(Arguments& a) {
 
 int ExportCommand(const std::vector<std::string>& args) {
   Arguments a = ParseArguments(
-      args, {"to", "format", "dtype", "base", "checkpoint", "output_dir", "plugin_path"},
+      args,
+      {"to", "format", "dtype", "base", "checkpoint", "output_dir", "plugin_path", "base_path"},
       {"double_quant"});
   if (a.help) {
     std::cout << ExportHelp();
@@ -292,6 +295,7 @@ int ExportCommand(const std::vector<std::string>& args) {
   if (Status free = CheckDestination(flags.to); !free.ok()) return fail(free);
   GenerationSourceOptions options;
   options.plugin_path = a.Get("plugin_path");
+  options.base_path = a.Get("base_path");
   options.checkpoint = a.Get("checkpoint");
   options.output_dir = a.Get("output_dir");
   options.need_text = false;

@@ -65,6 +65,8 @@ prompt's reply is printed as it is generated.
                          with a model directory: the dtype to compute in (auto: as stored)
   --device=cpu|cuda[:N]  with a model directory: where to compute (default cpu)
   --plugin_path=DIRS     more plugin directories (as for check)
+  --base_path=DIRS       with a pipeline: where to look for the base of a slim checkpoint whose
+                         base moved (as for eval)
 
 Exit status 0 when every prompt was generated, 1 when the source cannot generate (no tokenizer,
 no chat template without --raw, a prompt too long for the model, ...), 2 for a wrong command line.
@@ -447,11 +449,12 @@ GenerateFlags ReadFlags(Arguments& a) {
 }  // namespace
 
 int GenerateCommand(const std::vector<std::string>& args) {
-  Arguments a = ParseArguments(args,
-                               {"prompt", "input", "image", "system", "max_new_tokens",
-                                "temperature", "top_k", "top_p", "seed", "batch_size", "format",
-                                "checkpoint", "output_dir", "dtype", "device", "plugin_path"},
-                               {"raw"});
+  Arguments a =
+      ParseArguments(args,
+                     {"prompt", "input", "image", "system", "max_new_tokens", "temperature",
+                      "top_k", "top_p", "seed", "batch_size", "format", "checkpoint", "output_dir",
+                      "dtype", "device", "plugin_path", "base_path"},
+                     {"raw"});
   if (a.help) {
     std::cout << GenerateHelp();
     return kExitOk;
@@ -463,6 +466,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   }
   GenerationSourceOptions source_options;
   source_options.plugin_path = a.Get("plugin_path");
+  source_options.base_path = a.Get("base_path");
   source_options.checkpoint = a.Get("checkpoint");
   source_options.output_dir = a.Get("output_dir");
   source_options.dtype = a.Get("dtype", "auto");

@@ -198,14 +198,17 @@ class PipelineSource : public GenerationSource {
               const GenerationSourceOptions& options) {
     LoadOptions load;
     if (!options.output_dir.empty()) load.output_dir = options.output_dir;
-    if (!LoadAndPlan(pipeline, options.plugin_path, load, &session_)) {
+    BaseSearch bases;
+    bases.dirs = BaseSearchPath(options.base_path);
+    if (!options.checkpoint.empty()) bases.checkpoint = fs::absolute(options.checkpoint);
+    if (!LoadAndPlan(pipeline, options.plugin_path, load, &session_, PlanModels::kKeep, bases)) {
       return InvalidArgumentError(session_.diagnostics.ToString());
     }
     ENGINE_ASSIGN_OR_RETURN(stage_plan_, FindStagePlan(*session_.plan, stage_name));
     checkpoint_ = options.checkpoint.empty()
                       ? FinalCheckpointDir(session_.pipeline->output_dir / stage()->name)
                       : fs::absolute(options.checkpoint);
-    ENGINE_RETURN_IF_ERROR(CheckStageCheckpoint(*stage(), checkpoint_));
+    ENGINE_RETURN_IF_ERROR(CheckStageCheckpoint(session_, *stage(), checkpoint_));
     files_dir_ = checkpoint_;
     base_model_dir_ = PeftBaseModel(*stage(), *session_.pipeline);
     description_ = stage()->subject() + " of '" + pipeline.string() + "' (checkpoint " +

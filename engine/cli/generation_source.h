@@ -32,6 +32,7 @@ namespace engine::cli {
 struct GenerationSourceOptions {
   std::string plugin_path;  // as --plugin_path
   // Pipeline form only.
+  std::string base_path;   // as --base_path (run/moved_bases.h)
   std::string checkpoint;  // default: the stage's final checkpoint
   std::string output_dir;  // replaces the pipeline's output_dir when set
   // Directory form only: "auto" keeps the stored dtype; float32, bfloat16 or float16 cast to it.

@@ -26,6 +26,7 @@ namespace engine::cli {
 std::string RunHelp() {
   return R"(usage: engine run PIPELINE.pbtxt [--force=STAGE[,STAGE...]] [--from=STAGE]
                   [--nproc=N [--oversubscribe]] [--output_dir=DIR] [--plugin_path=DIR[:DIR...]]
+                  [--base_path=DIR[:DIR...]]
 
 Checks the pipeline exactly as `engine check` does and prints its plan; then trains the stages in
 order, each into <output_dir>/<stage>/. A stage ends with an evaluation and a checkpoint in
@@ -65,6 +66,9 @@ says which and why), 2 for a wrong command line, 130 when stopped by Ctrl-C or S
   --output_dir=DIR     write here instead of the pipeline's output_dir
   --plugin_path=DIRS   more plugin directories, searched after the built-in one and before
                        $ENGINE_PLUGIN_PATH
+  --base_path=DIRS     where to look for the base of a slim checkpoint whose base moved, by its
+                       content (and 3 levels below; then $ENGINE_BASE_PATH): the stage then goes
+                       on from that checkpoint, or stays up to date, on the base found
 )";
 }
 
@@ -177,6 +181,12 @@ int ReportInvalid(const Session& session, const std::string& file) {
   return kExitFailure;
 }
 
+BaseSearch RunBaseSearch(const Arguments& a) {
+  BaseSearch bases;
+  bases.dirs = BaseSearchPath(a.Get("base_path"));
+  return bases;
+}
+
 // Checks the pipeline once as `engine check` does (data and models included), then starts `nproc`
 // ranks of this command: an invalid pipeline is reported once, without starting any. The check's
 // models are freed before the ranks start; each rank plans again for itself.
@@ -190,7 +200,8 @@ int CheckThenLaunch(const std::vector<std::string>& args, const Arguments& a,
     bool planned = false;
     {
       AsTheLastRank last(flags.nproc);
-      planned = LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session);
+      planned = LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session,
+                            PlanModels::kKeep, RunBaseSearch(a));
     }
     if (!planned) return ReportInvalid(session, a.positional[0]);
     const std::string crowded = TooManyCpuRanks(*session.plan, flags.nproc, flags.oversubscribe);
@@ -232,8 +243,9 @@ int TrainPlan(Session* session, const RunOptions& options) {
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
-  const Arguments a = ParseArguments(args, {"output_dir", "plugin_path", "force", "from", "nproc"},
-                                     {"oversubscribe"});
+  const Arguments a =
+      ParseArguments(args, {"output_dir", "plugin_path", "base_path", "force", "from", "nproc"},
+                     {"oversubscribe"});
   if (a.help) {
     std::cout << RunHelp();
     return kExitOk;
@@ -248,7 +260,7 @@ int RunCommand(const std::vector<std::string>& args) {
   LoadOptions options;
   if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
   Session session;
-  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session)) {
+  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session, RunBaseSearch(a))) {
     return ReportInvalid(session, a.positional[0]);
   }
   // --force/--from name stages: a typo is refused before planning loads any model.

@@ -1,6 +1,10 @@
 #include "cli/session.h"
 
+#include <iostream>
+#include <memory>
+
 #include "checkpoint/checkpoint.h"
+#include "pipeline/pretrained_dir.h"
 #include "plugins/search_path.h"
 #include "run/stage_state.h"
 
@@ -10,25 +14,48 @@ Status LoadPluginSearchPath(const std::string& plugin_path_flag, PluginRegistry*
   return registry->LoadSearchPath(PluginSearchPath(SplitPathList(plugin_path_flag)));
 }
 
+namespace {
+
+// A base that is gone fails its model's checks or build: the diagnostics say where it was looked
+// for, and which hashes it has.
+void ReportMissingBases(Session* session) {
+  for (const auto& [stage, missing] : session->missing_bases) {
+    session->diagnostics.Add(missing.model, missing.why.message());
+  }
+}
+
+}  // namespace
+
 bool Load(const std::filesystem::path& file, const std::string& plugin_path_flag,
-          const LoadOptions& options, Session* session) {
+          const LoadOptions& options, Session* session, const BaseSearch& bases) {
   Status status = LoadPluginSearchPath(plugin_path_flag, &session->registry);
   if (!status.ok()) {
     session->diagnostics.Add({file.string(), 0, 0}, status.message());
     return false;
   }
-  session->pipeline = LoadPipeline(file, options, &session->registry, &session->diagnostics);
+  auto finder = std::make_shared<MovedBaseFinder>(bases);
+  LoadOptions finding = options;
+  finding.find_moved_base = [finder](const ResolvedPipeline& pipeline, const ResolvedStage& stage,
+                                     const std::filesystem::path& dir) {
+    return finder->Find(pipeline, stage, dir);
+  };
+  session->pipeline = LoadPipeline(file, finding, &session->registry, &session->diagnostics);
+  for (const std::string& note : finder->notes()) std::cerr << "engine: " << note << "\n";
+  session->missing_bases = finder->not_found();
+  if (session->pipeline == nullptr) ReportMissingBases(session);
   return session->pipeline != nullptr;
 }
 
 bool Plan(Session* session, PlanModels models) {
   session->plan = BuildPlan(*session->pipeline, &session->diagnostics, models);
+  if (session->plan == nullptr) ReportMissingBases(session);
   return session->plan != nullptr;
 }
 
 bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
-                 const LoadOptions& options, Session* session, PlanModels models) {
-  return Load(file, plugin_path_flag, options, session) && Plan(session, models);
+                 const LoadOptions& options, Session* session, PlanModels models,
+                 const BaseSearch& bases) {
+  return Load(file, plugin_path_flag, options, session, bases) && Plan(session, models);
 }
 
 StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::string& name) {
@@ -41,7 +68,8 @@ StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::st
   return NotFoundError("the pipeline has no stage '" + name + "' (its stages: " + names + ")");
 }
 
-Status CheckStageCheckpoint(const ResolvedStage& stage, const std::filesystem::path& dir) {
+Status CheckStageCheckpoint(const Session& session, const ResolvedStage& stage,
+                            const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return NotFoundError(stage.subject() + ": no checkpoint at '" + dir.string() +
@@ -52,7 +80,13 @@ Status CheckStageCheckpoint(const ResolvedStage& stage, const std::filesystem::p
     return FailedPreconditionError("'" + dir.string() + "' is a checkpoint of stage '" +
                                    manifest.stage() + "', not of '" + stage.name + "'");
   }
-  return VerifyCheckpointFiles(dir, manifest);
+  Status verified =
+      VerifyCheckpointFiles(dir, manifest, StagePretrainedDir(stage, session.pipeline->base_dir));
+  auto missing = session.missing_bases.find(stage.name);
+  if (verified.ok() || !manifest.has_frozen_base() || missing == session.missing_bases.end()) {
+    return verified;
+  }
+  return Status(verified.code(), verified.message() + ". " + missing->second.why.message());
 }
 
 }  // namespace engine::cli

@@ -4,7 +4,8 @@
 // same tensors bit for bit (the child rebuilt its parent's base exactly), a slim stage killed
 // mid-way resumes to the same end, and a base that changed since is named before anything uses it:
 // `engine eval` refuses, `engine run` trains the stage again, and the slim directory is no model
-// directory for `engine export`.
+// directory for `engine export`. A base moved elsewhere is found by its content (--base_path,
+// $ENGINE_BASE_PATH), and every command reads the stage on it as before.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/safetensors.h"
 #include "testing/hub_model.h"
 #include "testing/pipelines.h"
@@ -62,6 +64,16 @@ class SlimCheckpointTest : public ::testing::Test {
            "  schedule { max_steps: 5 batch_size: 4 checkpoint_every_steps: 2 }\n" + domain_extra +
            "}\nstage { name: \"chat\" from_stage: \"domain\"" + model + kNf4 + rest +
            "  schedule { max_steps: 3 batch_size: 4 }\n" + chat_extra + "}\n";
+  }
+
+  // Pipeline() on the model directory `model` instead of the shared one.
+  static std::string PipelineOn(const fs::path& model) {
+    std::string text = Pipeline();
+    for (size_t at = text.find(model_->string()); at != std::string::npos;
+         at = text.find(model_->string(), at + 1)) {
+      text.replace(at, model_->string().size(), model.string());
+    }
+    return text;
   }
 
   static constexpr const char* kNf4 = R"(
@@ -190,12 +202,7 @@ TEST_F(SlimCheckpointTest, ABaseThatChangedSinceIsNamedAndItsStageTrainsAgain) {
   testing::TempDir tmp;
   const fs::path model = tmp.path() / "model";
   fs::copy(*model_, model);
-  std::string text = Pipeline();
-  for (size_t at = text.find(model_->string()); at != std::string::npos;
-       at = text.find(model_->string(), at + 1)) {
-    text.replace(at, model_->string().size(), model.string());
-  }
-  const fs::path pipeline = tmp.Write("p.pbtxt", text);
+  const fs::path pipeline = tmp.Write("p.pbtxt", PipelineOn(model));
   ASSERT_EQ(testing::RunEngine({"run", pipeline.string()}).exit_code, 0);
 
   // The slim directory is not a model directory.
@@ -237,6 +244,88 @@ TEST_F(SlimCheckpointTest, ABaseThatChangedSinceIsNamedAndItsStageTrainsAgain) {
   EXPECT_THAT(rerun.out + rerun.err, HasSubstr((model / "model.safetensors").string()));
   const auto after = testing::RunEngine({"eval", pipeline.string(), "--stage=chat"});
   EXPECT_EQ(after.exit_code, 0) << after.err;
+}
+
+TEST_F(SlimCheckpointTest, ABaseMovedElsewhereIsFoundByItsContentAndEveryCommandReadsItAsBefore) {
+  testing::TempDir tmp;
+  const fs::path model = tmp.path() / "model";
+  fs::copy(*model_, model);
+  const fs::path pipeline = tmp.Write("p.pbtxt", PipelineOn(model));
+  ASSERT_EQ(testing::RunEngine({"run", pipeline.string()}).exit_code, 0);
+  const std::vector<std::string> eval = {"eval", pipeline.string(), "--stage=chat",
+                                         "--format=json"};
+  const std::vector<std::string> generate = {"generate", pipeline.string() + ":chat",
+                                             "--prompt=A diva who", "--max_new_tokens=4", "--raw"};
+  const auto evaluated = testing::RunEngine(eval);
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  const auto generated = testing::RunEngine(generate);
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  auto manifest = ReadManifest(tmp.path() / "out/chat/final");
+  ASSERT_TRUE(manifest.ok());
+  std::string weights_hash;
+  for (const auto& file : manifest->frozen_base().file()) {
+    if (file.name() == "model.safetensors") weights_hash = file.xxh3();
+  }
+  ASSERT_FALSE(weights_hash.empty());
+
+  // The base moves two levels down a shelf, behind a directory of the same file names and sizes
+  // whose weights differ (found first in name order, so the search must compare contents).
+  const fs::path shelf = tmp.path() / "shelf";
+  const fs::path moved = shelf / "hub/tiny";
+  fs::create_directories(shelf / "hub");
+  fs::rename(model, moved);
+  fs::copy(moved, shelf / "hub/a_lookalike");
+  {
+    auto file = safetensors::File::Open(moved / "model.safetensors");
+    ASSERT_TRUE(file.ok());
+    auto all = (*file)->GetAll();
+    ASSERT_TRUE(all.ok());
+    safetensors::NamedTensors tensors;
+    for (auto& [name, tensor] : *all) {
+      tensors.emplace_back(name, name == "model.norm.weight" ? tensor.clone().mul_(2) : tensor);
+    }
+    ASSERT_TRUE(
+        safetensors::Write(shelf / "hub/a_lookalike/model.safetensors", tensors, {{"format", "pt"}})
+            .ok());
+  }
+
+  // Not found: the error names the stage, the weights' hash and where it looked.
+  const auto lost = testing::RunEngine(eval);
+  EXPECT_EQ(lost.exit_code, 1);
+  EXPECT_THAT(lost.err, HasSubstr("stage 'chat': its slim checkpoint's base is not in '" +
+                                  model.string() + "'"));
+  EXPECT_THAT(lost.err, HasSubstr("model.safetensors (xxh3 " + weights_hash));
+  EXPECT_THAT(lost.err, HasSubstr("--base_path"));
+  const auto lost_elsewhere = testing::RunEngine(
+      {"eval", pipeline.string(), "--stage=chat", "--base_path=" + (tmp.path() / "out").string()});
+  EXPECT_EQ(lost_elsewhere.exit_code, 1);
+  EXPECT_THAT(lost_elsewhere.err, HasSubstr("looked in '" + (tmp.path() / "out").string() + "'"));
+
+  // Found by --base_path: the same metrics, the same reply, the same export.
+  std::vector<std::string> eval_found = eval;
+  eval_found.push_back("--base_path=" + shelf.string());
+  const auto found = testing::RunEngine(eval_found);
+  ASSERT_EQ(found.exit_code, 0) << found.err;
+  EXPECT_EQ(found.out, evaluated.out);
+  EXPECT_THAT(found.err, HasSubstr("stage 'domain': its base is no longer in '" + model.string() +
+                                   "'; found by its content in '" + moved.string() + "'"));
+  std::vector<std::string> generate_found = generate;
+  generate_found.push_back("--base_path=" + shelf.string());
+  const auto regenerated = testing::RunEngine(generate_found);
+  ASSERT_EQ(regenerated.exit_code, 0) << regenerated.err;
+  EXPECT_EQ(regenerated.out, generated.out);
+  const auto exported =
+      testing::RunEngine({"export", pipeline.string() + ":chat", "--format=hf",
+                          "--to=" + (tmp.path() / "hf").string(), "--base_path=" + shelf.string()});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_TRUE(fs::exists(tmp.path() / "hf/model.safetensors"));
+
+  // $ENGINE_BASE_PATH: `engine run` finds both stages up to date on the moved base.
+  const auto rerun =
+      testing::RunEngine({"run", pipeline.string()}, "", {{"ENGINE_BASE_PATH", shelf.string()}});
+  ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
+  EXPECT_THAT(rerun.out, HasSubstr("stage 'domain': up to date"));
+  EXPECT_THAT(rerun.out, HasSubstr("stage 'chat': up to date"));
 }
 
 TEST_F(SlimCheckpointTest, AParentWhoseChildBuildsAnotherBaseKeepsEveryTensor) {

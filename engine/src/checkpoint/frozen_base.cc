@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_layout.h"
+#include "core/file_hash.h"
 #include "core/module_tensors.h"
 #include "engine/linear.h"
 #include "pipeline/pretrained_dir.h"
@@ -24,6 +26,13 @@ bool MakesTensors(const std::string& name) {
            name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
   return name == "config.json" || ends_with(".safetensors") || ends_with(".safetensors.index.json");
+}
+
+// A recipe without the model's `pretrained` directory: the files' contents name the base, wherever
+// they are (a recipe holds the model options' canonical text, `pretrained:"DIR";`).
+std::string RecipeWithoutPaths(const std::string& recipe) {
+  static const std::regex kPretrained(R"(pretrained:"(?:[^"\\]|\\.)*";)");
+  return std::regex_replace(recipe, kPretrained, "");
 }
 
 }  // namespace
@@ -68,37 +77,116 @@ std::set<std::string> UntrainedTensorNames(torch::nn::Module& module) {
 Status CheckSameBase(const proto::FrozenBase& recorded, const proto::FrozenBase& current,
                      const std::string& context) {
   const std::string what_to_do =
-      ": the base it was trained on is no longer there. Put the directory back as it was, or "
-      "train the stage again on it (`engine run` does)";
-  if (recorded.pretrained() != current.pretrained()) {
-    return FailedPreconditionError(context + ": it was trained on the base read from '" +
-                                   recorded.pretrained() + "', this stage reads '" +
-                                   current.pretrained() + "'" + what_to_do);
-  }
+      ": the base it was trained on is not there. Put its files back as they were (or name where "
+      "they are now with --base_path), or train the stage again on this base (`engine run` does)";
+  const std::string trained_on = "it was trained on the base read from '" + recorded.pretrained() +
+                                 "' (" + DescribeBaseFiles(recorded) + ")";
   std::map<std::string, const proto::FileDigest*> now;
   for (const proto::FileDigest& file : current.file()) now[file.name()] = &file;
   for (const proto::FileDigest& file : recorded.file()) {
-    const std::string path = recorded.pretrained() + "/" + file.name();
+    const std::string path = current.pretrained() + "/" + file.name();
     auto it = now.find(file.name());
     if (it == now.end()) {
-      return FailedPreconditionError(context + ": '" + path + "' is missing" + what_to_do);
+      return FailedPreconditionError(context + ": " + trained_on + ", and '" + path +
+                                     "' is missing" + what_to_do);
     }
     if (it->second->size() != file.size() || it->second->xxh3() != file.xxh3()) {
-      return FailedPreconditionError(context + ": '" + path + "' changed since (content hash " +
-                                     it->second->xxh3() + ", then " + file.xxh3() + ")" +
-                                     what_to_do);
+      return FailedPreconditionError(context + ": " + trained_on + ", and '" + path +
+                                     "' differs (content hash " + it->second->xxh3() + ", then " +
+                                     file.xxh3() + ")" + what_to_do);
     }
     now.erase(it);
   }
   if (!now.empty()) {
-    return FailedPreconditionError(context + ": '" + recorded.pretrained() + "/" +
-                                   now.begin()->first + "' is new since" + what_to_do);
+    return FailedPreconditionError(context + ": " + trained_on + ", and '" + current.pretrained() +
+                                   "/" + now.begin()->first + "' is new since" + what_to_do);
   }
-  if (recorded.recipe() != current.recipe()) {
+  if (RecipeWithoutPaths(recorded.recipe()) != RecipeWithoutPaths(current.recipe())) {
     return FailedPreconditionError(context + ": its base was built as [" + recorded.recipe() +
                                    "], this stage builds [" + current.recipe() + "]");
   }
   return Status::Ok();
+}
+
+StatusOr<bool> HoldsBaseFiles(const std::filesystem::path& dir, const proto::FrozenBase& recorded) {
+  std::error_code ec;
+  size_t tensor_files = 0;
+  for (const auto& item : std::filesystem::directory_iterator(dir, ec)) {
+    if (item.is_regular_file(ec) && MakesTensors(item.path().filename().string())) ++tensor_files;
+  }
+  if (ec || tensor_files != static_cast<size_t>(recorded.file_size())) return false;
+  for (const proto::FileDigest& file : recorded.file()) {
+    const uintmax_t size = std::filesystem::file_size(dir / file.name(), ec);
+    if (ec || size != file.size()) return false;
+  }
+  for (const proto::FileDigest& file : recorded.file()) {
+    ENGINE_ASSIGN_OR_RETURN(const std::string hash, FileContentHash(dir / file.name()));
+    if (hash != file.xxh3()) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Depth-first under `root` in name order, `depth` levels down at most: the first directory that
+// holds the base's files, or an empty path. `visited` counts against kMaxBaseSearchDirs.
+StatusOr<std::filesystem::path> SearchBelow(const std::filesystem::path& root, int depth,
+                                            const proto::FrozenBase& recorded, int* visited) {
+  if (++*visited > kMaxBaseSearchDirs) return std::filesystem::path();
+  ENGINE_ASSIGN_OR_RETURN(const bool holds, HoldsBaseFiles(root, recorded));
+  if (holds) return root;
+  if (depth == 0) return std::filesystem::path();
+  std::vector<std::filesystem::path> children;
+  std::error_code ec;
+  for (const auto& item : std::filesystem::directory_iterator(root, ec)) {
+    if (item.is_directory(ec) && !item.is_symlink(ec)) children.push_back(item.path());
+  }
+  std::sort(children.begin(), children.end());
+  for (const std::filesystem::path& child : children) {
+    ENGINE_ASSIGN_OR_RETURN(std::filesystem::path found,
+                            SearchBelow(child, depth - 1, recorded, visited));
+    if (!found.empty()) return found;
+  }
+  return std::filesystem::path();
+}
+
+}  // namespace
+
+StatusOr<std::filesystem::path> FindBaseByContent(const proto::FrozenBase& recorded,
+                                                  const std::vector<std::filesystem::path>& roots) {
+  int visited = 0;
+  std::string looked;
+  for (const std::filesystem::path& root : roots) {
+    looked += (looked.empty() ? "'" : ", '") + root.string() + "'";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(root, ec)) continue;
+    ENGINE_ASSIGN_OR_RETURN(std::filesystem::path found,
+                            SearchBelow(root, /*depth=*/3, recorded, &visited));
+    if (!found.empty()) return found;
+  }
+  return NotFoundError(
+      "no directory holds the base it was trained on (" + DescribeBaseFiles(recorded) +
+      (looked.empty()
+           ? std::string("); no other directory to look in was given")
+           : "); looked in " + looked + " and the directories below them, 3 levels down") +
+      (visited > kMaxBaseSearchDirs
+           ? " (stopped after " + std::to_string(kMaxBaseSearchDirs) + " directories)"
+           : std::string()) +
+      ". Name the directory that holds it with --base_path=DIR or $ENGINE_BASE_PATH");
+}
+
+std::string DescribeBaseFiles(const proto::FrozenBase& base) {
+  constexpr int kNamed = 4;
+  std::string text;
+  for (int i = 0; i < base.file_size() && i < kNamed; ++i) {
+    const proto::FileDigest& file = base.file(i);
+    text += (i == 0 ? "" : ", ") + file.name() + " (xxh3 " + file.xxh3() + ", " +
+            std::to_string(file.size()) + " bytes)";
+  }
+  if (base.file_size() > kNamed) {
+    text += " and " + std::to_string(base.file_size() - kNamed) + " more files";
+  }
+  return text;
 }
 
 std::set<std::string> BaseTensorNames(const proto::FrozenBase& base) {

@@ -3,14 +3,17 @@
 // checkpoint was trained on.
 //
 // A base is named by its `pretrained` directory's files (config.json, the weights and their index,
-// with sizes and XXH3 content hashes) and the recipe that turns them into tensors (BaseRecipe).
+// with sizes and XXH3 content hashes) and the recipe that turns them into tensors (BaseRecipe), not
+// by the directory's path: a base moved elsewhere is the same base, and FindBaseByContent finds it.
 // Describing a base hashes those files: about a second for a 2 GB checkpoint from the page cache,
 // so a stage describes its own once. Any thread; errors name the directory or file.
 #pragma once
 
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "engine/checkpoint.pb.h"
 #include "engine/status.h"
@@ -32,11 +35,31 @@ StatusOr<proto::FrozenBase> DescribeFrozenBase(const ResolvedStage& stage,
 // statistics) may change and are not among them.
 std::set<std::string> UntrainedTensorNames(torch::nn::Module& module);
 
-// OK when `current` is the base `recorded` describes: the same directory contents and recipe.
-// Otherwise a FAILED_PRECONDITION error after `context` naming the file that changed, appeared or
-// went missing, or the recipes, and what to do.
+// OK when `current` is the base `recorded` describes: the same files (names, sizes, content
+// hashes) and recipe, wherever each directory is. Otherwise a FAILED_PRECONDITION error after
+// `context` naming the file that changed, appeared or went missing, or the recipes, and what to do.
 Status CheckSameBase(const proto::FrozenBase& recorded, const proto::FrozenBase& current,
                      const std::string& context);
+
+// Whether `dir` holds the files `recorded` lists and no other file that makes tensors, with their
+// sizes and content hashes. Files are hashed only once the names and sizes agree.
+StatusOr<bool> HoldsBaseFiles(const std::filesystem::path& dir, const proto::FrozenBase& recorded);
+
+// The most directories FindBaseByContent visits: a search path that holds more is cut short, and
+// the error says so.
+inline constexpr int kMaxBaseSearchDirs = 10000;
+
+// The first directory that HoldsBaseFiles(recorded) among `roots`, each root searched before the
+// next: the root, then the directories below it, 3 levels down at most (as far as a Hugging Face
+// cache's snapshots, hub/models--ORG--NAME/snapshots/REVISION), in name order, without following
+// symlinked directories. A NOT_FOUND error naming the files and hashes expected
+// (DescribeBaseFiles) and every root it looked in, when none holds them.
+StatusOr<std::filesystem::path> FindBaseByContent(const proto::FrozenBase& recorded,
+                                                  const std::vector<std::filesystem::path>& roots);
+
+// "config.json (xxh3 0123456789abcdef, 1.2 kB), model.safetensors (xxh3 ..., 2.1 GB)": the files
+// that make up `base`, for messages (the first four, then how many more).
+std::string DescribeBaseFiles(const proto::FrozenBase& base);
 
 // The names of the base's tensors `base` lists.
 std::set<std::string> BaseTensorNames(const proto::FrozenBase& base);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -25,6 +26,14 @@ namespace engine {
 struct LoadOptions {
   // Replaces the pipeline's output_dir (already absolute or relative to the working directory).
   std::optional<std::filesystem::path> output_dir;
+  // Asked for each stage whose model reads a `pretrained` directory (absolute, lexically normal),
+  // before the model's options are checked: where the stage's base is now when it is no longer
+  // there (run/moved_bases.h), which the stage then reads instead; nothing to leave it. The
+  // pipeline's output_dir is resolved by then.
+  using BaseFinder = std::function<std::optional<std::filesystem::path>(
+      const ResolvedPipeline& pipeline, const ResolvedStage& stage,
+      const std::filesystem::path& pretrained_dir)>;
+  BaseFinder find_moved_base;
 };
 
 std::unique_ptr<ResolvedPipeline> LoadPipeline(const std::filesystem::path& file,

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "pipeline/resolved_pipeline.h"
 
@@ -18,6 +20,21 @@ namespace engine {
 // Absolute; empty when the stage's model options have no `pretrained` string or it is empty.
 std::filesystem::path StagePretrainedDir(const ResolvedStage& stage,
                                          const std::filesystem::path& base_dir);
+
+// When `model_options` have a `pretrained` directory (resolved against `base_dir`) and `moved_to`
+// gives another place for it, sets it to that, and records in `stage` what it was
+// (pretrained_as_written, pretrained_moved_from). Returns whether it did.
+bool MovePretrainedDir(
+    const std::filesystem::path& base_dir,
+    const std::function<std::optional<std::filesystem::path>(const std::filesystem::path&)>&
+        moved_to,
+    google::protobuf::Message& model_options, ResolvedStage* stage);
+
+// Undoes MovePretrainedDir in copies of the stage's model and data options (the `pretrained` value
+// as written, and the model's own tokenizer where it was before the move), so that a stage whose
+// base moved keeps its fingerprint. Does nothing when the stage's base did not move.
+void UndoPretrainedMove(const ResolvedStage& stage, google::protobuf::Message& model_options,
+                        google::protobuf::Message& data_options);
 
 // The data options' singular `tokenizer` field when it is an engine.proto.TokenizerOptions (as the
 // text, chat and digits_captions loaders have); null otherwise.

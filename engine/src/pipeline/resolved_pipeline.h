@@ -62,6 +62,10 @@ struct ResolvedStage {
   // Index of the stage whose final weights this one starts from, if any.
   std::optional<int> from_stage;
   DeviceChoice device;
+  // When its `pretrained` directory was moved (LoadOptions::moved_pretrained): the value the file
+  // gave and the directory it resolved to, which the stage's fingerprint keeps. Empty otherwise.
+  std::string pretrained_as_written;
+  std::filesystem::path pretrained_moved_from;
 
   std::string path() const { return "stage[" + std::to_string(index) + "]"; }
   std::string subject() const { return StageSubject(name); }

@@ -431,8 +431,9 @@ void NameStage(StageChecker& checker, const ResolvedPipeline& pipeline, Resolved
   }
 }
 
-void BindStagePlugins(StageChecker& checker, const std::filesystem::path& base_dir,
-                      ResolvedStage& s) {
+void BindStagePlugins(StageChecker& checker, const ResolvedPipeline& pipeline,
+                      const LoadOptions& options, ResolvedStage& s) {
+  const std::filesystem::path& base_dir = pipeline.base_dir;
   const proto::Stage& stage = *s.config;
   const std::string path = s.path();
   if (!stage.has_model()) {
@@ -440,7 +441,16 @@ void BindStagePlugins(StageChecker& checker, const std::filesystem::path& base_d
                             ": `model` is required: name a model loader, e.g. "
                             "model { plugin: \"mlp\" }");
   } else {
-    checker.Bind(PluginKind::kModelLoader, &stage.model(), path + ".model", s.name, "", &s.model);
+    checker.Bind(PluginKind::kModelLoader, &stage.model(), path + ".model", s.name, "", &s.model,
+                 [&](Message& model_options) {
+                   if (!options.find_moved_base) return;
+                   MovePretrainedDir(
+                       base_dir,
+                       [&](const std::filesystem::path& dir) {
+                         return options.find_moved_base(pipeline, s, dir);
+                       },
+                       model_options, &s);
+                 });
   }
   if (!stage.has_data()) {
     checker.Error(path, s.subject() +
@@ -490,8 +500,8 @@ void ChooseStageDevice(StageChecker& checker, ResolvedStage& s) {
   }
 }
 
-void ResolveStage(StageChecker& checker, ResolvedPipeline* pipeline, int i,
-                  std::map<std::string, int>* index_by_name) {
+void ResolveStage(StageChecker& checker, const LoadOptions& options, ResolvedPipeline* pipeline,
+                  int i, std::map<std::string, int>* index_by_name) {
   const proto::Stage& stage = pipeline->config.stage(i);
   ResolvedStage& s = pipeline->stages[i];
   s.index = i;
@@ -499,7 +509,7 @@ void ResolveStage(StageChecker& checker, ResolvedPipeline* pipeline, int i,
   s.name = stage.name();
   s.seed = stage.has_seed() ? stage.seed() : pipeline->config.seed();
   NameStage(checker, *pipeline, s, index_by_name);
-  BindStagePlugins(checker, pipeline->base_dir, s);
+  BindStagePlugins(checker, *pipeline, options, s);
   checker.CheckTrainable(stage, s.path(), s.name);
   checker.CheckNewTensors(stage, s.path(), s.name);
   checker.CheckOptimizer(stage, s.path(), s.name);
@@ -584,7 +594,7 @@ void ValidatePipeline(const LoadOptions& options, const PluginRegistry& registry
   std::map<std::string, int> index_by_name;
   pipeline->stages.resize(pipeline->config.stage_size());
   for (int i = 0; i < pipeline->config.stage_size(); ++i) {
-    ResolveStage(checker, pipeline, i, &index_by_name);
+    ResolveStage(checker, options, pipeline, i, &index_by_name);
   }
   ResolveStageGraph(checker, index_by_name, pipeline);
   if (!diagnostics->empty()) return;

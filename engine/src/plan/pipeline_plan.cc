@@ -1,6 +1,7 @@
 #include "plan/pipeline_plan.h"
 
 #include <ATen/Context.h>
+#include <google/protobuf/message.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "engine/format.h"
 #include "engine/hash.h"
 #include "engine/precision_kit.h"
+#include "pipeline/pretrained_dir.h"
 #include "plan/handoff.h"
 #include "plan/watched_metrics.h"
 #include "precision/census.h"
@@ -540,12 +542,19 @@ class PlanBuilder {
     config.clear_checkpoint();
     config.mutable_schedule()->clear_checkpoint_every_steps();
     std::string text = CanonicalText(config);
-    auto add_plugin = [&text](const ResolvedPluginRef& ref) {
+    auto add_plugin = [&text](const ResolvedPluginRef& ref,
+                              const google::protobuf::Message* options = nullptr) {
       text += "|" + std::string(PluginKindName(ref.entry->kind)) + ":" + ref.entry->name + "@" +
-              ref.entry->version + ":" + CanonicalText(*ref.options);
+              ref.entry->version + ":" + CanonicalText(options ? *options : *ref.options);
     };
-    add_plugin(stage.model);
-    add_plugin(stage.data);
+    // A base moved elsewhere (found by content) is the same base: the stage's paths as written.
+    std::unique_ptr<google::protobuf::Message> model_options(stage.model.options->New());
+    model_options->CopyFrom(*stage.model.options);
+    std::unique_ptr<google::protobuf::Message> data_options(stage.data.options->New());
+    data_options->CopyFrom(*stage.data.options);
+    UndoPretrainedMove(stage, *model_options, *data_options);
+    add_plugin(stage.model, model_options.get());
+    add_plugin(stage.data, data_options.get());
     add_plugin(stage.precision);
     if (stage.quantizer.entry != nullptr) add_plugin(stage.quantizer);
     for (const ResolvedPluginRef& adapter : stage.adapters) add_plugin(adapter);

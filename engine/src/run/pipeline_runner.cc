@@ -7,6 +7,7 @@
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
 #include "core/logging.h"
+#include "pipeline/pretrained_dir.h"
 #include "plan/plan_printer.h"
 #include "run/stage_state.h"
 
@@ -216,6 +217,7 @@ class PipelineRun {
     StageSituation situation;
     situation.stage = stage.name;
     situation.stage_dir = StageDir(stage);
+    situation.base_dir = StagePretrainedDir(stage, pipeline_.base_dir);
     situation.fingerprint = stage_plan.fingerprint;
     if (stage.from_stage) situation.parent_run_id = final_run_ids_[*stage.from_stage];
     situation.forced =

@@ -12,13 +12,15 @@
 namespace engine {
 
 Status VerifyCheckpointFiles(const std::filesystem::path& dir,
-                             const proto::CheckpointManifest& manifest) {
+                             const proto::CheckpointManifest& manifest,
+                             const std::filesystem::path& base_dir) {
   ENGINE_RETURN_IF_ERROR(VerifyFileDigests(dir, manifest.file()));
   if (manifest.has_frozen_base()) {
     // A slim checkpoint is only as good as the base it was trained on.
     const proto::FrozenBase& base = manifest.frozen_base();
     ENGINE_RETURN_IF_ERROR(
-        VerifyFileDigests(base.pretrained(), base.file())
+        VerifyFileDigests(base_dir.empty() ? std::filesystem::path(base.pretrained()) : base_dir,
+                          base.file())
             .WithContext("the frozen base it was trained on changed (`engine run` trains "
                          "the stage again)"));
   }
@@ -48,7 +50,8 @@ Status VerifyCheckpointFiles(const std::filesystem::path& dir,
 
 FinalCheckpointState InspectFinalCheckpoint(const std::filesystem::path& final_dir,
                                             const std::string& fingerprint,
-                                            const std::string& parent_run_id) {
+                                            const std::string& parent_run_id,
+                                            const std::filesystem::path& base_dir) {
   FinalCheckpointState state;
   std::error_code ec;
   if (!std::filesystem::exists(final_dir / kManifestFile, ec)) {
@@ -71,7 +74,7 @@ FinalCheckpointState InspectFinalCheckpoint(const std::filesystem::path& final_d
     state.reason =
         "its configuration, data, plugins or a stage it comes after changed (fingerprint " +
         manifest->fingerprint() + ", now " + fingerprint + ")";
-  } else if (Status files = VerifyCheckpointFiles(final_dir, *manifest); !files.ok()) {
+  } else if (Status files = VerifyCheckpointFiles(final_dir, *manifest, base_dir); !files.ok()) {
     state.damaged = true;
     state.reason = "its checkpoint is damaged (" + files.message() + ")";
   } else {
@@ -83,7 +86,8 @@ FinalCheckpointState InspectFinalCheckpoint(const std::filesystem::path& final_d
 std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_dir,
                                            const std::string& fingerprint,
                                            const std::string& parent_run_id,
-                                           std::vector<std::string>* notes) {
+                                           std::vector<std::string>* notes,
+                                           const std::filesystem::path& base_dir) {
   std::vector<std::filesystem::path> dirs = PeriodicCheckpointDirs(stage_dir);
   // Newest first.
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
@@ -103,7 +107,7 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
                        " has no optimizer state (checkpoint.save_optimizer_state is off)");
       continue;
     }
-    if (Status files = VerifyCheckpointFiles(dir, *manifest); !files.ok()) {
+    if (Status files = VerifyCheckpointFiles(dir, *manifest, base_dir); !files.ok()) {
       notes->push_back(dir.string() + " is damaged (" + files.message() + ")");
       continue;
     }
@@ -117,11 +121,12 @@ StageDecision DecideStage(const StageSituation& s) {
   if (s.forced) return decision;
   const std::filesystem::path final_dir = FinalCheckpointDir(s.stage_dir);
   FinalCheckpointState final_state =
-      InspectFinalCheckpoint(final_dir, s.fingerprint, s.parent_run_id);
+      InspectFinalCheckpoint(final_dir, s.fingerprint, s.parent_run_id, s.base_dir);
   bool reuse_as_is = s.before_from && final_state.manifest && final_state.manifest->final();
   if (reuse_as_is && !final_state.up_to_date && !final_state.damaged) {
     // Used although out of date, but never with damaged files.
-    if (Status files = VerifyCheckpointFiles(final_dir, *final_state.manifest); !files.ok()) {
+    if (Status files = VerifyCheckpointFiles(final_dir, *final_state.manifest, s.base_dir);
+        !files.ok()) {
       final_state.damaged = true;
       final_state.reason = "its checkpoint is damaged (" + files.message() + ")";
     }
@@ -144,7 +149,8 @@ StageDecision DecideStage(const StageSituation& s) {
     return decision;
   }
   if (final_state.found) decision.why = final_state.reason;
-  decision.resume = FindResumePoint(s.stage_dir, s.fingerprint, s.parent_run_id, &decision.notes);
+  decision.resume =
+      FindResumePoint(s.stage_dir, s.fingerprint, s.parent_run_id, &decision.notes, s.base_dir);
   return decision;
 }
 

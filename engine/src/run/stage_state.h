@@ -32,10 +32,12 @@ struct FinalCheckpointState {
 };
 
 // `final_dir` is <output_dir>/<stage>/final. `parent_run_id` is the run_id of the from_stage
-// parent's final checkpoint, empty for a stage without one.
+// parent's final checkpoint, empty for a stage without one. `base_dir`: the stage's `pretrained`
+// directory, where a slim checkpoint's base is checked (VerifyCheckpointFiles).
 FinalCheckpointState InspectFinalCheckpoint(const std::filesystem::path& final_dir,
                                             const std::string& fingerprint,
-                                            const std::string& parent_run_id);
+                                            const std::string& parent_run_id,
+                                            const std::filesystem::path& base_dir = {});
 
 struct ResumePoint {
   std::filesystem::path dir;
@@ -48,7 +50,8 @@ struct ResumePoint {
 std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_dir,
                                            const std::string& fingerprint,
                                            const std::string& parent_run_id,
-                                           std::vector<std::string>* notes);
+                                           std::vector<std::string>* notes,
+                                           const std::filesystem::path& base_dir = {});
 
 // What `engine run` does with a stage, and why: decided from what its directory holds and the
 // command line.
@@ -73,6 +76,8 @@ struct StageDecision {
 struct StageSituation {
   std::string stage;
   std::filesystem::path stage_dir;  // <output_dir>/<stage>
+  // Its `pretrained` directory (empty when none): where its slim checkpoints' base is checked.
+  std::filesystem::path base_dir;
   std::string fingerprint;
   // The run_id of the from_stage parent's final checkpoint; empty for a stage without one.
   std::string parent_run_id;
@@ -88,8 +93,11 @@ StageDecision DecideStage(const StageSituation& situation);
 // Checks that every file of the checkpoint in `dir` has the size and content hash its manifest
 // records, and that the tensor files are whole and hold what `manifest` lists (names, dtypes,
 // shapes); the optimizer file, when the manifest names one, must open too. A slim checkpoint's
-// frozen base (its `pretrained` files) is checked likewise.
+// frozen base (its `pretrained` files) is checked likewise, in `base_dir` (the reader's own
+// `pretrained` directory, where a moved base was found) or, when that is empty, where the manifest
+// recorded it.
 Status VerifyCheckpointFiles(const std::filesystem::path& dir,
-                             const proto::CheckpointManifest& manifest);
+                             const proto::CheckpointManifest& manifest,
+                             const std::filesystem::path& base_dir = {});
 
 }  // namespace engine
