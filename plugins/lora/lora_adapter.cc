@@ -136,7 +136,17 @@ class LoraPlugin : public AdapterPlugin {
     ENGINE_ASSIGN_OR_RETURN(const PeftLoraConfig config, ReadPeftLoraConfig(PeftDir(o, context)));
     ENGINE_RETURN_IF_ERROR(AgreesWithPeft(o, config));
     ENGINE_ASSIGN_OR_RETURN(auto weights, OpenPeftWeights(o, context));
-    return PeftAdaptedModules(*weights);
+    return PeftAdaptedModules(*weights, config);
+  }
+
+  // With peft_adapter: its modules_to_save and biases.
+  StatusOr<safetensors::NamedTensors> SavedModelTensors(
+      const google::protobuf::Message& options, const AdapterContext& context) const override {
+    const auto& o = OptionsAs<LoraOptions>(options);
+    if (!o.has_peft_adapter()) return safetensors::NamedTensors();
+    ENGINE_ASSIGN_OR_RETURN(const PeftLoraConfig config, ReadPeftLoraConfig(PeftDir(o, context)));
+    ENGINE_ASSIGN_OR_RETURN(auto weights, OpenPeftWeights(o, context));
+    return PeftSavedModelTensors(*weights, config);
   }
 
   std::string targets_field(const google::protobuf::Message& options) const override {

@@ -54,7 +54,6 @@ const std::map<std::string, std::string>& UnsupportedKeys() {
   static const std::map<std::string, std::string> keys = {
       {"use_dora", "DoRA's magnitude vectors"},
       {"lora_bias", "biases on lora_B"},
-      {"modules_to_save", "whole modules trained beside the adapters"},
       {"target_parameters", "adapters on parameters rather than linear layers"},
       {"trainable_token_indices", "trainable token embeddings"},
       {"fan_in_fan_out", "transposed (Conv1D) weights"},
@@ -113,6 +112,33 @@ Status ReadPatterns(const nlohmann::ordered_json& json, const std::string& field
   return Status::Ok();
 }
 
+bool EndsWith(const std::string& name, const std::string& suffix) {
+  return name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The module `name` (a tensor of the file) belongs to, without PEFT's prefix, when it is one of
+// modules_to_save or, with bias "all" or "lora_only", a bias: as the model names it
+// ("...q_proj.bias" for PEFT's "...q_proj.base_layer.bias"). Empty otherwise.
+std::string SavedTensorName(const std::string& name, const PeftLoraConfig& config) {
+  if (name.rfind(kPrefix, 0) != 0 || EndsWith(name, kA) || EndsWith(name, kB)) return "";
+  std::string tensor = name.substr(std::strlen(kPrefix));
+  const std::string kBaseLayerBias = ".base_layer.bias";
+  if (config.bias != "none" && (EndsWith(tensor, ".bias") || tensor == "bias")) {
+    if (EndsWith(tensor, kBaseLayerBias)) {
+      tensor = tensor.substr(0, tensor.size() - kBaseLayerBias.size()) + ".bias";
+    }
+    return tensor;
+  }
+  const size_t dot = tensor.rfind('.');
+  const std::string module = dot == std::string::npos ? "" : tensor.substr(0, dot);
+  for (const std::string& saved : config.modules_to_save) {
+    // PEFT wraps every module whose name ends with the entry.
+    if (module == saved || EndsWith(module, "." + saved)) return tensor;
+  }
+  return "";
+}
+
 }  // namespace
 
 StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::filesystem::path& dir) {
@@ -168,9 +194,25 @@ StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::filesystem::path& dir) {
     }
   }
   const nlohmann::json& bias = keys.Take("bias");
-  if (!bias.is_null() && bias != "none") {
-    return keys.Error(
-        "bias", "is " + bias.dump() + "; only \"none\" is supported (PEFT then trains no bias)");
+  if (!bias.is_null()) {
+    if (bias != "none" && bias != "all" && bias != "lora_only") {
+      return keys.Error("bias",
+                        "is " + bias.dump() + "; PEFT's are \"none\", \"all\" and \"lora_only\"");
+    }
+    config.bias = bias.get<std::string>();
+  }
+  const nlohmann::json& saved = keys.Take("modules_to_save");
+  if (!saved.is_null()) {
+    if (!saved.is_array()) return keys.Error("modules_to_save", "must be a list of module names");
+    for (const nlohmann::json& module : saved) {
+      if (!module.is_string() || module.get<std::string>().empty() ||
+          module.get<std::string>().size() > kMaxPatternLength) {
+        return keys.Error(
+            "modules_to_save",
+            "holds " + module.dump() + "; each must be a module name (1 to 1,000 characters)");
+      }
+      config.modules_to_save.push_back(module.get<std::string>());
+    }
   }
   for (const auto& [key, what] : UnsupportedKeys()) {
     const nlohmann::json& v = keys.Take(key);
@@ -207,21 +249,20 @@ StatusOr<double> PeftLoraConfig::ScaleOf(const std::string& module_name) const {
   return alpha / (use_rslora ? std::sqrt(static_cast<double>(rank)) : static_cast<double>(rank));
 }
 
-StatusOr<std::vector<std::string>> PeftAdaptedModules(const safetensors::File& weights) {
+StatusOr<std::vector<std::string>> PeftAdaptedModules(const safetensors::File& weights,
+                                                      const PeftLoraConfig& config) {
   std::vector<std::string> modules;
   std::set<std::string> a, b;
   for (const safetensors::TensorInfo& info : weights.tensors()) {
     const std::string& name = info.name;
-    const auto ends_with = [&](const std::string& suffix) {
-      return name.size() > suffix.size() &&
-             name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    };
-    const bool is_a = ends_with(kA), is_b = ends_with(kB);
+    const bool is_a = EndsWith(name, kA), is_b = EndsWith(name, kB);
     if (name.rfind(kPrefix, 0) != 0 || !(is_a || is_b)) {
+      if (!SavedTensorName(name, config).empty()) continue;
       return InvalidArgumentError(
           weights.path().string() + ": tensor '" + name +
           "' is not a LoRA weight of a linear layer (base_model.model.<module>.lora_A.weight or "
-          ".lora_B.weight); embedding adapters, DoRA magnitudes, biases and saved modules are "
+          ".lora_B.weight), nor a tensor of adapter_config.json's modules_to_save, nor a bias "
+          "with its bias \"all\" or \"lora_only\"; embedding adapters and DoRA magnitudes are "
           "not supported");
     }
     const std::string module =
@@ -245,6 +286,37 @@ StatusOr<std::vector<std::string>> PeftAdaptedModules(const safetensors::File& w
     return InvalidArgumentError(weights.path().string() + " holds no LoRA weights");
   }
   return modules;
+}
+
+StatusOr<safetensors::NamedTensors> PeftSavedModelTensors(const safetensors::File& weights,
+                                                          const PeftLoraConfig& config) {
+  safetensors::NamedTensors saved;
+  std::set<std::string> modules_found;
+  for (const safetensors::TensorInfo& info : weights.tensors()) {
+    const std::string tensor = SavedTensorName(info.name, config);
+    if (tensor.empty()) continue;
+    if (!c10::isFloatingType(info.dtype)) {
+      return InvalidArgumentError(weights.path().string() + ": tensor '" + info.name + "' is " +
+                                  std::string(DtypeShortName(info.dtype)) +
+                                  "; a saved module's tensors and biases are floating point");
+    }
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor value, weights.Get(info.name));
+    saved.emplace_back(tensor, value.to(at::kFloat));
+    const size_t dot = tensor.rfind('.');
+    if (dot != std::string::npos) modules_found.insert(tensor.substr(0, dot));
+  }
+  for (const std::string& module : config.modules_to_save) {
+    bool found = false;
+    for (const std::string& have : modules_found) {
+      found = found || have == module || EndsWith(have, "." + module);
+    }
+    if (!found) {
+      return InvalidArgumentError(config.file.string() + ": modules_to_save names '" + module +
+                                  "', but " + weights.path().string() +
+                                  " holds no tensor of such a module");
+    }
+  }
+  return saved;
 }
 
 StatusOr<std::pair<at::Tensor, at::Tensor>> PeftLoraWeights(const safetensors::File& weights,

@@ -14,13 +14,16 @@
 //     (task_type, peft_version, base_model_name_or_path, revision, inference_mode, auto_mapping,
 //     runtime_config, ...): nothing to compute. init_lora_weights "pissa*", "olora", "corda",
 //     "loftq", "lora_ga" and "mica" rewrite the base weights when PEFT loads the adapter: refused.
-//   - anything else that changes what is computed (use_dora, lora_bias, bias other than "none",
-//     modules_to_save, target_parameters, trainable_token_indices, fan_in_fan_out, ...) and any
-//     key PEFT 0.21 does not have, when it is set: refused, naming the key.
-// Tensors other than "base_model.model.<module>.lora_A.weight" / ".lora_B.weight" are refused by
-// name. The files are untrusted: adapter_config.json is read up to 16 MiB, patterns up to 1,000
-// characters, and every error names the file and the key or tensor. Pure functions of the files;
-// any thread.
+//   - modules_to_save, and bias "all" or "lora_only": whole tensors of the model saved beside the
+//     adapters (a module's tensors; biases, PEFT's "<layer>.base_layer.bias" for a layer with an
+//     adapter), which the stage starts from and trains (PeftSavedModelTensors).
+//   - anything else that changes what is computed (use_dora, lora_bias, target_parameters,
+//     trainable_token_indices, fan_in_fan_out, ...) and any key PEFT 0.21 does not have, when it
+//     is set: refused, naming the key.
+// Tensors other than "base_model.model.<module>.lora_A.weight" / ".lora_B.weight" and those saved
+// tensors are refused by name, and so is a modules_to_save entry no tensor belongs to. The files
+// are untrusted: adapter_config.json is read up to 16 MiB, patterns up to 1,000 characters, and
+// every error names the file and the key or tensor. Pure functions of the files; any thread.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,8 @@ struct PeftLoraConfig {
   std::vector<std::pair<std::string, int64_t>> rank_pattern;  // in the file's order
   std::vector<std::pair<std::string, double>> alpha_pattern;
   std::string task_type;
+  std::vector<std::string> modules_to_save;
+  std::string bias = "none";  // "none", "all" or "lora_only"
 
   // PEFT's rank, alpha and output scale for the module of this name.
   StatusOr<int64_t> RankOf(const std::string& module_name) const;
@@ -56,7 +61,15 @@ struct PeftLoraConfig {
 StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::filesystem::path& dir);
 
 // The modules adapter_model.safetensors holds adapters for (both lora_A and lora_B), in file order.
-StatusOr<std::vector<std::string>> PeftAdaptedModules(const safetensors::File& weights);
+StatusOr<std::vector<std::string>> PeftAdaptedModules(const safetensors::File& weights,
+                                                      const PeftLoraConfig& config);
+
+// The whole tensors of the model adapter_model.safetensors holds beside the adapters
+// (modules_to_save and biases), as transformers names them ("model.norm.weight"; "<layer>.bias" for
+// PEFT's
+// "<layer>.base_layer.bias"), in f32.
+StatusOr<safetensors::NamedTensors> PeftSavedModelTensors(const safetensors::File& weights,
+                                                          const PeftLoraConfig& config);
 
 // The module's (lora_A [r, in], lora_B [out, r]) from adapter_model.safetensors, checked against
 // the rank and the layer's sizes.

@@ -7,6 +7,10 @@
 //     same inputs within 1e-4 (f32 sums in another order; the adapters move them by far more).
 //   - A stage that trains it moves the adapters; its peft export keeps the ranks, alphas and
 //     rsLoRA scale, so PEFT loads it without a warning and computes the hf export's logits.
+//   - An adapter PEFT saved with modules_to_save and bias "all" (on a qwen2 base, whose q, k and v
+//     projections have biases) brings the saved module's weights and the biases: a stage that
+//     learns nothing holds them bit for bit and computes PEFT's logits; one that trains moves them,
+//     and its peft export names them as PEFT does, so PEFT loads it without a warning.
 //   - Adapters the lora plugin would compute otherwise than PEFT are refused at `engine check`,
 //     naming the key or tensor.
 #include <ATen/ATen.h>
@@ -63,7 +67,8 @@ class PeftImportTest : public ::testing::Test {
     error_ = new std::string();
     for (const std::vector<std::string>& command :
          {std::vector<std::string>{"bases", (tmp_->path() / "bases").string(), "960"},
-          {"peft_adapter", Source().string(), Base().string()}}) {
+          {"peft_adapter", Source().string(), Base().string()},
+          {"peft_adapter", Saved().string(), BiasedBase().string(), "saved"}}) {
       std::vector<std::string> argv = {testing::kPython, kReference.string()};
       argv.insert(argv.end(), command.begin(), command.end());
       const auto made = testing::RunCommand(argv);
@@ -80,13 +85,20 @@ class PeftImportTest : public ::testing::Test {
       return;
     }
     const fs::path logits = tmp_->path() / "loaded_logits.safetensors";
+    const fs::path saved_logits = tmp_->path() / "saved_loaded_logits.safetensors";
     for (const std::vector<std::string>& command :
          {std::vector<std::string>{"eval", pipeline.string(), "--stage=loaded",
                                    "--logits=" + logits.string(), "--examples=4"},
           {"export", pipeline.string() + ":continued", "--to=" + Export("hf").string(),
            "--format=hf"},
           {"export", pipeline.string() + ":continued", "--to=" + Export("peft").string(),
-           "--format=peft"}}) {
+           "--format=peft"},
+          {"eval", pipeline.string(), "--stage=saved_loaded", "--logits=" + saved_logits.string(),
+           "--examples=4"},
+          {"export", pipeline.string() + ":saved_continued",
+           "--to=" + Export("saved_hf").string(), "--format=hf"},
+          {"export", pipeline.string() + ":saved_continued",
+           "--to=" + Export("saved_peft").string(), "--format=peft"}}) {
       const auto done = testing::RunEngine(command);
       if (done.exit_code != 0) {
         *error_ = "engine " + command[0] + " " + command[2] + ": " + done.err;
@@ -102,6 +114,17 @@ class PeftImportTest : public ::testing::Test {
          {"base", Base().string()},
          {"hf", Export("hf").string()},
          {"peft", Export("peft").string()},
+         {"prompt", "A fortune:"},
+         {"max_new_tokens", 1},
+         {"texts", {"What is a fortune?", "Say hi, again, in two words."}}},
+        {{"name", "saved_loaded"},
+         {"base", BiasedBase().string()},
+         {"peft_source", Saved().string()},
+         {"logits", saved_logits.string()}},
+        {{"name", "saved_continued"},
+         {"base", BiasedBase().string()},
+         {"hf", Export("saved_hf").string()},
+         {"peft", Export("saved_peft").string()},
          {"prompt", "A fortune:"},
          {"max_new_tokens", 1},
          {"texts", {"What is a fortune?", "Say hi, again, in two words."}}}};
@@ -121,11 +144,14 @@ class PeftImportTest : public ::testing::Test {
   }
   void SetUp() override {
     ASSERT_TRUE(error_->empty()) << *error_;
-    ASSERT_EQ(results_->size(), 2u);
+    ASSERT_EQ(results_->size(), 4u);
   }
 
   static fs::path Base() { return tmp_->path() / "bases" / "llama"; }
   static fs::path Source() { return tmp_->path() / "peft_source"; }
+  // PEFT's adapter with saved modules and biases, on a base whose layers have biases.
+  static fs::path Saved() { return tmp_->path() / "peft_saved"; }
+  static fs::path BiasedBase() { return tmp_->path() / "bases" / "qwen2"; }
   static fs::path Export(const std::string& format) { return tmp_->path() / "export" / format; }
   static fs::path Out() { return tmp_->path() / "out"; }
   // "loaded" learns nothing from PEFT's adapter; "continued" trains it.
@@ -136,6 +162,10 @@ class PeftImportTest : public ::testing::Test {
             Stage("loaded", Base(), PeftAdapter(Source()),
                   "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
             Stage("continued", Base(), PeftAdapter(Source()) + " r: 4 use_rslora: true",
+                  "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }") +
+            Stage("saved_loaded", BiasedBase(), PeftAdapter(Saved()),
+                  "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
+            Stage("saved_continued", BiasedBase(), PeftAdapter(Saved()),
                   "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }"));
   }
   static const nlohmann::json& Result(size_t index) {
@@ -205,6 +235,46 @@ TEST_F(PeftImportTest, ContinuedAdaptersExportWithTheirRanksAndScalesAndPeftRead
   EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
 }
 
+TEST_F(PeftImportTest, SavedModulesAndBiasesLoadTrainAndExportAsPeftSavesThem) {
+  const auto source = ReadAll(Saved() / "adapter_model.safetensors");
+  const std::vector<std::string> saved = {
+      "base_model.model.model.norm.weight",
+      "base_model.model.model.layers.0.self_attn.q_proj.base_layer.bias",
+      "base_model.model.model.layers.1.self_attn.k_proj.bias"};
+  for (const std::string& name : saved) ASSERT_EQ(source.count(name), 1u) << name;
+
+  // Loaded bit for bit (the stage learned nothing) and kept under PEFT's names.
+  const auto loaded = ReadAll(Out() / "saved_loaded" / "final" / "adapter_model.safetensors");
+  EXPECT_EQ(loaded.size(), source.size());
+  for (const auto& [name, tensor] : source) {
+    ASSERT_EQ(loaded.count(name), 1u) << name;
+    EXPECT_TRUE(at::equal(loaded.at(name).to(at::kFloat), tensor.to(at::kFloat))) << name;
+  }
+  const nlohmann::json& computed = Result(2);
+  if (!computed.contains("error")) {
+    EXPECT_LE(computed["peft_vs_engine"].get<double>(), kLogitTolerance);
+    EXPECT_GT(computed["adapters_effect"].get<double>(), 100 * kLogitTolerance);
+  }
+
+  // Trained: the saved tensors moved, and the export names them as PEFT saved them.
+  const auto continued = ReadAll(Export("saved_peft") / "adapter_model.safetensors");
+  EXPECT_EQ(continued.size(), source.size());
+  for (const std::string& name : saved) {
+    ASSERT_EQ(continued.count(name), 1u) << name;
+    EXPECT_GT((continued.at(name) - source.at(name)).abs().max().item<double>(), 1e-4) << name;
+  }
+  const auto config =
+      nlohmann::json::parse(testing::ReadText(Export("saved_peft") / "adapter_config.json"));
+  EXPECT_EQ(config["bias"], "all");
+  EXPECT_EQ(config["modules_to_save"], nlohmann::json({"model.norm"}));
+  const nlohmann::json& exported = Result(3);
+  if (exported.contains("error")) return;
+  EXPECT_TRUE(exported["hf_missing"].empty()) << exported["hf_missing"];
+  EXPECT_TRUE(exported["peft_warnings"].empty()) << exported["peft_warnings"];
+  EXPECT_EQ(exported["peft_loaded_keys"], exported["peft_adapter_keys"]);
+  EXPECT_LE(exported["peft_vs_hf"].get<double>(), kLogitTolerance);
+}
+
 // `engine check` of a stage loading `dir` (with `more` lora options): exit 1 and its errors.
 std::string CheckErrors(const testing::TempDir& tmp, const fs::path& base, const fs::path& dir,
                         const std::string& more = "") {
@@ -234,8 +304,10 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
   int cases = 0;
   for (const auto& [config, message] : std::vector<std::pair<nlohmann::json, std::string>>{
            {{{"use_dora", true}}, "'use_dora' (true) asks for DoRA's magnitude vectors"},
-           {{{"modules_to_save", {"lm_head"}}}, "'modules_to_save' ([\"lm_head\"]) asks for"},
-           {{{"bias", "all"}}, "'bias' is \"all\"; only \"none\" is supported"},
+           {{{"modules_to_save", {"lm_head"}}},
+            "modules_to_save names 'lm_head', but " + (tmp.path() / "case2").string() +
+                "/adapter_model.safetensors holds no tensor of such a module"},
+           {{{"bias", "some"}}, "'bias' is \"some\"; PEFT's are \"none\", \"all\" and"},
            {{{"peft_type", "IA3"}}, "'peft_type' is \"IA3\""},
            {{{"init_lora_weights", "pissa_niter_4"}},
             "'init_lora_weights' is \"pissa_niter_4\", which changes the base weights"},
@@ -258,6 +330,17 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
   EXPECT_THAT(CheckErrors(tmp, Base(), extra),
               HasSubstr("tensor 'base_model.model.model.embed_tokens.lora_embedding_A' is not a "
                         "LoRA weight of a linear layer"));
+  // A bias the model does not have (llama's layers have none), saved with bias "all".
+  const fs::path biased = Altered(tmp, Source(), "biased", {{"bias", "all"}});
+  written.pop_back();
+  written.emplace_back("base_model.model.model.layers.0.mlp.up_proj.base_layer.bias",
+                       at::zeros({64}));
+  ASSERT_TRUE(safetensors::Write(biased / "adapter_model.safetensors", written).ok());
+  EXPECT_THAT(CheckErrors(tmp, Base(), biased),
+              HasSubstr("its files hold tensor 'model.layers.0.mlp.up_proj.bias', which names no "
+                        "trainable tensor of the model"));
+  written.pop_back();
+  written.emplace_back("base_model.model.model.embed_tokens.lora_embedding_A", at::zeros({4, 960}));
   // A layer the model does not have.
   const fs::path foreign = Altered(tmp, Source(), "foreign", nlohmann::json::object());
   written.pop_back();

@@ -6,10 +6,13 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
         written by transformers' save_pretrained: the family fixtures' configs
         (tests/fixtures/hf/make_fixtures.py) with VOCAB_SIZE ids and its seeded O(1) weights.
 
-    .venv/bin/python tests/reference/export_interop.py peft_adapter OUT_DIR BASE_DIR
+    .venv/bin/python tests/reference/export_interop.py peft_adapter OUT_DIR BASE_DIR [saved]
         A LoRA adapter PEFT makes on BASE_DIR and saves in OUT_DIR, as a user who trained with
         PEFT has one: every linear layer of the decoder, r 4, lora_alpha 8, use_rslora, a
         rank_pattern and an alpha_pattern, lora_dropout 0.05, and random A and B (as if trained).
+        With "saved": LoRA on q_proj and v_proj, bias "all" and modules_to_save ["model.norm"],
+        the biases and the norm's weight moved at random (as if trained), so that PEFT saves them
+        beside the adapters (q_proj's bias as "...q_proj.base_layer.bias").
 
     .venv/bin/python tests/reference/export_interop.py check CASES.json > RESULTS.json
         CASES.json: {"cases": [{"name", "base": DIR, "hf": DIR, "peft": DIR, "prompt": TEXT,
@@ -96,13 +99,23 @@ def auto_class(directory):
     return AutoModelForImageTextToText if "vision_config" in config else AutoModelForCausalLM
 
 
-def make_peft_adapter(out_dir, base_dir):
+PEFT_SAVED = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], bias="all",
+                  modules_to_save=["model.norm"], init_lora_weights=False)
+
+
+def make_peft_adapter(out_dir, base_dir, variant=None):
     import torch
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(7)
     base = auto_class(base_dir).from_pretrained(base_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", **PEFT_SOURCE))
+    config = PEFT_SAVED if variant == "saved" else PEFT_SOURCE
+    model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", **config))
+    if variant == "saved":
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if parameter.requires_grad and "lora_" not in name:
+                    parameter.add_(torch.randn_like(parameter) * 0.5)
     model.save_pretrained(out_dir)
     print(f"peft adapter: {out_dir}")
 
@@ -312,8 +325,8 @@ def main():
     if len(sys.argv) == 4 and sys.argv[1] == "bases":
         make_bases(sys.argv[2], int(sys.argv[3]))
         return
-    if len(sys.argv) == 4 and sys.argv[1] == "peft_adapter":
-        make_peft_adapter(sys.argv[2], sys.argv[3])
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "peft_adapter":
+        make_peft_adapter(*sys.argv[2:])
         return
     if len(sys.argv) != 3 or sys.argv[1] != "check":
         sys.exit(__doc__)

@@ -13,6 +13,10 @@
 // full checkpoint. A pattern that matches no layer is an error. targets and Create run on the
 // training thread, after the engine has seeded LibTorch's generator, so initialisation is
 // reproducible. Errors are values naming the file, field or tensor; the engine adds the layer.
+//
+// An adapter read from files may also hold whole tensors of the model that were trained beside it
+// (PEFT's modules_to_save and biases): SavedModelTensors returns them, the engine puts their values
+// into the model's tensors of those names (same shapes) and trains them with the adapters.
 #pragma once
 
 #include <filesystem>
@@ -22,6 +26,7 @@
 
 #include "engine/linear.h"
 #include "engine/plugin.h"
+#include "engine/safetensors.h"
 
 namespace engine {
 
@@ -63,6 +68,16 @@ class AdapterPlugin : public Plugin {
   virtual StatusOr<std::string> AdapterConfigJson(const google::protobuf::Message& options,
                                                   const AdapterContext& context,
                                                   const std::vector<std::string>& layers) const = 0;
+
+  // Whole tensors of the model the stage starts from and trains beside the adapters, named as
+  // transformers names them ("lm_head.weight", "model.layers.0.self_attn.q_proj.bias"). Called once
+  // per stage build, after Create; none by default.
+  virtual StatusOr<safetensors::NamedTensors> SavedModelTensors(
+      const google::protobuf::Message& options, const AdapterContext& context) const {
+    (void)options;
+    (void)context;
+    return safetensors::NamedTensors();
+  }
 };
 
 }  // namespace engine

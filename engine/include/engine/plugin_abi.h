@@ -25,9 +25,9 @@
 extern "C" {
 #endif
 
-/* The plugin interface version this SDK speaks. 7: ModelLoaderPlugin gained model_types() (the
-   config.json model_types a loader reads), a new virtual function. */
-#define ENGINE_PLUGIN_API_VERSION 7
+/* The plugin interface version this SDK speaks. 8: AdapterPlugin gained SavedModelTensors() (whole
+   tensors an adapter's files hold, as PEFT's modules_to_save and biases), a new virtual function. */
+#define ENGINE_PLUGIN_API_VERSION 8
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

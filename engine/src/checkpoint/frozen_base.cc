@@ -202,10 +202,12 @@ StatusOr<const proto::FrozenBase*> StageFrozenBase::Identity() {
   return &*identity_;
 }
 
-Status StageFrozenBase::Fix(torch::nn::Module& module, const std::set<std::string>* parent_base) {
+Status StageFrozenBase::Fix(torch::nn::Module& module, const std::set<std::string>* parent_base,
+                            const std::set<std::string>& not_base) {
   with_tensors_.reset();
   if (!slim_) return Status::Ok();
   std::set<std::string> names = UntrainedTensorNames(module);
+  for (const std::string& name : not_base) names.erase(name);
   if (parent_base != nullptr) {
     for (auto it = names.begin(); it != names.end();) {
       it = parent_base->count(*it) != 0 ? std::next(it) : names.erase(it);

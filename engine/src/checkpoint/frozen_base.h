@@ -76,11 +76,13 @@ class StageFrozenBase {
   // The base the stage builds (DescribeFrozenBase), described once.
   StatusOr<const proto::FrozenBase*> Identity();
 
-  // Fixes the base's tensors: the untrained tensors of `module` (UntrainedTensorNames), and of
-  // those, when the stage started from a parent, only the ones the parent's base held too
-  // (`parent_base`; the others hold what the parent trained). A stage that is not slim, or whose
-  // base holds no tensor, keeps every tensor in its checkpoints.
-  Status Fix(torch::nn::Module& module, const std::set<std::string>* parent_base);
+  // Fixes the base's tensors: the untrained tensors of `module` (UntrainedTensorNames) but those of
+  // `not_base` (values that came from elsewhere, as an adapter's files), and of those, when the
+  // stage started from a parent, only the ones the parent's base held too (`parent_base`; the
+  // others hold what the parent trained). A stage that is not slim, or whose base holds no tensor,
+  // keeps every tensor in its checkpoints.
+  Status Fix(torch::nn::Module& module, const std::set<std::string>* parent_base,
+             const std::set<std::string>& not_base = {});
 
   // For StageParts::frozen_base: null when checkpoints hold every tensor.
   const proto::FrozenBase* for_checkpoints() const {

@@ -57,17 +57,35 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
   }
   const AdapterLayout layout = FindAdapters(module);
   const std::vector<ModuleTensor> tensors = ModuleTensors(module);
-  std::set<std::string> modules_to_save;
+  // Trained tensors beside the adapters, by module: a module that trains only its bias goes as
+  // PEFT's `bias` (under a layer with an adapter, as "<layer>.base_layer.bias"), any other as a
+  // whole module in modules_to_save.
+  std::map<std::string, std::set<std::string>> trained_by_module;
   for (const ModuleTensor& t : tensors) {
     if (!t.buffer && t.tensor.requires_grad() && layout.tensors.count(t.name) == 0) {
-      modules_to_save.insert(renamed(OwningModule(t.name)));
+      trained_by_module[OwningModule(t.name)].insert(t.name.substr(t.name.rfind('.') + 1));
+    }
+  }
+  const std::set<std::string> adapted(layout.layers.begin(), layout.layers.end());
+  std::set<std::string> modules_to_save, bias_modules;
+  bool bias_beyond_adapters = false;
+  for (const auto& [owner, leaves] : trained_by_module) {
+    if (leaves == std::set<std::string>{"bias"}) {
+      bias_modules.insert(owner);
+      bias_beyond_adapters = bias_beyond_adapters || adapted.count(owner) == 0;
+    } else {
+      modules_to_save.insert(renamed(owner));
     }
   }
   PeftAdapterFiles files;
   for (const ModuleTensor& t : tensors) {
-    if (layout.tensors.count(t.name) > 0 ||
-        modules_to_save.count(renamed(OwningModule(t.name))) > 0) {
+    const std::string owner = OwningModule(t.name);
+    if (layout.tensors.count(t.name) > 0 || modules_to_save.count(renamed(owner)) > 0) {
       files.tensors.emplace_back(kPeftPrefix + renamed(t.name), t.tensor.detach());
+    } else if (bias_modules.count(owner) > 0 && t.name == owner + ".bias") {
+      files.tensors.emplace_back(
+          kPeftPrefix + renamed(owner) + (adapted.count(owner) ? ".base_layer.bias" : ".bias"),
+          t.tensor.detach());
     }
   }
   auto layers = layout.layers;
@@ -84,6 +102,7 @@ StatusOr<PeftAdapterFiles> MakePeftAdapterFiles(const ResolvedStage& stage,
   }
   config["modules_to_save"] = modules_to_save.empty() ? nlohmann::ordered_json(nullptr)
                                                       : nlohmann::ordered_json(modules_to_save);
+  config["bias"] = bias_modules.empty() ? "none" : bias_beyond_adapters ? "all" : "lora_only";
   config["base_model_name_or_path"] =
       base_model.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(base_model);
   files.config_json = config.dump(2) + "\n";

@@ -9,6 +9,7 @@
 #include <google/protobuf/message.h>
 #include <torch/nn/module.h>
 
+#include <map>
 #include <optional>
 
 #include "core/glob.h"
@@ -108,6 +109,40 @@ Status QuantizeLayer(const ResolvedPluginRef& ref, const QuantizerPlugin& plugin
                           plugin.Quantize(*ref.options, dense));
   ENGINE_RETURN_IF_ERROR(layer.Quantize(quantized));
   if (report != nullptr) report->Add(*quantized, layer);
+  return Status::Ok();
+}
+
+// Puts the whole tensors the adapter's files hold into the model's tensors of those names (by
+// transformers module name or the model's own), checking shapes, and records the model's names.
+Status LoadSavedModelTensors(const ResolvedPluginRef& ref, const AdapterPlugin& plugin,
+                             const AdapterContext& context, torch::nn::Module& module,
+                             const ModulePrefixes& module_prefixes, std::set<std::string>* names) {
+  ENGINE_ASSIGN_OR_RETURN(safetensors::NamedTensors saved, GuardedCall(ref.context, [&] {
+                            return plugin.SavedModelTensors(*ref.options, context);
+                          }));
+  if (saved.empty()) return Status::Ok();
+  std::map<std::string, std::pair<std::string, at::Tensor>> by_name;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    by_name[item.key()] = {item.key(), item.value()};
+    by_name.emplace(TransformersModuleName(item.key(), module_prefixes),
+                    std::make_pair(item.key(), item.value()));
+  }
+  for (const auto& [name, value] : saved) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return NotFoundError(ref.context + ": its files hold tensor '" + name +
+                           "', which names no trainable tensor of the model (a quantized layer's "
+                           "weight is none)");
+    }
+    at::Tensor& target = it->second.second;
+    if (target.sizes() != value.sizes()) {
+      return InvalidArgumentError(ref.context + ": its files hold tensor '" + name + "' as " +
+                                  c10::str(value.sizes()) + ", but the model's is " +
+                                  c10::str(target.sizes()));
+    }
+    target.copy_(value.to(target.scalar_type()));
+    names->insert(it->second.first);
+  }
   return Status::Ok();
 }
 
@@ -246,6 +281,12 @@ std::vector<LayerPluginError> ApplyLayerPlugins(const ResolvedStage& stage,
       summary.layers.push_back(name);
     }
     report->adapters.push_back(std::move(summary));
+    if (Status saved = LoadSavedModelTensors(ref, *plugin, context, module, module_prefixes,
+                                             &report->adapter_saved_tensors);
+        !saved.ok()) {
+      errors.push_back({ref.path, saved.message()});
+      return errors;
+    }
   }
   return errors;
 }

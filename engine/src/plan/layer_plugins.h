@@ -2,7 +2,8 @@
 // engine/quantizer.h, engine/adapter.h), and what they did, for the plan.
 //
 // Quantization runs first (each matched layer's dense weight becomes the quantizer's format), then
-// the adapters attach, in the stage's order. Errors name the stage, the plugin, the pattern or the
+// the adapters attach, in the stage's order, and the tensors their files hold whole replace the
+// model's (AdapterPlugin::SavedModelTensors). Errors name the stage, the plugin, the pattern or the
 // layer; the model is left part-way transformed only when an error is returned, and the caller
 // then discards it.
 #pragma once
@@ -51,6 +52,9 @@ struct LayerPluginReport {
   std::vector<Adapter> adapters;
   // Names of every adapter parameter (trainable by default).
   std::set<std::string> adapter_parameters;
+  // The model's tensors an adapter's files held whole (AdapterPlugin::SavedModelTensors), whose
+  // values they now hold; trainable by default, as the adapters.
+  std::set<std::string> adapter_saved_tensors;
 };
 
 // An error's field path inside the pipeline (for its position) and message.

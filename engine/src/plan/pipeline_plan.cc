@@ -446,7 +446,8 @@ class PlanBuilder {
       const std::string& name = item.key();
       // With adapters and no include, the adapters alone train.
       bool included = t.include_size() == 0 && (plan->layers.adapter_parameters.empty() ||
-                                                plan->layers.adapter_parameters.count(name) > 0);
+                                                plan->layers.adapter_parameters.count(name) > 0 ||
+                                                plan->layers.adapter_saved_tensors.count(name) > 0);
       for (int i = 0; i < t.include_size(); ++i) {
         if (GlobMatch(t.include(i), name)) {
           included = true;

@@ -64,18 +64,24 @@ Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
 // model.safetensors: every tensor of the model; a slim checkpoint's leaves out its frozen base and
 // the tensors adapter_model.safetensors already holds (the manifest lists both).
 void AddModelTensors(const StageParts& parts, CheckpointContents* contents) {
+  const std::vector<ModuleTensor> tensors = ModuleTensors(parts.model->module());
   std::set<std::string> left_out;
   if (parts.frozen_base != nullptr) {
     left_out = BaseTensorNames(*parts.frozen_base);
     *contents->manifest.mutable_frozen_base() = *parts.frozen_base;
+    std::set<std::string> names;
+    for (const ModuleTensor& t : tensors) names.insert(t.name);
     const size_t prefix = std::strlen(kPeftPrefix);
     for (const auto& [peft_name, tensor] : contents->adapters) {
+      // PEFT names some tensors otherwise than the model ("<layer>.base_layer.bias"): those stay in
+      // model.safetensors too.
       const std::string name = peft_name.substr(prefix);
+      if (names.count(name) == 0) continue;
       contents->manifest.add_adapter_file_tensor(name);
       left_out.insert(name);
     }
   }
-  for (const ModuleTensor& t : ModuleTensors(parts.model->module())) {
+  for (const ModuleTensor& t : tensors) {
     if (left_out.count(t.name) == 0) contents->model.emplace_back(t.name, t.tensor);
   }
 }

@@ -138,7 +138,9 @@ class StageTrainer : public CallbackActions {
     }
     ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
     ENGINE_RETURN_IF_ERROR(
-        frozen_base_.Fix(module_, has_parent ? &parent_base : nullptr).WithContext(context_));
+        frozen_base_
+            .Fix(module_, has_parent ? &parent_base : nullptr, plan_.layers.adapter_saved_tensors)
+            .WithContext(context_));
     ENGINE_RETURN_IF_ERROR(ConnectRanks());
     ENGINE_RETURN_IF_ERROR(MakeOptimizerAndGradientSync());
     ENGINE_RETURN_IF_ERROR(precision_->VerifyOptimizerState(*optimizer_).WithContext(context_));
