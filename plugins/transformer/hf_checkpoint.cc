@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "bnb4_checkpoint.h"
 #include "engine/host_memory.h"
 #include "engine/linear.h"
 #include "engine/safetensors.h"
@@ -53,6 +54,12 @@ struct Checkpoint {
   const std::string& StoredName(const std::string& name) const {
     auto it = stored.find(name);
     return it == stored.end() ? name : it->second;
+  }
+  bool Has(const std::string& name) const { return where.count(name) != 0; }
+  StatusOr<at::Tensor> Get(const std::string& name) const {
+    auto it = where.find(name);
+    if (it == where.end()) return NotFoundError("no tensor '" + name + "'");
+    return files.at(it->second)->Get(StoredName(name));
   }
 };
 
@@ -113,8 +120,9 @@ StatusOr<Checkpoint> OpenCheckpoint(const std::filesystem::path& dir) {
 Status CheckNoUnknownTensors(const std::filesystem::path& dir,
                              const std::map<std::string, std::filesystem::path>& where,
                              const std::map<std::string, at::Tensor>& targets) {
+  const auto has = [&where](const std::string& name) { return where.count(name) != 0; };
   for (const auto& [name, file] : where) {
-    if (!targets.count(name) && !Derived(name)) {
+    if (!targets.count(name) && !Derived(name) && !IsBnb4Companion(name, has)) {
       return InvalidArgumentError("'" + dir.string() + "' holds tensor '" + name +
                                   "', which this model does not have (another architecture or "
                                   "size?)");
@@ -123,11 +131,9 @@ Status CheckNoUnknownTensors(const std::filesystem::path& dir,
   return Status::Ok();
 }
 
-// Reads one tensor into `target`, keeping the stored dtype, and gives the file's pages for it back
-// so that reading a checkpoint holds one copy of it, not two.
-Status ReadInto(const std::filesystem::path& dir, const std::string& name,
-                const safetensors::File& file, at::Tensor& target) {
-  ENGINE_ASSIGN_OR_RETURN(at::Tensor stored, file.Get(name));
+// Puts `stored` (checkpoint tensor `name`) into `target`, keeping the stored dtype.
+Status Place(const std::filesystem::path& dir, const std::string& name, const at::Tensor& stored,
+             at::Tensor& target) {
   if (!stored.sizes().equals(target.sizes())) {
     return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' has shape " +
                                 Shape(stored.sizes()) + " but the model expects " +
@@ -145,7 +151,27 @@ Status ReadInto(const std::filesystem::path& dir, const std::string& name,
   } else {
     target.set_data(stored.to(target.device()).clone());
   }
-  file.ReleasePages(name);
+  return Status::Ok();
+}
+
+// Reads one tensor into `target`, keeping the stored dtype, and gives the file's pages for it back
+// so that reading a checkpoint holds one copy of it, not two. A bitsandbytes 4-bit weight is read
+// as the dense weight bitsandbytes dequantizes it to (bnb4_checkpoint.h).
+Status ReadInto(const std::filesystem::path& dir, const Checkpoint& checkpoint,
+                const std::string& name, at::Tensor& target) {
+  const safetensors::File& file = *checkpoint.files.at(checkpoint.where.at(name));
+  const std::string& stored_name = checkpoint.StoredName(name);
+  if (checkpoint.Has(name + kBnb4StateSuffix)) {
+    ENGINE_ASSIGN_OR_RETURN(
+        at::Tensor dense,
+        DequantizeBnb4(
+            name, target.sizes(), [&](const std::string& n) { return checkpoint.Get(n); },
+            "'" + dir.string() + "'"));
+    return Place(dir, name, dense, target);
+  }
+  ENGINE_ASSIGN_OR_RETURN(at::Tensor stored, file.Get(stored_name));
+  ENGINE_RETURN_IF_ERROR(Place(dir, stored_name, stored, target));
+  file.ReleasePages(stored_name);
   return Status::Ok();
 }
 
@@ -209,8 +235,7 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
       if (optional.count(name)) continue;
       return NotFoundError("'" + dir.string() + "' has no tensor '" + name + "'");
     }
-    ENGINE_RETURN_IF_ERROR(
-        ReadInto(dir, checkpoint.StoredName(name), *checkpoint.files.at(it->second), target));
+    ENGINE_RETURN_IF_ERROR(ReadInto(dir, checkpoint, name, target));
     // Let go of our handle, so that a layer quantized by the hook frees its dense weight now.
     target = at::Tensor();
     if (auto layer = linears.find(name); linear_loaded && layer != linears.end()) {

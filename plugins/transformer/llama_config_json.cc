@@ -103,6 +103,7 @@ class ConfigReader : private JsonKeyReader {
     }
     ENGINE_RETURN_IF_ERROR(ReadWindow());
     ENGINE_RETURN_IF_ERROR(ReadTokenIds());
+    ENGINE_RETURN_IF_ERROR(ReadQuantization());
     ENGINE_RETURN_IF_ERROR(ReadNeutralKeys());
     ENGINE_RETURN_IF_ERROR(RefuseUnreadKeys());
     Status checked = c_.Check();
@@ -535,6 +536,29 @@ class ConfigReader : private JsonKeyReader {
                    "is " + mrope.dump() +
                        "; multimodal rotary positions need the qwen2_vl, qwen2_5_vl or qwen3_vl "
                        "loader");
+    }
+    return Status::Ok();
+  }
+
+  // A checkpoint bitsandbytes saved in 4 bits (NF4) is read as bitsandbytes dequantizes it
+  // (bnb4_checkpoint.h: the tensors say which layers and how); any other quantization is refused.
+  // bnb_4bit_compute_dtype is not the model's: the stage's precision says what its matmuls run in.
+  Status ReadQuantization() {
+    const nlohmann::json& q = Take("quantization_config");
+    if (q.is_null()) return Status::Ok();
+    const auto field = [&q](const char* key) {
+      return q.is_object() && q.contains(key) ? q[key] : nlohmann::json();
+    };
+    const nlohmann::json storage = field("bnb_4bit_quant_storage");
+    if (field("quant_method") != "bitsandbytes" || field("load_in_4bit") != true ||
+        field("bnb_4bit_quant_type") != "nf4" || !(storage.is_null() || storage == "uint8")) {
+      return Error("quantization_config",
+                   "has quant_method " + field("quant_method").dump() + ", load_in_4bit " +
+                       field("load_in_4bit").dump() + ", bnb_4bit_quant_type " +
+                       field("bnb_4bit_quant_type").dump() + ", bnb_4bit_quant_storage " +
+                       storage.dump() +
+                       "; of quantized checkpoints only bitsandbytes' 4-bit NF4 ones (uint8 "
+                       "storage) are read");
     }
     return Status::Ok();
   }

@@ -14,6 +14,11 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
         the biases and the norm's weight moved at random (as if trained), so that PEFT saves them
         beside the adapters (q_proj's bias as "...q_proj.base_layer.bias").
 
+    .venv/bin/python tests/reference/export_interop.py bnb4_source OUT_DIR BASE_DIR [double]
+        BASE_DIR quantized to 4 bits by transformers + bitsandbytes on the CPU (NF4, f32 compute;
+        with "double", double-quantized scales) and saved in OUT_DIR, as a hub's "-bnb-4bit"
+        directory is.
+
     .venv/bin/python tests/reference/export_interop.py check CASES.json > RESULTS.json
         CASES.json: {"cases": [{"name", "base": DIR, "hf": DIR, "peft": DIR, "prompt": TEXT,
                                 "max_new_tokens": N, "texts": [TEXT, ...], "logits": FILE,
@@ -39,6 +44,13 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
           peft_vs_engine              the largest |logit| difference between PEFT's model (the
                                       adapter on "base") and the engine's, on the file's inputs
           adapters_effect             the same between PEFT's model with and without the adapter
+        A case with "bnb4_source" (a directory bnb4_source wrote), "logits" (of a stage that read
+        it) and "hf" (that stage's hf export) gives instead:
+          bnb4_source_layers          the Linear4bit layers transformers built from it
+          bnb4_source_weights_vs_hf   the largest difference between a layer's weight as
+                                      bitsandbytes dequantizes it and the hf export's
+          bnb4_source_vs_engine       the largest |logit| difference between transformers' 4-bit
+                                      model and the engine's, on the file's inputs
         A case with "image" and "prompt_text" (a Qwen2-VL or Qwen2.5-VL stage's) is checked through
         AutoModelForImageTextToText and the processor, the logits on the prompt with its image
         (with "bnb4", a QLoRA stage's, as below).
@@ -118,6 +130,41 @@ def make_peft_adapter(out_dir, base_dir, variant=None):
                     parameter.add_(torch.randn_like(parameter) * 0.5)
     model.save_pretrained(out_dir)
     print(f"peft adapter: {out_dir}")
+
+
+def make_bnb4_source(out_dir, base_dir, double=None):
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                      bnb_4bit_use_double_quant=double == "double",
+                                      bnb_4bit_compute_dtype=torch.float32)
+    model = auto_class(base_dir).from_pretrained(base_dir, quantization_config=quantization,
+                                                 dtype=torch.float32, device_map="cpu")
+    model.save_pretrained(out_dir)
+    print(f"bnb4 source: {out_dir}")
+
+
+def check_bnb4_source(case):
+    """transformers + bitsandbytes on a 4-bit directory, against a stage that read it."""
+    import bitsandbytes.functional as bnb
+    import torch
+    from safetensors.torch import load_file
+
+    model = auto_class(case["bnb4_source"]).from_pretrained(
+        case["bnb4_source"], device_map="cpu", attn_implementation="eager").eval()
+    hf = load_file(pathlib.Path(case["hf"]) / "model.safetensors")
+    layers = four_bit_layers(model)
+    worst = 0.0
+    for name, module in layers.items():
+        dense = bnb.dequantize_4bit(module.weight.data, module.weight.quant_state).float()
+        worst = max(worst, (dense - hf[f"{name}.weight"].float()).abs().max().item())
+    saved = load_file(case["logits"])
+    mask = saved["attention_mask"]
+    with torch.no_grad():
+        theirs = model(**model_inputs(model, saved)).logits.float()
+    return {"bnb4_source_layers": len(layers), "bnb4_source_weights_vs_hf": worst,
+            "bnb4_source_vs_engine": real_max_abs_diff(theirs, saved["logits"], mask)}
 
 
 def check_peft_source(case):
@@ -299,6 +346,8 @@ def check_image_text(case):
 def check(case):
     if "peft_source" in case:
         return check_peft_source(case)
+    if "bnb4_source" in case:
+        return check_bnb4_source(case)
     if "image" in case:
         return check_image_text(case)
     import torch
@@ -327,6 +376,9 @@ def main():
         return
     if len(sys.argv) in (4, 5) and sys.argv[1] == "peft_adapter":
         make_peft_adapter(*sys.argv[2:])
+        return
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "bnb4_source":
+        make_bnb4_source(*sys.argv[2:])
         return
     if len(sys.argv) != 3 or sys.argv[1] != "check":
         sys.exit(__doc__)

@@ -87,9 +87,11 @@ TEST(HfConfigTest, UnsupportedRopeTypesAreRefusedWithTheSupportedList) {
 TEST(HfConfigTest, KeysThatMayChangeTheMathAreRefusedByName) {
   nlohmann::json json = Llama31();
   json["quantization_config"] = {{"quant_method", "gptq"}};
-  EXPECT_THAT(Refusal(json), HasSubstr("config.json: 'quantization_config' ({\"quant_method\":"
-                                       "\"gptq\"}) is not implemented by this engine's llama "
-                                       "loader and may change the model's math"));
+  EXPECT_THAT(Refusal(json), HasSubstr("config.json: 'quantization_config' has quant_method "
+                                       "\"gptq\", load_in_4bit null, bnb_4bit_quant_type null, "
+                                       "bnb_4bit_quant_storage null; of quantized checkpoints "
+                                       "only bitsandbytes' 4-bit NF4 ones (uint8 storage) are "
+                                       "read"));
   json = Llama31();
   json["attention_dropout"] = 0.1;
   EXPECT_THAT(Refusal(json), HasSubstr("'attention_dropout' is 0.1"));
