@@ -95,8 +95,8 @@ class PeftImportTest : public ::testing::Test {
            "--format=peft"},
           {"eval", pipeline.string(), "--stage=saved_loaded", "--logits=" + saved_logits.string(),
            "--examples=4"},
-          {"export", pipeline.string() + ":saved_continued",
-           "--to=" + Export("saved_hf").string(), "--format=hf"},
+          {"export", pipeline.string() + ":saved_continued", "--to=" + Export("saved_hf").string(),
+           "--format=hf"},
           {"export", pipeline.string() + ":saved_continued",
            "--to=" + Export("saved_peft").string(), "--format=peft"}}) {
       const auto done = testing::RunEngine(command);
