@@ -245,7 +245,7 @@ class Lexer {
     }
     size_t length = 1;
     std::string shown;
-    AppendUtf8(DecodeUtf8(src_, pos_, &length), shown);
+    AppendUtf8(DecodeUtf8(src_, pos_, &length), &shown);
     return Error(start, "unexpected character '" + shown + "'");
   }
 
@@ -346,7 +346,7 @@ class Lexer {
               hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
             return Error(pos_ - 2, std::string("invalid \\") + e + " escape in string");
           }
-          AppendUtf8(static_cast<char32_t>(std::stoul(hex, nullptr, 16)), value);
+          AppendUtf8(static_cast<char32_t>(std::stoul(hex, nullptr, 16)), &value);
           pos_ += count;
           break;
         }

@@ -4,44 +4,6 @@
 
 namespace engine::jinja {
 
-char32_t DecodeUtf8(std::string_view s, size_t pos, size_t* length) {
-  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  unsigned char c = byte(pos);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || pos + n > s.size()) {
-    *length = 1;
-    return c < 0x80 ? c : 0xFFFD;
-  }
-  char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-  for (size_t i = 1; i < n; ++i) {
-    if ((byte(pos + i) & 0xC0) != 0x80) {
-      *length = 1;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (byte(pos + i) & 0x3F);
-  }
-  *length = n;
-  return cp;
-}
-
-void AppendUtf8(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 std::vector<size_t> CodePointOffsets(std::string_view s) {
   std::vector<size_t> offsets;
   size_t pos = 0;

@@ -15,39 +15,6 @@ namespace {
 
 constexpr char32_t kReplacement = 0xFFFD;
 
-// The length of the valid sequence at `pos`, or 0 with `*invalid_length` set to the length of
-// the maximal invalid subpart (the bytes one U+FFFD replaces).
-size_t ValidSequenceAt(std::string_view s, size_t pos, size_t* invalid_length) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char lead = byte(pos);
-  *invalid_length = 1;
-  if (lead < 0x80) return 1;
-  size_t need;
-  unsigned char low = 0x80, high = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    need = 1;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    need = 2;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    need = 3;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  for (size_t k = 1; k <= need; ++k) {
-    if (pos + k >= s.size()) return 0;
-    const unsigned char next = byte(pos + k);
-    if (next < low || next > high) return 0;
-    low = 0x80;
-    high = 0xBF;
-    *invalid_length = k + 1;
-  }
-  return need + 1;
-}
-
 }  // namespace
 
 char32_t NextCodePoint(std::string_view text, size_t* pos) {
@@ -73,28 +40,10 @@ char32_t PreviousCodePoint(std::string_view text, size_t end, size_t* start) {
   return NextCodePoint(text, &pos);
 }
 
-void AppendUtf8(char32_t c, std::string* out) {
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
-
 bool IsValidUtf8(std::string_view bytes) {
   size_t invalid = 0;
   for (size_t pos = 0; pos < bytes.size();) {
-    const size_t length = ValidSequenceAt(bytes, pos, &invalid);
+    const size_t length = Utf8SequenceLength(bytes.substr(pos), &invalid);
     if (length == 0) return false;
     pos += length;
   }
@@ -106,7 +55,7 @@ std::string ToValidUtf8(std::string_view bytes) {
   out.reserve(bytes.size());
   size_t invalid = 0;
   for (size_t pos = 0; pos < bytes.size();) {
-    const size_t length = ValidSequenceAt(bytes, pos, &invalid);
+    const size_t length = Utf8SequenceLength(bytes.substr(pos), &invalid);
     if (length == 0) {
       AppendUtf8(kReplacement, &out);
       pos += invalid;

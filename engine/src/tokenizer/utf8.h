@@ -1,4 +1,5 @@
-// UTF-8 walking and the Unicode character classes that tokenizer.json components rely on.
+// UTF-8 walking and the Unicode character classes that tokenizer.json components rely on (decoding
+// and encoding are engine/utf8.h's).
 //
 // Tokenizers work on valid UTF-8; Encode replaces invalid bytes first (ToValidUtf8), as Python's
 // errors="replace" does, so every other function here may assume valid input. The character
@@ -11,13 +12,14 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/utf8.h"
+
 namespace engine::tokenizer {
 
 // The code point starting at byte `*pos` of valid UTF-8 `text`; advances `*pos` past it.
 char32_t NextCodePoint(std::string_view text, size_t* pos);
 // The code point ending just before byte `end` (> 0); sets `*start` to where it begins.
 char32_t PreviousCodePoint(std::string_view text, size_t end, size_t* start);
-void AppendUtf8(char32_t code_point, std::string* out);
 
 bool IsValidUtf8(std::string_view bytes);
 // A byte that continues a character (10xxxxxx): never where a character starts.

@@ -1,10 +1,9 @@
-// Content hashes of checkpoint files and the escaping of bytes that are not text.
+// Content hashes of checkpoint files.
 #include "core/file_hash.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/utf8.h"
 #include "testing/temp_dir.h"
 
 namespace engine {
@@ -30,14 +29,6 @@ TEST(FileHashTest, AMissingFileIsAnErrorNamingIt) {
   auto missing = FileContentHash("/nonexistent/model.safetensors");
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), ::testing::HasSubstr("/nonexistent/model.safetensors"));
-}
-
-TEST(Utf8Test, PrintableEscapesControlAndInvalidBytesAndKeepsText) {
-  EXPECT_EQ(Printable("caf\xc3\xa9 ok\n"), "caf\xc3\xa9 ok\n");
-  EXPECT_EQ(Printable(std::string("a\x1b[2Jb\0c\xff", 9)), "a\\x1b[2Jb\\x00c\\xff");
-  EXPECT_EQ(Printable("\xc3"), "\\xc3");                    // cut short
-  EXPECT_EQ(Printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
-  EXPECT_EQ(CountInvalidUtf8Bytes("\xf0\x9f\x98\x80 \xfe\xfe"), 2u);
 }
 
 }  // namespace
