@@ -1,9 +1,10 @@
 // pipelines/qwen2_vl_r3.pbtxt, the main job, as the README runs it: Qwen2-VL's architecture (a tiny
 // random qwen2_vl) learns to name handwritten digits from PNG images in chat form, through the
 // seeds' two stages (the vision tower in full with the decoder frozen, then the decoder in NF4
-// with LoRA). The plan accounts for the images and each tower's tensors; the answers come out
-// right far more often than always giving the most common answer, also when `engine generate`
-// is asked about images; the checkpoint and its hf export are Qwen2-VL directories.
+// with LoRA), after the warm-ups that stand in for a pretrained decoder. The plan accounts for the
+// images and each tower's tensors; the answers come out right far more often than always giving the
+// most common answer, also when `engine generate` is asked about images; the checkpoint and its hf
+// export are Qwen2-VL directories.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -45,10 +46,9 @@ TEST(Qwen2VlRecipeTest, R3NamesTheDigitsInTheImages) {
   const double exact = report["metrics"]["eval/exact_match"];
   const double baseline = report["baselines"]["eval/exact_match"];
   EXPECT_LT(baseline, 0.15);
-  // The recipe lands anywhere from 0.50 to 0.96 (measured over seeds 1, 2, 3 and 5, and over
-  // numerics that differ in the last bits: one thread or two, a fused loss kernel or ATen's): the
-  // floor, well above always giving the most common answer, is what it reliably proves.
-  EXPECT_GT(exact, 0.45) << eval.out;
+  // The recipe ends at 0.85 to 0.94 over seeds 1-5 on one thread and two (numerics that differ in
+  // the last bits): the floor holds for any of them (docs/staged_runs.md, "The main job").
+  EXPECT_GE(exact, 0.85) << eval.out;
   EXPECT_GT(report["metrics"]["eval/eos_accuracy"].get<double>(), 0.9);
 
   // Talking to the result: the first ten digits (0 to 9, train and eval alike) asked about one by
