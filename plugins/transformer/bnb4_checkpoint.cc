@@ -74,17 +74,22 @@ StatusOr<at::Tensor> DequantizeBnb4(
   const auto bad = [&](const std::string& what) {
     return InvalidArgumentError(where + ": tensor '" + state_name + "' " + what);
   };
-  if (state.value("quant_type", "") != "nf4") {
-    return bad("has quant_type " + state.value("quant_type", nlohmann::json()).dump() +
+  // Fields of the wrong JSON type read as absent (null), never as an exception.
+  const auto field = [&state](const char* key) {
+    auto it = state.find(key);
+    return it == state.end() ? nlohmann::json() : *it;
+  };
+  if (field("quant_type") != "nf4") {
+    return bad("has quant_type " + field("quant_type").dump() +
                "; only bitsandbytes' NF4 4-bit layers are read");
   }
-  const nlohmann::json& blocksize_json = state.value("blocksize", nlohmann::json());
+  const nlohmann::json blocksize_json = field("blocksize");
   if (!blocksize_json.is_number_integer() || blocksize_json.get<int64_t>() < 16 ||
       blocksize_json.get<int64_t>() > 4096) {
     return bad("has blocksize " + blocksize_json.dump() + "; bitsandbytes' are 16 to 4096");
   }
   const int64_t blocksize = blocksize_json.get<int64_t>();
-  const nlohmann::json& shape_json = state.value("shape", nlohmann::json());
+  const nlohmann::json shape_json = field("shape");
   std::vector<int64_t> stated;
   if (shape_json.is_array()) {
     for (const nlohmann::json& d : shape_json) {
@@ -97,7 +102,8 @@ StatusOr<at::Tensor> DequantizeBnb4(
     return bad("has shape " + shape_json.dump() + ", but the model's weight is " +
                ShapeText(shape));
   }
-  const std::string dtype_name = state.value("dtype", "");
+  const std::string dtype_name =
+      field("dtype").is_string() ? field("dtype").get<std::string>() : field("dtype").dump();
   const std::optional<at::ScalarType> dtype = dtype_name == "float32"    ? at::kFloat
                                               : dtype_name == "bfloat16" ? at::kBFloat16
                                               : dtype_name == "float16"
@@ -126,8 +132,8 @@ StatusOr<at::Tensor> DequantizeBnb4(
   }
   at::Tensor absmax;
   if (state.contains("nested_blocksize")) {
-    const nlohmann::json& nested_json = state["nested_blocksize"];
-    const nlohmann::json& offset = state.value("nested_offset", nlohmann::json());
+    const nlohmann::json nested_json = field("nested_blocksize");
+    const nlohmann::json offset = field("nested_offset");
     if (!nested_json.is_number_integer() || nested_json.get<int64_t>() < 1 ||
         nested_json.get<int64_t>() > 4096 || !offset.is_number()) {
       return bad("has nested_blocksize " + nested_json.dump() + " and nested_offset " +

@@ -56,6 +56,12 @@ struct Checkpoint {
     return it == stored.end() ? name : it->second;
   }
   bool Has(const std::string& name) const { return where.count(name) != 0; }
+  // Gives back the pages of tensor `name` (ReadInto has copied it).
+  void Release(const std::string& name) const {
+    if (auto it = where.find(name); it != where.end()) {
+      files.at(it->second)->ReleasePages(StoredName(name));
+    }
+  }
   StatusOr<at::Tensor> Get(const std::string& name) const {
     auto it = where.find(name);
     if (it == where.end()) return NotFoundError("no tensor '" + name + "'");
@@ -167,7 +173,10 @@ Status ReadInto(const std::filesystem::path& dir, const Checkpoint& checkpoint,
         DequantizeBnb4(
             name, target.sizes(), [&](const std::string& n) { return checkpoint.Get(n); },
             "'" + dir.string() + "'"));
-    return Place(dir, name, dense, target);
+    ENGINE_RETURN_IF_ERROR(Place(dir, name, dense, target));
+    checkpoint.Release(name);
+    for (const char* part : {".absmax", ".nested_absmax"}) checkpoint.Release(name + part);
+    return Status::Ok();
   }
   ENGINE_ASSIGN_OR_RETURN(at::Tensor stored, file.Get(stored_name));
   ENGINE_RETURN_IF_ERROR(Place(dir, stored_name, stored, target));

@@ -166,7 +166,10 @@ class PeftImportTest : public ::testing::Test {
             Stage("saved_loaded", BiasedBase(), PeftAdapter(Saved()),
                   "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
             Stage("saved_continued", BiasedBase(), PeftAdapter(Saved()),
-                  "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }"));
+                  "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }") +
+            Stage("saved_child", BiasedBase(), PeftAdapter(Saved()),
+                  "from_stage: \"saved_continued\"\n  optimizer { learning_rate: 1e-30 }\n"
+                  "  schedule { max_steps: 1 batch_size: 2 }"));
   }
   static const nlohmann::json& Result(size_t index) {
     const nlohmann::json& result = (*results_)[index];
@@ -262,6 +265,13 @@ TEST_F(PeftImportTest, SavedModulesAndBiasesLoadTrainAndExportAsPeftSavesThem) {
   for (const std::string& name : saved) {
     ASSERT_EQ(continued.count(name), 1u) << name;
     EXPECT_GT((continued.at(name) - source.at(name)).abs().max().item<double>(), 1e-4) << name;
+  }
+  // A stage that starts from that one and loads the adapter again takes the adapter's saved
+  // tensors, not its parent's (which trained them further).
+  const auto child = ReadAll(Out() / "saved_child" / "final" / "adapter_model.safetensors");
+  for (const std::string& name : saved) {
+    ASSERT_EQ(child.count(name), 1u) << name;
+    EXPECT_TRUE(at::equal(child.at(name).to(at::kFloat), source.at(name).to(at::kFloat))) << name;
   }
   const auto config =
       nlohmann::json::parse(testing::ReadText(Export("saved_peft") / "adapter_config.json"));

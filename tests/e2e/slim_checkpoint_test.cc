@@ -326,6 +326,28 @@ TEST_F(SlimCheckpointTest, ABaseMovedElsewhereIsFoundByItsContentAndEveryCommand
   ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
   EXPECT_THAT(rerun.out, HasSubstr("stage 'domain': up to date"));
   EXPECT_THAT(rerun.out, HasSubstr("stage 'chat': up to date"));
+
+  // A pipeline that now names another base is the user's choice: its stages train again on it, even
+  // with the old base on the search path. (The other base is the lookalike saved as one shard with
+  // an index, so that it lacks the recorded file names, as a base that is gone does.)
+  const fs::path sharded = tmp.path() / "sharded";
+  fs::copy(shelf / "hub/a_lookalike", sharded);
+  fs::rename(sharded / "model.safetensors", sharded / "model-00001-of-00001.safetensors");
+  {
+    auto file = safetensors::File::Open(sharded / "model-00001-of-00001.safetensors");
+    ASSERT_TRUE(file.ok());
+    nlohmann::json index = {{"weight_map", nlohmann::json::object()}};
+    for (const auto& info : (*file)->tensors()) {
+      index["weight_map"][info.name] = "model-00001-of-00001.safetensors";
+    }
+    tmp.Write("sharded/model.safetensors.index.json", index.dump());
+  }
+  tmp.Write("p.pbtxt", PipelineOn(sharded));
+  const auto renamed =
+      testing::RunEngine({"run", pipeline.string()}, "", {{"ENGINE_BASE_PATH", shelf.string()}});
+  ASSERT_EQ(renamed.exit_code, 0) << renamed.err;
+  EXPECT_THAT(renamed.err, Not(HasSubstr("found by its content")));
+  EXPECT_THAT(renamed.out, HasSubstr("stage 'domain': 5 steps"));
 }
 
 TEST_F(SlimCheckpointTest, AParentWhoseChildBuildsAnotherBaseKeepsEveryTensor) {

@@ -62,8 +62,10 @@ inline char32_t DecodeUtf8(std::string_view s, size_t pos, size_t* length) {
   return cp;
 }
 
-// Appends `cp` (at most U+10FFFF) encoded as UTF-8.
+// Appends `cp` encoded as UTF-8; a surrogate or a value past U+10FFFF, which no UTF-8 encodes, as
+// U+FFFD.
 inline void AppendUtf8(char32_t cp, std::string* out) {
+  if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) cp = 0xFFFD;
   if (cp < 0x80) {
     out->push_back(static_cast<char>(cp));
   } else if (cp < 0x800) {

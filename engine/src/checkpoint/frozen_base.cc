@@ -28,11 +28,35 @@ bool MakesTensors(const std::string& name) {
   return name == "config.json" || ends_with(".safetensors") || ends_with(".safetensors.index.json");
 }
 
-// A recipe without the model's `pretrained` directory: the files' contents name the base, wherever
-// they are (a recipe holds the model options' canonical text, `pretrained:"DIR";`).
-std::string RecipeWithoutPaths(const std::string& recipe) {
+// The model options' `pretrained:"DIR";` in a recipe (their canonical text), as the pipeline wrote
+// it; the first, which is the top-level option's (nested options come after their own field name).
+const std::regex& PretrainedInRecipe() {
   static const std::regex kPretrained(R"(pretrained:"(?:[^"\\]|\\.)*";)");
-  return std::regex_replace(recipe, kPretrained, "");
+  return kPretrained;
+}
+
+// A recipe without the model's `pretrained` directory: the files' contents name the base, wherever
+// they are.
+std::string RecipeWithoutPaths(const std::string& recipe) {
+  return std::regex_replace(recipe, PretrainedInRecipe(), "",
+                            std::regex_constants::format_first_only);
+}
+
+std::string WrittenPretrained(const std::string& recipe) {
+  std::smatch match;
+  return std::regex_search(recipe, match, PretrainedInRecipe()) ? match.str() : std::string();
+}
+
+// The regular files of `dir` (none when it cannot be listed), never throwing.
+std::vector<std::filesystem::path> RegularFiles(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code type_error;
+    if (it->is_regular_file(type_error)) files.push_back(it->path());
+  }
+  return files;
 }
 
 }  // namespace
@@ -108,43 +132,57 @@ Status CheckSameBase(const proto::FrozenBase& recorded, const proto::FrozenBase&
   return Status::Ok();
 }
 
-StatusOr<bool> HoldsBaseFiles(const std::filesystem::path& dir, const proto::FrozenBase& recorded) {
-  std::error_code ec;
+bool HoldsBaseFiles(const std::filesystem::path& dir, const proto::FrozenBase& recorded) {
   size_t tensor_files = 0;
-  for (const auto& item : std::filesystem::directory_iterator(dir, ec)) {
-    if (item.is_regular_file(ec) && MakesTensors(item.path().filename().string())) ++tensor_files;
+  for (const std::filesystem::path& file : RegularFiles(dir)) {
+    if (MakesTensors(file.filename().string())) ++tensor_files;
   }
-  if (ec || tensor_files != static_cast<size_t>(recorded.file_size())) return false;
+  if (tensor_files != static_cast<size_t>(recorded.file_size())) return false;
+  std::error_code ec;
   for (const proto::FileDigest& file : recorded.file()) {
     const uintmax_t size = std::filesystem::file_size(dir / file.name(), ec);
     if (ec || size != file.size()) return false;
   }
   for (const proto::FileDigest& file : recorded.file()) {
-    ENGINE_ASSIGN_OR_RETURN(const std::string hash, FileContentHash(dir / file.name()));
-    if (hash != file.xxh3()) return false;
+    // A file that cannot be read is not the base's.
+    StatusOr<std::string> hash = FileContentHash(dir / file.name());
+    if (!hash.ok() || *hash != file.xxh3()) return false;
   }
   return true;
+}
+
+bool HoldsBaseFileNames(const std::filesystem::path& dir, const proto::FrozenBase& recorded) {
+  std::error_code ec;
+  for (const proto::FileDigest& file : recorded.file()) {
+    if (!std::filesystem::is_regular_file(dir / file.name(), ec)) return false;
+  }
+  return true;
+}
+
+bool WrittenAsRecorded(const proto::FrozenBase& recorded, const ResolvedStage& stage) {
+  const std::string written = WrittenPretrained(recorded.recipe());
+  return !written.empty() && written == WrittenPretrained(BaseRecipe(stage));
 }
 
 namespace {
 
 // Depth-first under `root` in name order, `depth` levels down at most: the first directory that
 // holds the base's files, or an empty path. `visited` counts against kMaxBaseSearchDirs.
-StatusOr<std::filesystem::path> SearchBelow(const std::filesystem::path& root, int depth,
-                                            const proto::FrozenBase& recorded, int* visited) {
+std::filesystem::path SearchBelow(const std::filesystem::path& root, int depth,
+                                  const proto::FrozenBase& recorded, int* visited) {
   if (++*visited > kMaxBaseSearchDirs) return std::filesystem::path();
-  ENGINE_ASSIGN_OR_RETURN(const bool holds, HoldsBaseFiles(root, recorded));
-  if (holds) return root;
+  if (HoldsBaseFiles(root, recorded)) return root;
   if (depth == 0) return std::filesystem::path();
   std::vector<std::filesystem::path> children;
   std::error_code ec;
-  for (const auto& item : std::filesystem::directory_iterator(root, ec)) {
-    if (item.is_directory(ec) && !item.is_symlink(ec)) children.push_back(item.path());
+  std::filesystem::directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code type_error;
+    if (it->is_directory(type_error) && !it->is_symlink(type_error)) children.push_back(it->path());
   }
   std::sort(children.begin(), children.end());
   for (const std::filesystem::path& child : children) {
-    ENGINE_ASSIGN_OR_RETURN(std::filesystem::path found,
-                            SearchBelow(child, depth - 1, recorded, visited));
+    std::filesystem::path found = SearchBelow(child, depth - 1, recorded, visited);
     if (!found.empty()) return found;
   }
   return std::filesystem::path();
@@ -160,8 +198,7 @@ StatusOr<std::filesystem::path> FindBaseByContent(const proto::FrozenBase& recor
     looked += (looked.empty() ? "'" : ", '") + root.string() + "'";
     std::error_code ec;
     if (!std::filesystem::is_directory(root, ec)) continue;
-    ENGINE_ASSIGN_OR_RETURN(std::filesystem::path found,
-                            SearchBelow(root, /*depth=*/3, recorded, &visited));
+    std::filesystem::path found = SearchBelow(root, /*depth=*/3, recorded, &visited);
     if (!found.empty()) return found;
   }
   return NotFoundError(

@@ -42,8 +42,16 @@ Status CheckSameBase(const proto::FrozenBase& recorded, const proto::FrozenBase&
                      const std::string& context);
 
 // Whether `dir` holds the files `recorded` lists and no other file that makes tensors, with their
-// sizes and content hashes. Files are hashed only once the names and sizes agree.
-StatusOr<bool> HoldsBaseFiles(const std::filesystem::path& dir, const proto::FrozenBase& recorded);
+// sizes and content hashes. Files are hashed only once the names and sizes agree; a file that
+// cannot be read (or listed) is not the base's.
+bool HoldsBaseFiles(const std::filesystem::path& dir, const proto::FrozenBase& recorded);
+
+// Whether `dir` holds files of every name `recorded` lists (whatever their contents).
+bool HoldsBaseFileNames(const std::filesystem::path& dir, const proto::FrozenBase& recorded);
+
+// Whether `stage`'s model options name their `pretrained` directory as the options that built
+// `recorded` did (the same text as written in the pipeline, wherever it resolves now).
+bool WrittenAsRecorded(const proto::FrozenBase& recorded, const ResolvedStage& stage);
 
 // The most directories FindBaseByContent visits: a search path that holds more is cut short, and
 // the error says so.

@@ -46,29 +46,41 @@ std::vector<fs::path> BaseSearchPath(const std::string& flag) {
 std::optional<fs::path> MovedBaseFinder::Find(const ResolvedPipeline& pipeline,
                                               const ResolvedStage& stage,
                                               const fs::path& pretrained_dir) {
-  if (auto it = found_.find(pretrained_dir); it != found_.end()) {
-    if (auto missing = missing_.find(pretrained_dir); missing != missing_.end()) {
+  const std::optional<proto::FrozenBase> recorded =
+      RecordedBase(pipeline, stage, search_.checkpoint);
+  if (!recorded) {
+    // A stage without a slim checkpoint (a child not trained yet) reads its directory where the
+    // stages before it in the file found their base.
+    auto moved = moved_dirs_.find(pretrained_dir);
+    return moved == moved_dirs_.end() ? std::nullopt : std::optional<fs::path>(moved->second);
+  }
+  // Only a base that is gone is looked for. A directory holding files of the recorded names keeps
+  // them, changed or not (a base changed in place trains the stage again), and a `pretrained` the
+  // pipeline now writes otherwise than the checkpoint's model did is the user's new choice.
+  if (HoldsBaseFileNames(pretrained_dir, *recorded) || !WrittenAsRecorded(*recorded, stage)) {
+    return std::nullopt;
+  }
+  // By directory and content: stages reading one directory may record different bases.
+  const std::string key = pretrained_dir.string() + "\n" + DescribeBaseFiles(*recorded);
+  if (auto it = found_.find(key); it != found_.end()) {
+    if (auto missing = missing_.find(key); missing != missing_.end()) {
       AddMissing(pipeline, stage, pretrained_dir, missing->second);
     }
     return it->second;
   }
-  const std::optional<proto::FrozenBase> recorded =
-      RecordedBase(pipeline, stage, search_.checkpoint);
-  if (!recorded) return std::nullopt;
-  std::optional<fs::path>& found = found_[pretrained_dir];
-  StatusOr<bool> holds = HoldsBaseFiles(pretrained_dir, *recorded);
-  if (holds.ok() && *holds) return found;
+  std::optional<fs::path>& found = found_[key];
   std::vector<fs::path> roots;
   const fs::path then = fs::path(recorded->pretrained()).lexically_normal();
   if (then != pretrained_dir) roots.push_back(then);
   roots.insert(roots.end(), search_.dirs.begin(), search_.dirs.end());
   StatusOr<fs::path> base = FindBaseByContent(*recorded, roots);
   if (!base.ok()) {
-    missing_[pretrained_dir] = base.status();
+    missing_[key] = base.status();
     AddMissing(pipeline, stage, pretrained_dir, base.status());
     return found;
   }
   found = *base;
+  moved_dirs_.emplace(pretrained_dir, *base);
   notes_.push_back(stage.subject() + ": its base is no longer in '" + pretrained_dir.string() +
                    "'; found by its content in '" + base->string() + "'");
   return found;

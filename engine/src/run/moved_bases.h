@@ -6,7 +6,8 @@
 // that `engine run`, `eval`, `generate` and `export` read the stage on the base found
 // (LoadOptions::find_moved_base), with its fingerprint unchanged.
 //
-// Hashes the files it compares (about a second per 2 GB from the page cache). Use from one thread.
+// Hashes files only while searching for a base that is gone, and only those whose names and sizes
+// agree (about a second per 2 GB from the page cache). Use from one thread.
 // A base found nowhere is not an error here: it is reported (not_found), and the command that needs
 // it fails with that report.
 #pragma once
@@ -42,10 +43,14 @@ class MovedBaseFinder {
   explicit MovedBaseFinder(BaseSearch search) : search_(std::move(search)) {}
 
   // For a stage of `pipeline` whose model reads `pretrained_dir` and that has a slim checkpoint
-  // (search.checkpoint when it is the stage's, else its final one, else its newest periodic one):
-  // nothing when the directory holds the checkpoint's base; else the directory that does
+  // (search.checkpoint when it is the stage's, else its final one, else its newest periodic one),
+  // when the directory no longer holds files of the names the checkpoint's base has and the
+  // pipeline still writes `pretrained` as it did: the directory that holds that base
   // (FindBaseByContent over the directory the checkpoint recorded, then search.dirs), or nothing
-  // when none does (then recorded in not_found). Each directory is looked at once.
+  // when none does (then recorded in not_found). Nothing otherwise: a base changed in place, or a
+  // `pretrained` the pipeline now names otherwise, is the stage's to train on again. A stage
+  // without a slim checkpoint reading a directory moved for a stage before it in the file gets the
+  // same move. Each directory and recorded base is looked for once.
   std::optional<std::filesystem::path> Find(const ResolvedPipeline& pipeline,
                                             const ResolvedStage& stage,
                                             const std::filesystem::path& pretrained_dir);
@@ -65,8 +70,11 @@ class MovedBaseFinder {
                   const std::filesystem::path& pretrained_dir, const Status& why);
 
   BaseSearch search_;
-  std::map<std::filesystem::path, std::optional<std::filesystem::path>> found_;
-  std::map<std::filesystem::path, Status> missing_;
+  // By directory and recorded files (DescribeBaseFiles).
+  std::map<std::string, std::optional<std::filesystem::path>> found_;
+  std::map<std::string, Status> missing_;
+  // The directories moved so far, for stages without a slim checkpoint of their own.
+  std::map<std::filesystem::path, std::filesystem::path> moved_dirs_;
   std::vector<std::string> notes_;
   std::map<std::string, Missing> not_found_;
 };

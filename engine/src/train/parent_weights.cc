@@ -102,13 +102,14 @@ StatusOr<HandoffSource> DescribeParent(const std::filesystem::path& dir,
   return source;
 }
 
-// Copies the tensors the handoff keeps as they are, but those of the base the child already holds.
+// Copies the tensors the handoff keeps as they are, but those the child already holds (`kept`: its
+// own build of the base, and what its adapters' files gave it).
 Status CopyTensors(const Handoff& handoff, const CheckpointTensors& file,
-                   const std::set<std::string>& base, torch::nn::Module& module) {
+                   const std::set<std::string>& kept, torch::nn::Module& module) {
   std::map<std::string, at::Tensor> targets;
   for (ModuleTensor& t : ModuleTensors(module)) targets[t.name] = t.tensor;
   for (const std::string& name : handoff.copied) {
-    if (base.count(name) != 0) continue;
+    if (kept.count(name) != 0) continue;
     ENGINE_ASSIGN_OR_RETURN(at::Tensor source_tensor, file.Get(name));
     targets.at(name).copy_(source_tensor);
   }
@@ -198,7 +199,9 @@ StatusOr<std::set<std::string>> LoadParentWeights(torch::nn::Module& module,
     }
   }
   at::NoGradGuard no_grad;
-  ENGINE_RETURN_IF_ERROR(CopyTensors(handoff, file, base, module).WithContext(where));
+  std::set<std::string> kept = base;
+  kept.insert(load.child_own_tensors.begin(), load.child_own_tensors.end());
+  ENGINE_RETURN_IF_ERROR(CopyTensors(handoff, file, kept, module).WithContext(where));
   ENGINE_RETURN_IF_ERROR(LoadDenseLayers(handoff, load.dir, file, module).WithContext(where));
   LOG(INFO) << where << " (a " << parent_model << "): " << HandoffSummary(handoff)
             << (base.empty() ? ""

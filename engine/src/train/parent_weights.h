@@ -27,6 +27,9 @@ struct ParentLoad {
   std::string context;        // "stage 'x'"
   std::string architecture;   // the child's model's, for messages
   std::set<std::string> child_adapter_parameters;
+  // Tensors the child's build took from elsewhere (the whole tensors its adapters' files hold,
+  // plan/layer_plugins.h), which the parent's do not replace.
+  std::set<std::string> child_own_tensors;
   bool merge_adapters = false;
   // The stage's `new_tensors` (plan/handoff.h).
   std::vector<std::string> new_tensor_globs;

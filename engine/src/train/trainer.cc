@@ -134,6 +134,9 @@ class StageTrainer : public CallbackActions {
       ParentLoad load = ParentLoadOf(request_.parent_checkpoint);
       load.merge_adapters = config_.parent_adapters() == proto::Stage::MERGE;
       load.new_tensor_globs = {config_.new_tensors().begin(), config_.new_tensors().end()};
+      // What the stage's adapters' files gave it is its own; its own checkpoints (read by
+      // ParentLoadOf too) are not its parent's.
+      load.child_own_tensors = plan_.layers.adapter_saved_tensors;
       ENGINE_ASSIGN_OR_RETURN(parent_base, LoadParentWeights(module_, load));
     }
     ENGINE_RETURN_IF_ERROR(PlaceAndApplyPrecision());
