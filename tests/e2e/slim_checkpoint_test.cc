@@ -90,6 +90,24 @@ uintmax_t DirectoryBytes(const fs::path& dir) {
   return bytes;
 }
 
+// Writes the weights of `from` to `to` (which may be the same file) with model.norm.weight doubled:
+// the same names and sizes, other contents. Whether it could.
+bool WriteWithNormDoubled(const fs::path& from, const fs::path& to) {
+  safetensors::NamedTensors tensors;
+  {
+    auto file = safetensors::File::Open(from);
+    if (!file.ok()) return false;
+    auto all = (*file)->GetAll();
+    if (!all.ok()) return false;
+    for (auto& [name, tensor] : *all) {
+      // Cloned, so that nothing maps `from` once it is rewritten.
+      tensors.emplace_back(name,
+                           name == "model.norm.weight" ? tensor.clone().mul_(2) : tensor.clone());
+    }
+  }
+  return safetensors::Write(to, tensors, {{"format", "pt"}}).ok();
+}
+
 testing::TempDir* SlimCheckpointTest::models_ = nullptr;
 fs::path* SlimCheckpointTest::model_ = nullptr;
 
@@ -215,18 +233,7 @@ TEST_F(SlimCheckpointTest, ABaseThatChangedSinceIsNamedAndItsStageTrainsAgain) {
   EXPECT_FALSE(fs::exists(tmp.path() / "hf"));
 
   // One weight of the base changes in place (same size).
-  {
-    auto file = safetensors::File::Open(model / "model.safetensors");
-    ASSERT_TRUE(file.ok());
-    auto all = (*file)->GetAll();
-    ASSERT_TRUE(all.ok());
-    safetensors::NamedTensors tensors;
-    for (auto& [name, tensor] : *all) {
-      tensors.emplace_back(name, name == "model.norm.weight" ? tensor.clone().mul_(2) : tensor);
-    }
-    file->reset();
-    ASSERT_TRUE(safetensors::Write(model / "model.safetensors", tensors, {{"format", "pt"}}).ok());
-  }
+  ASSERT_TRUE(WriteWithNormDoubled(model / "model.safetensors", model / "model.safetensors"));
   const auto eval = testing::RunEngine({"eval", pipeline.string(), "--stage=chat"});
   EXPECT_NE(eval.exit_code, 0);
   EXPECT_THAT(eval.err, HasSubstr("the frozen base it was trained on changed (`engine run` "
@@ -275,19 +282,8 @@ TEST_F(SlimCheckpointTest, ABaseMovedElsewhereIsFoundByItsContentAndEveryCommand
   fs::create_directories(shelf / "hub");
   fs::rename(model, moved);
   fs::copy(moved, shelf / "hub/a_lookalike");
-  {
-    auto file = safetensors::File::Open(moved / "model.safetensors");
-    ASSERT_TRUE(file.ok());
-    auto all = (*file)->GetAll();
-    ASSERT_TRUE(all.ok());
-    safetensors::NamedTensors tensors;
-    for (auto& [name, tensor] : *all) {
-      tensors.emplace_back(name, name == "model.norm.weight" ? tensor.clone().mul_(2) : tensor);
-    }
-    ASSERT_TRUE(
-        safetensors::Write(shelf / "hub/a_lookalike/model.safetensors", tensors, {{"format", "pt"}})
-            .ok());
-  }
+  ASSERT_TRUE(WriteWithNormDoubled(moved / "model.safetensors",
+                                   shelf / "hub/a_lookalike/model.safetensors"));
 
   // Not found: the error names the stage, the weights' hash and where it looked.
   const auto lost = testing::RunEngine(eval);

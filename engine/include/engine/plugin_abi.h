@@ -26,7 +26,8 @@ extern "C" {
 #endif
 
 /* The plugin interface version this SDK speaks. 8: AdapterPlugin gained SavedModelTensors() (whole
-   tensors an adapter's files hold, as PEFT's modules_to_save and biases), a new virtual function. */
+   tensors an adapter's files hold, as PEFT's modules_to_save and biases), a new virtual function.
+ */
 #define ENGINE_PLUGIN_API_VERSION 8
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"

@@ -22,8 +22,8 @@ std::vector<std::pair<char32_t, size_t>> Decode(const std::string& s) {
 }
 
 TEST(Utf8Test, WellFormedSequencesDecodeAndEncodeBack) {
-  const std::vector<char32_t> code_points = {U'a', 0x7F, 0x80, 0xE9, 0x7FF, 0x800, 0xFFFD,
-                                             0xFFFF, 0x10000, 0x1F600, 0x10FFFF};
+  const std::vector<char32_t> code_points = {U'a',   0x7F,   0x80,    0xE9,    0x7FF,   0x800,
+                                             0xFFFD, 0xFFFF, 0x10000, 0x1F600, 0x10FFFF};
   std::string text;
   for (char32_t cp : code_points) AppendUtf8(cp, &text);
   const auto decoded = Decode(text);
@@ -39,8 +39,8 @@ TEST(Utf8Test, EachMaximalInvalidSubpartIsOneReplacementCharacter) {
   // FFFD (80), c, FFFD (80), FFFD (BF), d.
   const auto decoded = Decode("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64");
   const std::vector<std::pair<char32_t, size_t>> expected = {
-      {U'a', 1}, {0xFFFD, 3}, {0xFFFD, 2}, {0xFFFD, 1}, {U'b', 1}, {0xFFFD, 1},
-      {U'c', 1}, {0xFFFD, 1}, {0xFFFD, 1}, {U'd', 1}};
+      {U'a', 1},   {0xFFFD, 3}, {0xFFFD, 2}, {0xFFFD, 1}, {U'b', 1},
+      {0xFFFD, 1}, {U'c', 1},   {0xFFFD, 1}, {0xFFFD, 1}, {U'd', 1}};
   EXPECT_EQ(decoded, expected);
   // Overlong forms, surrogates and code points past U+10FFFF are not well-formed.
   for (const char* bad : {"\xC0\xAF", "\xE0\x80\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80"}) {
