@@ -17,7 +17,9 @@ function(engine_add_plugin name)
   if(ARG_PROTOS)
     protobuf_generate(TARGET ${target} LANGUAGE cpp PROTOS ${ARG_PROTOS}
       IMPORT_DIRS ${CMAKE_CURRENT_SOURCE_DIR} ${ENGINE_PROTO_IMPORT_DIRS}
-      PROTOC_OUT_DIR ${CMAKE_CURRENT_BINARY_DIR})
+      PROTOC_OUT_DIR ${CMAKE_CURRENT_BINARY_DIR} OUT_VAR generated)
+    # protoc's files each define the same file-local tables: never in a unity batch together.
+    set_source_files_properties(${generated} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
     target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_BINARY_DIR})
   endif()
   target_link_libraries(${target} PRIVATE ${ENGINE_PLUGIN_LINK_TARGET})

@@ -241,7 +241,7 @@ void PrintSummary(const GenerationSource& source, const ExportFlags& flags,
 }
 
 // The flags as ExportFlags; a.error says what is wrong.
-ExportFlags ReadFlags(Arguments& a) {
+ExportFlags ReadExportFlags(Arguments& a) {
   ExportFlags flags;
   flags.format = a.Get("format");
   flags.to = a.Get("to");
@@ -283,7 +283,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::cout << ExportHelp();
     return kExitOk;
   }
-  const ExportFlags flags = ReadFlags(a);
+  const ExportFlags flags = ReadExportFlags(a);
   if (!a.error.empty()) {
     std::cerr << "engine export: " << a.error << "\n\n" << ExportHelp();
     return kExitUsage;

@@ -426,7 +426,7 @@ void PrintReplies(const std::vector<Prompt>& prompts, const std::vector<Reply>& 
 }
 
 // The flags as GenerateFlags; a.error says what is wrong.
-GenerateFlags ReadFlags(Arguments& a) {
+GenerateFlags ReadGenerateFlags(Arguments& a) {
   GenerateFlags flags;
   GenerationOptions& g = flags.generation;
   flags.raw = a.switches.count("raw") > 0;
@@ -459,7 +459,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
     std::cout << GenerateHelp();
     return kExitOk;
   }
-  const GenerateFlags flags = ReadFlags(a);
+  const GenerateFlags flags = ReadGenerateFlags(a);
   if (!a.error.empty()) {
     std::cerr << "engine generate: " << a.error << "\n\n" << GenerateHelp();
     return kExitUsage;

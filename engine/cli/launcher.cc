@@ -47,7 +47,7 @@ int BindLoopback(int port) {
   return ntohs(address.sin_port);
 }
 
-std::string Describe(int status) {
+std::string DescribeExitStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
@@ -195,7 +195,8 @@ int SuperviseRanks(RankGroup& ranks_group) {
       } else if (failed && !stopping) {
         result = ExitCode(status);
         stopping = true;
-        std::cerr << "engine run: rank " << rank << " (pid " << pid << ") " << Describe(status);
+        std::cerr << "engine run: rank " << rank << " (pid " << pid << ") "
+                  << DescribeExitStatus(status);
         if (!ranks.empty()) {
           std::cerr << "; stopping the other " << ranks.size() << " rank"
                     << (ranks.size() == 1 ? "" : "s");

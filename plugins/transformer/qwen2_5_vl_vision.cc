@@ -14,7 +14,7 @@ namespace {
 constexpr double kNormEps = 1e-6;
 
 // transformers' Qwen2_5_VLVisionConfig defaults: Qwen2.5-VL-7B's tower.
-Qwen2VlVisionConfig DefaultConfig() {
+Qwen2VlVisionConfig Qwen25VlDefaultConfig() {
   Qwen2VlVisionConfig c;
   c.family = VisionFamily::kQwen25Vl;
   c.depth = 32;
@@ -34,7 +34,7 @@ Qwen2VlVisionConfig DefaultConfig() {
 StatusOr<Qwen2VlVisionConfig> Qwen25VlVisionConfigFromJson(const nlohmann::json& json,
                                                            const std::string& where) {
   if (!json.is_object()) return InvalidArgumentError(where + " is not an object");
-  Qwen2VlVisionConfig c = DefaultConfig();
+  Qwen2VlVisionConfig c = Qwen25VlDefaultConfig();
   JsonKeyReader keys(json, where);
   for (auto [key, value] : {std::pair<const char*, int64_t*>{"depth", &c.depth},
                             {"hidden_size", &c.embed_dim},

@@ -12,7 +12,7 @@ namespace engine::transformer {
 namespace {
 
 // transformers' Qwen3VLVisionConfig defaults.
-Qwen2VlVisionConfig DefaultConfig() {
+Qwen2VlVisionConfig Qwen3VlDefaultConfig() {
   Qwen2VlVisionConfig c;
   c.family = VisionFamily::kQwen3Vl;
   c.depth = 27;
@@ -54,7 +54,7 @@ int64_t GridSide(int64_t num_position_embeddings) {
 StatusOr<Qwen2VlVisionConfig> Qwen3VlVisionConfigFromJson(const nlohmann::json& json,
                                                           const std::string& where) {
   if (!json.is_object()) return InvalidArgumentError(where + " is not an object");
-  Qwen2VlVisionConfig c = DefaultConfig();
+  Qwen2VlVisionConfig c = Qwen3VlDefaultConfig();
   JsonKeyReader keys(json, where);
   for (auto [key, value] : {std::pair<const char*, int64_t*>{"depth", &c.depth},
                             {"hidden_size", &c.embed_dim},

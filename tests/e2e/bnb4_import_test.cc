@@ -25,12 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-constexpr double kLogitTolerance = 1e-4;
-const fs::path kReference = fs::path(testing::kSourceDir) / "tests/reference/export_interop.py";
+constexpr double kBnb4LogitTolerance = 1e-4;
 
 // A stage on `base` with nf4 on the decoder's linear layers, in f32. (No adapter: one merged into
 // the hf export would move the weights by learning_rate.)
-std::string Stage(const std::string& name, const fs::path& base, const std::string& extra = "") {
+std::string Bnb4Stage(const std::string& name, const fs::path& base,
+                      const std::string& extra = "") {
   return "stage { name: \"" + name + R"(" precision { plugin: "fp32" }
   model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
     pretrained: ")" +
@@ -53,7 +53,7 @@ class Bnb4ImportTest : public ::testing::Test {
          {std::vector<std::string>{"bases", (tmp_->path() / "bases").string(), "960"},
           {"bnb4_source", Source("plain").string(), Base().string()},
           {"bnb4_source", Source("double").string(), Base().string(), "double"}}) {
-      std::vector<std::string> argv = {testing::kPython, kReference.string()};
+      std::vector<std::string> argv = {testing::kPython, testing::kExportInteropScript};
       argv.insert(argv.end(), command.begin(), command.end());
       const auto made = testing::RunCommand(argv);
       if (made.exit_code != 0) {
@@ -63,8 +63,8 @@ class Bnb4ImportTest : public ::testing::Test {
       }
     }
     const fs::path pipeline = tmp_->Write("bnb4.pbtxt", "name: \"bnb4\"\noutput_dir: \"out\"\n" +
-                                                            Stage("plain", Source("plain")) +
-                                                            Stage("double", Source("double")));
+                                                            Bnb4Stage("plain", Source("plain")) +
+                                                            Bnb4Stage("double", Source("double")));
     const auto run = testing::RunEngine({"run", pipeline.string()});
     if (run.exit_code != 0) {
       *error_ = "engine run failed: " + run.err;
@@ -90,8 +90,8 @@ class Bnb4ImportTest : public ::testing::Test {
                        {"hf", hf.string()}});
     }
     const fs::path request = tmp_->Write("cases.json", nlohmann::json{{"cases", cases}}.dump());
-    const auto checked =
-        testing::RunCommand({testing::kPython, kReference.string(), "check", request.string()});
+    const auto checked = testing::RunCommand(
+        {testing::kPython, testing::kExportInteropScript, "check", request.string()});
     if (checked.exit_code != 0) {
       *error_ = "export_interop.py check failed: " + checked.err;
       return;
@@ -127,7 +127,7 @@ TEST_F(Bnb4ImportTest, AStageOnABitsandbytesDirectoryHoldsItsWeightsAndComputesI
     ASSERT_FALSE(result.contains("error")) << result["error"];
     EXPECT_EQ(result["bnb4_source_layers"], 14);  // 2 layers x 7 projections
     EXPECT_EQ(result["bnb4_source_weights_vs_hf"].get<double>(), 0.0);
-    EXPECT_LE(result["bnb4_source_vs_engine"].get<double>(), kLogitTolerance);
+    EXPECT_LE(result["bnb4_source_vs_engine"].get<double>(), kBnb4LogitTolerance);
   }
 }
 
@@ -153,9 +153,9 @@ at::Tensor StateBytes(const std::string& json) {
 }
 
 // `engine check` of a stage on `base`: exit 1 and its errors.
-std::string CheckErrors(const testing::TempDir& tmp, const fs::path& base) {
+std::string Bnb4CheckErrors(const testing::TempDir& tmp, const fs::path& base) {
   const fs::path pipeline =
-      tmp.Write("bad.pbtxt", "name: \"bad\"\noutput_dir: \"out\"\n" + Stage("s", base));
+      tmp.Write("bad.pbtxt", "name: \"bad\"\noutput_dir: \"out\"\n" + Bnb4Stage("s", base));
   const auto checked = testing::RunEngine({"check", pipeline.string()});
   EXPECT_EQ(checked.exit_code, 1) << checked.out;
   return checked.err;
@@ -171,26 +171,26 @@ TEST_F(Bnb4ImportTest, StatesThatDisagreeWithTheirTensorsAreRefusedByName) {
       }
     };
   };
-  EXPECT_THAT(CheckErrors(tmp, Edited(tmp, Source("plain"), "shape",
-                                      with_state(R"({"quant_type": "nf4", "blocksize": 64, )"
-                                                 R"("dtype": "float32", "shape": [32, 16]})"))),
+  EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "shape",
+                                          with_state(R"({"quant_type": "nf4", "blocksize": 64, )"
+                                                     R"("dtype": "float32", "shape": [32, 16]})"))),
               HasSubstr("tensor '" + layer +
                         ".quant_state.bitsandbytes__nf4' has shape [32,16], but the "
                         "model's weight is [32, 32]"));
-  EXPECT_THAT(CheckErrors(tmp, Edited(tmp, Source("plain"), "fp4",
-                                      with_state(R"({"quant_type": "fp4", "blocksize": 64, )"
-                                                 R"("dtype": "float32", "shape": [32, 32]})"))),
+  EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "fp4",
+                                          with_state(R"({"quant_type": "fp4", "blocksize": 64, )"
+                                                     R"("dtype": "float32", "shape": [32, 32]})"))),
               HasSubstr("has quant_type \"fp4\"; only bitsandbytes' NF4 4-bit layers are read"));
-  EXPECT_THAT(CheckErrors(tmp, Edited(tmp, Source("plain"), "blocks",
-                                      with_state(R"({"quant_type": "nf4", "blocksize": 128, )"
-                                                 R"("dtype": "float32", "shape": [32, 32]})"))),
+  EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "blocks",
+                                          with_state(R"({"quant_type": "nf4", "blocksize": 128, )"
+                                                     R"("dtype": "float32", "shape": [32, 32]})"))),
               HasSubstr("tensor '" + layer + ".absmax' is f32 [16], but 8 blocks of 128 needs 8"));
-  EXPECT_THAT(CheckErrors(tmp, Edited(tmp, Source("plain"), "codes",
-                                      [&](safetensors::NamedTensors* tensors) {
-                                        for (auto& [name, tensor] : *tensors) {
-                                          if (name == layer) tensor = tensor.narrow(0, 0, 100);
-                                        }
-                                      })),
+  EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "codes",
+                                          [&](safetensors::NamedTensors* tensors) {
+                                            for (auto& [name, tensor] : *tensors) {
+                                              if (name == layer) tensor = tensor.narrow(0, 0, 100);
+                                            }
+                                          })),
               HasSubstr("tensor '" + layer + "' is u8 [100, 1], but its quant_state's shape"));
 
   // Another quantization method, named by key.
@@ -200,7 +200,7 @@ TEST_F(Bnb4ImportTest, StatesThatDisagreeWithTheirTensorsAreRefusedByName) {
   config["quantization_config"]["load_in_4bit"] = false;
   config["quantization_config"]["load_in_8bit"] = true;
   tmp.Write("gptq/config.json", config.dump());
-  EXPECT_THAT(CheckErrors(tmp, gptq),
+  EXPECT_THAT(Bnb4CheckErrors(tmp, gptq),
               HasSubstr("'quantization_config' has quant_method \"bitsandbytes\", load_in_4bit "
                         "false"));
 }

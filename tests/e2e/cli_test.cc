@@ -127,7 +127,7 @@ TEST(CliTest, DescribeSnippetPastesIntoAWorkingPipeline) {
 }
 
 // A pipeline on the real data with `stage_extra` inside its only stage.
-std::string Pipeline(const std::string& stage_extra, const std::string& output_dir = "out") {
+std::string CliPipeline(const std::string& stage_extra, const std::string& output_dir = "out") {
   return "output_dir: \"" + output_dir + "\"\n" + testing::DigitsStage("s", stage_extra);
 }
 
@@ -140,31 +140,32 @@ struct BadInput {
 TEST(CliTest, BadInputsAreErrorsWithPositionsAndWriteNothing) {
   const std::vector<BadInput> cases = {
       {"malformed", "stage {\n  name: \"s\"\n", "p.pbtxt:3:1: error: Expected identifier, got: "},
-      {"unknown field", Pipeline("  epochs: 3"),
+      {"unknown field", CliPipeline("  epochs: 3"),
        "p.pbtxt:6:9: error: Message type \"engine.proto.Stage\" has no field named \"epochs\""},
-      {"unknown plugin", Pipeline("  precision { plugin: \"bf16-mixd\" }"),
+      {"unknown plugin", CliPipeline("  precision { plugin: \"bf16-mixd\" }"),
        "p.pbtxt:6:15: error: stage 's': unknown precision policy plugin 'bf16-mixd'; installed "
        "precision policy plugins: auto, bf16-mixed, bf16-true, fp16-mixed, fp16-true, fp32"},
       {"wrong options type",
-       Pipeline("  callback { plugin: \"progress\" options { "
-                "[type.googleapis.com/engine.plugins.MlpOptions] {} } }"),
+       CliPipeline("  callback { plugin: \"progress\" options { "
+                   "[type.googleapis.com/engine.plugins.MlpOptions] {} } }"),
        "p.pbtxt:6:33: error: stage 's' callback 'progress': options of type "
        "'engine.plugins.MlpOptions' were given, but this plugin takes "
        "'engine.plugins.ProgressOptions'"},
-      {"negative learning rate", Pipeline("  optimizer { learning_rate: -0.001 }"),
+      {"negative learning rate", CliPipeline("  optimizer { learning_rate: -0.001 }"),
        "p.pbtxt:6:15: error: stage 's': optimizer.learning_rate must be a positive number (got "
        "-0.001)"},
-      {"zero batch size", Pipeline("  schedule { batch_size: 0 }"),
+      {"zero batch size", CliPipeline("  schedule { batch_size: 0 }"),
        "p.pbtxt:6:14: error: stage 's': schedule.batch_size must be > 0 (got 0)"},
       {"missing data file",
        "output_dir: \"out\"\nstage { name: \"s\" model { plugin: \"mlp\" } data { plugin: "
        "\"digits\" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "
        "\"nope.csv.gz\" } } } }\n",
        "p.pbtxt:2:67: error: stage 's' data loader 'digits': cannot open"},
-      {"unwritable output directory", Pipeline("", "/proc/version/out"),
+      {"unwritable output directory", CliPipeline("", "/proc/version/out"),
        "p.pbtxt:1:1: error: output directory '/proc/version/out' cannot be created: "
        "'/proc/version' is not a directory"},
-      {"duplicate stage names", Pipeline("") + Pipeline("").substr(Pipeline("").find("stage")),
+      {"duplicate stage names",
+       CliPipeline("") + CliPipeline("").substr(CliPipeline("").find("stage")),
        "p.pbtxt:9:3: error: stage name 's' is used twice (first at line 3)"},
   };
   for (const BadInput& c : cases) {
@@ -182,14 +183,14 @@ TEST(CliTest, BadInputsAreErrorsWithPositionsAndWriteNothing) {
 
 TEST(CliTest, CheckAsJson) {
   testing::TempDir dir;
-  auto good = dir.Write("good.pbtxt", Pipeline("  schedule { epochs: 2 }"));
+  auto good = dir.Write("good.pbtxt", CliPipeline("  schedule { epochs: 2 }"));
   auto r = RunEngine({"check", good.string(), "--format=json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["valid"], true);
   EXPECT_EQ(j["plan"]["stages"][0]["schedule"]["total_steps"], 90);
 
-  auto bad = dir.Write("bad.pbtxt", Pipeline("  schedule { batch_size: 0 }"));
+  auto bad = dir.Write("bad.pbtxt", CliPipeline("  schedule { batch_size: 0 }"));
   r = RunEngine({"check", bad.string(), "--format", "json"});
   EXPECT_EQ(r.exit_code, 1);
   j = nlohmann::json::parse(r.out);
@@ -202,7 +203,7 @@ TEST(CliTest, CheckAsJson) {
 
 TEST(CliTest, DuplicatePluginOnThePathStopsCheck) {
   testing::TempDir dir;
-  auto file = dir.Write("p.pbtxt", Pipeline(""));
+  auto file = dir.Write("p.pbtxt", CliPipeline(""));
   auto r = RunEngine({"check", file.string(), "--plugin_path=" + FixtureDir("dup_digits")});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("is provided by two libraries"));

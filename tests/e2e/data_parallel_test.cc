@@ -30,9 +30,9 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string Pipeline(const std::string& out, int batch, const std::string& parallel,
-                     int accumulation = 1, const std::string& device = "cpu",
-                     const std::string& precision = "fp32") {
+std::string DataParallelPipeline(const std::string& out, int batch, const std::string& parallel,
+                                 int accumulation = 1, const std::string& device = "cpu",
+                                 const std::string& precision = "fp32") {
   return "output_dir: \"" + out +
          "\"\nstage {\n  name: \"s\"\n"
          "  model { plugin: \"mlp\" options { [type.googleapis.com/engine.plugins.MlpOptions] { "
@@ -70,8 +70,8 @@ void ExpectSameWeights(const std::filesystem::path& a, const std::filesystem::pa
 
 TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   testing::TempDir tmp;
-  const auto one = tmp.Write("one.pbtxt", Pipeline("one", 32, ""));
-  const auto two = tmp.Write("two.pbtxt", Pipeline("two", 16, "strategy: DDP"));
+  const auto one = tmp.Write("one.pbtxt", DataParallelPipeline("one", 32, ""));
+  const auto two = tmp.Write("two.pbtxt", DataParallelPipeline("two", 16, "strategy: DDP"));
   auto r1 = testing::RunEngine({"run", one.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
@@ -92,7 +92,7 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
 
   // The all-reduce starts from inside the last micro-batch's backward and must still carry the
   // earlier micro-batches: 2 ranks x 2 micro-batches of 8 end at the same place too.
-  const auto four = tmp.Write("four.pbtxt", Pipeline("four", 8, "strategy: DDP", 2));
+  const auto four = tmp.Write("four.pbtxt", DataParallelPipeline("four", 8, "strategy: DDP", 2));
   auto r4 = testing::RunEngine({"run", "--nproc=2", four.string()});
   ASSERT_EQ(r4.exit_code, 0) << r4.err;
   EXPECT_THAT(r4.out, HasSubstr("8 examples x 2 accumulation x 2 ranks = 32 examples per step"));
@@ -175,7 +175,7 @@ std::vector<testing::CommandResult> RunTwoRanksFromTheEnvironment(
 
 TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromRankZero) {
   testing::TempDir tmp;
-  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, "strategy: DDP"));
+  const auto file = tmp.Write("p.pbtxt", DataParallelPipeline("out", 16, "strategy: DDP"));
   const std::vector<testing::CommandResult> results =
       RunTwoRanksFromTheEnvironment({{"run", "-v", file.string()}, {"run", "-v", file.string()}});
   ASSERT_EQ(results[0].exit_code, 0) << results[0].err;
@@ -194,10 +194,10 @@ TEST(DataParallelTest, RanksStartedFromTheEnvironmentWriteTheCheckpointOnceFromR
 TEST(DataParallelTest, RanksStartedFromDifferentPipelinesRefuseToTrainNamingTheField) {
   // Rank 1's file asks for another learning rate: both ranks stop before step 1, naming the field.
   testing::TempDir tmp;
-  std::string other = Pipeline("out", 16, "strategy: SHARDED shard_level: 1");
+  std::string other = DataParallelPipeline("out", 16, "strategy: SHARDED shard_level: 1");
   other.replace(other.find("learning_rate: 0.003"), 20, "learning_rate: 0.004");
   const std::filesystem::path files[2] = {
-      tmp.Write("p0.pbtxt", Pipeline("out", 16, "strategy: SHARDED shard_level: 1")),
+      tmp.Write("p0.pbtxt", DataParallelPipeline("out", 16, "strategy: SHARDED shard_level: 1")),
       tmp.Write("p1.pbtxt", other)};
   const std::vector<testing::CommandResult> results =
       RunTwoRanksFromTheEnvironment({{"run", files[0].string()}, {"run", files[1].string()}});
@@ -214,7 +214,7 @@ TEST(DataParallelTest, RanksStartedFromDifferentPipelinesRefuseToTrainNamingTheF
 // rank's random generators, so a rank saving alone would wait for the others forever).
 TEST(DataParallelTest, ACheckpointRankZerosCallbackAsksForHoldsEveryRanksGenerators) {
   testing::TempDir tmp;
-  std::string pipeline = Pipeline("out", 16, "strategy: DDP");
+  std::string pipeline = DataParallelPipeline("out", 16, "strategy: DDP");
   pipeline.insert(pipeline.find("  parallel {"),
                   "  callback { plugin: \"checkpoint_every\" options { "
                   "[type.googleapis.com/engine.plugins.CheckpointEveryOptions] { steps: 7 } } }\n");
@@ -238,9 +238,10 @@ TEST(DataParallelTest, ACheckpointRankZerosCallbackAsksForHoldsEveryRanksGenerat
 // plain run ends.
 void ExpectOneRankGroupEqualsAPlainRun(const std::string& device, const std::string& backend) {
   testing::TempDir tmp;
-  const auto plain = tmp.Write("plain.pbtxt", Pipeline("plain", 32, "", 1, device));
-  const auto group = tmp.Write(
-      "group.pbtxt", Pipeline("group", 32, "strategy: DDP backend: " + backend, 1, device));
+  const auto plain = tmp.Write("plain.pbtxt", DataParallelPipeline("plain", 32, "", 1, device));
+  const auto group =
+      tmp.Write("group.pbtxt",
+                DataParallelPipeline("group", 32, "strategy: DDP backend: " + backend, 1, device));
   auto r1 = testing::RunEngine({"run", plain.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   auto r2 = testing::RunEngine({"run", group.string()}, "",
@@ -270,7 +271,8 @@ TEST(DataParallelTest, OneRankOnTheGpuTrainsInAnNcclGroupOfOneLikeAPlainRun) {
 
 TEST(DataParallelTest, NcclForACpuStageIsRefusedAtCheckTime) {
   testing::TempDir tmp;
-  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, "strategy: DDP backend: NCCL"));
+  const auto file =
+      tmp.Write("p.pbtxt", DataParallelPipeline("out", 16, "strategy: DDP backend: NCCL"));
   auto r = testing::RunEngine({"check", file.string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("p.pbtxt:9:"));
@@ -285,11 +287,12 @@ TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
   // end, and 4 ranks of 8 where one rank of 32 ends (within rounding: the gradients are summed in
   // another order). The checkpoint holds the whole optimizer state, under DDP's names.
   testing::TempDir tmp;
-  const auto one = tmp.Write("one.pbtxt", Pipeline("one", 32, ""));
-  const auto ddp = tmp.Write("ddp.pbtxt", Pipeline("ddp", 16, "strategy: DDP"));
-  const auto two = tmp.Write("two.pbtxt", Pipeline("two", 16, "strategy: SHARDED shard_level: 1"));
+  const auto one = tmp.Write("one.pbtxt", DataParallelPipeline("one", 32, ""));
+  const auto ddp = tmp.Write("ddp.pbtxt", DataParallelPipeline("ddp", 16, "strategy: DDP"));
+  const auto two =
+      tmp.Write("two.pbtxt", DataParallelPipeline("two", 16, "strategy: SHARDED shard_level: 1"));
   const auto four =
-      tmp.Write("four.pbtxt", Pipeline("four", 8, "strategy: SHARDED shard_level: 1"));
+      tmp.Write("four.pbtxt", DataParallelPipeline("four", 8, "strategy: SHARDED shard_level: 1"));
   auto r1 = testing::RunEngine({"run", one.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   auto rd = testing::RunEngine({"run", "--nproc=2", ddp.string()});
@@ -320,9 +323,10 @@ TEST(DataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
   // checkpoint holds the masters under DDP's names.
   testing::TempDir tmp;
   const std::string sharded = "strategy: SHARDED shard_level: 1";
-  const auto ddp =
-      tmp.Write("ddp.pbtxt", Pipeline("ddp", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
-  const auto two = tmp.Write("two.pbtxt", Pipeline("two", 16, sharded, 1, "cpu", "bf16-true"));
+  const auto ddp = tmp.Write(
+      "ddp.pbtxt", DataParallelPipeline("ddp", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
+  const auto two =
+      tmp.Write("two.pbtxt", DataParallelPipeline("two", 16, sharded, 1, "cpu", "bf16-true"));
   auto rd = testing::RunEngine({"run", "--nproc=2", ddp.string()});
   ASSERT_EQ(rd.exit_code, 0) << rd.err;
   auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
@@ -348,7 +352,8 @@ TEST(DataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
   // (bf16-true, so the masters each rank keeps come back too).
   testing::TempDir tmp;
   const auto file = tmp.Write(
-      "p.pbtxt", Pipeline("out", 16, "strategy: SHARDED shard_level: 1", 1, "cpu", "bf16-true"));
+      "p.pbtxt",
+      DataParallelPipeline("out", 16, "strategy: SHARDED shard_level: 1", 1, "cpu", "bf16-true"));
   auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::filesystem::path stage = tmp.path() / "out/s";
@@ -370,14 +375,15 @@ TEST(DataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEn
   // in bf16-true (masters and moments too), and 4 ranks of 8 where one rank of 32 ends.
   testing::TempDir tmp;
   const std::string level2 = "strategy: SHARDED shard_level: 2";
-  const auto one = tmp.Write("one.pbtxt", Pipeline("one", 32, ""));
-  const auto ddp = tmp.Write("ddp.pbtxt", Pipeline("ddp", 16, "strategy: DDP"));
-  const auto two = tmp.Write("two.pbtxt", Pipeline("two", 16, level2));
-  const auto four = tmp.Write("four.pbtxt", Pipeline("four", 8, level2));
+  const auto one = tmp.Write("one.pbtxt", DataParallelPipeline("one", 32, ""));
+  const auto ddp = tmp.Write("ddp.pbtxt", DataParallelPipeline("ddp", 16, "strategy: DDP"));
+  const auto two = tmp.Write("two.pbtxt", DataParallelPipeline("two", 16, level2));
+  const auto four = tmp.Write("four.pbtxt", DataParallelPipeline("four", 8, level2));
   const auto ddp_bf16 =
-      tmp.Write("ddp_bf16.pbtxt", Pipeline("ddp_bf16", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
-  const auto two_bf16 =
-      tmp.Write("two_bf16.pbtxt", Pipeline("two_bf16", 16, level2, 1, "cpu", "bf16-true"));
+      tmp.Write("ddp_bf16.pbtxt",
+                DataParallelPipeline("ddp_bf16", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
+  const auto two_bf16 = tmp.Write(
+      "two_bf16.pbtxt", DataParallelPipeline("two_bf16", 16, level2, 1, "cpu", "bf16-true"));
   for (const auto& file : {ddp, two, ddp_bf16, two_bf16}) {
     auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r.exit_code, 0) << file << r.err;
@@ -450,7 +456,8 @@ TEST(DataParallelTest, ShardLevelTwoSkipsTheOverflowsDdpSkipsAndClipsAsItClips) 
   testing::TempDir tmp;
   auto pipeline = [&](const std::string& out, const std::string& parallel) {
     std::string text = "plugin_path: \"" + std::string(testing::kTestPluginDir) +
-                       "/scaled_fp32\"\n" + Pipeline(out, 8, parallel, /*accumulation=*/2);
+                       "/scaled_fp32\"\n" +
+                       DataParallelPipeline(out, 8, parallel, /*accumulation=*/2);
     const std::string precision = "  precision { plugin: \"fp32\" }\n";
     text.replace(text.find(precision), precision.size(),
                  testing::Precision("scaled_fp32",
@@ -497,7 +504,7 @@ TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheFie
        "is DDP"},
   };
   for (const auto& c : cases) {
-    const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, c.parallel));
+    const auto file = tmp.Write("p.pbtxt", DataParallelPipeline("out", 16, c.parallel));
     auto r = testing::RunEngine({"check", file.string()});
     EXPECT_EQ(r.exit_code, 1) << c.parallel;
     EXPECT_THAT(r.err, HasSubstr("p.pbtxt:9:")) << c.parallel;
@@ -507,7 +514,7 @@ TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheFie
 
 TEST(DataParallelTest, AStageThatDoesNotAskForDdpRefusesToRunAsSeveralRanks) {
   testing::TempDir tmp;
-  const auto file = tmp.Write("p.pbtxt", Pipeline("out", 16, ""));
+  const auto file = tmp.Write("p.pbtxt", DataParallelPipeline("out", 16, ""));
   auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("it would run as rank 1 of WORLD_SIZE=2, but the stage does not "

@@ -40,7 +40,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kFamilies = {"llama", "mistral", "qwen2", "qwen3"};
 constexpr char kPrompt[] = "A fortune: you will";
 constexpr int kNewTokens = 8;
-constexpr double kLogitTolerance = 1e-4;
+constexpr double kExportLogitTolerance = 1e-4;
 // <|im_end|>: the bases' eos_token_id (export_interop.py: vocabulary size 960 - 2) and the
 // qwen2_vl fixture's.
 constexpr int64_t kBaseEos = 958;
@@ -67,15 +67,12 @@ bool IsQlora(const std::string& stage) {
   return stage.size() > 6 && stage.rfind("_qlora") == stage.size() - 6;
 }
 
-const fs::path kReference = fs::path(testing::kSourceDir) / "tests/reference/export_interop.py";
-const fs::path kFixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
-
 // export_interop.py check on `cases`: its results, or null with `*error` set.
 nlohmann::json RunReference(const testing::TempDir& tmp, const nlohmann::json& cases,
                             std::string* error) {
   const fs::path request = tmp.Write("cases.json", nlohmann::json{{"cases", cases}}.dump());
-  const auto checked =
-      testing::RunCommand({testing::kPython, kReference.string(), "check", request.string()});
+  const auto checked = testing::RunCommand(
+      {testing::kPython, testing::kExportInteropScript, "check", request.string()});
   if (checked.exit_code != 0) {
     *error = "export_interop.py check failed (scripts/setup.sh makes .venv): " + checked.err;
     return nullptr;
@@ -131,8 +128,8 @@ void ExpectPeftComputesTheHfExport(const nlohmann::json& result) {
   EXPECT_TRUE(result["peft_warnings"].empty()) << result["peft_warnings"];
   EXPECT_FALSE(result["peft_adapter_keys"].empty());
   EXPECT_EQ(result["peft_loaded_keys"], result["peft_adapter_keys"]);
-  EXPECT_LE(result["peft_vs_hf"].get<double>(), kLogitTolerance);
-  EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
+  EXPECT_LE(result["peft_vs_hf"].get<double>(), kExportLogitTolerance);
+  EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kExportLogitTolerance);
 }
 
 // Both bnb4 exports read by bitsandbytes: every key, each of the `layers` 4-bit layers the stage's,
@@ -157,7 +154,7 @@ class ExportInteropTest : public ::testing::Test {
     results_ = new nlohmann::json();
     engine_ids_ = new nlohmann::json();
     error_ = new std::string();
-    const fs::path& reference = kReference;
+    const fs::path reference = testing::kExportInteropScript;
     // qwen2_bpe.json: 956 model tokens and 3 added ones.
     const auto bases = testing::RunCommand(
         {testing::kPython, reference.string(), "bases", (tmp_->path() / "bases").string(), "960"});
@@ -283,7 +280,7 @@ TEST_F(ExportInteropTest, HfExportsComputeTheEnginesLogitsOnTheSameEvalBatch) {
     SCOPED_TRACE(stage);
     const nlohmann::json& result = Result(stage);
     if (result.contains("error")) continue;
-    EXPECT_LE(result["hf_vs_engine"].get<double>(), kLogitTolerance);
+    EXPECT_LE(result["hf_vs_engine"].get<double>(), kExportLogitTolerance);
   }
 }
 
@@ -331,10 +328,10 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
     std::unique_ptr<Case>& c = (*cases_)[family];
     if (c != nullptr) return *c;
     c = std::make_unique<Case>();
-    const fs::path fixture = kFixtures / "hf" / family;
+    const fs::path fixture = fs::path(testing::kFixtureDir) / "hf" / family;
     const fs::path peft_source = c->tmp.path() / "peft_source";
-    const auto made = testing::RunCommand({testing::kPython, kReference.string(), "peft_adapter",
-                                           peft_source.string(), fixture.string()});
+    const auto made = testing::RunCommand({testing::kPython, testing::kExportInteropScript,
+                                           "peft_adapter", peft_source.string(), fixture.string()});
     if (made.exit_code != 0) {
       c->error = "export_interop.py peft_adapter failed: " + made.err;
       return *c;
@@ -355,7 +352,8 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
         return *c;
       }
     }
-    const std::string image = (kFixtures / "hf" / family / "images/chelsea.png").string();
+    const std::string image =
+        (fs::path(testing::kFixtureDir) / "hf" / family / "images/chelsea.png").string();
     const nlohmann::json generated =
         Generate(source, {"--image=" + image, "--prompt=Cat?"}, &c->error);
     if (generated.is_null()) return *c;
@@ -422,7 +420,7 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
   // The fixture's tokenizer with a chat template that places each image's tokens, five image
   // conversations over its images, and the pipeline.
   static fs::path WritePipeline(const std::string& family, testing::TempDir& tmp) {
-    const fs::path fixture = kFixtures / "hf" / family;
+    const fs::path fixture = fs::path(testing::kFixtureDir) / "hf" / family;
     fs::create_directories(tmp.path() / "tokenizer");
     for (const char* file : {"tokenizer.json", "preprocessor_config.json"}) {
       fs::copy_file(fixture / file, tmp.path() / "tokenizer" / file);
@@ -520,7 +518,7 @@ TEST_P(ImageTextExportInteropTest, HfExportLoadsInTransformersAndAnswersAboutAnI
 // from the image tokens and grids, and the hf export computes the engine's logits.
 TEST_P(ImageTextExportInteropTest, HfExportComputesTheEnginesLogitsAndPositionsWithImages) {
   EXPECT_TRUE(result()["positions_equal"].get<bool>());
-  EXPECT_LE(result()["hf_vs_engine"].get<double>(), kLogitTolerance);
+  EXPECT_LE(result()["hf_vs_engine"].get<double>(), kExportLogitTolerance);
 }
 
 // Adapters PEFT made on the family's fixture (on the decoder's and the vision blocks' linear
@@ -530,8 +528,8 @@ TEST_P(ImageTextExportInteropTest, HfExportComputesTheEnginesLogitsAndPositionsW
 TEST_P(ImageTextExportInteropTest, PeftAdaptersOnTransformersFiveModulesLoadAsPeftComputesThem) {
   const nlohmann::json& peft = CaseOf(GetParam()).peft_source_result;
   ASSERT_FALSE(peft.contains("error")) << peft["error"];
-  EXPECT_LE(peft["peft_vs_engine"].get<double>(), kLogitTolerance);
-  EXPECT_GT(peft["adapters_effect"].get<double>(), 100 * kLogitTolerance);
+  EXPECT_LE(peft["peft_vs_engine"].get<double>(), kExportLogitTolerance);
+  EXPECT_GT(peft["adapters_effect"].get<double>(), 100 * kExportLogitTolerance);
 }
 
 // A QLoRA stage (NF4 decoder layers): its hf export loads with every key, answers about the image
@@ -546,7 +544,7 @@ TEST_P(ImageTextExportInteropTest, QloraExportsLoadThroughBitsandbytesAndCompute
   ExpectSameContinuation(c.qlora_engine_ids.get<std::vector<int64_t>>(),
                          result["hf_greedy"].get<std::vector<int64_t>>(), kFixtureEos);
   EXPECT_TRUE(result["positions_equal"].get<bool>());
-  EXPECT_LE(result["hf_vs_engine"].get<double>(), kLogitTolerance);
+  EXPECT_LE(result["hf_vs_engine"].get<double>(), kExportLogitTolerance);
   // The qwen3_vl fixture's decoder has 3 layers (DeepStack feeds 2 of them), the others' 2.
   ExpectBnb4ExportsHoldTheStagesWeights(result, GetParam() == "qwen3_vl" ? 21 : kFourBitLayers);
   ExpectPeftComputesTheHfExport(result);

@@ -31,12 +31,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-constexpr double kLogitTolerance = 1e-4;
-const fs::path kReference = fs::path(testing::kSourceDir) / "tests/reference/export_interop.py";
+constexpr double kPeftLogitTolerance = 1e-4;
 
 // A stage on the llama base whose lora options are `lora` (inside LoraOptions).
-std::string Stage(const std::string& name, const fs::path& base, const std::string& lora,
-                  const std::string& extra) {
+std::string PeftStage(const std::string& name, const fs::path& base, const std::string& lora,
+                      const std::string& extra) {
   return "stage { name: \"" + name + R"(" precision { plugin: "fp32" }
   model { plugin: "llama" options { [type.googleapis.com/engine.transformer.LlamaOptions] {
     pretrained: ")" +
@@ -69,7 +68,7 @@ class PeftImportTest : public ::testing::Test {
          {std::vector<std::string>{"bases", (tmp_->path() / "bases").string(), "960"},
           {"peft_adapter", Source().string(), Base().string()},
           {"peft_adapter", Saved().string(), BiasedBase().string(), "saved"}}) {
-      std::vector<std::string> argv = {testing::kPython, kReference.string()};
+      std::vector<std::string> argv = {testing::kPython, testing::kExportInteropScript};
       argv.insert(argv.end(), command.begin(), command.end());
       const auto made = testing::RunCommand(argv);
       if (made.exit_code != 0) {
@@ -129,8 +128,8 @@ class PeftImportTest : public ::testing::Test {
          {"max_new_tokens", 1},
          {"texts", {"What is a fortune?", "Say hi, again, in two words."}}}};
     const fs::path request = tmp_->Write("cases.json", nlohmann::json{{"cases", cases}}.dump());
-    const auto checked =
-        testing::RunCommand({testing::kPython, kReference.string(), "check", request.string()});
+    const auto checked = testing::RunCommand(
+        {testing::kPython, testing::kExportInteropScript, "check", request.string()});
     if (checked.exit_code != 0) {
       *error_ = "export_interop.py check failed: " + checked.err;
       return;
@@ -159,17 +158,21 @@ class PeftImportTest : public ::testing::Test {
     return tmp_->Write(
         "peft.pbtxt",
         "name: \"peft\"\noutput_dir: \"out\"\n" +
-            Stage("loaded", Base(), PeftAdapter(Source()),
-                  "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
-            Stage("continued", Base(), PeftAdapter(Source()) + " r: 4 use_rslora: true",
-                  "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }") +
-            Stage("saved_loaded", BiasedBase(), PeftAdapter(Saved()),
-                  "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
-            Stage("saved_continued", BiasedBase(), PeftAdapter(Saved()),
-                  "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }") +
-            Stage("saved_child", BiasedBase(), PeftAdapter(Saved()),
-                  "from_stage: \"saved_continued\"\n  optimizer { learning_rate: 1e-30 }\n"
-                  "  schedule { max_steps: 1 batch_size: 2 }"));
+            PeftStage(
+                "loaded", Base(), PeftAdapter(Source()),
+                "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
+            PeftStage(
+                "continued", Base(), PeftAdapter(Source()) + " r: 4 use_rslora: true",
+                "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }") +
+            PeftStage(
+                "saved_loaded", BiasedBase(), PeftAdapter(Saved()),
+                "optimizer { learning_rate: 1e-30 }\n  schedule { max_steps: 1 batch_size: 2 }") +
+            PeftStage(
+                "saved_continued", BiasedBase(), PeftAdapter(Saved()),
+                "optimizer { learning_rate: 0.05 }\n  schedule { max_steps: 3 batch_size: 2 }") +
+            PeftStage("saved_child", BiasedBase(), PeftAdapter(Saved()),
+                      "from_stage: \"saved_continued\"\n  optimizer { learning_rate: 1e-30 }\n"
+                      "  schedule { max_steps: 1 batch_size: 2 }"));
   }
   static const nlohmann::json& Result(size_t index) {
     const nlohmann::json& result = (*results_)[index];
@@ -205,8 +208,8 @@ TEST_F(PeftImportTest, AStageStartsFromPeftsAdaptersAndComputesWhatPeftComputes)
 
   const nlohmann::json& result = Result(0);
   if (result.contains("error")) return;
-  EXPECT_LE(result["peft_vs_engine"].get<double>(), kLogitTolerance);
-  EXPECT_GT(result["adapters_effect"].get<double>(), 100 * kLogitTolerance);
+  EXPECT_LE(result["peft_vs_engine"].get<double>(), kPeftLogitTolerance);
+  EXPECT_GT(result["adapters_effect"].get<double>(), 100 * kPeftLogitTolerance);
 }
 
 TEST_F(PeftImportTest, ContinuedAdaptersExportWithTheirRanksAndScalesAndPeftReadsThem) {
@@ -234,8 +237,8 @@ TEST_F(PeftImportTest, ContinuedAdaptersExportWithTheirRanksAndScalesAndPeftRead
   EXPECT_TRUE(result["hf_missing"].empty()) << result["hf_missing"];
   EXPECT_TRUE(result["peft_warnings"].empty()) << result["peft_warnings"];
   EXPECT_EQ(result["peft_loaded_keys"], result["peft_adapter_keys"]);
-  EXPECT_LE(result["peft_vs_hf"].get<double>(), kLogitTolerance);
-  EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kLogitTolerance);
+  EXPECT_LE(result["peft_vs_hf"].get<double>(), kPeftLogitTolerance);
+  EXPECT_GT(result["hf_vs_base"].get<double>(), 100 * kPeftLogitTolerance);
 }
 
 TEST_F(PeftImportTest, SavedModulesAndBiasesLoadTrainAndExportAsPeftSavesThem) {
@@ -255,8 +258,8 @@ TEST_F(PeftImportTest, SavedModulesAndBiasesLoadTrainAndExportAsPeftSavesThem) {
   }
   const nlohmann::json& computed = Result(2);
   if (!computed.contains("error")) {
-    EXPECT_LE(computed["peft_vs_engine"].get<double>(), kLogitTolerance);
-    EXPECT_GT(computed["adapters_effect"].get<double>(), 100 * kLogitTolerance);
+    EXPECT_LE(computed["peft_vs_engine"].get<double>(), kPeftLogitTolerance);
+    EXPECT_GT(computed["adapters_effect"].get<double>(), 100 * kPeftLogitTolerance);
   }
 
   // Trained: the saved tensors moved, and the export names them as PEFT saved them.
@@ -282,16 +285,16 @@ TEST_F(PeftImportTest, SavedModulesAndBiasesLoadTrainAndExportAsPeftSavesThem) {
   EXPECT_TRUE(exported["hf_missing"].empty()) << exported["hf_missing"];
   EXPECT_TRUE(exported["peft_warnings"].empty()) << exported["peft_warnings"];
   EXPECT_EQ(exported["peft_loaded_keys"], exported["peft_adapter_keys"]);
-  EXPECT_LE(exported["peft_vs_hf"].get<double>(), kLogitTolerance);
+  EXPECT_LE(exported["peft_vs_hf"].get<double>(), kPeftLogitTolerance);
 }
 
 // `engine check` of a stage loading `dir` (with `more` lora options): exit 1 and its errors.
-std::string CheckErrors(const testing::TempDir& tmp, const fs::path& base, const fs::path& dir,
-                        const std::string& more = "") {
+std::string PeftCheckErrors(const testing::TempDir& tmp, const fs::path& base, const fs::path& dir,
+                            const std::string& more = "") {
   const fs::path pipeline =
       tmp.Write("bad.pbtxt", "name: \"bad\"\noutput_dir: \"out\"\n" +
-                                 Stage("s", base, PeftAdapter(dir) + " " + more,
-                                       "schedule { max_steps: 1 batch_size: 2 }"));
+                                 PeftStage("s", base, PeftAdapter(dir) + " " + more,
+                                           "schedule { max_steps: 1 batch_size: 2 }"));
   const auto checked = testing::RunEngine({"check", pipeline.string()});
   EXPECT_EQ(checked.exit_code, 1) << checked.out;
   return checked.err;
@@ -327,7 +330,7 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
             "32]; the layer (32x32) with rank 3"}}) {
     SCOPED_TRACE(config.dump());
     const fs::path dir = Altered(tmp, Source(), "case" + std::to_string(++cases), config);
-    const std::string errors = CheckErrors(tmp, Base(), dir);
+    const std::string errors = PeftCheckErrors(tmp, Base(), dir);
     EXPECT_THAT(errors, HasSubstr(message));
     EXPECT_THAT(errors, HasSubstr("adapter_config.json"));
   }
@@ -337,7 +340,7 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
   safetensors::NamedTensors written(tensors.begin(), tensors.end());
   written.emplace_back("base_model.model.model.embed_tokens.lora_embedding_A", at::zeros({4, 960}));
   ASSERT_TRUE(safetensors::Write(extra / "adapter_model.safetensors", written).ok());
-  EXPECT_THAT(CheckErrors(tmp, Base(), extra),
+  EXPECT_THAT(PeftCheckErrors(tmp, Base(), extra),
               HasSubstr("tensor 'base_model.model.model.embed_tokens.lora_embedding_A' is not a "
                         "LoRA weight of a linear layer"));
   // A bias the model does not have (llama's layers have none), saved with bias "all".
@@ -346,7 +349,7 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
   written.emplace_back("base_model.model.model.layers.0.mlp.up_proj.base_layer.bias",
                        at::zeros({64}));
   ASSERT_TRUE(safetensors::Write(biased / "adapter_model.safetensors", written).ok());
-  EXPECT_THAT(CheckErrors(tmp, Base(), biased),
+  EXPECT_THAT(PeftCheckErrors(tmp, Base(), biased),
               HasSubstr("its files hold tensor 'model.layers.0.mlp.up_proj.bias', which names no "
                         "trainable tensor of the model"));
   written.pop_back();
@@ -359,17 +362,17 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
   written.emplace_back("base_model.model.model.layers.7.mlp.up_proj.lora_B.weight",
                        at::zeros({64, 4}));
   ASSERT_TRUE(safetensors::Write(foreign / "adapter_model.safetensors", written).ok());
-  EXPECT_THAT(CheckErrors(tmp, Base(), foreign),
+  EXPECT_THAT(PeftCheckErrors(tmp, Base(), foreign),
               HasSubstr("peft_adapter pattern 'model.layers.7.mlp.up_proj' matches no linear "
                         "layer"));
   // Settings that come from the adapter, and a directory that is not one.
-  EXPECT_THAT(CheckErrors(tmp, Base(), Source(), "r: 16"),
+  EXPECT_THAT(PeftCheckErrors(tmp, Base(), Source(), "r: 16"),
               HasSubstr("r is 16, but " + (Source() / "adapter_config.json").string() +
                         " has 4; leave r out to take the adapter's"));
-  EXPECT_THAT(CheckErrors(tmp, Base(), Source(), "target_modules: \"q_proj\""),
+  EXPECT_THAT(PeftCheckErrors(tmp, Base(), Source(), "target_modules: \"q_proj\""),
               HasSubstr("target_modules: comes from peft_adapter's adapter_model.safetensors"));
   EXPECT_THAT(
-      CheckErrors(tmp, Base(), tmp.path() / "nowhere"),
+      PeftCheckErrors(tmp, Base(), tmp.path() / "nowhere"),
       HasSubstr("peft_adapter names a directory PEFT's save_pretrained wrote: cannot open '" +
                 (tmp.path() / "nowhere" / "adapter_config.json").string() + "'"));
 }

@@ -28,22 +28,22 @@ using ::testing::HasSubstr;
 const fs::path kChatData = fs::path(testing::kSourceDir) / "tests/fixtures/chat_data";
 const fs::path kQwen2 = fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/qwen2_bpe.json";
 
-const DataLoaderPlugin& Chat() {
+const DataLoaderPlugin& ChatPlugin() {
   return testing::BuiltinPlugin<DataLoaderPlugin>(PluginKind::kDataLoader, "chat");
 }
 
 // The loader on `jsonl` (a file name in `dir`) with the Qwen2-style fixture tokenizer and
 // template, plus `extra` options.
-StatusOr<std::unique_ptr<Dataset>> Open(const fs::path& dir, const std::string& jsonl,
-                                        const std::string& extra = "eval_fraction: 0") {
+StatusOr<std::unique_ptr<Dataset>> OpenChat(const fs::path& dir, const std::string& jsonl,
+                                            const std::string& extra = "eval_fraction: 0") {
   auto message = testing::Options(
-      Chat(), "path: \"" + jsonl + "\" tokenizer { kind: HF_JSON path: \"" + kQwen2.string() +
-                  "\" config: \"" + (kChatData / "tokenizer_config.json").string() + "\" } " +
-                  extra);
+      ChatPlugin(), "path: \"" + jsonl + "\" tokenizer { kind: HF_JSON path: \"" + kQwen2.string() +
+                        "\" config: \"" + (kChatData / "tokenizer_config.json").string() + "\" } " +
+                        extra);
   OptionErrors errors;
-  Chat().ValidateOptions(*message, &errors);
+  ChatPlugin().ValidateOptions(*message, &errors);
   EXPECT_TRUE(errors.empty());
-  return Chat().Open(*message, DataContext{dir, 1});
+  return ChatPlugin().Open(*message, DataContext{dir, 1});
 }
 
 Batch AllOf(const Dataset& data) {
@@ -55,7 +55,7 @@ Batch AllOf(const Dataset& data) {
 }
 
 TEST(ChatLoaderTest, ReadsEveryLayoutAndCountsWhatItSkips) {
-  auto data = Open(kChatData, "conversations.jsonl");
+  auto data = OpenChat(kChatData, "conversations.jsonl");
   ASSERT_TRUE(data.ok()) << data.status().message();
   EXPECT_EQ((*data)->size(Split::kTrain), 5);
   const std::string plan = (*data)->description();
@@ -68,7 +68,7 @@ TEST(ChatLoaderTest, ReadsEveryLayoutAndCountsWhatItSkips) {
 }
 
 TEST(ChatLoaderTest, LossCoversExactlyTheAssistantTurnsWithTheirEndOfTurn) {
-  auto data = Open(kChatData, "conversations.jsonl");
+  auto data = OpenChat(kChatData, "conversations.jsonl");
   ASSERT_TRUE(data.ok()) << data.status().message();
   auto tokenizer = tokenizer::HfTokenizer::FromFile(kQwen2);
   ASSERT_TRUE(tokenizer.ok());
@@ -108,10 +108,10 @@ TEST(ChatLoaderTest, SentencePieceStyleTokenizersMarkTheSameTurns) {
   const fs::path mistral =
       fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/mistral_bpe.json";
   auto message = testing::Options(
-      Chat(), "path: \"c.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
-                  mistral.string() + "\" config: \"" +
-                  (kChatData / "mistral_tokenizer_config.json").string() + "\" }");
-  auto data = Chat().Open(*message, DataContext{tmp.path(), 1});
+      ChatPlugin(), "path: \"c.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
+                        mistral.string() + "\" config: \"" +
+                        (kChatData / "mistral_tokenizer_config.json").string() + "\" }");
+  auto data = ChatPlugin().Open(*message, DataContext{tmp.path(), 1});
   ASSERT_TRUE(data.ok()) << data.status().message();
   auto tokenizer = tokenizer::HfTokenizer::FromFile(mistral);
   ASSERT_TRUE(tokenizer.ok());
@@ -128,12 +128,12 @@ TEST(ChatLoaderTest, SentencePieceStyleTokenizersMarkTheSameTurns) {
 
 TEST(ChatLoaderTest, LongExamplesAreTruncatedOrDroppedAndCounted) {
   // The examples have 45 to 79 tokens.
-  auto truncated = Open(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 60");
+  auto truncated = OpenChat(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 60");
   ASSERT_TRUE(truncated.ok()) << truncated.status().message();
   EXPECT_THAT((*truncated)->description(), HasSubstr("1 truncated to max_length 60"));
   EXPECT_EQ(AllOf(**truncated).at("input_ids").size(1), 60);
-  auto dropped =
-      Open(kChatData, "conversations.jsonl", "eval_fraction: 0 max_length: 60 truncation: DROP");
+  auto dropped = OpenChat(kChatData, "conversations.jsonl",
+                          "eval_fraction: 0 max_length: 60 truncation: DROP");
   ASSERT_TRUE(dropped.ok()) << dropped.status().message();
   EXPECT_THAT((*dropped)->description(), HasSubstr("dropped: 1 longer than max_length 60"));
   EXPECT_EQ((*dropped)->size(Split::kTrain), 4);
@@ -146,9 +146,9 @@ int64_t CompareCutsWithWholeExamples(const fs::path& dir, const std::string& jso
                                      const std::string& tokenizer) {
   auto open = [&](int max_length) {
     auto message =
-        testing::Options(Chat(), "path: \"" + jsonl + "\" eval_fraction: 0 " + tokenizer +
-                                     " max_length: " + std::to_string(max_length));
-    return Chat().Open(*message, DataContext{dir, 1});
+        testing::Options(ChatPlugin(), "path: \"" + jsonl + "\" eval_fraction: 0 " + tokenizer +
+                                           " max_length: " + std::to_string(max_length));
+    return ChatPlugin().Open(*message, DataContext{dir, 1});
   };
   auto whole = open(4096);
   EXPECT_TRUE(whole.ok()) << whole.status().message();
@@ -212,31 +212,33 @@ TEST(ChatLoaderTest, TruncatedExamplesAreTheWholeConversationsFirstTokensAndLoss
 TEST(ChatLoaderTest, BadLinesAreErrorsNamingFileAndLine) {
   testing::TempDir tmp;
   tmp.Write("broken.jsonl", "{\"messages\": []}\n\n{not json\n");
-  EXPECT_THAT(Open(tmp.path(), "broken.jsonl").status().message(),
+  EXPECT_THAT(OpenChat(tmp.path(), "broken.jsonl").status().message(),
               HasSubstr("broken.jsonl:3: not valid JSON"));
   tmp.Write("speaker.jsonl", R"({"conversations": [{"from": "robot", "value": "x"}]})");
-  EXPECT_THAT(Open(tmp.path(), "speaker.jsonl").status().message(),
+  EXPECT_THAT(OpenChat(tmp.path(), "speaker.jsonl").status().message(),
               HasSubstr("speaker.jsonl:1: conversations[0]: unknown speaker 'robot'"));
   tmp.Write("other.jsonl", R"({"text": "plain"})");
-  EXPECT_THAT(Open(tmp.path(), "other.jsonl").status().message(),
+  EXPECT_THAT(OpenChat(tmp.path(), "other.jsonl").status().message(),
               HasSubstr("other.jsonl:1: holds no conversation"));
   tmp.Write("lonely.jsonl", R"({"messages": [{"role": "user", "content": "hello"}]})");
-  EXPECT_THAT(Open(tmp.path(), "lonely.jsonl", "skip_without_assistant: false").status().message(),
-              HasSubstr("lonely.jsonl:1: the conversation has no assistant turn"));
-  EXPECT_THAT(Open(tmp.path(), "lonely.jsonl").status().message(), HasSubstr("gives no examples"));
+  EXPECT_THAT(
+      OpenChat(tmp.path(), "lonely.jsonl", "skip_without_assistant: false").status().message(),
+      HasSubstr("lonely.jsonl:1: the conversation has no assistant turn"));
+  EXPECT_THAT(OpenChat(tmp.path(), "lonely.jsonl").status().message(),
+              HasSubstr("gives no examples"));
   // Videos are refused by line, not trained on as text.
   tmp.Write("video.jsonl",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
             "\"assistant\", \"content\": \"b\"}]}\n"
             R"({"messages": [{"role": "user", "content": "<video>What happens?"}, )"
             R"({"role": "assistant", "content": "x"}], "videos": ["clip.mp4"]})");
-  EXPECT_THAT(Open(tmp.path(), "video.jsonl").status().message(),
+  EXPECT_THAT(OpenChat(tmp.path(), "video.jsonl").status().message(),
               HasSubstr("video.jsonl:2: names videos ('videos'); this engine reads images, not "
                         "videos, in chat data"));
   tmp.Write("video_part.jsonl",
             R"({"messages": [{"role": "user", "content": [{"type": "video", "video": "c.mp4"}, )"
             R"({"type": "text", "text": "What?"}]}, {"role": "assistant", "content": "x"}]})");
-  EXPECT_THAT(Open(tmp.path(), "video_part.jsonl").status().message(),
+  EXPECT_THAT(OpenChat(tmp.path(), "video_part.jsonl").status().message(),
               HasSubstr("video_part.jsonl:1: messages[0] holds a video"));
 }
 
@@ -250,10 +252,10 @@ TEST(ChatLoaderTest, ARoleTheTemplateRefusesIsAnErrorNamingTheLine) {
   const fs::path mistral =
       fs::path(testing::kSourceDir) / "tests/fixtures/tokenizers/mistral_bpe.json";
   auto message = testing::Options(
-      Chat(), "path: \"tool.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
-                  mistral.string() + "\" config: \"" +
-                  (kChatData / "mistral_tokenizer_config.json").string() + "\" }");
-  auto data = Chat().Open(*message, DataContext{tmp.path(), 1});
+      ChatPlugin(), "path: \"tool.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
+                        mistral.string() + "\" config: \"" +
+                        (kChatData / "mistral_tokenizer_config.json").string() + "\" }");
+  auto data = ChatPlugin().Open(*message, DataContext{tmp.path(), 1});
   ASSERT_FALSE(data.ok());
   EXPECT_THAT(data.status().message(), HasSubstr("tool.jsonl:2:"));
   EXPECT_THAT(data.status().message(), HasSubstr("Only user and assistant roles are supported"));
@@ -261,7 +263,7 @@ TEST(ChatLoaderTest, ARoleTheTemplateRefusesIsAnErrorNamingTheLine) {
 }
 
 TEST(ChatLoaderTest, PaddedBatchLossIsTheTokenWeightedMeanOfItsExamples) {
-  auto data = Open(kChatData, "conversations.jsonl");
+  auto data = OpenChat(kChatData, "conversations.jsonl");
   ASSERT_TRUE(data.ok()) << data.status().message();
   const auto& loader = testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "llama");
   auto options =
@@ -294,8 +296,8 @@ std::map<std::string, at::Tensor> TakeGradients(torch::nn::Module& module) {
 }
 
 TEST(ChatLoaderTest, PackedRowsGiveTheLossAndGradientsOfTheirConversationsOneByOne) {
-  auto packed = Open(kChatData, "conversations.jsonl", "eval_fraction: 0 packing: true");
-  auto single = Open(kChatData, "conversations.jsonl", "eval_fraction: 0");
+  auto packed = OpenChat(kChatData, "conversations.jsonl", "eval_fraction: 0 packing: true");
+  auto single = OpenChat(kChatData, "conversations.jsonl", "eval_fraction: 0");
   ASSERT_TRUE(packed.ok() && single.ok()) << packed.status().message();
   ASSERT_LT((*packed)->size(Split::kTrain), (*single)->size(Split::kTrain));
   EXPECT_THAT((*packed)->description(), HasSubstr("train conversations packed into " +

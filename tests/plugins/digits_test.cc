@@ -18,15 +18,15 @@ const DataLoaderPlugin& Digits() {
   return BuiltinPlugin<DataLoaderPlugin>(PluginKind::kDataLoader, "digits");
 }
 
-StatusOr<std::unique_ptr<Dataset>> Open(const std::string& options, uint64_t seed = 0,
-                                        const std::filesystem::path& base = "/") {
+StatusOr<std::unique_ptr<Dataset>> OpenDigits(const std::string& options, uint64_t seed = 0,
+                                              const std::filesystem::path& base = "/") {
   return Digits().Open(*Options(Digits(), options), DataContext{base, seed});
 }
 
 std::string RealPath() { return "path: \"" + testing::DigitsDataPath().string() + "\""; }
 
 TEST(DigitsTest, ReadsAllImagesAndSplitsThem) {
-  auto data = Open(RealPath());
+  auto data = OpenDigits(RealPath());
   ASSERT_TRUE(data.ok()) << data.status().message();
   EXPECT_EQ((*data)->size(Split::kTrain), 1438);
   EXPECT_EQ((*data)->size(Split::kEval), 359);
@@ -48,7 +48,7 @@ TEST(DigitsTest, ReadsAllImagesAndSplitsThem) {
 TEST(DigitsTest, TheFirstImageIsAZero) {
   // The first row of digits.csv.gz: 0,0,5,13,9,1,0,0, ... label 0. With eval_fraction 0 and no
   // normalisation the values come back as stored (the order is still shuffled, so find it).
-  auto data = Open(RealPath() + " eval_fraction: 0 normalize: false");
+  auto data = OpenDigits(RealPath() + " eval_fraction: 0 normalize: false");
   ASSERT_TRUE(data.ok());
   EXPECT_EQ((*data)->size(Split::kEval), 0);
   std::vector<int64_t> all((*data)->size(Split::kTrain));
@@ -67,7 +67,7 @@ TEST(DigitsTest, TheFirstImageIsAZero) {
 }
 
 TEST(DigitsTest, SplitIsFixedBySeed) {
-  auto a = Open(RealPath(), 1), b = Open(RealPath(), 1), c = Open(RealPath(), 2);
+  auto a = OpenDigits(RealPath(), 1), b = OpenDigits(RealPath(), 1), c = OpenDigits(RealPath(), 2);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   auto first = [](const std::unique_ptr<Dataset>& d) {
     return d->GetBatch(Split::kEval, {0, 1, 2, 3, 4, 5, 6, 7})->at("features");
@@ -79,7 +79,7 @@ TEST(DigitsTest, SplitIsFixedBySeed) {
 }
 
 TEST(DigitsTest, RelativePathsResolveAgainstThePipeline) {
-  auto data = Open("path: \"digits.csv.gz\"", 0, testing::DigitsDataPath().parent_path());
+  auto data = OpenDigits("path: \"digits.csv.gz\"", 0, testing::DigitsDataPath().parent_path());
   EXPECT_TRUE(data.ok()) << data.status().message();
 }
 
@@ -91,7 +91,7 @@ TEST(DigitsTest, BadFilesNameTheLine) {
       "10,0,0,0,";
   auto error = [&](const std::string& content) {
     auto path = dir.Write("d.csv", content);
-    auto data = Open("path: \"" + path.string() + "\"");
+    auto data = OpenDigits("path: \"" + path.string() + "\"");
     return data.ok() ? std::string("(opened)") : data.status().message();
   };
   EXPECT_EQ(error(row + "0\n" + row + "0\n"), "(opened)");
@@ -103,7 +103,7 @@ TEST(DigitsTest, BadFilesNameTheLine) {
   EXPECT_THAT(error(row + "10\n"), HasSubstr("d.csv:1: label 10 is outside 0..9"));
   EXPECT_THAT(error(""), HasSubstr("holds no images"));
   EXPECT_THAT(error("\n\n"), HasSubstr("holds no images"));
-  EXPECT_THAT(Open("path: \"/nonexistent/digits.csv.gz\"").status().message(),
+  EXPECT_THAT(OpenDigits("path: \"/nonexistent/digits.csv.gz\"").status().message(),
               HasSubstr("cannot open '/nonexistent/digits.csv.gz'"));
 }
 
@@ -111,7 +111,7 @@ TEST(DigitsTest, TruncatedGzipIsDataLoss) {
   testing::TempDir dir;
   std::string bytes = testing::ReadText(testing::DigitsDataPath());
   auto path = dir.Write("cut.csv.gz", bytes.substr(0, bytes.size() / 2));
-  auto data = Open("path: \"" + path.string() + "\"");
+  auto data = OpenDigits("path: \"" + path.string() + "\"");
   ASSERT_FALSE(data.ok());
   EXPECT_THAT(data.status().message(), HasSubstr("cut.csv.gz"));
 }
@@ -125,7 +125,7 @@ TEST(DigitsTest, OptionValidation) {
 }
 
 TEST(DigitsTest, BatchIndicesAreChecked) {
-  auto data = Open(RealPath());
+  auto data = OpenDigits(RealPath());
   ASSERT_TRUE(data.ok());
   auto bad = (*data)->GetBatch(Split::kEval, {359});
   ASSERT_FALSE(bad.ok());

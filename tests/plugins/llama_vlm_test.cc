@@ -37,8 +37,9 @@ DataSpec CaptionSpec() {
   return spec;
 }
 
-std::unique_ptr<Model> Create(const std::string& name, const std::string& options,
-                              const DataSpec& spec, const std::filesystem::path& dir = "/") {
+std::unique_ptr<Model> CreateLlamaVlm(const std::string& name, const std::string& options,
+                                      const DataSpec& spec,
+                                      const std::filesystem::path& dir = "/") {
   const auto& loader = Loader(name);
   auto message = testing::Options(loader, options);
   OptionErrors errors;
@@ -75,7 +76,8 @@ TEST(LlamaLoaderTest, APaddedBatchTrainsAsItsRowsOneByOne) {
   // Row 0 unpadded, row 1 padded on the right, row 2 on the left: the batch's summed loss and its
   // gradient equal those of the rows run alone, unpadded.
   const DataSpec spec = TextSpec(40, 7);
-  auto model = Create("llama", "hidden_size: 16 num_hidden_layers: 2 num_attention_heads: 2", spec);
+  auto model =
+      CreateLlamaVlm("llama", "hidden_size: 16 num_hidden_layers: 2 num_attention_heads: 2", spec);
   ASSERT_NE(model, nullptr);
   const std::vector<std::vector<int64_t>> rows = {
       {5, 9, 2, 7, 7, 3, 1}, {4, 8, 15, 16}, {23, 4, 2}};
@@ -103,7 +105,8 @@ TEST(LlamaLoaderTest, APaddedBatchTrainsAsItsRowsOneByOne) {
 
 TEST(LlamaLoaderTest, SizesFromDataAndRoundTripThroughItsOwnDirectory) {
   const DataSpec spec = TextSpec();
-  auto model = Create("llama", "hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2", spec);
+  auto model =
+      CreateLlamaVlm("llama", "hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2", spec);
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->architecture(), "llama");
   auto params = model->module().named_parameters();
@@ -113,7 +116,7 @@ TEST(LlamaLoaderTest, SizesFromDataAndRoundTripThroughItsOwnDirectory) {
 
   testing::TempDir tmp;
   SaveDirectory(*model, tmp.path() / "saved");
-  auto loaded = Create("llama", "pretrained: \"saved\"", spec, tmp.path());
+  auto loaded = CreateLlamaVlm("llama", "pretrained: \"saved\"", spec, tmp.path());
   ASSERT_NE(loaded, nullptr);
   auto again = loaded->module().named_parameters();
   ASSERT_EQ(again.size(), params.size());
@@ -135,8 +138,8 @@ TEST(LlamaLoaderTest, SizesFromDataAndRoundTripThroughItsOwnDirectory) {
 TEST(LlamaLoaderTest, ErrorsNameTheProblem) {
   // The data's tokens do not fit a pretrained model's vocabulary.
   testing::TempDir tmp;
-  auto small =
-      Create("llama", "hidden_size: 8 num_hidden_layers: 1 num_attention_heads: 2", TextSpec(20));
+  auto small = CreateLlamaVlm("llama", "hidden_size: 8 num_hidden_layers: 1 num_attention_heads: 2",
+                              TextSpec(20));
   SaveDirectory(*small, tmp.path() / "small");
   const auto& loader = Loader("llama");
   const DataSpec spec = TextSpec(259);
@@ -164,10 +167,11 @@ TEST(LlamaLoaderTest, ErrorsNameTheProblem) {
 
 TEST(VlmLoaderTest, NamesImageFirstLayoutAndExactMatch) {
   const DataSpec spec = CaptionSpec();
-  auto model = Create("vlm",
-                      "vision { patch_size: 4 hidden_size: 16 num_layers: 1 num_heads: 2 } "
-                      "decoder { hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2 }",
-                      spec);
+  auto model =
+      CreateLlamaVlm("vlm",
+                     "vision { patch_size: 4 hidden_size: 16 num_layers: 1 num_heads: 2 } "
+                     "decoder { hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2 }",
+                     spec);
   ASSERT_NE(model, nullptr);
   std::set<std::string> prefixes;
   for (const auto& p : model->module().named_parameters()) {
@@ -199,7 +203,7 @@ TEST(VlmLoaderTest, NamesImageFirstLayoutAndExactMatch) {
   // A whole vlm directory round-trips through `pretrained`.
   testing::TempDir tmp;
   SaveDirectory(*model, tmp.path() / "vlm");
-  auto loaded = Create("vlm", "pretrained: \"vlm\"", spec, tmp.path());
+  auto loaded = CreateLlamaVlm("vlm", "pretrained: \"vlm\"", spec, tmp.path());
   ASSERT_NE(loaded, nullptr);
   loaded->module().eval();
   EXPECT_TRUE(at::equal(loaded->Forward(batch)->loss, out->loss));
@@ -207,12 +211,13 @@ TEST(VlmLoaderTest, NamesImageFirstLayoutAndExactMatch) {
 
 TEST(VlmLoaderTest, DecoderFromALanguageModelDirectory) {
   const DataSpec spec = CaptionSpec();
-  auto lm =
-      Create("llama", "hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2", TextSpec(259));
+  auto lm = CreateLlamaVlm("llama", "hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2",
+                           TextSpec(259));
   testing::TempDir tmp;
   SaveDirectory(*lm, tmp.path() / "lm");
-  auto vlm = Create("vlm", "vision { hidden_size: 16 num_heads: 2 } decoder { pretrained: \"lm\" }",
-                    spec, tmp.path());
+  auto vlm = CreateLlamaVlm(
+      "vlm", "vision { hidden_size: 16 num_heads: 2 } decoder { pretrained: \"lm\" }", spec,
+      tmp.path());
   ASSERT_NE(vlm, nullptr);
   auto from = lm->module().named_parameters();
   auto to = vlm->module().named_parameters();

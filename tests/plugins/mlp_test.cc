@@ -28,13 +28,13 @@ DataSpec DigitsSpec() {
   return spec;
 }
 
-StatusOr<std::unique_ptr<Model>> Create(const std::string& options, const DataSpec& spec) {
+StatusOr<std::unique_ptr<Model>> CreateMlp(const std::string& options, const DataSpec& spec) {
   return Mlp().Create(*Options(Mlp(), options), ModelContext{&spec, "/", 0});
 }
 
 TEST(MlpTest, LayersAreSizedFromTheData) {
   DataSpec spec = DigitsSpec();
-  auto model = Create("hidden_units: 32 hidden_units: 16", spec);
+  auto model = CreateMlp("hidden_units: 32 hidden_units: 16", spec);
   ASSERT_TRUE(model.ok()) << model.status().message();
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -54,7 +54,7 @@ TEST(MlpTest, LayersAreSizedFromTheData) {
 
 TEST(MlpTest, DefaultIsOneHiddenLayerOf128) {
   DataSpec spec = DigitsSpec();
-  auto model = Create("", spec);
+  auto model = CreateMlp("", spec);
   ASSERT_TRUE(model.ok());
   EXPECT_EQ((*model)->module().named_parameters()["layers.0.weight"].size(0), 128);
   EXPECT_EQ((*model)->module().named_parameters().size(), 4u);
@@ -62,7 +62,7 @@ TEST(MlpTest, DefaultIsOneHiddenLayerOf128) {
 
 TEST(MlpTest, ForwardGivesLossAndAccuracy) {
   DataSpec spec = DigitsSpec();
-  auto model = Create("hidden_units: 16 activation: TANH dropout: 0.5", spec);
+  auto model = CreateMlp("hidden_units: 16 activation: TANH dropout: 0.5", spec);
   ASSERT_TRUE(model.ok());
   (*model)->module().eval();
   Batch batch = {{"features", at::randn({6, 64})},
@@ -83,14 +83,14 @@ TEST(MlpTest, ForwardGivesLossAndAccuracy) {
 TEST(MlpTest, RefusesDataItCannotUse) {
   DataSpec text;
   text.fields = {{"tokens", at::kLong, {-1}, 0}};
-  auto model = Create("", text);
+  auto model = CreateMlp("", text);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(),
               HasSubstr("mlp needs a float field 'features' from the data loader, which "
                         "provides: tokens i64[?]"));
   DataSpec no_classes;
   no_classes.fields = {{"features", at::kFloat, {4}, 0}, {"labels", at::kLong, {}, 0}};
-  EXPECT_THAT(Create("", no_classes).status().message(),
+  EXPECT_THAT(CreateMlp("", no_classes).status().message(),
               HasSubstr("integer class-label field 'labels'"));
 }
 

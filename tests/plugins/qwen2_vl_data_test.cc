@@ -49,20 +49,21 @@ void WriteTokenizer(const testing::TempDir& dir) {
   fs::copy_file(kFixture / "preprocessor_config.json", dir.path() / "preprocessor_config.json");
 }
 
-const DataLoaderPlugin& Chat() {
+const DataLoaderPlugin& QwenVlChatPlugin() {
   return testing::BuiltinPlugin<DataLoaderPlugin>(PluginKind::kDataLoader, "chat");
 }
 
 StatusOr<std::unique_ptr<Dataset>> OpenChat(const testing::TempDir& dir, const std::string& lines,
                                             const std::string& extra = "") {
   dir.Write("data.jsonl", lines);
-  auto options = testing::Options(
-      Chat(), "path: \"data.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
-                  (dir.path() / "tokenizer.json").string() + "\" } " + extra);
+  auto options =
+      testing::Options(QwenVlChatPlugin(),
+                       "path: \"data.jsonl\" eval_fraction: 0 tokenizer { kind: HF_JSON path: \"" +
+                           (dir.path() / "tokenizer.json").string() + "\" } " + extra);
   OptionErrors errors;
-  Chat().ValidateOptions(*options, &errors);
+  QwenVlChatPlugin().ValidateOptions(*options, &errors);
   EXPECT_TRUE(errors.empty());
-  return Chat().Open(*options, DataContext{dir.path(), 1});
+  return QwenVlChatPlugin().Open(*options, DataContext{dir.path(), 1});
 }
 
 // Rows 0 and 1 of the fixture: one image, then two, in the two layouts.

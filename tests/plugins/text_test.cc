@@ -19,8 +19,8 @@ const DataLoaderPlugin& Text() {
   return testing::BuiltinPlugin<DataLoaderPlugin>(PluginKind::kDataLoader, "text");
 }
 
-StatusOr<std::unique_ptr<Dataset>> Open(const std::string& options,
-                                        const std::filesystem::path& dir, uint64_t seed = 1) {
+StatusOr<std::unique_ptr<Dataset>> OpenText(const std::string& options,
+                                            const std::filesystem::path& dir, uint64_t seed = 1) {
   auto message = testing::Options(Text(), options);
   return Text().Open(*message, DataContext{dir, seed});
 }
@@ -40,7 +40,7 @@ std::vector<int64_t> Tokens(const Dataset& data, Split split) {
 TEST(TextLoaderTest, PacksDocumentsWithBosAndEosIntoWindows) {
   testing::TempDir tmp;
   tmp.Write("f.txt", "ab\n%\ncd\nef\n%\n\n%\nghi\n");
-  auto data = Open(
+  auto data = OpenText(
       "path: \"f.txt\" document_separator: \"%\" sequence_length: 4 "
       "eval_fraction: 0",
       tmp.path());
@@ -73,7 +73,7 @@ TEST(TextLoaderTest, PacksDocumentsWithBosAndEosIntoWindows) {
 TEST(TextLoaderTest, BlankLinesSeparateDocumentsByDefault) {
   testing::TempDir tmp;
   tmp.Write("f.txt", "one\ntwo\n\n\nthree\n");
-  auto data = Open("path: \"f.txt\" sequence_length: 2 eval_fraction: 0", tmp.path());
+  auto data = OpenText("path: \"f.txt\" sequence_length: 2 eval_fraction: 0", tmp.path());
   ASSERT_TRUE(data.ok()) << data.status().message();
   const auto tokens = Tokens(**data, Split::kTrain);
   EXPECT_EQ(std::count(tokens.begin(), tokens.end(), 257), 2);  // two documents
@@ -86,9 +86,9 @@ TEST(TextLoaderTest, SplitsWholeDocumentsDeterministicallyBySeed) {
   tmp.Write("f.txt", text);
   const std::string options =
       "path: \"f.txt\" document_separator: \"%\" sequence_length: 8 eval_fraction: 0.2";
-  auto a = Open(options, tmp.path(), 5);
-  auto b = Open(options, tmp.path(), 5);
-  auto c = Open(options, tmp.path(), 6);
+  auto a = OpenText(options, tmp.path(), 5);
+  auto b = OpenText(options, tmp.path(), 5);
+  auto c = OpenText(options, tmp.path(), 6);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(Tokens(**a, Split::kEval), Tokens(**b, Split::kEval));
   EXPECT_NE(Tokens(**a, Split::kEval), Tokens(**c, Split::kEval));
@@ -124,8 +124,8 @@ TEST(TextLoaderTest, BaselineIsTheUnigramPerplexity) {
   // Train and eval documents both "aa"; with the seed's split one document is held out.
   tmp.Write("f.txt", "aa\n%\naa\n");
   auto data =
-      Open("path: \"f.txt\" document_separator: \"%\" sequence_length: 4 eval_fraction: 0.5",
-           tmp.path());
+      OpenText("path: \"f.txt\" document_separator: \"%\" sequence_length: 4 eval_fraction: 0.5",
+               tmp.path());
   ASSERT_TRUE(data.ok()) << data.status().message();
   // Train counts (add-one over 259 ids): bos 2, a 3, eos 2, others 1; total 259 + 4.
   // Eval predicts positions 1..3 of [bos a a eos]: a, a, eos.
@@ -139,27 +139,27 @@ TEST(TextLoaderTest, BaselineIsTheUnigramPerplexity) {
 TEST(TextLoaderTest, ReadsJsonLinesAndNamesTheBadLine) {
   testing::TempDir tmp;
   tmp.Write("d.jsonl", "{\"text\": \"hello\"}\n{\"text\": \"world\", \"id\": 2}\n");
-  auto data = Open("path: \"d.jsonl\" sequence_length: 3 eval_fraction: 0", tmp.path());
+  auto data = OpenText("path: \"d.jsonl\" sequence_length: 3 eval_fraction: 0", tmp.path());
   ASSERT_TRUE(data.ok()) << data.status().message();
   EXPECT_EQ((*data)->size(Split::kTrain), 14 / 3);
 
   tmp.Write("bad.jsonl", "{\"text\": \"hello\"}\n{\"text\": 3}\n");
-  auto bad = Open("path: \"bad.jsonl\"", tmp.path());
+  auto bad = OpenText("path: \"bad.jsonl\"", tmp.path());
   EXPECT_THAT(bad.status().message(), HasSubstr("bad.jsonl:2: field 'text' is not a string"));
   tmp.Write("broken.jsonl", "{\"text\": \"hello\"}\n\n{\"text\": \"hel\n");
-  EXPECT_THAT(Open("path: \"broken.jsonl\"", tmp.path()).status().message(),
+  EXPECT_THAT(OpenText("path: \"broken.jsonl\"", tmp.path()).status().message(),
               HasSubstr("broken.jsonl:3: not valid JSON"));
   tmp.Write("other.jsonl", "{\"body\": \"hello\"}\n");
-  EXPECT_THAT(Open("path: \"other.jsonl\"", tmp.path()).status().message(),
+  EXPECT_THAT(OpenText("path: \"other.jsonl\"", tmp.path()).status().message(),
               HasSubstr("other.jsonl:1: no field 'text'"));
 }
 
 TEST(TextLoaderTest, TooLittleTextAndMissingFilesAreClearErrors) {
   testing::TempDir tmp;
   tmp.Write("short.txt", "hi\n");
-  EXPECT_THAT(Open("path: \"short.txt\" eval_fraction: 0", tmp.path()).status().message(),
+  EXPECT_THAT(OpenText("path: \"short.txt\" eval_fraction: 0", tmp.path()).status().message(),
               HasSubstr("fewer than 128 tokens, not one window; lower sequence_length"));
-  EXPECT_THAT(Open("path: \"missing.txt\"", tmp.path()).status().message(),
+  EXPECT_THAT(OpenText("path: \"missing.txt\"", tmp.path()).status().message(),
               HasSubstr("missing.txt"));
   OptionErrors errors;
   Text().ValidateOptions(*testing::Options(Text(), "path: \"x\" sequence_length: 1"), &errors);
@@ -168,9 +168,9 @@ TEST(TextLoaderTest, TooLittleTextAndMissingFilesAreClearErrors) {
 }
 
 TEST(TextLoaderTest, ReadsTheFortunes) {
-  auto data = Open("path: \"" + testing::FortunesDataPath().string() +
-                       "\" document_separator: \"%\" sequence_length: 128 eval_fraction: 0.05",
-                   "/");
+  auto data = OpenText("path: \"" + testing::FortunesDataPath().string() +
+                           "\" document_separator: \"%\" sequence_length: 128 eval_fraction: 0.05",
+                       "/");
   ASSERT_TRUE(data.ok()) << data.status().message();
   EXPECT_GT((*data)->size(Split::kTrain), 15000);
   EXPECT_GT((*data)->size(Split::kEval), 500);
@@ -189,7 +189,7 @@ TEST(TextLoaderTest, AFileOfRandomBytesIsRefusedWithACount) {
     c = static_cast<char>(state >> 24);
   }
   tmp.Write("random.txt", bytes);
-  auto data = Open("path: \"random.txt\" sequence_length: 4", tmp.path());
+  auto data = OpenText("path: \"random.txt\" sequence_length: 4", tmp.path());
   ASSERT_FALSE(data.ok());
   EXPECT_EQ(data.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(data.status().message(), HasSubstr("random.txt' does not look like text: "));
@@ -202,7 +202,7 @@ TEST(TextLoaderTest, AFewBytesThatAreNotUtf8AreCountedInTheDescription) {
   for (int i = 0; i < 40; ++i) text += "a line of plain text number " + std::to_string(i) + "\n%\n";
   text += "caf\xe9\n";  // Latin-1, one byte
   tmp.Write("f.txt", text);
-  auto data = Open("path: \"f.txt\" document_separator: \"%\" sequence_length: 4", tmp.path());
+  auto data = OpenText("path: \"f.txt\" document_separator: \"%\" sequence_length: 4", tmp.path());
   ASSERT_TRUE(data.ok()) << data.status().message();
   EXPECT_THAT((*data)->description(), HasSubstr("(1 bytes not UTF-8)"));
 }

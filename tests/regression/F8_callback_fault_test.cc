@@ -11,7 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Pipeline(const std::string& failure, const std::string& on_error) {
+std::string CallbackFaultPipeline(const std::string& failure, const std::string& on_error) {
   return "output_dir: \"out\"\nplugin_path: \"" + std::string(testing::kTestPluginDir) +
          "/throwing_callback\"\nstage {\n  name: \"s\"\n  model { plugin: \"mlp\" }\n"
          "  data { plugin: \"digits\" options { [type.googleapis.com/engine.plugins."
@@ -31,7 +31,7 @@ struct Outcome {
 
 Outcome RunPipeline(const std::string& failure, const std::string& on_error) {
   testing::TempDir dir;
-  dir.Write("p.pbtxt", Pipeline(failure, on_error));
+  dir.Write("p.pbtxt", CallbackFaultPipeline(failure, on_error));
   const std::string log = (dir.path() / "callback.log").string();
   Outcome o;
   o.result = testing::RunEngine({"run", "p.pbtxt"}, dir.path().string(),

@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::RunEngine;
 
-std::string Pipeline(const std::string& stage_extra, const std::string& header = "") {
+std::string HostilePipeline(const std::string& stage_extra, const std::string& header = "") {
   return "output_dir: \"out\"\n" + header + testing::DigitsStage("s", stage_extra);
 }
 
@@ -35,7 +35,7 @@ size_t Count(const std::string& text, const std::string& what) {
 
 TEST(HostileRunsTest, ASecondRunOnABusyOutputDirIsRefusedAtOnceNamingTheHolder) {
   testing::TempDir dir;
-  auto file = dir.Write("p.pbtxt", Pipeline("  schedule { max_steps: 2 }"));
+  auto file = dir.Write("p.pbtxt", HostilePipeline("  schedule { max_steps: 2 }"));
   auto held = OutputDirLock::Acquire(dir.path() / "out", "engine run first.pbtxt");
   ASSERT_TRUE(held.ok()) << held.status().message();
   auto r = RunEngine({"run", file.string()}, dir.path().string());
@@ -51,7 +51,7 @@ TEST(HostileRunsTest, ASecondRunOnABusyOutputDirIsRefusedAtOnceNamingTheHolder) 
 
 TEST(HostileRunsTest, APluginWhoseManifestCrashesIsSkippedAndOtherPipelinesStillWork) {
   testing::TempDir dir;
-  auto file = dir.Write("p.pbtxt", Pipeline("  schedule { max_steps: 2 }"));
+  auto file = dir.Write("p.pbtxt", HostilePipeline("  schedule { max_steps: 2 }"));
   const std::string crashing = std::string(testing::kTestPluginDir) + "/crashing_manifest";
   auto r = RunEngine({"check", file.string(), "--plugin_path=" + crashing}, dir.path().string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -67,7 +67,7 @@ TEST(HostileRunsTest, JsonOutputReplacesBytesThatAreNotUtf8) {
   const std::string header =
       "name: \"caf\\351\"\n"
       "callback { plugin: \"metrics_jsonl\" }\n";
-  auto file = dir.Write("p.pbtxt", Pipeline("  schedule { max_steps: 2 }", header));
+  auto file = dir.Write("p.pbtxt", HostilePipeline("  schedule { max_steps: 2 }", header));
   auto r = RunEngine({"check", file.string(), "--format=json"}, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto plan = nlohmann::json::parse(r.out, nullptr, false);
@@ -86,20 +86,21 @@ TEST(HostileRunsTest, JsonOutputReplacesBytesThatAreNotUtf8) {
 
 TEST(HostileRunsTest, NumbersAndFlagsAtTheirLimits) {
   testing::TempDir dir;
-  auto huge = dir.Write("huge.pbtxt", Pipeline("  schedule { max_steps: 9223372036854775808 }"));
+  auto huge =
+      dir.Write("huge.pbtxt", HostilePipeline("  schedule { max_steps: 9223372036854775808 }"));
   auto r = RunEngine({"check", huge.string()}, dir.path().string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("schedule.max_steps must be at most 1000000000000 (got "
                                "9223372036854775808)"));
   EXPECT_THAT(r.err, Not(HasSubstr("warmup_steps")));
 
-  auto good = dir.Write("good.pbtxt", Pipeline("  schedule { max_steps: 2 }"));
+  auto good = dir.Write("good.pbtxt", HostilePipeline("  schedule { max_steps: 2 }"));
   r = RunEngine({"run", good.string(), "--output_dir="}, dir.path().string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("engine run: --output_dir needs a directory"));
 
-  auto big = dir.Write("big.pbtxt", Pipeline("  schedule { epochs: 1 batch_size: 100000 "
-                                             "gradient_accumulation_steps: 7 }"));
+  auto big = dir.Write("big.pbtxt", HostilePipeline("  schedule { epochs: 1 batch_size: 100000 "
+                                                    "gradient_accumulation_steps: 7 }"));
   r = RunEngine({"check", big.string()}, dir.path().string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("warning: schedule.batch_size 100000 is larger than the "));
@@ -111,7 +112,7 @@ TEST(HostileRunsTest, NumbersAndFlagsAtTheirLimits) {
 TEST(HostileRunsTest, ProblemsThatUsedToShowAfterTrainingAreFoundByCheck) {
   testing::TempDir dir;
   dir.Write("out/s", "a file where the stage's directory belongs");
-  auto file = dir.Write("p.pbtxt", Pipeline("  schedule { max_steps: 2 }"));
+  auto file = dir.Write("p.pbtxt", HostilePipeline("  schedule { max_steps: 2 }"));
   auto r = RunEngine({"check", file.string()}, dir.path().string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("stage 's': its output directory '" +
@@ -165,7 +166,7 @@ TEST(HostileRunsTest, BinaryBytesInADataErrorArePrintedEscaped) {
 
 TEST(HostileRunsTest, NprocOnAnInvalidPipelineChecksOnceAndStartsNoRank) {
   testing::TempDir dir;
-  auto file = dir.Write("p.pbtxt", Pipeline("  schedule { batch_size: 0 }"));
+  auto file = dir.Write("p.pbtxt", HostilePipeline("  schedule { batch_size: 0 }"));
   auto r = RunEngine({"run", file.string(), "--nproc=1000"}, dir.path().string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(Count(r.err, "schedule.batch_size must be > 0"), 1u) << r.err;
@@ -188,14 +189,16 @@ TEST(HostileRunsTest, NprocOnAnInvalidPipelineChecksOnceAndStartsNoRank) {
 // CPU DDP stage with far more ranks than cores. Both are refused before any rank starts.
 TEST(HostileRunsTest, NprocBeyondWhatThePipelineAndTheMachineAllowStartsNoRank) {
   testing::TempDir dir;
-  auto plain = dir.Write("plain.pbtxt", Pipeline("  schedule { max_steps: 2 batch_size: 16 }"));
+  auto plain =
+      dir.Write("plain.pbtxt", HostilePipeline("  schedule { max_steps: 2 batch_size: 16 }"));
   auto r = RunEngine({"run", plain.string(), "--nproc=1000"}, dir.path().string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("it would run as rank 999 of WORLD_SIZE=1000, but the stage does "
                                "not ask for parallel { strategy: DDP }"));
   EXPECT_THAT(r.err, Not(HasSubstr("started")));
 
-  auto ddp = dir.Write("ddp.pbtxt", Pipeline("  schedule { max_steps: 2 batch_size: 16 }\n"
+  auto ddp =
+      dir.Write("ddp.pbtxt", HostilePipeline("  schedule { max_steps: 2 batch_size: 16 }\n"
                                              "  parallel { device: \"cpu\" strategy: DDP }"));
   r = RunEngine({"run", ddp.string(), "--nproc=1000"}, dir.path().string());
   EXPECT_EQ(r.exit_code, 2);

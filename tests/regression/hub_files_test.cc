@@ -25,16 +25,16 @@ using ::testing::HasSubstr;
 using testing::RunEngine;
 namespace fs = std::filesystem;
 
-const fs::path kFixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
+const fs::path kHubFixtures = testing::kFixtureDir;
 
 // A chat stage on `dir`/data.jsonl with the tokenizer and its config in `dir`.
 class HubFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fs::copy_file(kFixtures / "tokenizers/qwen2_bpe.json", dir_.path() / "tokenizer.json");
-    fs::copy_file(kFixtures / "chat_data/tokenizer_config.json",
+    fs::copy_file(kHubFixtures / "tokenizers/qwen2_bpe.json", dir_.path() / "tokenizer.json");
+    fs::copy_file(kHubFixtures / "chat_data/tokenizer_config.json",
                   dir_.path() / "tokenizer_config.json");
-    fs::copy_file(kFixtures / "chat_data/conversations.jsonl", dir_.path() / "data.jsonl");
+    fs::copy_file(kHubFixtures / "chat_data/conversations.jsonl", dir_.path() / "data.jsonl");
     pipeline_ = dir_.Write(
         "p.pbtxt",
         "output_dir: \"out\"\n"
@@ -80,7 +80,7 @@ TEST_F(HubFilesTest, ConfigsAndDataThatAreDevicesAreRefusedNamingTheFile) {
   EXPECT_THAT(r.err, HasSubstr("'" + (dir_.path() / "tokenizer_config.json").string() +
                                "' is a character device, not a regular config file"));
 
-  fs::copy_file(kFixtures / "chat_data/tokenizer_config.json", dir_.path() / "config_copy.json");
+  fs::copy_file(kHubFixtures / "chat_data/tokenizer_config.json", dir_.path() / "config_copy.json");
   ReplaceWithSymlink("tokenizer_config.json", dir_.path() / "config_copy.json");
   ReplaceWithSymlink("data.jsonl", "/dev/urandom");
   r = Check();

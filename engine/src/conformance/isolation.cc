@@ -21,7 +21,7 @@ std::string Encode(const CheckResult& r) {
   return std::to_string(static_cast<int>(r.outcome)) + '\0' + r.plugin_kind + '\0' + r.detail;
 }
 
-bool Decode(const std::string& bytes, CheckResult* r) {
+bool DecodeCheckResult(const std::string& bytes, CheckResult* r) {
   const size_t a = bytes.find('\0');
   const size_t b = a == std::string::npos ? a : bytes.find('\0', a + 1);
   if (b == std::string::npos) return false;
@@ -93,7 +93,7 @@ void ReadChildResult(const ChildOutcome& child, const CapturedOutput& output, in
   } else if (WIFSIGNALED(status)) {
     result->detail = std::string("crashed (") + ::strsignal(WTERMSIG(status)) +
                      ") while the check ran the plugin's code" + output.Said();
-  } else if (!Decode(child.output, result)) {
+  } else if (!DecodeCheckResult(child.output, result)) {
     result->outcome = Outcome::kFail;
     result->detail = "the check ended (exit status " +
                      std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +

@@ -226,7 +226,7 @@ Status ReadJpeg(FILE* file, const std::filesystem::path& path, RgbImage* image) 
   return Status::Ok();
 }
 
-StatusOr<RgbImage> Decode(FILE* file, const std::filesystem::path& path) {
+StatusOr<RgbImage> DecodeImageFile(FILE* file, const std::filesystem::path& path) {
   ENGINE_ASSIGN_OR_RETURN(ImageFormat format, SniffFormat(file, path));
   RgbImage image;
   ENGINE_RETURN_IF_ERROR(format == ImageFormat::kPng ? ReadPng(file, path, &image)
@@ -244,7 +244,7 @@ StatusOr<RgbImage> ReadRgbImage(const std::filesystem::path& path) {
     ::close(fd);
     return IoError(Quoted(path) + " cannot be read: " + std::strerror(err));
   }
-  return Decode(file.get(), path);
+  return DecodeImageFile(file.get(), path);
 }
 
 StatusOr<RgbImage> DecodeRgbImage(const std::string& bytes, const std::filesystem::path& path) {
@@ -252,7 +252,7 @@ StatusOr<RgbImage> DecodeRgbImage(const std::string& bytes, const std::filesyste
   // The decoders read through stdio; fmemopen gives them the bytes in memory as a file.
   FilePtr file(fmemopen(const_cast<char*>(bytes.data()), bytes.size(), "rb"));
   if (file == nullptr) return InternalError(Quoted(path) + ": " + std::strerror(errno));
-  return Decode(file.get(), path);
+  return DecodeImageFile(file.get(), path);
 }
 
 }  // namespace engine

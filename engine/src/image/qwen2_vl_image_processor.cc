@@ -95,7 +95,7 @@ Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
   return Status::Ok();
 }
 
-std::string SizeText(int64_t height, int64_t width) {
+std::string ImageSizeText(int64_t height, int64_t width) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
@@ -115,7 +115,7 @@ StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t
   const int64_t factor = patch_size * merge_size;
   if (!do_resize) {
     if (height % factor != 0 || width % factor != 0) {
-      return InvalidArgumentError("an image of " + SizeText(height, width) +
+      return InvalidArgumentError("an image of " + ImageSizeText(height, width) +
                                   " pixels is not a multiple of " + std::to_string(factor) +
                                   " on each side, and do_resize is false");
     }
@@ -123,7 +123,7 @@ StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t
   }
   const double h = static_cast<double>(height), w = static_cast<double>(width);
   if (std::max(h, w) / std::min(h, w) > 200) {
-    return InvalidArgumentError("an image of " + SizeText(height, width) +
+    return InvalidArgumentError("an image of " + ImageSizeText(height, width) +
                                 " pixels has an aspect ratio above 200, which Qwen2-VL refuses");
   }
   // Python's round: half to even, as nearbyint does in the default rounding mode.
@@ -139,10 +139,11 @@ StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t
     w_bar = static_cast<int64_t>(std::ceil(w * beta / factor)) * factor;
   }
   if (h_bar <= 0 || w_bar <= 0 || h_bar * w_bar > max_pixels) {
-    return InvalidArgumentError(
-        "an image of " + SizeText(height, width) + " pixels cannot be resized to multiples of " +
-        std::to_string(factor) + " within min_pixels " + std::to_string(min_pixels) +
-        " and max_pixels " + std::to_string(max_pixels));
+    return InvalidArgumentError("an image of " + ImageSizeText(height, width) +
+                                " pixels cannot be resized to multiples of " +
+                                std::to_string(factor) + " within min_pixels " +
+                                std::to_string(min_pixels) + " and max_pixels " +
+                                std::to_string(max_pixels));
   }
   return std::make_pair(h_bar, w_bar);
 }

@@ -53,14 +53,9 @@ int64_t OptionalInt(CallArgs& args, size_t index, const char* name, int64_t fall
   return v->as_int();
 }
 
-void Finish(CallArgs& args, const std::string& method, size_t max) {
-  Status status = args.Finish(method, max);
-  if (!status.ok()) ThrowError(status.message());
-}
-
 bool AffixMatch(CallArgs& args, const std::string& s, bool prefix, const char* method) {
   const Value* affix = args.Get(0, prefix ? "prefix" : "suffix");
-  Finish(args, method, 1);
+  FinishCall(args, method, 1);
   if (affix == nullptr) ThrowError(std::string(method) + "() takes at least 1 argument (0 given)");
   ValueList candidates = affix->is_list() ? affix->as_list() : ValueList{*affix};
   for (const Value& candidate : candidates) {
@@ -78,8 +73,8 @@ bool AffixMatch(CallArgs& args, const std::string& s, bool prefix, const char* m
   return false;
 }
 
-std::string Replace(const std::string& s, const std::string& from, const std::string& to,
-                    int64_t count) {
+std::string ReplaceInString(const std::string& s, const std::string& from, const std::string& to,
+                            int64_t count) {
   std::string out;
   size_t pos = 0;
   int64_t done = 0;
@@ -111,7 +106,7 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
 Value SplitMethod(const std::string& s, const std::string& name, CallArgs& args) {
   const std::string* sep = OptionalString(args, 0, "sep", name.c_str());
   int64_t maxsplit = OptionalInt(args, 1, "maxsplit", -1);
-  Finish(args, name, 2);
+  FinishCall(args, name, 2);
   if (sep != nullptr && sep->empty()) ThrowError("empty separator");
   if (name == "rsplit" && maxsplit >= 0) {
     if (sep == nullptr) ThrowError("rsplit() with maxsplit needs a separator");
@@ -135,7 +130,7 @@ Value SplitMethod(const std::string& s, const std::string& name, CallArgs& args)
 // str.find, rfind, index (positions in code points, as Python counts) and count.
 Value SearchMethod(const std::string& s, const std::string& name, CallArgs& args) {
   const std::string& sub = RequiredString(args, 0, "sub", name.c_str());
-  Finish(args, name, 1);
+  FinishCall(args, name, 1);
   if (name == "count") {
     if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointOffsets(s).size()));
     int64_t n = 0;
@@ -154,7 +149,7 @@ Value SearchMethod(const std::string& s, const std::string& name, CallArgs& args
 
 Value RemoveAffixMethod(const std::string& s, const std::string& name, CallArgs& args) {
   const std::string& affix = RequiredString(args, 0, "affix", name.c_str());
-  Finish(args, name, 1);
+  FinishCall(args, name, 1);
   if (affix.size() <= s.size()) {
     if (name == "removeprefix" && s.compare(0, affix.size(), affix) == 0) {
       return Value::String(s.substr(affix.size()));
@@ -168,7 +163,7 @@ Value RemoveAffixMethod(const std::string& s, const std::string& name, CallArgs&
 
 Value JoinMethod(const std::string& s, const std::string& name, CallArgs& args) {
   const Value* items = args.Get(0, "iterable");
-  Finish(args, name, 1);
+  FinishCall(args, name, 1);
   if (items == nullptr) ThrowError("join() takes exactly one argument (0 given)");
   std::string out;
   ValueList list = Iterate(*items);
@@ -193,13 +188,13 @@ std::optional<Value> ClassMethod(const std::string& s, const std::string& name, 
                          : name == "isspace" ? ::isspace
                                              : nullptr;
   if (classify != nullptr) {
-    Finish(args, name, 0);
+    FinishCall(args, name, 0);
     return Value::Bool(!s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
       return classify(static_cast<unsigned char>(c)) != 0;
     }));
   }
   if (name != "isupper" && name != "islower") return std::nullopt;
-  Finish(args, name, 0);
+  FinishCall(args, name, 0);
   bool cased = false;
   for (char c : s) {
     if (std::isalpha(static_cast<unsigned char>(c))) {
@@ -215,12 +210,12 @@ std::optional<Value> ClassMethod(const std::string& s, const std::string& name, 
 Value StringMethod(const std::string& s, const std::string& name, CallArgs& args) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const std::string* chars = OptionalString(args, 0, "chars", name.c_str());
-    Finish(args, name, 1);
+    FinishCall(args, name, 1);
     return Value::String(PyStrip(s, chars, name != "rstrip", name != "lstrip"));
   }
   if (name == "split" || name == "rsplit") return SplitMethod(s, name, args);
   if (name == "splitlines") {
-    Finish(args, name, 0);
+    FinishCall(args, name, 0);
     ValueList lines;
     for (auto& line : PySplitLines(s)) lines.push_back(Value::String(std::move(line)));
     return Value::List(std::move(lines));
@@ -229,7 +224,7 @@ Value StringMethod(const std::string& s, const std::string& name, CallArgs& args
     return Value::Bool(AffixMatch(args, s, name == "startswith", name.c_str()));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
-    Finish(args, name, 0);
+    FinishCall(args, name, 0);
     if (name == "upper") return Value::String(AsciiUpper(s));
     if (name == "lower") return Value::String(AsciiLower(s));
     if (name == "title") return Value::String(PyTitle(s));
@@ -239,8 +234,8 @@ Value StringMethod(const std::string& s, const std::string& name, CallArgs& args
     const std::string& from = RequiredString(args, 0, "old", "replace");
     const std::string& to = RequiredString(args, 1, "new", "replace");
     int64_t count = OptionalInt(args, 2, "count", -1);
-    Finish(args, name, 3);
-    return Value::String(Replace(s, from, to, count));
+    FinishCall(args, name, 3);
+    return Value::String(ReplaceInString(s, from, to, count));
   }
   if (name == "find" || name == "rfind" || name == "count" || name == "index") {
     return SearchMethod(s, name, args);
@@ -255,13 +250,13 @@ Value DictMethod(const Value& dict, const std::string& name, CallArgs& args) {
   if (name == "get") {
     const Value* key = args.Get(0, "key");
     const Value* fallback = args.Get(1, "default");
-    Finish(args, name, 2);
+    FinishCall(args, name, 2);
     if (key == nullptr) ThrowError("get expected at least 1 argument, got 0");
     const Value* found = key->is_string() ? dict.Find(key->as_string()) : nullptr;
     if (found != nullptr) return *found;
     return fallback != nullptr ? *fallback : Value::None();
   }
-  Finish(args, name, 0);
+  FinishCall(args, name, 0);
   ValueList out;
   for (const auto& [key, value] : dict.as_dict()) {
     if (name == "items") {

@@ -25,6 +25,8 @@ struct EvalError {
 [[noreturn]] void ThrowError(std::string message);
 // Throws "'x' is undefined" (the hint an undefined value carries) when v is undefined.
 void RequireDefined(const Value& v);
+// args.Finish(function, max_positional), its failure thrown as a template error.
+void FinishCall(CallArgs& args, std::string_view function, size_t max_positional);
 
 bool IsKnownFilter(std::string_view name);
 bool IsKnownTest(std::string_view name);

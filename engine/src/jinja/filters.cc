@@ -13,11 +13,6 @@ namespace {
 
 using FilterFunction = Value (*)(const Value& operand, CallArgs& args, Evaluator& evaluator);
 
-void Finish(CallArgs& args, const std::string& filter, size_t max) {
-  Status status = args.Finish(filter, max);
-  if (!status.ok()) ThrowError(status.message());
-}
-
 bool Flag(CallArgs& args, size_t index, const char* name, bool fallback) {
   const Value* v = args.Get(index, name);
   return v == nullptr ? fallback : v->Truthy();
@@ -62,30 +57,30 @@ Value SortKey(const Value& item, const std::string& attribute, bool case_sensiti
 
 Value Trim(const Value& v, CallArgs& args, Evaluator&) {
   const Value* chars = args.Get(0, "chars");
-  Finish(args, "trim", 1);
+  FinishCall(args, "trim", 1);
   std::string set = chars != nullptr && !chars->is_none() ? chars->Str() : "";
   return Value::String(
       PyStrip(v.Str(), chars != nullptr && !chars->is_none() ? &set : nullptr, true, true));
 }
 
 Value Upper(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "upper", 0);
+  FinishCall(args, "upper", 0);
   return Value::String(AsciiUpper(v.Str()));
 }
 
 Value Lower(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "lower", 0);
+  FinishCall(args, "lower", 0);
   return Value::String(AsciiLower(v.Str()));
 }
 
 Value Capitalize(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "capitalize", 0);
+  FinishCall(args, "capitalize", 0);
   return Value::String(PyCapitalize(v.Str()));
 }
 
 // Jinja2's title: words begin after '-', whitespace or an opening bracket.
 Value Title(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "title", 0);
+  FinishCall(args, "title", 0);
   std::string s = v.Str();
   std::string out;
   bool word_start = true;
@@ -104,19 +99,19 @@ Value Title(const Value& v, CallArgs& args, Evaluator&) {
 }
 
 Value Length(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "length", 0);
+  FinishCall(args, "length", 0);
   return Value::Int(PyLen(v));
 }
 
 Value First(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "first", 0);
+  FinishCall(args, "first", 0);
   ValueList items = Iterate(v);
   if (items.empty()) return Value::Undefined("No first item, sequence was empty.");
   return items.front();
 }
 
 Value Last(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "last", 0);
+  FinishCall(args, "last", 0);
   ValueList items = Iterate(v);
   if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
   return items.back();
@@ -125,7 +120,7 @@ Value Last(const Value& v, CallArgs& args, Evaluator&) {
 Value Join(const Value& v, CallArgs& args, Evaluator&) {
   const Value* separator = args.Get(0, "d");
   std::string attribute = AttributeArgument(args, 1, "attribute");
-  Finish(args, "join", 2);
+  FinishCall(args, "join", 2);
   std::string out;
   ValueList items = Iterate(v);
   for (size_t i = 0; i < items.size(); ++i) {
@@ -140,14 +135,14 @@ Value Join(const Value& v, CallArgs& args, Evaluator&) {
 Value Default(const Value& v, CallArgs& args, Evaluator&) {
   const Value* fallback = args.Get(0, "default_value");
   bool boolean = Flag(args, 1, "boolean", false);
-  Finish(args, "default", 2);
+  FinishCall(args, "default", 2);
   if (v.is_undefined() || (boolean && !v.Truthy())) {
     return fallback != nullptr ? *fallback : Value::String("");
   }
   return v;
 }
 
-Value Replace(const Value& v, CallArgs& args, Evaluator& evaluator) {
+Value ReplaceFilter(const Value& v, CallArgs& args, Evaluator& evaluator) {
   CallArgs method_args;
   method_args.positional = args.positional;
   method_args.keyword = args.keyword;
@@ -156,7 +151,7 @@ Value Replace(const Value& v, CallArgs& args, Evaluator& evaluator) {
 }
 
 Value String(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "string", 0);
+  FinishCall(args, "string", 0);
   return Value::String(v.Str());
 }
 
@@ -198,7 +193,7 @@ std::optional<double> ParseFloat(const std::string& text) {
 
 Value Int(const Value& v, CallArgs& args, Evaluator&) {
   const Value* fallback = args.Get(0, "default");
-  Finish(args, "int", 2);
+  FinishCall(args, "int", 2);
   Value otherwise = fallback != nullptr ? *fallback : Value::Int(0);
   if (v.is_int()) return v;
   if (v.is_bool()) return Value::Int(v.as_bool());
@@ -219,7 +214,7 @@ Value Int(const Value& v, CallArgs& args, Evaluator&) {
 
 Value Float(const Value& v, CallArgs& args, Evaluator&) {
   const Value* fallback = args.Get(0, "default");
-  Finish(args, "float", 1);
+  FinishCall(args, "float", 1);
   if (v.is_number() || v.is_bool()) return Value::Float(v.as_double());
   if (v.is_string()) {
     if (auto d = ParseFloat(v.as_string())) return Value::Float(*d);
@@ -230,7 +225,7 @@ Value Float(const Value& v, CallArgs& args, Evaluator&) {
 Value Round(const Value& v, CallArgs& args, Evaluator&) {
   const Value* precision = args.Get(0, "precision");
   const Value* method = args.Get(1, "method");
-  Finish(args, "round", 2);
+  FinishCall(args, "round", 2);
   if (!v.is_number() && !v.is_bool()) ThrowError("round() needs a number, not " + v.TypeName());
   int64_t digits = precision != nullptr && precision->is_int() ? precision->as_int() : 0;
   std::string how = method != nullptr ? method->Str() : "common";
@@ -245,7 +240,7 @@ Value Round(const Value& v, CallArgs& args, Evaluator&) {
 }
 
 Value Abs(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "abs", 0);
+  FinishCall(args, "abs", 0);
   if (v.is_float()) return Value::Float(std::fabs(v.as_double()));
   if (v.is_int() || v.is_bool()) {
     int64_t i = v.is_bool() ? v.as_bool() : v.as_int();
@@ -257,12 +252,12 @@ Value Abs(const Value& v, CallArgs& args, Evaluator&) {
 }
 
 Value List(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "list", 0);
+  FinishCall(args, "list", 0);
   return Value::List(Iterate(v));
 }
 
 Value Items(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "items", 0);
+  FinishCall(args, "items", 0);
   if (v.is_undefined()) return Value::List({});
   if (!v.is_dict()) ThrowError("Can only get item pairs from a mapping.");
   ValueList out;
@@ -286,7 +281,7 @@ Value Sort(const Value& v, CallArgs& args, Evaluator&) {
   bool reverse = Flag(args, 0, "reverse", false);
   bool case_sensitive = Flag(args, 1, "case_sensitive", false);
   std::string attribute = AttributeArgument(args, 2, "attribute");
-  Finish(args, "sort", 3);
+  FinishCall(args, "sort", 3);
   ValueList items = Iterate(v);
   StableSort(items, attribute, case_sensitive, reverse);
   return Value::List(std::move(items));
@@ -296,7 +291,7 @@ Value DictSort(const Value& v, CallArgs& args, Evaluator&) {
   bool case_sensitive = Flag(args, 0, "case_sensitive", false);
   const Value* by = args.Get(1, "by");
   bool reverse = Flag(args, 2, "reverse", false);
-  Finish(args, "dictsort", 3);
+  FinishCall(args, "dictsort", 3);
   if (!v.is_dict()) ThrowError("dictsort needs a mapping, not " + v.TypeName());
   std::string position = by != nullptr ? by->Str() : "key";
   if (position != "key" && position != "value") {
@@ -313,7 +308,7 @@ Value DictSort(const Value& v, CallArgs& args, Evaluator&) {
 Value Unique(const Value& v, CallArgs& args, Evaluator&) {
   bool case_sensitive = Flag(args, 0, "case_sensitive", false);
   std::string attribute = AttributeArgument(args, 1, "attribute");
-  Finish(args, "unique", 2);
+  FinishCall(args, "unique", 2);
   ValueList out;
   ValueList seen;
   for (const Value& item : Iterate(v)) {
@@ -326,7 +321,7 @@ Value Unique(const Value& v, CallArgs& args, Evaluator&) {
 }
 
 Value Reverse(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "reverse", 0);
+  FinishCall(args, "reverse", 0);
   ValueList items = Iterate(v);
   std::reverse(items.begin(), items.end());
   if (!v.is_string()) return Value::List(std::move(items));
@@ -338,7 +333,7 @@ Value Reverse(const Value& v, CallArgs& args, Evaluator&) {
 Value MinMax(const Value& v, CallArgs& args, bool max, const char* name) {
   bool case_sensitive = Flag(args, 0, "case_sensitive", false);
   std::string attribute = AttributeArgument(args, 1, "attribute");
-  Finish(args, name, 2);
+  FinishCall(args, name, 2);
   ValueList items = Iterate(v);
   if (items.empty())
     return Value::Undefined(std::string("No aggregated item, sequence was empty."));
@@ -356,7 +351,7 @@ Value Min(const Value& v, CallArgs& args, Evaluator&) { return MinMax(v, args, f
 Value Sum(const Value& v, CallArgs& args, Evaluator&) {
   std::string attribute = AttributeArgument(args, 0, "attribute");
   const Value* start = args.Get(1, "start");
-  Finish(args, "sum", 2);
+  FinishCall(args, "sum", 2);
   Value total = start != nullptr ? *start : Value::Int(0);
   for (const Value& item : Iterate(v)) {
     total = BinaryOperation("+", total, attribute.empty() ? item : Attribute(item, attribute));
@@ -373,7 +368,7 @@ Value Map(const Value& v, CallArgs& args, Evaluator& evaluator) {
   if (attribute != nullptr) {
     args.Get(99, "attribute");
     const Value* fallback = args.Get(99, "default");
-    Finish(args, "map", 0);
+    FinishCall(args, "map", 0);
     for (const Value& item : Iterate(v)) {
       Value mapped = Attribute(item, attribute->Str());
       out.push_back(mapped.is_undefined() && fallback != nullptr ? *fallback : mapped);
@@ -451,14 +446,14 @@ Value ToJsonFilter(const Value& v, CallArgs& args, Evaluator&) {
     options.separators = {separators->as_list()[0].Str(), separators->as_list()[1].Str()};
   }
   options.sort_keys = Flag(args, 3, "sort_keys", false);
-  Finish(args, "tojson", 4);
+  FinishCall(args, "tojson", 4);
   StatusOr<std::string> json = ToJson(v, options);
   if (!json.ok()) ThrowError(json.status().message());
   return Value::String(std::move(json).value());
 }
 
 Value Safe(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "safe", 0);
+  FinishCall(args, "safe", 0);
   return v;
 }
 
@@ -467,7 +462,7 @@ Value Indent(const Value& v, CallArgs& args, Evaluator&) {
   const Value* width = args.Get(0, "width");
   bool first = Flag(args, 1, "first", false);
   bool blank = Flag(args, 2, "blank", false);
-  Finish(args, "indent", 3);
+  FinishCall(args, "indent", 3);
   if (width != nullptr && !width->is_string()) {
     RenderBudget::CheckString(static_cast<size_t>(std::max<int64_t>(0, width->as_int())));
   }
@@ -489,7 +484,7 @@ Value Indent(const Value& v, CallArgs& args, Evaluator&) {
 }
 
 Value WordCount(const Value& v, CallArgs& args, Evaluator&) {
-  Finish(args, "wordcount", 0);
+  FinishCall(args, "wordcount", 0);
   return Value::Int(static_cast<int64_t>(PySplit(v.Str(), nullptr, -1).size()));
 }
 
@@ -516,7 +511,7 @@ const std::map<std::string, FilterFunction, std::less<>>& Filters() {
       {"min", Min},
       {"reject", Reject},
       {"rejectattr", RejectAttr},
-      {"replace", Replace},
+      {"replace", ReplaceFilter},
       {"reverse", Reverse},
       {"round", Round},
       {"safe", Safe},

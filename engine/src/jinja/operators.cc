@@ -123,6 +123,11 @@ void RequireDefined(const Value& v) {
   if (v.is_undefined()) ThrowError(v.name());
 }
 
+void FinishCall(CallArgs& args, std::string_view function, size_t max_positional) {
+  Status status = args.Finish(function, max_positional);
+  if (!status.ok()) ThrowError(status.message());
+}
+
 Value BinaryOperation(const std::string& op, const Value& a, const Value& b) {
   RequireDefined(a);
   if (op == "neg" || op == "pos") {

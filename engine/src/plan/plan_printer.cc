@@ -169,7 +169,7 @@ std::string BucketsText(const StagePlan& s) {
   return out;
 }
 
-std::string MemoryText(const StagePlan& s) {
+std::string PlanMemoryText(const StagePlan& s) {
   const RankMemory m = MemoryPerRank(s);
   std::string out = std::string(s.world_size > 1 ? "per rank: " : "") + "model " +
                     HumanBytes(m.model) + ", gradients " + HumanBytes(m.gradients) +
@@ -456,7 +456,7 @@ void TrainingLines(const StagePlan& s, std::ostringstream& out) {
         << WithThousands(s.shard_examples) << " examples per rank per epoch\n";
     out << "              " << BucketsText(s) << "\n";
   }
-  out << "  memory      " << MemoryText(s) << "\n";
+  out << "  memory      " << PlanMemoryText(s) << "\n";
   out << "  eval        " << EvalText(s) << "\n";
   out << "  checkpoint  " << CheckpointText(s) << "\n";
   if (s.checkpoint_layout.pretrained) {

@@ -11,7 +11,7 @@
 namespace engine {
 namespace {
 
-std::string Dt(at::ScalarType t) { return std::string(DtypeShortName(t)); }
+std::string DtypeText(at::ScalarType t) { return std::string(DtypeShortName(t)); }
 
 std::optional<at::ScalarType> ParseComputeDtype(const std::string& name) {
   if (name == "bf16") return at::kBFloat16;
@@ -54,8 +54,8 @@ void ValidatePrecisionOptions(const proto::PrecisionOptions& options, const Poli
       errors->Add("compute_dtype", "'" + options.compute_dtype() +
                                        "' is not a compute dtype; use bf16, fp16 or fp32");
     } else if (spec != nullptr && *dtype != spec->compute) {
-      errors->Add("compute_dtype", spec->policy + " computes in " + Dt(spec->compute) + ", not " +
-                                       Dt(*dtype) +
+      errors->Add("compute_dtype", spec->policy + " computes in " + DtypeText(spec->compute) +
+                                       ", not " + DtypeText(*dtype) +
                                        "; name the policy for that dtype, or use auto with "
                                        "compute_dtype to pin it");
     }
@@ -201,7 +201,7 @@ std::string CastsReason(const std::vector<TensorCensusEntry>& census,
   std::map<std::string, int64_t> casts;  // "f32 to bf16" -> tensors
   for (size_t i = 0; i < census.size(); ++i) {
     if (tensors[i].storage != census[i].dtype)
-      ++casts[Dt(census[i].dtype) + " to " + Dt(tensors[i].storage)];
+      ++casts[DtypeText(census[i].dtype) + " to " + DtypeText(tensors[i].storage)];
   }
   if (casts.empty()) return "no tensor changes dtype";
   std::string reason = "casts";
@@ -221,7 +221,7 @@ void AddPlanWarnings(const PrecisionRequest& request, const PolicySpec& spec, Pr
   if (unsafe_tensors > 0) {
     plan->warnings.push_back(
         "unsafe_low_precision_updates: " + std::to_string(unsafe_tensors) +
-        " trainable tensor(s) are updated in " + Dt(spec.compute) +
+        " trainable tensor(s) are updated in " + DtypeText(spec.compute) +
         " without f32 masters or f32 optimizer state; an update smaller than " +
         (spec.compute == at::kBFloat16 ? std::string("1/256") : std::string("1/2048")) +
         " of a weight is lost to rounding" +
@@ -298,7 +298,7 @@ void GroupTensorPlans(PrecisionPlan* plan) {
   for (const Key& key : order) ++name_uses[groups[key].name];
   for (const Key& key : order) {
     PrecisionGroupPlan g = groups[key];
-    if (name_uses[g.name] > 1) g.name += " (" + Dt(g.storage) + ")";
+    if (name_uses[g.name] > 1) g.name += " (" + DtypeText(g.storage) + ")";
     plan->groups.push_back(g);
   }
 }
@@ -314,22 +314,23 @@ Status CheckPlanInvariants(const PrecisionPlan& plan, const DeviceCapability& de
                                        "dtype");
       }
       if (t.optimizer_state != t.master) {
-        return FailedPreconditionError(tensor + ": the optimizer state (" + Dt(t.optimizer_state) +
-                                       ") must have the dtype of the weights it updates (" +
-                                       Dt(t.master) +
-                                       "), or the optimizer meets mismatched dtypes (F6)");
+        return FailedPreconditionError(
+            tensor + ": the optimizer state (" + DtypeText(t.optimizer_state) +
+            ") must have the dtype of the weights it updates (" + DtypeText(t.master) +
+            "), or the optimizer meets mismatched dtypes (F6)");
       }
       if (plan.loss_scaling.enabled && t.master != at::kFloat) {
         return FailedPreconditionError(
             tensor +
             ": loss scaling needs an f32 master for every trainable tensor (this one's is " +
-            Dt(t.master) +
+            DtypeText(t.master) +
             "), or unscaled updates are lost to rounding (F7); drop "
             "unsafe_low_precision_updates or the loss scaling");
       }
     }
     if (t.kept_fp32 && t.storage != at::kFloat) {
-      return FailedPreconditionError(tensor + ": it is kept in f32 but stored in " + Dt(t.storage));
+      return FailedPreconditionError(tensor + ": it is kept in f32 but stored in " +
+                                     DtypeText(t.storage));
     }
   }
   const bool bf16 = plan.autocast == at::kBFloat16;

@@ -9,7 +9,7 @@ namespace {
 
 using DecoderPtr = std::unique_ptr<Decoder>;
 
-class ByteLevel : public Decoder {
+class ByteLevelDecoder : public Decoder {
  public:
   void DecodeChain(std::vector<std::string>* tokens) const override {
     std::string bytes;
@@ -18,9 +18,9 @@ class ByteLevel : public Decoder {
   }
 };
 
-class Metaspace : public Decoder {
+class MetaspaceDecoder : public Decoder {
  public:
-  Metaspace(std::string replacement, bool strip_first)
+  MetaspaceDecoder(std::string replacement, bool strip_first)
       : replacement_(std::move(replacement)), strip_first_(strip_first) {}
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
@@ -44,9 +44,9 @@ class Metaspace : public Decoder {
   bool strip_first_;
 };
 
-class Replace : public Decoder {
+class ReplaceDecoder : public Decoder {
  public:
-  Replace(Regex pattern, std::string content)
+  ReplaceDecoder(Regex pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (std::string& token : *tokens) token = pattern_.ReplaceAll(token, content_);
@@ -99,9 +99,9 @@ class Fuse : public Decoder {
   }
 };
 
-class Strip : public Decoder {
+class StripDecoder : public Decoder {
  public:
-  Strip(std::string content, int64_t start, int64_t stop)
+  StripDecoder(std::string content, int64_t start, int64_t stop)
       : content_(std::move(content)), start_(start), stop_(stop) {}
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (std::string& token : *tokens) {
@@ -161,9 +161,9 @@ class WordPiece : public Decoder {
   bool cleanup_;
 };
 
-class Sequence : public Decoder {
+class DecoderSequence : public Decoder {
  public:
-  explicit Sequence(std::vector<DecoderPtr> steps) : steps_(std::move(steps)) {}
+  explicit DecoderSequence(std::vector<DecoderPtr> steps) : steps_(std::move(steps)) {}
   void DecodeChain(std::vector<std::string>* tokens) const override {
     for (const auto& step : steps_) step->DecodeChain(tokens);
   }
@@ -172,25 +172,25 @@ class Sequence : public Decoder {
   std::vector<DecoderPtr> steps_;
 };
 
-StatusOr<DecoderPtr> ParseReplace(const Json& json, const std::string& path) {
+StatusOr<DecoderPtr> ParseReplaceDecoder(const Json& json, const std::string& path) {
   bool is_regex = false;
   ENGINE_ASSIGN_OR_RETURN(std::string pattern, PatternField(json, path, &is_regex));
   ENGINE_ASSIGN_OR_RETURN(std::string content, StringField(json, "content", path, ""));
   StatusOr<Regex> regex = is_regex ? Regex::Compile(pattern) : Regex::Literal(pattern);
   if (!regex.ok()) return FieldError(path + ".pattern", regex.status().message());
-  return DecoderPtr(new Replace(std::move(*regex), std::move(content)));
+  return DecoderPtr(new ReplaceDecoder(std::move(*regex), std::move(content)));
 }
 
-StatusOr<DecoderPtr> ParseMetaspace(const Json& json, const std::string& path) {
+StatusOr<DecoderPtr> ParseMetaspaceDecoder(const Json& json, const std::string& path) {
   ENGINE_ASSIGN_OR_RETURN(std::string replacement,
                           StringField(json, "replacement", path, "\u2581"));
   ENGINE_ASSIGN_OR_RETURN(bool add_prefix_space, BoolField(json, "add_prefix_space", path, true));
   ENGINE_ASSIGN_OR_RETURN(std::string scheme, StringField(json, "prepend_scheme", path,
                                                           add_prefix_space ? "always" : "never"));
-  return DecoderPtr(new Metaspace(std::move(replacement), scheme != "never"));
+  return DecoderPtr(new MetaspaceDecoder(std::move(replacement), scheme != "never"));
 }
 
-StatusOr<DecoderPtr> ParseSequence(const Json& json, const std::string& path) {
+StatusOr<DecoderPtr> ParseDecoderSequence(const Json& json, const std::string& path) {
   ENGINE_ASSIGN_OR_RETURN(const Json* list, ArrayField(json, "decoders", path));
   std::vector<DecoderPtr> steps;
   for (size_t i = 0; i < list->size(); ++i) {
@@ -198,7 +198,7 @@ StatusOr<DecoderPtr> ParseSequence(const Json& json, const std::string& path) {
         auto step, ParseDecoder((*list)[i], path + ".decoders[" + std::to_string(i) + "]"));
     if (step != nullptr) steps.push_back(std::move(step));
   }
-  return DecoderPtr(new Sequence(std::move(steps)));
+  return DecoderPtr(new DecoderSequence(std::move(steps)));
 }
 
 }  // namespace
@@ -206,12 +206,12 @@ StatusOr<DecoderPtr> ParseSequence(const Json& json, const std::string& path) {
 StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const Json& json, const std::string& path) {
   if (json.is_null()) return DecoderPtr();
   ENGINE_ASSIGN_OR_RETURN(std::string type, TypeField(json, path));
-  if (type == "ByteLevel") return DecoderPtr(new ByteLevel());
-  if (type == "Metaspace") return ParseMetaspace(json, path);
-  if (type == "Replace") return ParseReplace(json, path);
+  if (type == "ByteLevel") return DecoderPtr(new ByteLevelDecoder());
+  if (type == "Metaspace") return ParseMetaspaceDecoder(json, path);
+  if (type == "Replace") return ParseReplaceDecoder(json, path);
   if (type == "ByteFallback") return DecoderPtr(new ByteFallback());
   if (type == "Fuse") return DecoderPtr(new Fuse());
-  if (type == "Sequence") return ParseSequence(json, path);
+  if (type == "Sequence") return ParseDecoderSequence(json, path);
   if (type == "WordPiece") {
     ENGINE_ASSIGN_OR_RETURN(std::string prefix, StringField(json, "prefix", path, "##"));
     ENGINE_ASSIGN_OR_RETURN(bool cleanup, BoolField(json, "cleanup", path, true));
@@ -221,7 +221,7 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const Json& json, const std::str
     ENGINE_ASSIGN_OR_RETURN(std::string content, StringField(json, "content", path, " "));
     ENGINE_ASSIGN_OR_RETURN(int64_t start, IntField(json, "start", path, 0));
     ENGINE_ASSIGN_OR_RETURN(int64_t stop, IntField(json, "stop", path, 0));
-    return DecoderPtr(new Strip(std::move(content), start, stop));
+    return DecoderPtr(new StripDecoder(std::move(content), start, stop));
   }
   return FieldError(path + ".type", "unsupported decoder '" + type +
                                         "' (supported: ByteLevel, Metaspace, Replace, "

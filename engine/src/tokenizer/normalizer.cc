@@ -119,9 +119,9 @@ class Precompiled : public Normalizer {
   PrecompiledCharsmap charsmap_;
 };
 
-class Strip : public Normalizer {
+class StripNormalizer : public Normalizer {
  public:
-  Strip(bool left, bool right) : left_(left), right_(right) {}
+  StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
   std::string Normalize(std::string text) const override {
     size_t begin = 0, end = text.size();
     if (left_) {
@@ -156,9 +156,9 @@ class Prepend : public Normalizer {
   std::string prefix_;
 };
 
-class Replace : public Normalizer {
+class ReplaceNormalizer : public Normalizer {
  public:
-  Replace(Regex pattern, std::string content)
+  ReplaceNormalizer(Regex pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::string Normalize(std::string text) const override {
     return pattern_.ReplaceAll(text, content_);
@@ -169,9 +169,10 @@ class Replace : public Normalizer {
   std::string content_;
 };
 
-class Sequence : public Normalizer {
+class NormalizerSequence : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> steps)
+      : steps_(std::move(steps)) {}
   std::string Normalize(std::string text) const override {
     for (const auto& step : steps_) text = step->Normalize(std::move(text));
     return text;
@@ -181,13 +182,14 @@ class Sequence : public Normalizer {
   std::vector<std::unique_ptr<Normalizer>> steps_;
 };
 
-StatusOr<std::unique_ptr<Normalizer>> ParseReplace(const Json& json, const std::string& path) {
+StatusOr<std::unique_ptr<Normalizer>> ParseReplaceNormalizer(const Json& json,
+                                                             const std::string& path) {
   bool is_regex = false;
   ENGINE_ASSIGN_OR_RETURN(std::string pattern, PatternField(json, path, &is_regex));
   ENGINE_ASSIGN_OR_RETURN(std::string content, StringField(json, "content", path, ""));
   StatusOr<Regex> regex = is_regex ? Regex::Compile(pattern) : Regex::Literal(pattern);
   if (!regex.ok()) return FieldError(path + ".pattern", regex.status().message());
-  return std::unique_ptr<Normalizer>(new Replace(std::move(*regex), std::move(content)));
+  return std::unique_ptr<Normalizer>(new ReplaceNormalizer(std::move(*regex), std::move(content)));
 }
 
 StatusOr<std::unique_ptr<Normalizer>> ParseBert(const Json& json, const std::string& path) {
@@ -207,7 +209,8 @@ StatusOr<std::unique_ptr<Normalizer>> ParsePrecompiled(const Json& json, const s
   return std::unique_ptr<Normalizer>(new Precompiled(std::move(charsmap)));
 }
 
-StatusOr<std::unique_ptr<Normalizer>> ParseSequence(const Json& json, const std::string& path) {
+StatusOr<std::unique_ptr<Normalizer>> ParseNormalizerSequence(const Json& json,
+                                                              const std::string& path) {
   ENGINE_ASSIGN_OR_RETURN(const Json* list, ArrayField(json, "normalizers", path));
   std::vector<std::unique_ptr<Normalizer>> steps;
   for (size_t i = 0; i < list->size(); ++i) {
@@ -215,7 +218,7 @@ StatusOr<std::unique_ptr<Normalizer>> ParseSequence(const Json& json, const std:
         auto step, ParseNormalizer((*list)[i], path + ".normalizers[" + std::to_string(i) + "]"));
     if (step != nullptr) steps.push_back(std::move(step));
   }
-  return std::unique_ptr<Normalizer>(new Sequence(std::move(steps)));
+  return std::unique_ptr<Normalizer>(new NormalizerSequence(std::move(steps)));
 }
 
 }  // namespace
@@ -231,14 +234,14 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const Json& json, const st
   if (type == "Strip") {
     ENGINE_ASSIGN_OR_RETURN(bool left, BoolField(json, "strip_left", path, true));
     ENGINE_ASSIGN_OR_RETURN(bool right, BoolField(json, "strip_right", path, true));
-    return std::unique_ptr<Normalizer>(new Strip(left, right));
+    return std::unique_ptr<Normalizer>(new StripNormalizer(left, right));
   }
   if (type == "Prepend") {
     ENGINE_ASSIGN_OR_RETURN(std::string prefix, StringField(json, "prepend", path, ""));
     return std::unique_ptr<Normalizer>(new Prepend(std::move(prefix)));
   }
-  if (type == "Replace") return ParseReplace(json, path);
-  if (type == "Sequence") return ParseSequence(json, path);
+  if (type == "Replace") return ParseReplaceNormalizer(json, path);
+  if (type == "Sequence") return ParseNormalizerSequence(json, path);
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccents());
   if (type == "BertNormalizer") return ParseBert(json, path);
   if (type == "Precompiled") return ParsePrecompiled(json, path);

@@ -100,9 +100,9 @@ class CharSplit : public PreTokenizer {
   SplitBehavior behavior_;
 };
 
-class ByteLevel : public PreTokenizer {
+class ByteLevelPreTokenizer : public PreTokenizer {
  public:
-  ByteLevel(bool add_prefix_space, std::unique_ptr<Regex> words)
+  ByteLevelPreTokenizer(bool add_prefix_space, std::unique_ptr<Regex> words)
       : add_prefix_space_(add_prefix_space), words_(std::move(words)) {}
   void Split(const Piece& piece, std::vector<Piece>* out) const override {
     Piece prefixed = piece;
@@ -123,10 +123,10 @@ class ByteLevel : public PreTokenizer {
   std::unique_ptr<Regex> words_;
 };
 
-class Metaspace : public PreTokenizer {
+class MetaspacePreTokenizer : public PreTokenizer {
  public:
   enum class Prepend { kAlways, kFirst, kNever };
-  Metaspace(std::string replacement, Prepend prepend, std::unique_ptr<Regex> splitter)
+  MetaspacePreTokenizer(std::string replacement, Prepend prepend, std::unique_ptr<Regex> splitter)
       : replacement_(std::move(replacement)), prepend_(prepend), splitter_(std::move(splitter)) {}
   void Split(const Piece& piece, std::vector<Piece>* out) const override {
     Piece replaced = piece;
@@ -156,9 +156,9 @@ class Metaspace : public PreTokenizer {
   std::unique_ptr<Regex> splitter_;
 };
 
-class Sequence : public PreTokenizer {
+class PreTokenizerSequence : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<PreTokenizerPtr> steps) : steps_(std::move(steps)) {}
+  explicit PreTokenizerSequence(std::vector<PreTokenizerPtr> steps) : steps_(std::move(steps)) {}
   void Split(const Piece& piece, std::vector<Piece>* out) const override {
     std::vector<Piece> current{piece};
     std::vector<Piece> next;
@@ -208,23 +208,23 @@ StatusOr<PreTokenizerPtr> ParseByteLevel(const Json& json, const std::string& pa
     ENGINE_ASSIGN_OR_RETURN(Regex regex, CompileAt(kGpt2Pattern, true, path));
     words = std::make_unique<Regex>(std::move(regex));
   }
-  return PreTokenizerPtr(new ByteLevel(add_prefix_space, std::move(words)));
+  return PreTokenizerPtr(new ByteLevelPreTokenizer(add_prefix_space, std::move(words)));
 }
 
-StatusOr<PreTokenizerPtr> ParseMetaspace(const Json& json, const std::string& path) {
+StatusOr<PreTokenizerPtr> ParseMetaspacePreTokenizer(const Json& json, const std::string& path) {
   ENGINE_ASSIGN_OR_RETURN(std::string replacement,
                           StringField(json, "replacement", path, "\u2581"));
   ENGINE_ASSIGN_OR_RETURN(bool add_prefix_space, BoolField(json, "add_prefix_space", path, true));
   ENGINE_ASSIGN_OR_RETURN(std::string scheme, StringField(json, "prepend_scheme", path,
                                                           add_prefix_space ? "always" : "never"));
   ENGINE_ASSIGN_OR_RETURN(bool split, BoolField(json, "split", path, true));
-  Metaspace::Prepend prepend;
+  MetaspacePreTokenizer::Prepend prepend;
   if (scheme == "always") {
-    prepend = Metaspace::Prepend::kAlways;
+    prepend = MetaspacePreTokenizer::Prepend::kAlways;
   } else if (scheme == "first") {
-    prepend = Metaspace::Prepend::kFirst;
+    prepend = MetaspacePreTokenizer::Prepend::kFirst;
   } else if (scheme == "never") {
-    prepend = Metaspace::Prepend::kNever;
+    prepend = MetaspacePreTokenizer::Prepend::kNever;
   } else {
     return FieldError(path + ".prepend_scheme", "unsupported scheme '" + scheme + "'");
   }
@@ -233,10 +233,11 @@ StatusOr<PreTokenizerPtr> ParseMetaspace(const Json& json, const std::string& pa
     ENGINE_ASSIGN_OR_RETURN(Regex regex, CompileAt(replacement, false, path + ".replacement"));
     splitter = std::make_unique<Regex>(std::move(regex));
   }
-  return PreTokenizerPtr(new Metaspace(std::move(replacement), prepend, std::move(splitter)));
+  return PreTokenizerPtr(
+      new MetaspacePreTokenizer(std::move(replacement), prepend, std::move(splitter)));
 }
 
-StatusOr<PreTokenizerPtr> ParseSequence(const Json& json, const std::string& path) {
+StatusOr<PreTokenizerPtr> ParsePreTokenizerSequence(const Json& json, const std::string& path) {
   ENGINE_ASSIGN_OR_RETURN(const Json* list, ArrayField(json, "pretokenizers", path));
   std::vector<PreTokenizerPtr> steps;
   for (size_t i = 0; i < list->size(); ++i) {
@@ -244,7 +245,7 @@ StatusOr<PreTokenizerPtr> ParseSequence(const Json& json, const std::string& pat
                                                                          std::to_string(i) + "]"));
     if (step != nullptr) steps.push_back(std::move(step));
   }
-  return PreTokenizerPtr(new Sequence(std::move(steps)));
+  return PreTokenizerPtr(new PreTokenizerSequence(std::move(steps)));
 }
 
 // BERT's: whitespace removed, then each punctuation character alone.
@@ -252,7 +253,7 @@ StatusOr<PreTokenizerPtr> Bert() {
   std::vector<PreTokenizerPtr> steps;
   steps.emplace_back(new CharSplit(IsWhitespace, SplitBehavior::kRemoved));
   steps.emplace_back(new CharSplit(IsPunctuation, SplitBehavior::kIsolated));
-  return PreTokenizerPtr(new Sequence(std::move(steps)));
+  return PreTokenizerPtr(new PreTokenizerSequence(std::move(steps)));
 }
 
 StatusOr<PreTokenizerPtr> ParsePunctuation(const Json& json, const std::string& path) {
@@ -285,8 +286,8 @@ StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Json& json,
   ENGINE_ASSIGN_OR_RETURN(std::string type, TypeField(json, path));
   if (type == "ByteLevel") return ParseByteLevel(json, path);
   if (type == "Split") return ParseSplit(json, path);
-  if (type == "Metaspace") return ParseMetaspace(json, path);
-  if (type == "Sequence") return ParseSequence(json, path);
+  if (type == "Metaspace") return ParseMetaspacePreTokenizer(json, path);
+  if (type == "Sequence") return ParsePreTokenizerSequence(json, path);
   if (type == "WhitespaceSplit") return Fixed(R"(\s)", SplitBehavior::kRemoved, false, path);
   if (type == "Whitespace") return Fixed(R"(\w+|[^\w\s]+)", SplitBehavior::kRemoved, true, path);
   if (type == "BertPreTokenizer") return Bert();

@@ -11,18 +11,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Fixture(const std::string& name) {
+std::string ConformanceFixture(const std::string& name) {
   return std::string(engine::testing::kTestPluginDir) + "/" + name + "/engine_" + name + ".so";
 }
 
 CheckResult WithMisbehaviour(const std::string& check, const std::string& misbehaviour) {
   static engine::testing::TempDir dir;
   auto options = dir.Write(misbehaviour + ".pbtxt", "misbehaviour: " + misbehaviour + "\n");
-  return RunIsolated(check, {Fixture("misbehaving_loader"), options.string()});
+  return RunIsolated(check, {ConformanceFixture("misbehaving_loader"), options.string()});
 }
 
 TEST(ConformanceChecksTest, EveryOptionValueIsTriedSoAValueThatCrashesFails) {
-  auto results = RunAll({Fixture("misbehaving_loader"), ""});
+  auto results = RunAll({ConformanceFixture("misbehaving_loader"), ""});
   ASSERT_EQ(results.size(), 4u);
   EXPECT_EQ(results[0].plugin_kind, "data_loader");
   EXPECT_EQ(results[0].outcome, Outcome::kPass) << results[0].detail;
@@ -69,20 +69,20 @@ TEST(ConformanceChecksTest, AnExceptionFromValidateOptionsIsAFailure) {
 }
 
 TEST(ConformanceChecksTest, BrokenLibrariesFailTheManifestAndStop) {
-  auto not_library = RunAll({Fixture("not_a_library"), ""});
+  auto not_library = RunAll({ConformanceFixture("not_a_library"), ""});
   ASSERT_EQ(not_library.size(), 1u);
   EXPECT_EQ(not_library[0].outcome, Outcome::kFail);
   EXPECT_THAT(not_library[0].detail, HasSubstr("cannot load plugin library"));
-  auto wrong_api = RunAll({Fixture("wrong_api"), ""});
+  auto wrong_api = RunAll({ConformanceFixture("wrong_api"), ""});
   EXPECT_THAT(wrong_api[0].detail, HasSubstr("API 999"));
-  auto throwing = RunAll({Fixture("throwing_register"), ""});
+  auto throwing = RunAll({ConformanceFixture("throwing_register"), ""});
   EXPECT_THAT(throwing[0].detail, HasSubstr("registration failed"));
 }
 
 TEST(ConformanceChecksTest, OptionsFileErrorsNameTheLine) {
   engine::testing::TempDir dir;
   auto bad = dir.Write("bad.pbtxt", "misbehaviour: NONE\nno_such_field: 1\n");
-  CheckResult r = RunIsolated("manifest", {Fixture("misbehaving_loader"), bad.string()});
+  CheckResult r = RunIsolated("manifest", {ConformanceFixture("misbehaving_loader"), bad.string()});
   EXPECT_EQ(r.outcome, Outcome::kFail);
   EXPECT_THAT(r.detail, HasSubstr("bad.pbtxt:2:"));
   EXPECT_THAT(r.detail, HasSubstr("no_such_field"));

@@ -29,8 +29,8 @@ struct Block {
 };
 
 // Two blocks in a row, then a loss; returns the gradients of the parameters and the input.
-std::vector<at::Tensor> Gradients(std::vector<Block>& blocks, bool checkpointed,
-                                  const at::Tensor& x0, uint64_t seed) {
+std::vector<at::Tensor> CheckpointGradients(std::vector<Block>& blocks, bool checkpointed,
+                                            const at::Tensor& x0, uint64_t seed) {
   for (Block& block : blocks) block.ZeroGrad();
   at::manual_seed(seed);
   at::Tensor x = x0.detach().set_requires_grad(true);
@@ -51,8 +51,8 @@ std::vector<at::Tensor> Gradients(std::vector<Block>& blocks, bool checkpointed,
 TEST(ActivationCheckpointTest, GradientsEqualThePlainBackward) {
   std::vector<Block> blocks(2);
   const at::Tensor x = at::randn({4, 16});
-  auto plain = Gradients(blocks, false, x, 3);
-  auto checkpointed = Gradients(blocks, true, x, 3);
+  auto plain = CheckpointGradients(blocks, false, x, 3);
+  auto checkpointed = CheckpointGradients(blocks, true, x, 3);
   ASSERT_EQ(plain.size(), checkpointed.size());
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_TRUE(at::allclose(plain[i], checkpointed[i], 1e-6, 1e-7)) << "gradient " << i;
@@ -63,8 +63,8 @@ TEST(ActivationCheckpointTest, RecomputationReentersTheBf16Context) {
   std::vector<Block> blocks(2);
   const at::Tensor x = at::randn({4, 16});
   auto scope = PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16).Enter();
-  auto plain = Gradients(blocks, false, x, 5);
-  auto checkpointed = Gradients(blocks, true, x, 5);
+  auto plain = CheckpointGradients(blocks, false, x, 5);
+  auto checkpointed = CheckpointGradients(blocks, true, x, 5);
   for (size_t i = 0; i < plain.size(); ++i) {
     // The same bf16 computations in the same order: the same bits.
     EXPECT_TRUE(at::equal(plain[i], checkpointed[i])) << "gradient " << i;

@@ -23,8 +23,8 @@ struct FakeGroup : testing::FakeDataParallel {
   explicit FakeGroup(float other) { other_gradient = other; }
 };
 
-struct TwoLayers {
-  TwoLayers() {
+struct TwoLayerNet {
+  TwoLayerNet() {
     at::manual_seed(3);
     w1 = at::randn({8, 4}).requires_grad_(true);  // 32 elements
     b1 = at::randn({8}).requires_grad_(true);     // 8
@@ -44,7 +44,8 @@ struct TwoLayers {
 };
 
 // The gradients of `loss` as plain autograd computes them.
-std::vector<at::Tensor> Reference(const TwoLayers& net, const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> AveragedReference(const TwoLayerNet& net,
+                                          const std::vector<at::Tensor>& inputs) {
   at::Tensor total;
   for (const at::Tensor& x : inputs) total = total.defined() ? total + net.Loss(x) : net.Loss(x);
   auto grads = torch::autograd::grad({total}, {net.w1, net.b1, net.w2});
@@ -52,9 +53,9 @@ std::vector<at::Tensor> Reference(const TwoLayers& net, const std::vector<at::Te
 }
 
 TEST(GradientAveragerTest, BucketsStartDuringTheBackwardInOrderAndEndAsTheMeans) {
-  TwoLayers net;
+  TwoLayerNet net;
   const at::Tensor x = at::randn({6, 4});
-  const auto expected = Reference(net, {x});
+  const auto expected = AveragedReference(net, {x});
   FakeGroup group(/*other=*/1.0f);
   // 200 bytes: w2 (96 bytes) and b1 (32) share the first bucket, w1 (128) gets the second.
   GradientAverager averager(&group, net.Parameters(false), /*bucket_bytes=*/200);
@@ -73,9 +74,9 @@ TEST(GradientAveragerTest, BucketsStartDuringTheBackwardInOrderAndEndAsTheMeans)
 }
 
 TEST(GradientAveragerTest, EarlierMicroBatchesAreIncludedAndReducedOnce) {
-  TwoLayers net;
+  TwoLayerNet net;
   const at::Tensor x1 = at::randn({6, 4}), x2 = at::randn({6, 4});
-  const auto expected = Reference(net, {x1, x2});
+  const auto expected = AveragedReference(net, {x1, x2});
   FakeGroup group(/*other=*/0.0f);
   GradientAverager averager(&group, net.Parameters(false), /*bucket_bytes=*/1);
   ASSERT_EQ(averager.bucket_count(), 3);
@@ -90,7 +91,7 @@ TEST(GradientAveragerTest, EarlierMicroBatchesAreIncludedAndReducedOnce) {
 }
 
 TEST(GradientAveragerTest, AnUnusedParameterCountsAsZerosAndHoldsBackLaterBuckets) {
-  TwoLayers net;
+  TwoLayerNet net;
   const at::Tensor x = at::randn({6, 4});
   FakeGroup group(/*other=*/2.0f);
   GradientAverager averager(&group, net.Parameters(true), /*bucket_bytes=*/1);
@@ -106,9 +107,9 @@ TEST(GradientAveragerTest, AnUnusedParameterCountsAsZerosAndHoldsBackLaterBucket
 }
 
 TEST(GradientAveragerTest, AStepWithoutAnArmedBackwardReducesWhatAccumulated) {
-  TwoLayers net;
+  TwoLayerNet net;
   const at::Tensor x = at::randn({6, 4});
-  const auto expected = Reference(net, {x});
+  const auto expected = AveragedReference(net, {x});
   FakeGroup group(/*other=*/0.0f);
   GradientAverager averager(&group, net.Parameters(false), /*bucket_bytes=*/1 << 20);
   averager.ArmForLastBackward();
@@ -137,7 +138,7 @@ TEST(GradientAveragerTest, LowPrecisionGradientsAreReducedInF32AndKeepTheirDtype
 }
 
 TEST(GradientAveragerTest, AFailedAllReduceIsFinishsErrorAndHooksGoWithTheAverager) {
-  TwoLayers net;
+  TwoLayerNet net;
   const at::Tensor x = at::randn({6, 4});
   FakeGroup group(/*other=*/0.0f);
   group.fail_waits = true;

@@ -47,15 +47,15 @@ std::filesystem::path FixtureDir(const std::string& family) {
 }
 const std::filesystem::path kFixture = FixtureDir("qwen2_vl");
 
-struct Reference {
+struct ProcessorReference {
   at::Tensor pixel_values, pixel_values_pil, image_grid_thw, input_ids;
   std::vector<std::string> images;
 };
 
-Reference ReadReference(const std::string& family) {
+ProcessorReference ReadReference(const std::string& family) {
   auto file = safetensors::File::Open(FixtureDir(family) / "reference.safetensors");
   EXPECT_TRUE(file.ok()) << file.status().message();
-  Reference r;
+  ProcessorReference r;
   r.pixel_values = *(*file)->Get("pixel_values");
   r.pixel_values_pil = *(*file)->Get("pixel_values_pil");
   r.image_grid_thw = *(*file)->Get("image_grid_thw");
@@ -135,7 +135,7 @@ TEST(ImageFileTest, BadFilesAreErrorsNamingTheFile) {
 // preprocessor_config.json, against transformers' pixel_values and grids: bit for bit, but for
 // rocket.jpg through Pillow, within `pillow_levels` levels of an 8-bit pixel.
 void ExpectPixelValuesAndGridsOfTransformers(const std::string& family, int pillow_levels) {
-  const Reference reference = ReadReference(family);
+  const ProcessorReference reference = ReadReference(family);
   for (const auto resampler : {Qwen2VlImageProcessor::Resampler::kTorchvision,
                                Qwen2VlImageProcessor::Resampler::kPillow}) {
     const bool torchvision = resampler == Qwen2VlImageProcessor::Resampler::kTorchvision;

@@ -17,12 +17,12 @@ namespace {
 // six callbacks.
 constexpr size_t kBuiltinPlugins = 25;
 
-std::filesystem::path Fixture(const std::string& name) {
+std::filesystem::path PluginFixture(const std::string& name) {
   return std::filesystem::path(testing::kTestPluginDir) / name / ("engine_" + name + ".so");
 }
 
 std::string LoadError(const std::string& fixture) {
-  auto loaded = LoadPluginLibrary(Fixture(fixture));
+  auto loaded = LoadPluginLibrary(PluginFixture(fixture));
   return loaded.ok() ? std::string("(loaded)") : loaded.status().message();
 }
 
@@ -97,7 +97,7 @@ TEST(PluginLibraryTest, KindMustMatchTheManifest) {
 TEST(PluginLibraryTest, ProtoClashAbortsOnlyTheProbeNotTheEngine) {
   PluginRegistry registry;
   ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
-  Status clash = registry.LoadLibrary(Fixture("proto_clash"));
+  Status clash = registry.LoadLibrary(PluginFixture("proto_clash"));
   ASSERT_FALSE(clash.ok());
   EXPECT_NE(clash.message().find("engine_proto_clash.so"), std::string::npos) << clash.message();
   EXPECT_NE(clash.message().find("crashed ("), std::string::npos) << clash.message();
@@ -112,7 +112,7 @@ TEST(PluginLibraryTest, ProtoClashAbortsOnlyTheProbeNotTheEngine) {
 TEST(PluginLibraryTest, ManifestEntryPointThatSegfaultsIsNamedAndSkipped) {
   PluginRegistry registry;
   ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
-  ASSERT_TRUE(registry.LoadDirectory(Fixture("crashing_manifest").parent_path()).ok());
+  ASSERT_TRUE(registry.LoadDirectory(PluginFixture("crashing_manifest").parent_path()).ok());
   ASSERT_EQ(registry.skipped().size(), 1u);
   const std::string& error = registry.skipped()[0];
   EXPECT_NE(error.find("engine_crashing_manifest.so"), std::string::npos) << error;
@@ -141,7 +141,7 @@ TEST(PluginLibraryTest, MissingFile) {
 TEST(PluginRegistryTest, DuplicateNamesBothLibraries) {
   PluginRegistry registry;
   ASSERT_TRUE(registry.LoadDirectory(testing::kBuiltinPluginDir).ok());
-  Status dup = registry.LoadLibrary(Fixture("dup_digits"));
+  Status dup = registry.LoadLibrary(PluginFixture("dup_digits"));
   ASSERT_FALSE(dup.ok());
   EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
   EXPECT_NE(dup.message().find("data loader plugin 'digits' is provided by two libraries"),

@@ -22,16 +22,16 @@ using ::testing::HasSubstr;
 
 // 41 elements in 6 tensors. 40-byte buckets cut them into 10, 10, 10, 10 and 1 elements, so
 // tensors span buckets and ranks; with 3 ranks every bucket's last slice is padded.
-const std::vector<std::vector<int64_t>> kShapes = {{5, 3}, {2}, {3}, {7}, {2, 2, 2}, {11}};
-constexpr int64_t kBucketBytes = 40;
+const std::vector<std::vector<int64_t>> kShardedShapes = {{5, 3}, {2}, {3}, {7}, {2, 2, 2}, {11}};
+constexpr int64_t kShardedBucketBytes = 40;
 
 // Large enough for LibTorch's vectorized loops, with parts that start mid-vector.
 const std::vector<std::vector<int64_t>> kLargeShapes = {{37, 29}, {1000}, {3}, {129}};
 
 // Random tensors of `shapes` from `seed`, the same on every thread (the ranks' threads must not
 // share LibTorch's default generator).
-std::vector<at::Tensor> RandomTensors(uint64_t seed,
-                                      const std::vector<std::vector<int64_t>>& shapes = kShapes) {
+std::vector<at::Tensor> RandomTensors(
+    uint64_t seed, const std::vector<std::vector<int64_t>>& shapes = kShardedShapes) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<at::Tensor> out;
   for (const auto& shape : shapes) out.push_back(at::randn(shape, generator));
@@ -39,7 +39,7 @@ std::vector<at::Tensor> RandomTensors(uint64_t seed,
 }
 
 std::vector<NamedParameter> FreshParameters(
-    const std::vector<std::vector<int64_t>>& shapes = kShapes) {
+    const std::vector<std::vector<int64_t>>& shapes = kShardedShapes) {
   std::vector<NamedParameter> out;
   const std::vector<at::Tensor> values = RandomTensors(7, shapes);
   for (size_t i = 0; i < values.size(); ++i) out.push_back({"p" + std::to_string(i), values[i]});
@@ -47,13 +47,13 @@ std::vector<NamedParameter> FreshParameters(
 }
 
 // The gradients of step `step`: the same on every rank (as after the all-reduce).
-std::vector<at::Tensor> Gradients(int step,
-                                  const std::vector<std::vector<int64_t>>& shapes = kShapes) {
+std::vector<at::Tensor> ShardedGradients(
+    int step, const std::vector<std::vector<int64_t>>& shapes = kShardedShapes) {
   return RandomTensors(100 + step, shapes);
 }
 
 void SetGradients(std::vector<NamedParameter>& parameters, int step) {
-  const std::vector<at::Tensor> g = Gradients(step);
+  const std::vector<at::Tensor> g = ShardedGradients(step);
   for (size_t i = 0; i < parameters.size(); ++i) parameters[i].tensor.mutable_grad() = g[i];
 }
 
@@ -92,10 +92,10 @@ void ExpectSameState(const safetensors::NamedTensors& a, const safetensors::Name
 }
 
 // The plain optimizer after `steps` steps, its parameters and state.
-struct Reference {
+struct ShardedReference {
   std::vector<NamedParameter> parameters = FreshParameters();
   std::unique_ptr<Optimizer> optimizer;
-  Reference(const proto::Optimizer& config, int steps) {
+  ShardedReference(const proto::Optimizer& config, int steps) {
     optimizer = MakeOptimizer(config, parameters);
     for (int s = 0; s < steps; ++s) {
       SetGradients(parameters, s);
@@ -117,10 +117,10 @@ class ShardedOptimizerTest : public ::testing::TestWithParam<int> {};
 TEST_P(ShardedOptimizerTest, EveryRankEndsWithThePlainOptimizersWeightsAndState) {
   const int world = GetParam();
   for (const proto::Optimizer& config : {AdamWConfig(), SgdConfig()}) {
-    const Reference reference(config, 3);
+    const ShardedReference reference(config, 3);
     OnRanks(world, [&](DataParallel& ranks) {
       std::vector<NamedParameter> parameters = FreshParameters();
-      auto sharded = Sharded(config, parameters, &ranks, kBucketBytes);
+      auto sharded = Sharded(config, parameters, &ranks, kShardedBucketBytes);
       for (int s = 0; s < 3; ++s) {
         SetGradients(parameters, s);
         sharded->Step(1e-2);
@@ -143,7 +143,7 @@ TEST_P(ShardedOptimizerTest, ScaledLowPrecisionGradientsUpdateMastersAndWriteBac
   // masters, and bf16 weights that receive the update.
   const int world = GetParam();
   auto feeds_for = [](int step, const std::vector<at::Tensor>& low) {
-    const std::vector<at::Tensor> g = Gradients(step);
+    const std::vector<at::Tensor> g = ShardedGradients(step);
     std::vector<GradientFeed> feeds;
     for (size_t i = 0; i < g.size(); ++i) {
       feeds.push_back({g[i].mul(1024).to(at::kBFloat16), 1.0 / 1024, low[i]});
@@ -159,7 +159,7 @@ TEST_P(ShardedOptimizerTest, ScaledLowPrecisionGradientsUpdateMastersAndWriteBac
     std::vector<NamedParameter> mine = FreshParameters();
     std::vector<at::Tensor> my_low;
     for (const auto& m : mine) my_low.push_back(m.tensor.to(at::kBFloat16));
-    auto sharded = Sharded(AdamWConfig(), mine, &ranks, kBucketBytes);
+    auto sharded = Sharded(AdamWConfig(), mine, &ranks, kShardedBucketBytes);
     for (int s = 0; s < 2; ++s) sharded->Step(1e-2, feeds_for(s, my_low));
     // The same fused pass on views of the same elements: bit for bit.
     for (size_t i = 0; i < mine.size(); ++i) {
@@ -175,14 +175,14 @@ TEST_P(ShardedOptimizerTest, MastersItKeepsForItsPartsEndWhereTheRuntimesMasters
   // bf16 weights, the moments and the gathered masters are those of the plain optimizer on whole
   // f32 masters, bit for bit; the state resumes on another world size.
   const int world = GetParam();
-  const std::vector<at::ScalarType> f32(kShapes.size(), at::kFloat);
+  const std::vector<at::ScalarType> f32(kShardedShapes.size(), at::kFloat);
   auto bf16_parameters = [] {
     std::vector<NamedParameter> out = FreshParameters();
     for (auto& p : out) p.tensor = p.tensor.to(at::kBFloat16);
     return out;
   };
   auto feeds_for = [](int step, const std::vector<NamedParameter>& low) {
-    const std::vector<at::Tensor> g = Gradients(step);
+    const std::vector<at::Tensor> g = ShardedGradients(step);
     std::vector<GradientFeed> feeds;
     for (size_t i = 0; i < g.size(); ++i) {
       feeds.push_back({g[i].mul(512).to(at::kBFloat16), 1.0 / 512, low[i].tensor});
@@ -200,7 +200,7 @@ TEST_P(ShardedOptimizerTest, MastersItKeepsForItsPartsEndWhereTheRuntimesMasters
   safetensors::NamedTensors saved;
   OnRanks(world, [&](DataParallel& ranks) {
     std::vector<NamedParameter> mine = bf16_parameters();
-    auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kBucketBytes);
+    auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kShardedBucketBytes);
     ASSERT_TRUE(made.ok());
     for (int s = 0; s < 2; ++s) (*made)->Step(1e-2, feeds_for(s, mine));
     ExpectEqual(mine, low, "bf16 weights");
@@ -214,7 +214,7 @@ TEST_P(ShardedOptimizerTest, MastersItKeepsForItsPartsEndWhereTheRuntimesMasters
   plain->Step(1e-2, feeds_for(2, low));
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> mine = bf16_parameters();
-    auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kBucketBytes);
+    auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kShardedBucketBytes);
     ASSERT_TRUE(made.ok());
     ASSERT_TRUE((*made)->LoadState(saved, 2).ok());
     (*made)->Step(1e-2, feeds_for(2, mine));
@@ -232,7 +232,7 @@ TEST_P(ShardedOptimizerTest, AdamWOnLargeTensorsIsBitForBitAndSgdWithinOneRoundi
     std::vector<NamedParameter> reference = FreshParameters(kLargeShapes);
     auto plain = MakeOptimizer(adamw ? AdamWConfig() : SgdConfig(), reference);
     for (int s = 0; s < 3; ++s) {
-      const std::vector<at::Tensor> g = Gradients(s, kLargeShapes);
+      const std::vector<at::Tensor> g = ShardedGradients(s, kLargeShapes);
       for (size_t i = 0; i < g.size(); ++i) reference[i].tensor.mutable_grad() = g[i];
       plain->Step(1e-2);
     }
@@ -241,7 +241,7 @@ TEST_P(ShardedOptimizerTest, AdamWOnLargeTensorsIsBitForBitAndSgdWithinOneRoundi
       auto sharded =
           Sharded(adamw ? AdamWConfig() : SgdConfig(), parameters, &ranks, /*bucket_bytes=*/4000);
       for (int s = 0; s < 3; ++s) {
-        const std::vector<at::Tensor> g = Gradients(s, kLargeShapes);
+        const std::vector<at::Tensor> g = ShardedGradients(s, kLargeShapes);
         for (size_t i = 0; i < g.size(); ++i) parameters[i].tensor.mutable_grad() = g[i];
         sharded->Step(1e-2);
       }
@@ -263,12 +263,12 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ShardedOptimizerTest, ::testing::Values(2, 3),
 TEST(ShardedOptimizerResumeTest, StateGatheredOnTwoRanksResumesOnThreeAndOnOne) {
   // Two steps on 2 ranks, the state gathered as a checkpoint holds it, then one more step on 3
   // ranks and on one plain optimizer: both end where three uninterrupted plain steps end.
-  const Reference reference(AdamWConfig(), 3);
+  const ShardedReference reference(AdamWConfig(), 3);
   safetensors::NamedTensors saved;
   std::vector<NamedParameter> after_two;
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = FreshParameters();
-    auto sharded = Sharded(AdamWConfig(), parameters, &ranks, kBucketBytes);
+    auto sharded = Sharded(AdamWConfig(), parameters, &ranks, kShardedBucketBytes);
     for (int s = 0; s < 2; ++s) {
       SetGradients(parameters, s);
       sharded->Step(1e-2);
@@ -287,7 +287,7 @@ TEST(ShardedOptimizerResumeTest, StateGatheredOnTwoRanksResumesOnThreeAndOnOne) 
   };
   OnRanks(3, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = copy();
-    auto sharded = Sharded(AdamWConfig(), parameters, &ranks, kBucketBytes);
+    auto sharded = Sharded(AdamWConfig(), parameters, &ranks, kShardedBucketBytes);
     ASSERT_TRUE(sharded->LoadState(saved, 2).ok());
     SetGradients(parameters, 2);
     sharded->Step(1e-2);
@@ -304,7 +304,7 @@ TEST(ShardedOptimizerResumeTest, StateGatheredOnTwoRanksResumesOnThreeAndOnOne) 
 TEST(ShardedOptimizerResumeTest, RefusesParametersItCannotUpdateInPlace) {
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = {{"transposed", at::randn({3, 4}).t()}};
-    auto made = MakeShardedOptimizer(AdamWConfig(), parameters, {}, &ranks, kBucketBytes);
+    auto made = MakeShardedOptimizer(AdamWConfig(), parameters, {}, &ranks, kShardedBucketBytes);
     ASSERT_FALSE(made.ok());
     EXPECT_THAT(made.status().message(), HasSubstr("'transposed'"));
     EXPECT_THAT(made.status().message(), HasSubstr("not contiguous"));
@@ -318,8 +318,8 @@ TEST(ShardedOptimizerResumeTest, AStateGatheredBeforeAnyUpdateHoldsTheMasters) {
     std::vector<NamedParameter> parameters = FreshParameters();
     for (auto& p : parameters) p.tensor = p.tensor.to(at::kBFloat16);
     auto made = MakeShardedOptimizer(AdamWConfig(), parameters,
-                                     std::vector<at::ScalarType>(kShapes.size(), at::kFloat),
-                                     &ranks, kBucketBytes);
+                                     std::vector<at::ScalarType>(kShardedShapes.size(), at::kFloat),
+                                     &ranks, kShardedBucketBytes);
     ASSERT_TRUE(made.ok());
     ASSERT_TRUE((*made)->GatherState().ok());
     if (ranks.rank() != 0) return;
@@ -337,7 +337,7 @@ TEST(ShardedOptimizerResumeTest, AStateGatheredBeforeAnyUpdateHoldsTheMasters) {
 TEST(ShardedOptimizerResumeTest, RefusesStateThatFitsNoParameter) {
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = FreshParameters();
-    auto sharded = Sharded(AdamWConfig(), parameters, &ranks, kBucketBytes);
+    auto sharded = Sharded(AdamWConfig(), parameters, &ranks, kShardedBucketBytes);
     Status wrong_shape = sharded->LoadState(
         {{"p0.exp_avg", at::zeros({3, 5})}, {"p0.exp_avg_sq", at::zeros({5, 3})}}, 1);
     EXPECT_THAT(wrong_shape.message(), HasSubstr("'p0.exp_avg' has the wrong shape"));

@@ -12,13 +12,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class Lm : public torch::nn::Module {
+class GenerationLm : public torch::nn::Module {
  public:
-  explicit Lm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.5); }
+  explicit GenerationLm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.5); }
   CausalLm lm;
 };
 
-LlamaConfig Tiny() {
+LlamaConfig TinyGenerationConfig() {
   LlamaConfig c;
   c.vocab_size = 23;
   c.hidden_size = 16;
@@ -32,7 +32,7 @@ LlamaConfig Tiny() {
 
 TEST(GenerationTest, LeftPaddedRowsContinueAsTheyWouldAlone) {
   at::manual_seed(3);
-  Lm m(Tiny());
+  GenerationLm m(TinyGenerationConfig());
   m.eval();
   const std::vector<std::vector<int64_t>> prompts = {{3, 9, 4, 1, 7}, {5, 2}, {8, 8, 6}};
   at::Tensor ids = at::zeros({3, 5}, at::kLong), mask = at::zeros({3, 5}, at::kLong);
@@ -59,7 +59,7 @@ TEST(GenerationTest, LeftPaddedRowsContinueAsTheyWouldAlone) {
 
 TEST(GenerationTest, StopIdsEndRowsAndSamplingFollowsItsSeed) {
   at::manual_seed(4);
-  Lm m(Tiny());
+  GenerationLm m(TinyGenerationConfig());
   m.eval();
   const at::Tensor ids = at::tensor({1, 2, 3}, at::kLong).view({1, -1});
   GenerationOptions sampled;
@@ -106,7 +106,7 @@ TEST(GenerationTest, TopKOneIsGreedyAndLongPromptsAreRefused) {
     EXPECT_EQ(SampleNextTokens(logits, nucleus, generator).item<int64_t>(), 1);
   }
 
-  Lm m(Tiny());
+  GenerationLm m(TinyGenerationConfig());
   const at::Tensor ids = at::ones({1, 30}, at::kLong);
   GenerationOptions options;
   options.max_new_tokens = 5;

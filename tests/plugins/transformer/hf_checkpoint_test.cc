@@ -21,7 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-LlamaConfig Tiny() {
+LlamaConfig TinyCheckpointConfig() {
   LlamaConfig c;
   c.vocab_size = 11;
   c.hidden_size = 8;
@@ -33,9 +33,9 @@ LlamaConfig Tiny() {
   return c;
 }
 
-class Lm : public torch::nn::Module {
+class CheckpointLm : public torch::nn::Module {
  public:
-  explicit Lm(const LlamaConfig& c) : lm(*this, c) {}
+  explicit CheckpointLm(const LlamaConfig& c) : lm(*this, c) {}
   CausalLm lm;
 };
 
@@ -57,7 +57,7 @@ void Save(torch::nn::Module& module, const LlamaConfig& config, const std::files
   ASSERT_TRUE(safetensors::Write(dir / "model.safetensors", State(module)).ok());
 }
 
-std::unique_ptr<Lm> Load(const std::filesystem::path& dir, Status* status) {
+std::unique_ptr<CheckpointLm> Load(const std::filesystem::path& dir, Status* status) {
   auto json = ReadConfigJson(dir);
   if (!json.ok()) {
     *status = json.status();
@@ -68,7 +68,7 @@ std::unique_ptr<Lm> Load(const std::filesystem::path& dir, Status* status) {
     *status = config.status();
     return nullptr;
   }
-  auto model = std::make_unique<Lm>(*config);
+  auto model = std::make_unique<CheckpointLm>(*config);
   std::set<std::string> optional;
   if (config->tie_word_embeddings) optional.insert("lm_head.weight");
   *status = LoadWeights(dir, *model, optional);
@@ -78,9 +78,9 @@ std::unique_ptr<Lm> Load(const std::filesystem::path& dir, Status* status) {
 TEST(HfCheckpointTest, RoundTripGivesIdenticalTensorsAndLogits) {
   testing::TempDir tmp;
   at::manual_seed(1);
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   InitializeWeights(original, 0.5);
-  Save(original, Tiny(), tmp.path() / "m");
+  Save(original, TinyCheckpointConfig(), tmp.path() / "m");
   Status status;
   auto loaded = Load(tmp.path() / "m", &status);
   ASSERT_TRUE(status.ok()) << status.message();
@@ -92,7 +92,7 @@ TEST(HfCheckpointTest, RoundTripGivesIdenticalTensorsAndLogits) {
     EXPECT_TRUE(at::equal(p.value(), b[p.key()])) << p.key();
   }
   const at::Tensor ids = at::randint(0, 11, {2, 5}, at::kLong);
-  auto logits = [&](Lm& m) {
+  auto logits = [&](CheckpointLm& m) {
     return m.lm.Logits(m.lm.model->forward(m.lm.model->Embed(ids), 0, nullptr));
   };
   EXPECT_TRUE(at::equal(logits(original), logits(*loaded)));
@@ -100,9 +100,9 @@ TEST(HfCheckpointTest, RoundTripGivesIdenticalTensorsAndLogits) {
 
 TEST(HfCheckpointTest, KeepsTheStoredDtype) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   original.to(at::kBFloat16);
-  Save(original, Tiny(), tmp.path() / "m", "bfloat16");
+  Save(original, TinyCheckpointConfig(), tmp.path() / "m", "bfloat16");
   Status status;
   auto loaded = Load(tmp.path() / "m", &status);
   ASSERT_TRUE(status.ok()) << status.message();
@@ -113,11 +113,11 @@ TEST(HfCheckpointTest, KeepsTheStoredDtype) {
 
 TEST(HfCheckpointTest, ReadsShardsThroughTheIndex) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   InitializeWeights(original, 0.5);
   const auto dir = tmp.path() / "sharded";
   std::filesystem::create_directories(dir);
-  WriteFile(dir / "config.json", Tiny().ToJson("float32").dump());
+  WriteFile(dir / "config.json", TinyCheckpointConfig().ToJson("float32").dump());
   auto state = State(original);
   const size_t half = state.size() / 2;
   safetensors::NamedTensors first(state.begin(), state.begin() + half);
@@ -141,14 +141,14 @@ TEST(HfCheckpointTest, ReadsShardsThroughTheIndex) {
 
 TEST(HfCheckpointTest, MissingTensorIsNamed) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   auto state = State(original);
   state.erase(std::remove_if(state.begin(), state.end(),
                              [](const auto& e) { return e.first == "model.norm.weight"; }),
               state.end());
   const auto dir = tmp.path() / "m";
   std::filesystem::create_directories(dir);
-  WriteFile(dir / "config.json", Tiny().ToJson("float32").dump());
+  WriteFile(dir / "config.json", TinyCheckpointConfig().ToJson("float32").dump());
   ASSERT_TRUE(safetensors::Write(dir / "model.safetensors", state).ok());
   Status status;
   Load(dir, &status);
@@ -158,14 +158,14 @@ TEST(HfCheckpointTest, MissingTensorIsNamed) {
 
 TEST(HfCheckpointTest, ShapeMismatchNamesTheTensorAndBothShapes) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   auto state = State(original);
   for (auto& [name, t] : state) {
     if (name == "model.layers.0.mlp.up_proj.weight") t = at::zeros({13, 8});
   }
   const auto dir = tmp.path() / "m";
   std::filesystem::create_directories(dir);
-  WriteFile(dir / "config.json", Tiny().ToJson("float32").dump());
+  WriteFile(dir / "config.json", TinyCheckpointConfig().ToJson("float32").dump());
   ASSERT_TRUE(safetensors::Write(dir / "model.safetensors", state).ok());
   Status status;
   Load(dir, &status);
@@ -176,14 +176,14 @@ TEST(HfCheckpointTest, ShapeMismatchNamesTheTensorAndBothShapes) {
 
 TEST(HfCheckpointTest, AnIntegerTensorWhereTheModelHasWeightsIsRefusedByName) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   auto state = State(original);
   for (auto& [name, t] : state) {
     if (name == "model.norm.weight") t = at::ones({8}, at::kInt);
   }
   const auto dir = tmp.path() / "m";
   std::filesystem::create_directories(dir);
-  WriteFile(dir / "config.json", Tiny().ToJson("float32").dump());
+  WriteFile(dir / "config.json", TinyCheckpointConfig().ToJson("float32").dump());
   ASSERT_TRUE(safetensors::Write(dir / "model.safetensors", state).ok());
   Status status;
   Load(dir, &status);
@@ -193,12 +193,12 @@ TEST(HfCheckpointTest, AnIntegerTensorWhereTheModelHasWeightsIsRefusedByName) {
 
 TEST(HfCheckpointTest, TheLinearHookSeesEachLayerOnceWithItsWeightInPlace) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   const auto dir = tmp.path() / "m";
-  Save(original, Tiny(), dir, "bfloat16");
+  Save(original, TinyCheckpointConfig(), dir, "bfloat16");
   std::map<std::string, at::Tensor> stored;
   for (const auto& [name, t] : State(original)) stored[name] = t.detach().clone();
-  Lm loaded(Tiny());
+  CheckpointLm loaded(TinyCheckpointConfig());
   std::vector<std::string> seen;
   ModelContext context;
   context.linear_loaded = [&](const std::string& name, LinearImpl& layer) -> Status {
@@ -216,7 +216,7 @@ TEST(HfCheckpointTest, TheLinearHookSeesEachLayerOnceWithItsWeightInPlace) {
   EXPECT_EQ(seen.size(), 8u);  // q, k, v, o, gate, up, down and lm_head
 
   // An error from the hook is the load's.
-  Lm again(Tiny());
+  CheckpointLm again(TinyCheckpointConfig());
   ModelContext failing;
   failing.linear_loaded = [](const std::string& name, LinearImpl&) {
     return InvalidArgumentError("no room for " + name);
@@ -227,9 +227,9 @@ TEST(HfCheckpointTest, TheLinearHookSeesEachLayerOnceWithItsWeightInPlace) {
 
 TEST(HfCheckpointTest, ALoadTheHostCannotHoldIsRefusedBeforeItStartsCountingQuantizedLayers) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   const auto dir = tmp.path() / "m";
-  Save(original, Tiny(), dir);
+  Save(original, TinyCheckpointConfig(), dir);
   int64_t dense = 0, linear = 0;
   for (const auto& [name, t] : State(original)) {
     dense += t.numel() * 4;
@@ -244,7 +244,7 @@ TEST(HfCheckpointTest, ALoadTheHostCannotHoldIsRefusedBeforeItStartsCountingQuan
   {
     // Less than the f32 tensors need: refused, naming the directory and both figures.
     Available available(dense - 1);
-    Lm model(Tiny());
+    CheckpointLm model(TinyCheckpointConfig());
     const Status status = LoadWeights(dir, model, {}, nullptr);
     EXPECT_THAT(status.message(), HasSubstr("'" + dir.string() + "': loading it needs about 1 MB"));
     EXPECT_THAT(status.message(), HasSubstr("and this machine has 1 MB available"));
@@ -252,25 +252,25 @@ TEST(HfCheckpointTest, ALoadTheHostCannotHoldIsRefusedBeforeItStartsCountingQuan
   {
     // Enough once the projections are counted at 4 bits.
     Available available(dense - linear * 4 + linear);
-    Lm model(Tiny());
+    CheckpointLm model(TinyCheckpointConfig());
     ModelContext context;
     context.quantizes = [](const std::string& name) {
       return name.find("_proj") != std::string::npos;
     };
     EXPECT_TRUE(LoadWeights(dir, model, {}, &context).ok());
-    Lm dense_model(Tiny());
+    CheckpointLm dense_model(TinyCheckpointConfig());
     EXPECT_FALSE(LoadWeights(dir, dense_model, {}, nullptr).ok());
   }
 }
 
 TEST(HfCheckpointTest, UnknownTensorAndBadFilesAreErrors) {
   testing::TempDir tmp;
-  Lm original(Tiny());
+  CheckpointLm original(TinyCheckpointConfig());
   auto state = State(original);
   state.emplace_back("model.layers.7.mlp.up_proj.weight", at::zeros({2}));
   const auto dir = tmp.path() / "m";
   std::filesystem::create_directories(dir);
-  WriteFile(dir / "config.json", Tiny().ToJson("float32").dump());
+  WriteFile(dir / "config.json", TinyCheckpointConfig().ToJson("float32").dump());
   ASSERT_TRUE(safetensors::Write(dir / "model.safetensors", state).ok());
   Status status;
   Load(dir, &status);
@@ -283,7 +283,7 @@ TEST(HfCheckpointTest, UnknownTensorAndBadFilesAreErrors) {
 
   const auto empty = tmp.path() / "empty";
   std::filesystem::create_directories(empty);
-  WriteFile(empty / "config.json", Tiny().ToJson("float32").dump());
+  WriteFile(empty / "config.json", TinyCheckpointConfig().ToJson("float32").dump());
   Load(empty, &status);
   EXPECT_THAT(status.message(),
               HasSubstr("holds neither model.safetensors nor model.safetensors.index.json"));

@@ -74,7 +74,8 @@ Reference ReadReference(const std::string& name) {
 }
 
 // The model of directory `name` built from `config` with the directory's weights.
-std::shared_ptr<CausalLmModule> LoadFixture(const std::string& name, const LlamaConfig& config) {
+std::shared_ptr<CausalLmModule> LoadFidelityFixture(const std::string& name,
+                                                    const LlamaConfig& config) {
   auto module = std::make_shared<CausalLmModule>(config);
   std::set<std::string> optional;
   if (config.tie_word_embeddings) optional.insert("lm_head.weight");
@@ -124,7 +125,7 @@ TEST(HfFidelityTest, LogitsEqualTransformersOnEveryFixture) {
     ASSERT_TRUE(config.ok()) << config.status().message();
     const Reference r = ReadReference(name);
     EXPECT_EQ(r.tolerance, r.dtype == "bfloat16" ? 0.2 : 1e-4) << "the tolerance this test states";
-    auto module = LoadFixture(name, *config);
+    auto module = LoadFidelityFixture(name, *config);
     const at::Tensor logits = RunReferenceBatch(*module, r);
     ASSERT_EQ(logits.sizes(), r.logits.sizes());
     EXPECT_LE(MaxDifferenceAtRealTokens(logits, r.logits, r.attention_mask), r.tolerance);
@@ -137,7 +138,7 @@ TEST(HfFidelityTest, ALeftPaddedRowComputesWhatItWouldUnpadded) {
   auto config = FixtureConfig("mistral_sliding");
   ASSERT_TRUE(config.ok()) << config.status().message();
   const Reference r = ReadReference("mistral_sliding");
-  auto module = LoadFixture("mistral_sliding", *config);
+  auto module = LoadFidelityFixture("mistral_sliding", *config);
   DecoderInputs padded;
   padded.attention_mask = r.attention_mask;  // positions derived from the mask
   at::NoGradGuard no_grad;
@@ -160,7 +161,7 @@ TEST(HfFidelityTest, TheWrittenConfigComputesTheSameModel) {
     EXPECT_EQ(back->ToJson("float32"), written);
     EXPECT_EQ(written["model_type"], config->model_type);
     const Reference r = ReadReference(name);
-    auto module = LoadFixture(name, *back);
+    auto module = LoadFidelityFixture(name, *back);
     EXPECT_LE(MaxDifferenceAtRealTokens(RunReferenceBatch(*module, r), r.logits, r.attention_mask),
               r.tolerance);
   }

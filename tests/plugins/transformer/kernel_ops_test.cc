@@ -36,9 +36,9 @@ LlamaConfig Small(int64_t window) {
   return c;
 }
 
-class Lm : public torch::nn::Module {
+class KernelOpsLm : public torch::nn::Module {
  public:
-  explicit Lm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.2); }
+  explicit KernelOpsLm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.2); }
   CausalLm lm;
 };
 
@@ -48,8 +48,8 @@ struct TrainingRun {
 };
 
 // Logits and gradients of the mean next-token loss, with the kernels on or off.
-TrainingRun Train(Lm& model, const at::Tensor& ids, const DecoderInputs& inputs, bool kernels,
-                  const PrecisionContext& precision, bool checkpointing = false) {
+TrainingRun Train(KernelOpsLm& model, const at::Tensor& ids, const DecoderInputs& inputs,
+                  bool kernels, const PrecisionContext& precision, bool checkpointing = false) {
   if (kernels) {
     unsetenv(engine::kernels::kCpuKernelsVariable);
   } else {
@@ -87,7 +87,7 @@ void ExpectRunsAgree(const TrainingRun& got, const TrainingRun& want, double tol
 TEST(KernelOpsTest, DecoderEqualsTheAtenPathInF32) {
   for (int64_t window : {0, 9}) {
     at::manual_seed(4);
-    Lm model(Small(window));
+    KernelOpsLm model(Small(window));
     const at::Tensor ids = at::randint(0, 67, {3, 37}, at::kLong);
     const PrecisionContext f32 = PrecisionContext::None();
     const TrainingRun aten = Train(model, ids, {}, false, f32);
@@ -103,7 +103,7 @@ TEST(KernelOpsTest, DecoderEqualsTheAtenPathInF32) {
 
 TEST(KernelOpsTest, DecoderUnderBf16AutocastStaysWithinBf16OfTheAtenPath) {
   at::manual_seed(6);
-  Lm model(Small(0));
+  KernelOpsLm model(Small(0));
   const at::Tensor ids = at::randint(0, 67, {2, 45}, at::kLong);
   const PrecisionContext bf16 = PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16);
   const TrainingRun aten = Train(model, ids, {}, false, bf16);
@@ -118,7 +118,7 @@ TEST(KernelOpsTest, DecoderUnderBf16AutocastStaysWithinBf16OfTheAtenPath) {
 
 TEST(KernelOpsTest, PaddedAndPackedRowsEqualTheAtenPathAndTheCacheKeepsIt) {
   at::manual_seed(8);
-  Lm model(Small(0));
+  KernelOpsLm model(Small(0));
   const at::Tensor ids = at::randint(0, 67, {2, 6}, at::kLong);
   const PrecisionContext f32 = PrecisionContext::None();
   // Left padding (the first two queries of row 0 see nothing), then packed examples with trailing

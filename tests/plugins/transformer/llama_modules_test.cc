@@ -21,7 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-LlamaConfig Tiny(int64_t heads = 2, int64_t kv_heads = 1) {
+LlamaConfig TinyModulesConfig(int64_t heads = 2, int64_t kv_heads = 1) {
   LlamaConfig c;
   c.vocab_size = 17;
   c.hidden_size = 8;
@@ -33,9 +33,9 @@ LlamaConfig Tiny(int64_t heads = 2, int64_t kv_heads = 1) {
   return c;
 }
 
-class Lm : public torch::nn::Module {
+class ModulesLm : public torch::nn::Module {
  public:
-  explicit Lm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.3); }
+  explicit ModulesLm(const LlamaConfig& c) : lm(*this, c) { InitializeWeights(*this, 0.3); }
   CausalLm lm;
 };
 
@@ -51,7 +51,7 @@ TEST(RmsNormTest, MatchesTheFormula) {
 // One head of size 4, identity projections: position 0 attends only to itself; position 1 mixes
 // the two values with the softmax of rotated-query . rotated-key / 2.
 TEST(LlamaAttentionTest, HandComputedTwoPositions) {
-  LlamaConfig c = Tiny(1, 1);
+  LlamaConfig c = TinyModulesConfig(1, 1);
   c.hidden_size = 4;
   LlamaAttention attention(c);
   at::NoGradGuard no_grad;
@@ -89,8 +89,8 @@ TEST(LlamaAttentionTest, HandComputedTwoPositions) {
 
 TEST(LlamaAttentionTest, GroupedQueryEqualsRepeatedKeyValueHeads) {
   at::manual_seed(3);
-  LlamaAttention grouped(Tiny(4, 2));
-  LlamaAttention full(Tiny(4, 4));
+  LlamaAttention grouped(TinyModulesConfig(4, 2));
+  LlamaAttention full(TinyModulesConfig(4, 4));
   at::NoGradGuard no_grad;
   full->q_proj->weight.copy_(grouped->q_proj->weight);
   full->o_proj->weight.copy_(grouped->o_proj->weight);
@@ -107,7 +107,7 @@ TEST(LlamaAttentionTest, GroupedQueryEqualsRepeatedKeyValueHeads) {
 }
 
 TEST(LlamaDecoderTest, ShapesDtypesAndHuggingFaceNames) {
-  Lm model(Tiny());
+  ModulesLm model(TinyModulesConfig());
   const at::Tensor ids = at::randint(0, 17, {3, 6}, at::kLong);
   const at::Tensor hidden = model.lm.model->forward(model.lm.model->Embed(ids), 0, nullptr);
   EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{3, 6, 8}));
@@ -132,9 +132,9 @@ TEST(LlamaDecoderTest, ShapesDtypesAndHuggingFaceNames) {
   EXPECT_EQ(model.named_parameters()["model.layers.0.self_attn.k_proj.weight"].sizes(),
             (std::vector<int64_t>{4, 8}));  // one kv head of size 4
 
-  LlamaConfig tied = Tiny();
+  LlamaConfig tied = TinyModulesConfig();
   tied.tie_word_embeddings = true;
-  Lm tied_model(tied);
+  ModulesLm tied_model(tied);
   EXPECT_EQ(tied_model.named_parameters().find("lm_head.weight"), nullptr);
   const at::Tensor h = at::randn({1, 2, 8});
   EXPECT_TRUE(at::equal(tied_model.lm.Logits(h),
@@ -142,7 +142,8 @@ TEST(LlamaDecoderTest, ShapesDtypesAndHuggingFaceNames) {
 }
 
 // The decoder's hidden states for `embeds` with the math path or LibTorch's fused attention.
-at::Tensor Hidden(Lm& model, const at::Tensor& embeds, const DecoderInputs& inputs, bool fused) {
+at::Tensor Hidden(ModulesLm& model, const at::Tensor& embeds, const DecoderInputs& inputs,
+                  bool fused) {
   if (fused) {
     unsetenv("ENGINE_ATTENTION");
   } else {
@@ -160,9 +161,9 @@ TEST(LlamaAttentionTest, FusedAttentionEqualsTheMathPath) {
   }
   at::NoGradGuard no_grad;
   for (int64_t window : {0, 3}) {
-    LlamaConfig config = Tiny(4, 2);
+    LlamaConfig config = TinyModulesConfig(4, 2);
     config.sliding_window = window;
-    Lm model(config);
+    ModulesLm model(config);
     const at::Tensor embeds = model.lm.model->Embed(at::randint(0, 17, {2, 6}, at::kLong));
     // Causal only (the kernel's own mask), then left-padded and packed rows (a bias).
     DecoderInputs causal;
@@ -181,7 +182,7 @@ TEST(LlamaAttentionTest, FusedAttentionEqualsTheMathPath) {
 }
 
 TEST(LlamaDecoderTest, CacheStepsEqualTheFullForward) {
-  Lm model(Tiny());
+  ModulesLm model(TinyModulesConfig());
   at::NoGradGuard no_grad;
   const at::Tensor embeds = model.lm.model->Embed(at::randint(0, 17, {2, 7}, at::kLong));
   const at::Tensor full = model.lm.model->forward(embeds, 0, nullptr);
@@ -198,7 +199,7 @@ TEST(LlamaDecoderTest, CacheStepsEqualTheFullForward) {
 
 // Greedy generation with the KV cache equals generation by full forwards, and eos handling.
 void CheckGenerationAgrees() {
-  Lm model(Tiny());
+  ModulesLm model(TinyModulesConfig());
   const at::Tensor prefix = model.lm.model->Embed(at::randint(0, 17, {4, 3}, at::kLong)).detach();
   const at::Tensor cached = model.lm.Generate(prefix, 9, /*eos_id=*/-1, /*use_cache=*/true);
   const at::Tensor plain = model.lm.Generate(prefix, 9, -1, /*use_cache=*/false);
@@ -243,11 +244,12 @@ TEST(LlamaDecoderTest, GenerationWithAndWithoutTheCacheAgrees) {
 // Gradients with per-block checkpointing equal the plain backward, in f32 and under bf16 autocast,
 // biases included (Qwen2's q/k/v biases, which autocast casts and caches).
 TEST(LlamaDecoderTest, GradientCheckpointingGivesTheSameGradients) {
-  LlamaConfig with_biases = Tiny();
+  LlamaConfig with_biases = TinyModulesConfig();
   with_biases.qkv_bias = with_biases.o_bias = with_biases.mlp_bias = true;
-  for (auto [bf16, config] : {std::pair{false, Tiny()}, std::pair{true, Tiny()},
-                              std::pair{false, with_biases}, std::pair{true, with_biases}}) {
-    Lm model(config);
+  for (auto [bf16, config] :
+       {std::pair{false, TinyModulesConfig()}, std::pair{true, TinyModulesConfig()},
+        std::pair{false, with_biases}, std::pair{true, with_biases}}) {
+    ModulesLm model(config);
     const at::Tensor ids = at::randint(0, 17, {2, 6}, at::kLong);
     auto gradients = [&](bool checkpointing) {
       model.zero_grad();
@@ -271,7 +273,7 @@ TEST(LlamaDecoderTest, GradientCheckpointingGivesTheSameGradients) {
 }
 
 TEST(LlamaConfigTest, ReadsAndWritesConfigJson) {
-  LlamaConfig c = Tiny(4, 2);
+  LlamaConfig c = TinyModulesConfig(4, 2);
   c.rope_theta = 500000;
   c.tie_word_embeddings = true;
   auto back = ConfigFromJson(c.ToJson("bfloat16"), "config.json");
@@ -284,27 +286,27 @@ TEST(LlamaConfigTest, ReadsAndWritesConfigJson) {
 }
 
 TEST(LlamaConfigTest, BadConfigJsonNamesTheKey) {
-  auto json = Tiny().ToJson("float32");
+  auto json = TinyModulesConfig().ToJson("float32");
   json.erase("hidden_size");
   auto missing = ConfigFromJson(json, "'m/config.json'");
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("'m/config.json': 'hidden_size' is missing"));
 
-  json = Tiny().ToJson("float32");
+  json = TinyModulesConfig().ToJson("float32");
   json["num_attention_heads"] = "four";
   EXPECT_THAT(ConfigFromJson(json, "c").status().message(),
               HasSubstr("'num_attention_heads' must be a positive integer, not \"four\""));
 
-  json = Tiny().ToJson("float32");
+  json = TinyModulesConfig().ToJson("float32");
   json["num_attention_heads"] = 3;
   EXPECT_THAT(ConfigFromJson(json, "c").status().message(),
               HasSubstr("hidden_size 8 is not a multiple of num_attention_heads 3"));
 
-  json = Tiny().ToJson("float32");
+  json = TinyModulesConfig().ToJson("float32");
   json["model_type"] = "bert";
   EXPECT_THAT(ConfigFromJson(json, "c").status().message(), HasSubstr("model_type is 'bert'"));
 
-  json = Tiny().ToJson("float32");
+  json = TinyModulesConfig().ToJson("float32");
   json["num_hidden_layers"] = 100000;
   EXPECT_THAT(ConfigFromJson(json, "c").status().message(),
               HasSubstr("num_hidden_layers 100000 is above the largest"));

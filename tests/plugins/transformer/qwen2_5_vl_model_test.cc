@@ -30,10 +30,10 @@ using ::testing::HasSubstr;
 using testing_support::QwenVlFixture;
 using Fixture = QwenVlFixture;
 
-Fixture LoadFixture() { return testing_support::LoadQwenVlFixture("qwen2_5_vl"); }
+Fixture LoadQwen25VlFixture() { return testing_support::LoadQwenVlFixture("qwen2_5_vl"); }
 
 TEST(Qwen25VlModelTest, ConfigIsReadFromTheCheckpoint) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen25VlFixture();
   EXPECT_EQ(f.config.model_type(), "qwen2_5_vl");
   EXPECT_EQ(f.config.vision.family, VisionFamily::kQwen25Vl);
   EXPECT_EQ(f.config.vision.embed_dim, 32);
@@ -62,7 +62,7 @@ TEST(Qwen25VlModelTest, WindowsAreTransformersWindows) {
 // Through the engine's attention kernel (one key range per window or image) and through ATen's
 // products (ENGINE_CPU_KERNELS=0).
 TEST(Qwen25VlModelTest, VisionTowerEqualsTransformers) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen25VlFixture();
   at::NoGradGuard no_grad;
   const at::Tensor expected = f.Get("image_features");
   for (bool kernels : {true, false}) {
@@ -75,7 +75,7 @@ TEST(Qwen25VlModelTest, VisionTowerEqualsTransformers) {
 }
 
 TEST(Qwen25VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen25VlFixture();
   auto positions = ComputeMultimodalPositions(f.Get("input_ids"), f.Get("attention_mask"),
                                               f.RowGrids(), f.config.image_token_id, 2);
   ASSERT_TRUE(positions.ok()) << positions.status().message();
@@ -85,7 +85,7 @@ TEST(Qwen25VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
 }
 
 TEST(Qwen25VlModelTest, LogitsEqualTransformers) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen25VlFixture();
   at::NoGradGuard no_grad;
   const at::Tensor mask = f.Get("attention_mask");
   auto hidden = f.module->Hidden(f.Get("input_ids"), mask, f.Get("pixel_values"), f.RowGrids());
@@ -96,7 +96,7 @@ TEST(Qwen25VlModelTest, LogitsEqualTransformers) {
 
 // Per-block checkpointing and the attention kernel give the plain ATen backward's gradients.
 TEST(Qwen25VlModelTest, VisionTowerGradientsAreTheSameThroughCheckpointingAndTheKernel) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen25VlFixture();
   f.module->train();
   auto gradients = [&](bool checkpointing, bool kernels) {
     if (!kernels) setenv(engine::kernels::kCpuKernelsVariable, "0", 1);

@@ -36,10 +36,10 @@ const std::filesystem::path kFixture = testing_support::FixtureDir("qwen2_vl");
 using testing_support::MaxDifferenceAtRealTokens;
 using Fixture = testing_support::QwenVlFixture;
 
-Fixture LoadFixture() { return testing_support::LoadQwenVlFixture("qwen2_vl"); }
+Fixture LoadQwen2VlFixture() { return testing_support::LoadQwenVlFixture("qwen2_vl"); }
 
 TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   // The checkpoint has no bos; the config written back says so rather than leaving transformers
   // its class default (151643, outside this vocabulary).
   const nlohmann::json written = f.config.ToJson("float32");
@@ -55,7 +55,7 @@ TEST(Qwen2VlModelTest, ConfigIsReadFromTheCheckpoint) {
 // Through the engine's attention kernel (one key range per frame) and through ATen's products
 // (ENGINE_CPU_KERNELS=0: batched for frames of one size, frame by frame otherwise).
 TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   at::NoGradGuard no_grad;
   const std::vector<ImageGrid> grids = f.Grids();
   const at::Tensor expected = f.Get("image_features");
@@ -78,7 +78,7 @@ TEST(Qwen2VlModelTest, VisionTowerEqualsTransformers) {
 }
 
 TEST(Qwen2VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   auto positions = ComputeMultimodalPositions(f.Get("input_ids"), f.Get("attention_mask"),
                                               f.RowGrids(), f.config.image_token_id, 2);
   ASSERT_TRUE(positions.ok()) << positions.status().message();
@@ -94,7 +94,7 @@ TEST(Qwen2VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
 }
 
 TEST(Qwen2VlModelTest, LogitsEqualTransformers) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   at::NoGradGuard no_grad;
   const at::Tensor mask = f.Get("attention_mask");
   auto hidden = f.module->Hidden(f.Get("input_ids"), mask, f.Get("pixel_values"), f.RowGrids());
@@ -106,7 +106,7 @@ TEST(Qwen2VlModelTest, LogitsEqualTransformers) {
 TEST(Qwen2VlModelTest, PackedExamplesCountTheirPositionsFromZeroAsAlone) {
   // Rows 0 and 2 of the fixture back to back in one row, the mask numbering them 1 and 2: each
   // gets the positions get_rope_index gave it alone.
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   const at::Tensor ids = f.Get("input_ids"), mask = f.Get("attention_mask");
   const at::Tensor reference = f.Get("mrope_position_ids");
   std::vector<at::Tensor> packed_ids, packed_mask, expected;
@@ -127,7 +127,7 @@ TEST(Qwen2VlModelTest, PackedExamplesCountTheirPositionsFromZeroAsAlone) {
 // Gradients with per-block checkpointing equal the plain backward, in f32 and under bf16 autocast
 // (where LayerNorm meets bf16 activations and f32 weights).
 TEST(Qwen2VlModelTest, VisionTowerCheckpointingGivesTheSameGradientsInF32AndBf16) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   f.module->train();
   const std::vector<ImageGrid> grids = f.Grids();
   for (bool bf16 : {false, true}) {
@@ -156,7 +156,7 @@ TEST(Qwen2VlModelTest, VisionTowerCheckpointingGivesTheSameGradientsInF32AndBf16
 
 // The kernel's frames (keys after the query as well as before) give ATen's gradients.
 TEST(Qwen2VlModelTest, VisionTowerKernelGradientsEqualTheAtenPath) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   f.module->train();
   const std::vector<ImageGrid> grids = f.Grids();
   auto gradients = [&](bool kernels) {
@@ -177,7 +177,7 @@ TEST(Qwen2VlModelTest, VisionTowerKernelGradientsEqualTheAtenPath) {
 }
 
 TEST(Qwen2VlModelTest, ImageTokensThatDoNotMatchTheImagesAreErrors) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   at::NoGradGuard no_grad;
   auto grids = f.RowGrids();
   grids[1].pop_back();
@@ -198,7 +198,7 @@ TEST(Qwen2VlModelTest, ImageTokensThatDoNotMatchTheImagesAreErrors) {
 // transformers 5 names the tensors model.language_model.* and model.visual.*: a directory in that
 // layout loads into the same model.
 TEST(Qwen2VlModelTest, TransformersFiveTensorNamesLoadTheSameModel) {
-  const Fixture f = LoadFixture();
+  const Fixture f = LoadQwen2VlFixture();
   testing::TempDir dir;
   std::filesystem::copy_file(kFixture / "config.json", dir.path() / "config.json");
   auto weights = safetensors::File::Open(kFixture / "model.safetensors");

@@ -33,7 +33,7 @@ using testing_support::LoadQwenVlFixture;
 using testing_support::MaxDifferenceAtRealTokens;
 using testing_support::QwenVlFixture;
 
-QwenVlFixture LoadFixture() { return LoadQwenVlFixture("qwen3_vl"); }
+QwenVlFixture LoadQwen3VlFixture() { return LoadQwenVlFixture("qwen3_vl"); }
 
 // Runs `body` through the engine's attention kernel and through ATen's products
 // (ENGINE_CPU_KERNELS=0).
@@ -48,7 +48,7 @@ void WithAndWithoutKernels(Body body) {
 }
 
 TEST(Qwen3VlModelTest, ConfigIsReadFromTheCheckpoint) {
-  const QwenVlFixture f = LoadFixture();
+  const QwenVlFixture f = LoadQwen3VlFixture();
   EXPECT_EQ(f.config.model_type(), "qwen3_vl");
   EXPECT_EQ(f.config.vision.family, VisionFamily::kQwen3Vl);
   EXPECT_EQ(f.config.vision.embed_dim, 32);
@@ -79,7 +79,7 @@ TEST(Qwen3VlModelTest, ConfigIsReadFromTheCheckpoint) {
 // The module's tensors have the checkpoint's names, transformers 5's: nothing is renamed on the
 // way in or out.
 TEST(Qwen3VlModelTest, TensorsHaveTheCheckpointsNames) {
-  const QwenVlFixture f = LoadFixture();
+  const QwenVlFixture f = LoadQwen3VlFixture();
   std::set<std::string> names;
   for (const auto& p : f.module->named_parameters()) names.insert(p.key());
   for (const char* name :
@@ -110,7 +110,7 @@ TEST(Qwen3VlModelTest, LearnedPositionsAreResampledWithAlignedCorners) {
 }
 
 TEST(Qwen3VlModelTest, VisionTowerAndDeepStackEqualTransformers) {
-  const QwenVlFixture f = LoadFixture();
+  const QwenVlFixture f = LoadQwen3VlFixture();
   at::NoGradGuard no_grad;
   const at::Tensor merged = f.Get("image_features"), deepstack = f.Get("deepstack_features");
   WithAndWithoutKernels([&] {
@@ -128,7 +128,7 @@ TEST(Qwen3VlModelTest, VisionTowerAndDeepStackEqualTransformers) {
 }
 
 TEST(Qwen3VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
-  const QwenVlFixture f = LoadFixture();
+  const QwenVlFixture f = LoadQwen3VlFixture();
   auto positions = ComputeMultimodalPositions(f.Get("input_ids"), f.Get("attention_mask"),
                                               f.RowGrids(), f.config.image_token_id, 2);
   ASSERT_TRUE(positions.ok()) << positions.status().message();
@@ -138,7 +138,7 @@ TEST(Qwen3VlModelTest, MultimodalPositionsEqualGetRopeIndex) {
 }
 
 TEST(Qwen3VlModelTest, LogitsEqualTransformers) {
-  const QwenVlFixture f = LoadFixture();
+  const QwenVlFixture f = LoadQwen3VlFixture();
   at::NoGradGuard no_grad;
   const at::Tensor mask = f.Get("attention_mask");
   WithAndWithoutKernels([&] {
@@ -151,7 +151,7 @@ TEST(Qwen3VlModelTest, LogitsEqualTransformers) {
 // Each row's DeepStack features land at its own image tokens: row 1 (two images) alone computes
 // what it computes in the batch.
 TEST(Qwen3VlModelTest, ARowAloneComputesWhatItComputesInTheBatch) {
-  const QwenVlFixture f = LoadFixture();
+  const QwenVlFixture f = LoadQwen3VlFixture();
   at::NoGradGuard no_grad;
   const at::Tensor mask = f.Get("attention_mask");
   auto batch = f.module->Hidden(f.Get("input_ids"), mask, f.Get("pixel_values"), f.RowGrids());
@@ -171,7 +171,7 @@ TEST(Qwen3VlModelTest, ARowAloneComputesWhatItComputesInTheBatch) {
 // Per-block checkpointing gives the plain backward's gradients, DeepStack mergers and learned
 // positions included, in f32 and under bf16 autocast.
 TEST(Qwen3VlModelTest, GradientsReachEveryVisionTensorThroughCheckpointing) {
-  const QwenVlFixture f = LoadFixture();
+  const QwenVlFixture f = LoadQwen3VlFixture();
   f.module->train();
   const auto names = f.module->visual->named_parameters().keys();
   for (bool bf16 : {false, true}) {
