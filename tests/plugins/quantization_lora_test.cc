@@ -2,7 +2,6 @@
 // matmul and its backward, compute dtypes, LoRA's identity at initialisation, merge and unmerge,
 // and option errors.
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +11,7 @@
 #include "engine/few_rows_matmul.h"
 #include "engine/linear.h"
 #include "engine/quantizer.h"
+#include "engine/torch_compat.h"
 #include "engine_kernels/cpu_kernels_switch.h"
 #include "plugins/plugin_test_util.h"
 
@@ -89,11 +89,11 @@ TEST(QuantizedLinearTest, ComputeDtypeIsTheDeclaredOneWhateverTheInput) {
   const at::Tensor reference = at::matmul(x, layer->DenseWeight(at::kFloat).t());
   {
     // Under bf16 autocast a plain matmul would run in bf16; the f32 compute dtype holds.
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    engine::compat::SetAutocastEnabled(at::kCPU, true);
+    engine::compat::SetAutocastDtype(at::kCPU, at::kBFloat16);
     const at::Tensor y = layer->forward(x);
-    at::autocast::set_cpu_enabled(false);
-    at::autocast::clear_cache();
+    engine::compat::SetAutocastEnabled(at::kCPU, false);
+    engine::compat::ClearAutocastCache();
     EXPECT_EQ(y.scalar_type(), at::kFloat);
     EXPECT_TRUE(at::allclose(y, reference, 1e-5, 1e-5));
   }

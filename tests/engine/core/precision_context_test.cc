@@ -1,29 +1,30 @@
 #include "engine/precision_context.h"
 
-#include <ATen/autocast_mode.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
+
+#include "engine/torch_compat.h"
 
 namespace engine {
 namespace {
 
 TEST(PrecisionContextTest, EnterSetsAndRestoresTheThreadsState) {
-  ASSERT_FALSE(at::autocast::is_cpu_enabled());
+  ASSERT_FALSE(engine::compat::AutocastEnabled(at::kCPU));
   {
     auto scope = PrecisionContext::Autocast(c10::DeviceType::CPU, at::kBFloat16).Enter();
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
-    EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), at::kBFloat16);
+    EXPECT_TRUE(engine::compat::AutocastEnabled(at::kCPU));
+    EXPECT_EQ(engine::compat::AutocastDtype(at::kCPU), at::kBFloat16);
     at::Tensor a = at::ones({2, 2});
     EXPECT_EQ(a.matmul(a).scalar_type(), at::kBFloat16);
     {
       auto off = PrecisionContext::None().Enter();
-      EXPECT_FALSE(at::autocast::is_cpu_enabled());
+      EXPECT_FALSE(engine::compat::AutocastEnabled(at::kCPU));
       EXPECT_EQ(a.matmul(a).scalar_type(), at::kFloat);
     }
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_TRUE(engine::compat::AutocastEnabled(at::kCPU));
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(engine::compat::AutocastEnabled(at::kCPU));
 }
 
 TEST(PrecisionContextTest, CaptureReadsTheCurrentState) {
@@ -64,7 +65,7 @@ TEST(PrecisionContextTest, UnsupportedDtypeThrowsWithoutChangingAnything) {
     threw = true;
   }
   if (threw) {
-    EXPECT_FALSE(at::autocast::is_cpu_enabled());
+    EXPECT_FALSE(engine::compat::AutocastEnabled(at::kCPU));
   } else {
     GTEST_SKIP() << "this LibTorch autocasts to fp16 on the CPU";
   }
