@@ -102,8 +102,9 @@ StatusOr<at::Tensor> DequantizeBnb4(
     return bad("has shape " + shape_json.dump() + ", but the model's weight is " +
                ShapeText(shape));
   }
+  const nlohmann::json dtype_json = field("dtype");
   const std::string dtype_name =
-      field("dtype").is_string() ? field("dtype").get<std::string>() : field("dtype").dump();
+      dtype_json.is_string() ? dtype_json.get<std::string>() : dtype_json.dump();
   const std::optional<at::ScalarType> dtype = dtype_name == "float32"    ? at::kFloat
                                               : dtype_name == "bfloat16" ? at::kBFloat16
                                               : dtype_name == "float16"
