@@ -18,7 +18,14 @@
 # weights after each step on top of DDP's all-reduce; shard_level 2 splits the gradients too and
 # reduce-scatters them instead of all-reducing, so its collectives move what DDP's move.
 #
+# Last, shard_level 3 against DDP on 4 ranks (two per core here) and an MLP of 8 hidden layers of
+# 4096 (134 M f32 parameters), 10 AdamW steps of 4 x 16: rank 0's peak RSS over the whole run (its
+# last moments hold the whole model, gathered for the final evaluation and checkpoint), its largest
+# RSS at a step's end while training, and the training seconds, with their ratios; and the RSS of
+# an engine process training a tiny MLP, which every rank pays whatever it shards.
+#
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
+#   PARTS=level3 bash bench/data_parallel_bench.sh   # only the last part (or: throughput sharded)
 set -euo pipefail
 engine=${1:-build/bin/engine}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,6 +55,8 @@ seconds() {  # the stage's training seconds from its summary line
 }
 
 half=$(( cores > 1 ? cores / 2 : 1 ))
+parts=${PARTS:-throughput sharded level3}
+if [[ " $parts " == *" throughput "* ]]; then
 pipeline one 128 "$cores" "" > "$work/one.pbtxt"
 pipeline two 64 "$half" "strategy: DDP" > "$work/two.pbtxt"
 pipeline small 64 "$half" "strategy: DDP bucket_mib: 1" > "$work/small.pbtxt"
@@ -68,8 +77,10 @@ print(f"2 ranks, 1 MiB buckets overlapping the backward: {examples / small:10.0f
 print(f"2 ranks, one bucket after the backward:          {examples / whole:10.0f} examples/s")
 print(f"ratio overlapped / not: {whole / small:.2f}")
 PY
+fi
 
 big="hidden_units: 4096 hidden_units: 4096 hidden_units: 4096 hidden_units: 4096"
+if [[ " $parts " == *" sharded "* ]]; then
 big_steps=30
 pipeline ddp 64 "$half" "strategy: DDP" "$big" "$big_steps" > "$work/ddp.pbtxt"
 pipeline sharded 64 "$half" "strategy: SHARDED shard_level: 1" "$big" "$big_steps" \
@@ -96,3 +107,33 @@ print(f"  SHARDED shard_level 2: {level2:7.2f} s, rank 0 peak RSS {l2:7.0f} MB")
 print(f"ratio shard_level 1 / DDP: time {sharded / ddp:.2f}, peak RSS {s / d:.2f}")
 print(f"ratio shard_level 2 / DDP: time {level2 / ddp:.2f}, peak RSS {l2 / d:.2f}")
 PY
+fi
+
+if [[ " $parts " == *" level3 "* ]]; then
+eight="$big $big"
+pipeline ddp4 16 1 "strategy: DDP" "$eight" 10 > "$work/ddp4.pbtxt"
+pipeline level3 16 1 "strategy: SHARDED shard_level: 3" "$eight" 10 > "$work/level3.pbtxt"
+pipeline tiny 16 1 "strategy: DDP" "hidden_units: 16" 3 > "$work/tiny.pbtxt"
+ddp4=$("$engine" run --nproc 4 --oversubscribe "$work/ddp4.pbtxt" 2>/dev/null | seconds)
+level3=$("$engine" run --nproc 4 --oversubscribe "$work/level3.pbtxt" 2>/dev/null | seconds)
+"$engine" run --nproc 4 --oversubscribe "$work/tiny.pbtxt" >/dev/null 2>&1
+python3 - "$work" "$ddp4" "$level3" <<'PY'
+import json, sys
+work = sys.argv[1]
+ddp, level3 = map(float, sys.argv[2:4])
+def events(name, kind):
+    with open(f"{work}/{name}/metrics.jsonl") as f:
+        return [e for e in map(json.loads, f) if e["event"] == kind]
+def peak(name):
+    return events(name, "stage_end")[-1]["peak_rss_bytes"] / 1e6
+def training(name):
+    return max(e["rss_bytes"] for e in events(name, "step_end")) / 1e6
+dp, lp, dt, lt, tiny = peak("ddp4"), peak("level3"), training("ddp4"), training("level3"), peak("tiny")
+print("MLP 64-4096x8-10 (134 M f32 parameters), 4 ranks x 16, 10 AdamW steps:")
+print(f"  DDP:                   {ddp:7.2f} s, rank 0 peak RSS {dp:7.0f} MB, at steps' ends {dt:7.0f} MB")
+print(f"  SHARDED shard_level 3: {level3:7.2f} s, rank 0 peak RSS {lp:7.0f} MB, at steps' ends {lt:7.0f} MB")
+print(f"  an engine process training MLP 64-16-10: peak RSS {tiny:.0f} MB")
+print(f"ratio shard_level 3 / DDP: time {level3 / ddp:.2f}, peak RSS {lp / dp:.2f}, "
+      f"at steps' ends {lt / dt:.2f}, above the tiny process's {(lt - tiny) / (dt - tiny):.2f}")
+PY
+fi

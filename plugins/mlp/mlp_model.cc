@@ -3,7 +3,8 @@
 //
 // Parameters are named "layers.<i>.weight" / "layers.<i>.bias" for the hidden layers and
 // "head.weight" / "head.bias" for the output layer. The loss is the mean cross-entropy over the
-// batch; the metric "accuracy" (in eval mode) counts exact predictions.
+// batch; the metric "accuracy" (in eval mode) counts exact predictions. Each hidden layer (with its
+// activation and dropout) is a block (engine/model_block.h).
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/dropout.h>
@@ -17,6 +18,7 @@
 
 #include "engine/format.h"
 #include "engine/model.h"
+#include "engine/model_block.h"
 #include "engine/precision_context.h"
 #include "mlp_options.pb.h"
 
@@ -49,6 +51,13 @@ class MlpModule : public torch::nn::Module {
     if (config.param_dtype != at::kFloat) to(config.param_dtype);
   }
 
+  // The names of the hidden layers, which Forward runs as blocks (engine/model_block.h).
+  std::vector<std::string> block_names() const {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < layers_->size(); ++i) names.push_back("layers." + std::to_string(i));
+    return names;
+  }
+
   // The dtype the first layer's weights are stored in; inputs are cast to it.
   at::ScalarType input_dtype() const {
     return first_weight_.defined() ? first_weight_.scalar_type() : head_->weight.scalar_type();
@@ -57,20 +66,10 @@ class MlpModule : public torch::nn::Module {
   at::Tensor forward(at::Tensor x) {
     x = x.reshape({x.size(0), -1});
     for (const auto& layer : *layers_) {
-      x = layer->as<torch::nn::Linear>()->forward(x);
-      switch (config_.activation) {
-        case MlpOptions::GELU:
-          x = at::gelu(x);
-          break;
-        case MlpOptions::TANH:
-          x = at::tanh(x);
-          break;
-        case MlpOptions::RELU:
-        default:
-          x = at::relu(x);
-          break;
-      }
-      if (config_.dropout > 0) x = at::dropout(x, config_.dropout, is_training());
+      auto* linear = layer->as<torch::nn::Linear>();
+      x = RunBlock(
+          *layer, [this, linear](const at::Tensor& in) { return Layer(*linear, in); }, x,
+          /*checkpointing=*/false);
     }
     if (!config_.head_compute_fp32) return head_->forward(x);
     // Declared to the plan: the head computes in f32 whatever the autocast dtype.
@@ -79,6 +78,25 @@ class MlpModule : public torch::nn::Module {
   }
 
  private:
+  // A hidden layer: its linear map, activation and dropout.
+  at::Tensor Layer(torch::nn::LinearImpl& linear, at::Tensor x) {
+    x = linear.forward(x);
+    switch (config_.activation) {
+      case MlpOptions::GELU:
+        x = at::gelu(x);
+        break;
+      case MlpOptions::TANH:
+        x = at::tanh(x);
+        break;
+      case MlpOptions::RELU:
+      default:
+        x = at::relu(x);
+        break;
+    }
+    if (config_.dropout > 0) x = at::dropout(x, config_.dropout, is_training());
+    return x;
+  }
+
   MlpConfig config_;
   torch::nn::ModuleList layers_{nullptr};
   torch::nn::Linear head_{nullptr};
@@ -115,6 +133,7 @@ class MlpModel : public Model {
   }
 
   std::string architecture() const override { return "mlp"; }
+  std::vector<std::string> blocks() const override { return module_->block_names(); }
 
   std::vector<ComputeDeclaration> compute_declarations() const override {
     if (!config_.head_compute_fp32) return {};

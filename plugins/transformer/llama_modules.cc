@@ -7,11 +7,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "attention_mask.h"
-#include "engine/activation_checkpoint.h"
 #include "engine/linear.h"
+#include "engine/model_block.h"
 #include "engine/torch_compat.h"
 #include "kernel_ops.h"
 
@@ -291,9 +292,11 @@ at::Tensor LlamaDecoderImpl::Forward(const at::Tensor& embeds, const DecoderInpu
   for (size_t i = 0; i < layers->size(); ++i) {
     auto block = layers[i]->as<LlamaBlockImpl>();
     LayerCache* layer_cache = cache != nullptr ? &(*cache)[i] : nullptr;
-    if (checkpointing && layer_cache == nullptr) {
-      h = CheckpointedForward(
-          [block, context](const at::Tensor& x) { return block->forward(x, context, nullptr); }, h);
+    if (layer_cache == nullptr) {
+      h = RunBlock(
+          *block,
+          [block, context](const at::Tensor& x) { return block->forward(x, context, nullptr); }, h,
+          checkpointing);
     } else {
       h = block->forward(h, context, layer_cache);
     }
@@ -321,6 +324,17 @@ void CausalLm::InitializeWeights() {
   const double range = model->config().initializer_range;
   transformer::InitializeWeights(*model, range);
   if (lm_head) transformer::InitializeWeights(*lm_head, range);
+}
+
+std::vector<std::string> CausalLm::BlockNames(torch::nn::Module& root) const {
+  std::map<const torch::nn::Module*, std::string> name_of;
+  for (const auto& item : root.named_modules()) name_of[item.value().get()] = item.key();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    auto it = name_of.find(model->layers->ptr(i).get());
+    if (it != name_of.end()) names.push_back(it->second);
+  }
+  return names;
 }
 
 std::set<std::string> CausalLm::OptionalCheckpointTensors() const {

@@ -8,8 +8,9 @@
 //
 // Attention is causal (within a sliding window on the layers that slide), never attends to padding,
 // and uses rotary embeddings and grouped-query heads; softmax runs in f32 whatever the compute
-// dtype. The rotary tables and masks are built once per forward for all layers. Gradient
-// checkpointing (per block) goes through engine::CheckpointedForward.
+// dtype. The rotary tables and masks are built once per forward for all layers. Each decoder layer
+// runs through engine::RunBlock (engine/model_block.h): checkpointed when asked, or gathered from
+// the ranks of a stage that splits the parameters.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -190,6 +191,9 @@ struct CausalLm {
   void InitializeWeights();
   // The tensors a checkpoint of this model may lack: lm_head.weight when it is tied.
   std::set<std::string> OptionalCheckpointTensors() const;
+  // The decoder layers' full names in `root` (the module that holds this CausalLm): the blocks the
+  // decoder runs through RunBlock (engine/model_block.h), for Model::blocks().
+  std::vector<std::string> BlockNames(torch::nn::Module& root) const;
 
   LlamaDecoder model{nullptr};
   engine::Linear lm_head{nullptr};

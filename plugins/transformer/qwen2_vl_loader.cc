@@ -34,6 +34,8 @@ class Qwen2VlFamilyModel : public Model,
 
   torch::nn::Module& module() override { return *module_; }
   Qwen2VlModule& qwen2_vl() { return *module_; }
+  // The decoder layers; the vision tower's blocks stay whole on every rank.
+  std::vector<std::string> blocks() const override { return module_->lm.BlockNames(*module_); }
 
   // The positions and the image grids are worked out on the host: the trainer leaves these
   // fields there (or Forward copies them back).

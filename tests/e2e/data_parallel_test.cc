@@ -105,8 +105,8 @@ TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnd
   // the gradients are the mean over every token of both ranks, so the ranks stay equal, and equal
   // one rank with all of the conversations; so does the loss each rank reports.
   testing::TempDir tmp;
-  // SHARDED (SGD's momentum, and at level 2 the gradients, split across the ranks) ends there
-  // too.
+  // SHARDED (SGD's momentum, at level 2 the gradients, at level 3 the decoder layers' weights
+  // split across the ranks) ends there too.
   const auto stage = [](int batch, const std::string& strategy) {
     return testing::ChatLlamaStage(
         "s",
@@ -123,10 +123,12 @@ TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnd
       "sharded.pbtxt", "output_dir: \"sharded\"\n" + stage(2, "strategy: SHARDED shard_level: 1"));
   const auto level2 = tmp.Write(
       "level2.pbtxt", "output_dir: \"level2\"\n" + stage(2, "strategy: SHARDED shard_level: 2"));
+  const auto level3 = tmp.Write(
+      "level3.pbtxt", "output_dir: \"level3\"\n" + stage(2, "strategy: SHARDED shard_level: 3"));
   auto r1 = testing::RunEngine({"run", one.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
-  for (const auto& [file, dir] :
-       {std::pair{two, "two"}, std::pair{sharded, "sharded"}, std::pair{level2, "level2"}}) {
+  for (const auto& [file, dir] : {std::pair{two, "two"}, std::pair{sharded, "sharded"},
+                                  std::pair{level2, "level2"}, std::pair{level3, "level3"}}) {
     auto r2 = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r2.exit_code, 0) << r2.err;
     EXPECT_THAT(r2.out, HasSubstr("2 examples x 1 accumulation x 2 ranks = 4 examples per step"));
@@ -349,24 +351,27 @@ TEST(DataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
 TEST(DataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
   // Trained to the end, then as if killed after step 30: the final checkpoint and step 40's are
   // gone, and the same command resumes after step 30 on 2 ranks to the same weights, bit for bit
-  // (bf16-true, so the masters each rank keeps come back too).
-  testing::TempDir tmp;
-  const auto file = tmp.Write(
-      "p.pbtxt",
-      DataParallelPipeline("out", 16, "strategy: SHARDED shard_level: 1", 1, "cpu", "bf16-true"));
-  auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::filesystem::path stage = tmp.path() / "out/s";
-  std::filesystem::copy_file(stage / "final/model.safetensors", tmp.path() / "reference");
-  std::error_code ec;
-  RemoveTree(stage / "final", ec);
-  RemoveTree(stage / "checkpoints/step-00000040", ec);
-  ASSERT_TRUE(std::filesystem::exists(stage / "checkpoints/step-00000030"));
-  r = testing::RunEngine({"run", "--nproc=2", file.string()});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 30 of 40"));
-  ExpectSameWeights(tmp.path() / "reference", stage / "final/model.safetensors",
-                    /*exactly=*/true);
+  // (bf16-true, so the masters each rank keeps come back too; at level 3 the restored weights go
+  // back into each rank's parts).
+  for (const std::string level : {"1", "3"}) {
+    testing::TempDir tmp;
+    const auto file = tmp.Write(
+        "p.pbtxt", DataParallelPipeline("out", 16, "strategy: SHARDED shard_level: " + level, 1,
+                                        "cpu", "bf16-true"));
+    auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::filesystem::path stage = tmp.path() / "out/s";
+    std::filesystem::copy_file(stage / "final/model.safetensors", tmp.path() / "reference");
+    std::error_code ec;
+    RemoveTree(stage / "final", ec);
+    RemoveTree(stage / "checkpoints/step-00000040", ec);
+    ASSERT_TRUE(std::filesystem::exists(stage / "checkpoints/step-00000030"));
+    r = testing::RunEngine({"run", "--nproc=2", file.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 30 of 40"));
+    ExpectSameWeights(tmp.path() / "reference", stage / "final/model.safetensors",
+                      /*exactly=*/true);
+  }
 }
 
 TEST(DataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEnds) {
@@ -416,10 +421,11 @@ TEST(DataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEn
                     /*exactly=*/false);
 }
 
-TEST(DataParallelTest, QloraAtShardLevelTwoEndsWhereDdpEnds) {
+TEST(DataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
   // LoRA on an NF4 base: only the adapters train, so only they are laid out, reduce-scattered and
-  // all-gathered; the 4-bit base is whole on every rank and never sent. The adapters and their
-  // AdamW state end bit for bit where DDP's end.
+  // all-gathered (at level 3 each decoder layer's adapters while the layer runs); the 4-bit base
+  // is whole on every rank and never sent. The adapters and their AdamW state end bit for bit
+  // where DDP's end.
   testing::TempDir tmp;
   const auto stage = [](const std::string& strategy) {
     return testing::ChatLlamaStage(
@@ -436,18 +442,26 @@ TEST(DataParallelTest, QloraAtShardLevelTwoEndsWhereDdpEnds) {
   const auto ddp = tmp.Write("ddp.pbtxt", "output_dir: \"ddp\"\n" + stage("strategy: DDP"));
   const auto level2 = tmp.Write(
       "level2.pbtxt", "output_dir: \"level2\"\n" + stage("strategy: SHARDED shard_level: 2"));
-  for (const auto& file : {ddp, level2}) {
+  const auto level3 = tmp.Write(
+      "level3.pbtxt", "output_dir: \"level3\"\n" + stage("strategy: SHARDED shard_level: 3"));
+  for (const auto& file : {ddp, level2, level3}) {
     auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r.exit_code, 0) << file << r.err;
+    if (file == level3) {
+      EXPECT_THAT(r.out, HasSubstr("the trainable parameters of the model's 2 blocks split across "
+                                   "the ranks"));
+    }
   }
-  ExpectSameWeights(tmp.path() / "ddp/s/final/model.safetensors",
-                    tmp.path() / "level2/s/final/model.safetensors", /*exactly=*/true);
-  ExpectSameWeights(tmp.path() / "ddp/s/checkpoints/step-00000002/optimizer.safetensors",
-                    tmp.path() / "level2/s/checkpoints/step-00000002/optimizer.safetensors",
-                    /*exactly=*/true);
+  for (const std::string level : {"level2", "level3"}) {
+    ExpectSameWeights(tmp.path() / "ddp/s/final/model.safetensors",
+                      tmp.path() / level / "s/final/model.safetensors", /*exactly=*/true);
+    ExpectSameWeights(tmp.path() / "ddp/s/checkpoints/step-00000002/optimizer.safetensors",
+                      tmp.path() / level / "s/checkpoints/step-00000002/optimizer.safetensors",
+                      /*exactly=*/true);
+  }
 }
 
-TEST(DataParallelTest, ShardLevelTwoSkipsTheOverflowsDdpSkipsAndClipsAsItClips) {
+TEST(DataParallelTest, ShardLevelsTwoAndThreeSkipTheOverflowsDdpSkipsAndClipAsItClips) {
   // Under loss scaling that overflows (scaled_fp32 from a scale of 1e37), with two micro-batches
   // per step and clipping, each level-2 rank checks and measures only its parts: the ranks sum
   // their overflow flags and squared norms, so they skip the steps DDP skips (an overflow in one
@@ -469,10 +483,13 @@ TEST(DataParallelTest, ShardLevelTwoSkipsTheOverflowsDdpSkipsAndClipsAsItClips) 
   };
   const auto ddp = pipeline("ddp", "strategy: DDP");
   const auto two = pipeline("two", "strategy: SHARDED shard_level: 2");
+  const auto three = pipeline("three", "strategy: SHARDED shard_level: 3");
   auto rd = testing::RunEngine({"run", "--nproc=2", ddp.string()});
   ASSERT_EQ(rd.exit_code, 0) << rd.err;
   auto r2 = testing::RunEngine({"run", "--nproc=2", two.string()});
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  auto r3 = testing::RunEngine({"run", "--nproc=2", three.string()});
+  ASSERT_EQ(r3.exit_code, 0) << r3.err;
   auto overflows = [](const std::string& log) {
     const std::regex skipped("step [0-9]+ overflowed at loss scale [^;]*; skipped");
     std::set<std::string> steps;
@@ -484,8 +501,12 @@ TEST(DataParallelTest, ShardLevelTwoSkipsTheOverflowsDdpSkipsAndClipsAsItClips) 
   };
   EXPECT_FALSE(overflows(rd.err).empty());
   EXPECT_EQ(overflows(rd.err), overflows(r2.err));
+  EXPECT_EQ(overflows(rd.err), overflows(r3.err));
   ExpectSameWeights(tmp.path() / "ddp/s/final/model.safetensors",
                     tmp.path() / "two/s/final/model.safetensors", /*exactly=*/false);
+  // Level 3 as level 2, its blocks' first micro-batch gradients kept whole until the second.
+  ExpectSameWeights(tmp.path() / "ddp/s/final/model.safetensors",
+                    tmp.path() / "three/s/final/model.safetensors", /*exactly=*/false);
 }
 
 TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheField) {
@@ -495,9 +516,7 @@ TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheFie
   } cases[] = {
       {"strategy: SHARDED",
        "stage 's': strategy: SHARDED needs parallel.shard_level; shard_level: 1 splits the "
-       "optimizer state across the ranks, 2 the gradients too"},
-      {"strategy: SHARDED shard_level: 3",
-       "stage 's': parallel.shard_level 3 (parameters split across ranks) is not built yet"},
+       "optimizer state across the ranks, 2 the gradients too, 3 the parameters too"},
       {"strategy: SHARDED shard_level: 4", "stage 's': parallel.shard_level 4 does not exist"},
       {"strategy: DDP shard_level: 1",
        "stage 's': parallel.shard_level applies to strategy: SHARDED only; this stage's strategy "
@@ -510,6 +529,120 @@ TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheFie
     EXPECT_THAT(r.err, HasSubstr("p.pbtxt:9:")) << c.parallel;
     EXPECT_THAT(r.err, HasSubstr(c.message)) << c.parallel;
   }
+}
+
+TEST(DataParallelTest, ShardLevelThreeGathersEachBlockAndEndsWhereDdpEnds) {
+  // Level 3 keeps each rank's part of the hidden layer's weights only, gathers them for the
+  // layer's forward and again for its backward (which recomputes the layer): DDP's arithmetic, so
+  // 2 ranks end bit for bit where DDP's 2 ranks end (weights and AdamW state, in f32 and in
+  // bf16-true with the masters), and 4 ranks of 8 where one rank of 32 ends. The head, outside the
+  // blocks, stays whole on every rank.
+  testing::TempDir tmp;
+  const std::string level3 = "strategy: SHARDED shard_level: 3";
+  const auto one = tmp.Write("one.pbtxt", DataParallelPipeline("one", 32, ""));
+  const auto ddp = tmp.Write("ddp.pbtxt", DataParallelPipeline("ddp", 16, "strategy: DDP"));
+  const auto two = tmp.Write("two.pbtxt", DataParallelPipeline("two", 16, level3));
+  const auto four = tmp.Write("four.pbtxt", DataParallelPipeline("four", 8, level3));
+  const auto ddp_bf16 =
+      tmp.Write("ddp_bf16.pbtxt",
+                DataParallelPipeline("ddp_bf16", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
+  const auto two_bf16 = tmp.Write(
+      "two_bf16.pbtxt", DataParallelPipeline("two_bf16", 16, level3, 1, "cpu", "bf16-true"));
+  for (const auto& file : {ddp, two, ddp_bf16, two_bf16}) {
+    auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
+    ASSERT_EQ(r.exit_code, 0) << file << r.err;
+    if (file == two) {
+      EXPECT_THAT(r.out, HasSubstr("SHARDED (shard_level 3: the optimizer state, the gradients and "
+                                   "the trainable parameters of the model's 1 block split across "
+                                   "the ranks) over Gloo: this is rank 0 of 2"));
+      EXPECT_THAT(r.out, HasSubstr("each block's weights gathered for its forward and again for "
+                                   "its backward, which recomputes it"));
+      // Of the 19.2 KB of weights, the hidden layer's 16.6 KB are split: 2.6 KB of head and
+      // 8.3 KB of parts.
+      EXPECT_THAT(r.out, HasSubstr("per rank: model 10.9 KB, gradients 9.6 KB"));
+      EXPECT_THAT(r.out, HasSubstr("the largest block gathered 16.6 KB (of 16.6 KB in 1 block)"));
+    }
+  }
+  auto r1 = testing::RunEngine({"run", one.string()});
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r4 = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", four.string()});
+  ASSERT_EQ(r4.exit_code, 0) << r4.err;
+  const std::filesystem::path weights = "s/final/model.safetensors";
+  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
+  for (const std::string& name : {"", "_bf16"}) {
+    ExpectSameWeights(tmp.path() / ("ddp" + name) / weights, tmp.path() / ("two" + name) / weights,
+                      /*exactly=*/true);
+    ExpectSameWeights(tmp.path() / ("ddp" + name) / state, tmp.path() / ("two" + name) / state,
+                      /*exactly=*/true);
+  }
+  ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
+                    /*exactly=*/false);
+}
+
+TEST(DataParallelTest, AStageResumesAtAnotherWorldSizeOnTheSameScheduleAndNamesTheWayOtherwise) {
+  // 2 ranks of 16 at shard_level 3, as if killed after step 30. Each rank takes every
+  // world_size-th example of the epoch's order, so 4 ranks of 8, or one process of 32, take the
+  // same 32 examples in each step: the stage has the same fingerprint, resumes after step 30 and
+  // ends where the 2 ranks ended (within the rounding of sums split another way). 4 ranks of 16
+  // would take 64 per step: that run is refused with the way out, never started over.
+  testing::TempDir tmp;
+  const std::string level3 = "strategy: SHARDED shard_level: 3";
+  const auto two = tmp.Write("two.pbtxt", DataParallelPipeline("out", 16, level3));
+  auto r = testing::RunEngine({"run", "--nproc=2", two.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::filesystem::path stage = tmp.path() / "out/s";
+  std::filesystem::copy_file(stage / "final/model.safetensors", tmp.path() / "reference");
+  auto as_if_killed_after_step_30 = [&] {
+    std::error_code ec;
+    RemoveTree(stage / "final", ec);
+    RemoveTree(stage / "checkpoints/step-00000040", ec);
+    ASSERT_TRUE(std::filesystem::exists(stage / "checkpoints/step-00000030"));
+  };
+  const struct {
+    std::vector<std::string> command;
+    int batch;
+  } resumes[] = {{{"run", "--nproc=4", "--oversubscribe"}, 8}, {{"run"}, 32}};
+  for (const auto& resume : resumes) {
+    as_if_killed_after_step_30();
+    const auto file = tmp.Write("other.pbtxt", DataParallelPipeline("out", resume.batch, level3));
+    std::vector<std::string> command = resume.command;
+    command.push_back(file.string());
+    r = testing::RunEngine(command);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 30 of 40")) << resume.batch;
+    ExpectSameWeights(tmp.path() / "reference", stage / "final/model.safetensors",
+                      /*exactly=*/false);
+  }
+  as_if_killed_after_step_30();
+  const auto file = tmp.Write("other.pbtxt", DataParallelPipeline("out", 16, level3));
+  r = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", file.string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("stage 's': its checkpoint " + (stage / "checkpoints/step-00000030").string() +
+                " (after step 30 of 40) was written by 2 ranks of batch_size 16 x 1 "
+                "accumulation: 32 examples per step, 45 steps per epoch; 4 ranks of "
+                "batch_size 16 x 1 make 64 and 23. To go on, set schedule.batch_size to 8 "
+                "to resume from it at 4 ranks, or run with --force=s to train the stage "
+                "again from step 0"));
+  EXPECT_FALSE(std::filesystem::exists(stage / "final"));
+}
+
+TEST(DataParallelTest, ShardLevelThreeOnAModelWithoutBlocksIsRefusedNamingTheField) {
+  testing::TempDir tmp;
+  std::string text = testing::ReadText(std::filesystem::path(testing::kSourceDir) /
+                                       "pipelines/digits_vlm_single.pbtxt");
+  const std::string data = "\"../data/";
+  text.replace(text.find(data), data.size(), "\"" + std::string(testing::kSourceDir) + "/data/");
+  const std::string callback = "  callback { plugin: \"progress\" }";
+  text.replace(text.find(callback), callback.size(),
+               "  parallel { device: \"cpu\" strategy: SHARDED shard_level: 3 }");
+  const auto file = tmp.Write("vlm.pbtxt", text);
+  auto r = testing::RunEngine({"check", file.string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("stage 'vlm': parallel.shard_level 3 gathers the model's "
+                               "parameters one block at a time, and model 'vlm' names no blocks"));
+  EXPECT_THAT(r.err, HasSubstr("vlm.pbtxt:44:46: error:"));  // the shard_level field
 }
 
 TEST(DataParallelTest, AStageThatDoesNotAskForDdpRefusesToRunAsSeveralRanks) {

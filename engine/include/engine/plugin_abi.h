@@ -25,10 +25,11 @@
 extern "C" {
 #endif
 
-/* The plugin interface version this SDK speaks. 8: AdapterPlugin gained SavedModelTensors() (whole
-   tensors an adapter's files hold, as PEFT's modules_to_save and biases), a new virtual function.
+/* The plugin interface version this SDK speaks. 9: Model gained blocks() (the modules a model runs
+   through RunBlock, engine/model_block.h, which a stage at shard_level 3 gathers one at a time), a
+   new virtual function. 8: AdapterPlugin gained SavedModelTensors().
  */
-#define ENGINE_PLUGIN_API_VERSION 8
+#define ENGINE_PLUGIN_API_VERSION 9
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

@@ -7,17 +7,36 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/block_runner.h"
 #include "engine/precision_context.h"
 
 namespace engine {
 namespace {
 
 // What the recomputation needs besides the input: the block, the precision context and the CPU
-// random state of the first run.
+// random state of the first run, and what to do around each run (may be empty).
 struct Recompute : torch::CustomClassHolder {
   std::function<at::Tensor(const at::Tensor&)> block;
   PrecisionContext context;
   at::Tensor cpu_rng_state;
+  std::function<void()> acquire;
+  std::function<void()> release;
+};
+
+// Calls `acquire` now and `release` when it goes out of scope, also when the block throws.
+class AroundRun {
+ public:
+  explicit AroundRun(const Recompute& recompute) : release_(recompute.release) {
+    if (recompute.acquire) recompute.acquire();
+  }
+  ~AroundRun() {
+    if (release_) release_();
+  }
+  AroundRun(const AroundRun&) = delete;
+  AroundRun& operator=(const AroundRun&) = delete;
+
+ private:
+  const std::function<void()>& release_;
 };
 
 // Autocast caches the low-precision copy of each f32 parameter it casts until the outermost
@@ -47,6 +66,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     ctx->saved_data["recompute"] = c10::IValue::make_capsule(recompute);
     auto scope = recompute->context.Enter();
     AutocastCacheOff no_cache;
+    AroundRun around(*recompute);
     return recompute->block(input);
   }
 
@@ -63,6 +83,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       current_state = generator.get_state();
       generator.set_state(recompute->cpu_rng_state);
     }
+    AroundRun around(*recompute);
     at::Tensor output;
     {
       at::AutoGradMode enable(true);
@@ -82,9 +103,20 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 at::Tensor CheckpointedForward(const std::function<at::Tensor(const at::Tensor&)>& block,
                                const at::Tensor& input) {
-  if (!at::GradMode::is_enabled()) return block(input);
+  return CheckpointedForwardAround(block, input, {}, {});
+}
+
+at::Tensor CheckpointedForwardAround(const std::function<at::Tensor(const at::Tensor&)>& block,
+                                     const at::Tensor& input, const std::function<void()>& acquire,
+                                     const std::function<void()>& release) {
   auto recompute = c10::make_intrusive<Recompute>();
   recompute->block = block;
+  recompute->acquire = acquire;
+  recompute->release = release;
+  if (!at::GradMode::is_enabled()) {
+    AroundRun around(*recompute);
+    return block(input);
+  }
   recompute->context = PrecisionContext::Capture();
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();

@@ -11,20 +11,22 @@ int64_t ShardLayout::LargestShard() const {
 }
 
 ShardLayout MakeShardLayout(const std::vector<at::Tensor>& parameters, int world_size, int rank,
-                            int64_t bucket_bytes) {
+                            int64_t bucket_bytes, const std::vector<int>& block_of) {
   ShardLayout layout;
   layout.world_size = world_size;
   layout.rank = rank;
   std::vector<ShardLayout::Bucket>& buckets = layout.buckets;
   for (size_t i = 0; i < parameters.size(); ++i) {
     const at::Tensor& p = parameters[i];
+    const int block = block_of.empty() ? -1 : block_of[i];
     const int64_t capacity =
         std::max<int64_t>(world_size, bucket_bytes / static_cast<int64_t>(p.element_size()));
     for (int64_t from = 0; from < p.numel();) {
       if (buckets.empty() || buckets.back().dtype != p.scalar_type() ||
-          buckets.back().elements == capacity) {
+          buckets.back().block != block || buckets.back().elements == capacity) {
         buckets.emplace_back();
         buckets.back().dtype = p.scalar_type();
+        buckets.back().block = block;
       }
       ShardLayout::Bucket& bucket = buckets.back();
       const int64_t length = std::min(p.numel() - from, capacity - bucket.elements);

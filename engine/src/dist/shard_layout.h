@@ -39,6 +39,9 @@ struct ShardLayout {
     int64_t shard = 0;
     at::ScalarType dtype = at::kFloat;
     std::vector<size_t> parts;  // this rank's, in slice order
+    // The block (shard_level 3: one of Model::blocks()) whose parameters this bucket holds; -1
+    // for parameters kept whole on every rank.
+    int block = -1;
   };
   // This rank's share of a piece: `length` elements of parameter `parameter` from its element
   // `from`, at element `to` of this rank's slice of bucket `bucket`.
@@ -62,7 +65,9 @@ struct ShardLayout {
 
 // The layout of `parameters` (contiguous tensors, each viewable as one dimension) for `rank` of
 // `world_size`, in buckets of at most `bucket_bytes` (and at least one element per rank).
+// `block_of`: empty, or per parameter its block (-1: none); a bucket holds one block's parameters
+// only, so that a block is gathered by its own buckets.
 ShardLayout MakeShardLayout(const std::vector<at::Tensor>& parameters, int world_size, int rank,
-                            int64_t bucket_bytes);
+                            int64_t bucket_bytes, const std::vector<int>& block_of = {});
 
 }  // namespace engine

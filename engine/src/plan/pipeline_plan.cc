@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
+#include <utility>
 
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/frozen_base.h"
@@ -102,7 +104,7 @@ class PlanBuilder {
     if (stage.from_stage && !CheckHandoff(stage, so_far, *plan)) return false;
     if (!PlanSteps(stage, plan) || !CheckCallbackMetrics(stage, *plan)) return false;
     plan->optimizer_summary = OptimizerSummary(stage.config->optimizer());
-    plan->fingerprint = Fingerprint(stage, so_far, *plan);
+    std::tie(plan->fingerprint, plan->any_world_fingerprint) = Fingerprints(stage, so_far, *plan);
     return true;
   }
 
@@ -190,9 +192,10 @@ class PlanBuilder {
     plan->gradient_accumulation_steps = s.gradient_accumulation_steps();
     if (!PlanRanks(stage, plan)) return false;
     plan->eval_batch_size = s.eval_batch_size() > 0 ? s.eval_batch_size() : s.batch_size();
-    plan->micro_batches_per_epoch =
-        s.drop_last() ? plan->shard_examples / plan->batch_size
-                      : (plan->shard_examples + plan->batch_size - 1) / plan->batch_size;
+    const RankSchedule schedule =
+        ScheduleAt(plan->train_examples, plan->world_size, plan->batch_size,
+                   plan->gradient_accumulation_steps, s.drop_last());
+    plan->micro_batches_per_epoch = schedule.micro_batches_per_epoch;
     if (plan->micro_batches_per_epoch == 0) {
       Error(stage.path() + ".schedule.batch_size",
             stage.subject() + ": schedule.batch_size " + std::to_string(plan->batch_size) +
@@ -200,16 +203,14 @@ class PlanBuilder {
                 " training examples and drop_last is set, so an epoch has no batch");
       return false;
     }
-    plan->steps_per_epoch =
-        (plan->micro_batches_per_epoch + plan->gradient_accumulation_steps - 1) /
-        plan->gradient_accumulation_steps;
+    plan->steps_per_epoch = schedule.steps_per_epoch;
+    plan->global_batch = schedule.examples_per_step;
     PlanBatchLimits(plan);
     return PlanLength(stage, plan);
   }
 
-  // Examples per step as the data can give them: a batch or an accumulation larger than the split
-  // is accepted (one batch of all the examples, one step of all the batches), with a warning, and
-  // the plan says what a step really holds.
+  // A batch or an accumulation larger than the split is accepted (one batch of all the examples,
+  // one step of all the batches), with a warning, and the plan says what a step really holds.
   void PlanBatchLimits(StagePlan* plan) {
     const int64_t batch = std::min(plan->batch_size, plan->shard_examples);
     const int64_t accumulation =
@@ -228,7 +229,6 @@ class PlanBuilder {
           WithThousands(plan->micro_batches_per_epoch) + " batches of an epoch" + per_rank +
           ": a step accumulates at most " + WithThousands(accumulation));
     }
-    plan->global_batch = batch * accumulation * plan->world_size;
   }
 
   // The stage's length in steps and epochs, and a warm-up that fits in it.
@@ -311,22 +311,63 @@ class PlanBuilder {
       }
       return true;
     }
-    if (level < 1 || level > 2) {
+    if (level < 1 || level > 3) {
       Error(field,
             where +
                 (level == 0 ? std::string("strategy: SHARDED needs parallel.shard_level")
-                            : "parallel.shard_level " + std::to_string(level) +
-                                  (level == 3 ? std::string(" (parameters split across ranks) is "
-                                                            "not built yet")
-                                              : std::string(" does not exist"))) +
-                "; shard_level: 1 splits the optimizer state across the ranks, 2 the gradients "
-                "too");
+                            : "parallel.shard_level " + std::to_string(level) + " does not exist") +
+                "; shard_level: 1 splits the optimizer state across the ranks, 2 the "
+                "gradients too, 3 the parameters too");
       return false;
     }
     plan->shard_level = static_cast<int>(level);
+    if (level == 3 && !PlanBlocks(stage, plan)) return false;
     const int64_t bucket_bytes = static_cast<int64_t>(parallel.bucket_mib()) << 20;
     plan->shard_bucket_bytes =
         bucket_bytes > 0 ? std::min(bucket_bytes, kShardBucketBytes) : kShardBucketBytes;
+    return true;
+  }
+
+  // shard_level 3 gathers the model's blocks one at a time: the model must name them, and they
+  // must be its modules.
+  bool PlanBlocks(const ResolvedStage& stage, StagePlan* plan) {
+    const std::string field = stage.path() + ".parallel.shard_level";
+    StatusOr<std::vector<std::string>> blocks =
+        GuardedCall(stage.model.context,
+                    [&]() -> StatusOr<std::vector<std::string>> { return plan->model->blocks(); });
+    if (!blocks.ok()) {
+      Error(stage.model.path, blocks.status().message());
+      return false;
+    }
+    if (blocks->empty()) {
+      Error(field, stage.subject() +
+                       ": parallel.shard_level 3 gathers the model's parameters one block at a "
+                       "time, and model '" +
+                       plan->architecture +
+                       "' names no blocks (Model::blocks()); shard_level: 2 splits the optimizer "
+                       "state and the gradients");
+      return false;
+    }
+    std::map<std::string, torch::nn::Module*> modules;
+    for (const auto& item : plan->model->module().named_modules()) {
+      modules[item.key()] = item.value().get();
+    }
+    for (const std::string& name : *blocks) {
+      auto it = modules.find(name);
+      if (it == modules.end()) {
+        Error(stage.model.path, stage.model.context + ": the model names '" + name +
+                                    "' among its blocks, and it has no module of that name");
+        return false;
+      }
+      int64_t elements = 0;
+      for (const at::Tensor& p : it->second->parameters()) {
+        if (p.requires_grad()) elements += p.numel();
+      }
+      plan->block_trainable_elements += elements;
+      plan->largest_block_trainable_elements =
+          std::max(plan->largest_block_trainable_elements, elements);
+    }
+    plan->blocks = std::move(*blocks);
     return true;
   }
 
@@ -535,13 +576,27 @@ class PlanBuilder {
     return false;
   }
 
-  std::string Fingerprint(const ResolvedStage& stage, const PipelinePlan& so_far,
-                          const StagePlan& plan) {
+  // The stage's fingerprint and its any_world_fingerprint (StagePlan).
+  std::pair<std::string, std::string> Fingerprints(const ResolvedStage& stage,
+                                                   const PipelinePlan& so_far,
+                                                   const StagePlan& plan) {
     // Where and how often checkpoints are kept changes no weight: a stage whose checkpointing
     // changed is still up to date, and still resumes.
     proto::Stage config = *stage.config;
     config.clear_checkpoint();
     config.mutable_schedule()->clear_checkpoint_every_steps();
+    // Ranks (DDP or SHARDED, at any level) compute what one rank with all of a step's examples
+    // computes: what counts is the schedule the batches make, not how the ranks split them.
+    const bool ranked = config.parallel().strategy() != proto::Parallel::NONE;
+    if (ranked) {
+      proto::Parallel* parallel = config.mutable_parallel();
+      parallel->clear_strategy();
+      parallel->clear_shard_level();
+      parallel->clear_bucket_mib();
+      parallel->clear_backend();
+      config.mutable_schedule()->clear_batch_size();
+      config.mutable_schedule()->clear_gradient_accumulation_steps();
+    }
     std::string text = CanonicalText(config);
     auto add_plugin = [&text](const ResolvedPluginRef& ref,
                               const google::protobuf::Message* options = nullptr) {
@@ -567,14 +622,16 @@ class PlanBuilder {
       text += "|quantized_compute:" + plan.layers.quantized_compute;
     }
     text += "|seed:" + std::to_string(stage.seed);
-    text += "|world:" + std::to_string(plan.world_size);
-    text += "|data:" + plan.data_identity;
+    const std::string schedule = ranked ? "|schedule:" + std::to_string(plan.global_batch) + "/" +
+                                              std::to_string(plan.steps_per_epoch)
+                                        : "|world:" + std::to_string(plan.world_size);
+    std::string rest = "|data:" + plan.data_identity;
     // A slim checkpoint is of no use to a reader that builds another base.
-    if (plan.checkpoint_layout.slim) text += "|checkpoints:slim";
+    if (plan.checkpoint_layout.slim) rest += "|checkpoints:slim";
     for (int dep : stage.dependencies) {
-      if (const StagePlan* parent = so_far.ForStage(dep)) text += "|after:" + parent->fingerprint;
+      if (const StagePlan* parent = so_far.ForStage(dep)) rest += "|after:" + parent->fingerprint;
     }
-    return Fnv1a64Hex(text);
+    return {Fnv1a64Hex(text + schedule + rest), Fnv1a64Hex(text + rest)};
   }
 
   const ResolvedPipeline& pipeline_;
@@ -582,6 +639,19 @@ class PlanBuilder {
 };
 
 }  // namespace
+
+RankSchedule ScheduleAt(int64_t train_examples, int64_t world_size, int64_t batch_size,
+                        int64_t accumulation, bool drop_last) {
+  RankSchedule s;
+  s.shard_examples = world_size > 0 ? train_examples / world_size : 0;
+  if (batch_size <= 0 || accumulation <= 0) return s;
+  s.micro_batches_per_epoch =
+      drop_last ? s.shard_examples / batch_size : (s.shard_examples + batch_size - 1) / batch_size;
+  s.steps_per_epoch = (s.micro_batches_per_epoch + accumulation - 1) / accumulation;
+  s.examples_per_step = std::min(batch_size, s.shard_examples) *
+                        std::min(accumulation, s.micro_batches_per_epoch) * world_size;
+  return s;
+}
 
 const StagePlan* PipelinePlan::ForStage(int stage_index) const {
   for (const StagePlan& s : stages) {

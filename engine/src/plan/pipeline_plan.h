@@ -79,6 +79,14 @@ struct StagePlan {
   bool shards_optimizer() const { return shard_level >= 1 && process_group; }
   // ... and its gradients reduce-scattered, each rank keeping its parts only (shard_level 2).
   bool shards_gradients() const { return shard_level >= 2 && process_group; }
+  // ... and the trainable parameters of the model's blocks too, each block gathered while it runs
+  // (shard_level 3, dist/parameter_shards.h).
+  bool shards_parameters() const { return shard_level >= 3 && process_group; }
+  // At shard_level 3: the model's blocks (Model::blocks()) and the trainable elements they hold,
+  // in all and in the largest one.
+  std::vector<std::string> blocks;
+  int64_t block_trainable_elements = 0;
+  int64_t largest_block_trainable_elements = 0;
   // DDP's all-reduce buckets (parallel.bucket_mib), in bytes of f32.
   int64_t bucket_bytes = 0;
   // A SHARDED stage's buckets (dist/shard_layout.h), in bytes of the parameters' dtype: the
@@ -102,9 +110,26 @@ struct StagePlan {
   CheckpointLayout checkpoint_layout;
 
   // Hash of the resolved stage (configuration with defaults, plugin versions, data identity, parent
-  // fingerprint).
+  // fingerprint). For a DDP or SHARDED stage the ranks, per-rank batch size, accumulation and
+  // sharding count by the schedule they make (examples per step, steps per epoch) only, so the same
+  // stage at another world size with the same schedule has the same fingerprint, is up to date and
+  // resumes.
   std::string fingerprint;
+  // The same without the schedule: equal for this stage at any world size and batch size.
+  std::string any_world_fingerprint;
 };
+
+// The schedule a stage's ranks make: every rank takes every world_size-th example of the epoch's
+// order, `batch_size` per micro-batch and `accumulation` micro-batches per step (a batch or an
+// accumulation larger than the data holds what there is).
+struct RankSchedule {
+  int64_t shard_examples = 0;  // per rank and epoch
+  int64_t micro_batches_per_epoch = 0;
+  int64_t steps_per_epoch = 0;  // 0 when an epoch has no batch (drop_last)
+  int64_t examples_per_step = 0;
+};
+RankSchedule ScheduleAt(int64_t train_examples, int64_t world_size, int64_t batch_size,
+                        int64_t accumulation, bool drop_last);
 
 struct PipelinePlan {
   const ResolvedPipeline* pipeline = nullptr;

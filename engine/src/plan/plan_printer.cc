@@ -101,6 +101,10 @@ struct RankMemory {
   // f32 buffers the ranks reduce gradients through: a copy of every gradient under DDP and
   // shard_level 1; at shard_level 2 this rank's parts and the buckets on the wire.
   int64_t reduce_buckets = 0;
+  // shard_level 3: the blocks' trainable parameters, which `model` holds 1/N of, and the largest
+  // block whole while it runs.
+  int64_t block_parameters = 0;
+  int64_t gathered_block = 0;
 };
 
 RankMemory MemoryPerRank(const StagePlan& s) {
@@ -108,6 +112,7 @@ RankMemory MemoryPerRank(const StagePlan& s) {
   const proto::Optimizer& optimizer = s.stage->config->optimizer();
   const int64_t slots = optimizer.has_sgd() ? (optimizer.sgd().momentum() > 0 ? 1 : 0) : 2;
   int64_t trainable_elements = 0;
+  int64_t trainable_storage_bytes = 0;
   for (const PrecisionGroupPlan& g : s.precision.groups) {
     const bool master = g.has_grad && g.master != g.storage;
     const int64_t master_bytes =
@@ -116,6 +121,7 @@ RankMemory MemoryPerRank(const StagePlan& s) {
     m.masters += master_bytes;
     if (!g.has_grad) continue;
     trainable_elements += g.num_elements;
+    trainable_storage_bytes += g.bytes - master_bytes;
     m.gradients += g.num_elements * static_cast<int64_t>(c10::elementSize(g.grad));
     m.all_optimizer_state +=
         g.num_elements * slots * static_cast<int64_t>(c10::elementSize(g.optimizer_state));
@@ -146,18 +152,45 @@ RankMemory MemoryPerRank(const StagePlan& s) {
     m.reduce_buckets = (trainable_elements * 4 + s.world_size - 1) / s.world_size +
                        int64_t{GradientReduceScatter::kBucketsInFlight} * 4 * largest_bucket;
   }
+  // Level 3 keeps 1/N of the blocks' trainable parameters (in their storage dtypes, taken here at
+  // the trainable parameters' mean element size) and gathers one block at a time.
+  if (s.shards_parameters() && trainable_elements > 0) {
+    const double element_bytes =
+        static_cast<double>(trainable_storage_bytes) / static_cast<double>(trainable_elements);
+    m.block_parameters =
+        static_cast<int64_t>(static_cast<double>(s.block_trainable_elements) * element_bytes);
+    m.gathered_block = static_cast<int64_t>(
+        static_cast<double>(s.largest_block_trainable_elements) * element_bytes);
+    m.model -= m.block_parameters - (m.block_parameters + s.world_size - 1) / s.world_size;
+  }
   return m;
+}
+
+// "1 block", "24 blocks".
+std::string BlocksText(const StagePlan& s) {
+  return std::to_string(s.blocks.size()) + (s.blocks.size() == 1 ? " block" : " blocks");
 }
 
 // The strategy and what it splits.
 std::string RanksText(const StagePlan& s) {
   if (!s.shards_optimizer()) return "DDP";
+  if (s.shards_parameters()) {
+    return "SHARDED (shard_level 3: the optimizer state, the gradients and the trainable "
+           "parameters of the model's " +
+           BlocksText(s) + " split across the ranks)";
+  }
   return "SHARDED (shard_level " + std::to_string(s.shard_level) + ": the optimizer state" +
          (s.shards_gradients() ? " and the gradients" : "") + " split across the ranks)";
 }
 
 // The buckets the ranks' collectives move.
 std::string BucketsText(const StagePlan& s) {
+  if (s.shards_parameters()) {
+    return "gradients reduce-scattered and weights all-gathered in buckets of " +
+           HumanBytes(s.shard_bucket_bytes) +
+           "; each block's weights gathered for its forward and again for its backward, which "
+           "recomputes it";
+  }
   if (s.shards_gradients()) {
     return "gradients reduce-scattered and weights all-gathered in buckets of " +
            HumanBytes(s.shard_bucket_bytes);
@@ -177,13 +210,19 @@ std::string PlanMemoryText(const StagePlan& s) {
                     HumanBytes(m.optimizer_state);
   if (s.shards_optimizer()) {
     out += " (1/" + std::to_string(s.world_size) + " of " + HumanBytes(m.all_optimizer_state) +
-           (s.shards_gradients() ? ", and of the masters and gradients" : ", and of the masters") +
+           (s.shards_parameters()  ? ", and of the masters, gradients and block parameters"
+            : s.shards_gradients() ? ", and of the masters and gradients"
+                                   : ", and of the masters") +
            ": shard_level " + std::to_string(s.shard_level) + ")";
   }
   if (m.reduce_buckets > 0) {
     out +=
         std::string(s.shards_gradients() ? ", reduce-scatter buffers " : ", all-reduce buckets ") +
         HumanBytes(m.reduce_buckets);
+  }
+  if (s.shards_parameters()) {
+    out += ", the largest block gathered " + HumanBytes(m.gathered_block) + " (of " +
+           HumanBytes(m.block_parameters) + " in " + BlocksText(s) + ")";
   }
   return out + "; activations not counted";
 }
@@ -559,7 +598,9 @@ nlohmann::json StagePlanToJson(const ResolvedPipeline& p, const StagePlan& s) {
                            {"gradients", memory.gradients},
                            {"masters", memory.masters},
                            {"optimizer_state", memory.optimizer_state},
-                           {"all_reduce_buckets", memory.reduce_buckets}};
+                           {"all_reduce_buckets", memory.reduce_buckets},
+                           {"gathered_block", memory.gathered_block}};
+  if (s.shards_parameters()) js["blocks"] = s.blocks;
   js["bucket_bytes"] = s.bucket_bytes;
   js["shard_bucket_bytes"] = s.shard_bucket_bytes;
   AddModelJson(s, js);

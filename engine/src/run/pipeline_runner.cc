@@ -224,7 +224,54 @@ class PipelineRun {
         options_.force.count(stage.name) > 0 || (!options_.from.empty() && from_reached_);
     situation.before_from = !from_reached_;
     situation.from = options_.from;
+    situation.any_world_fingerprint = stage_plan.any_world_fingerprint;
+    situation.another_schedule = [&stage_plan](const ResumePoint& point) {
+      return AnotherScheduleRefusal(stage_plan, point);
+    };
     return DecideStage(situation);
+  }
+
+  // A periodic checkpoint of this stage written on another schedule (another world size): what it
+  // was, what this run would make, and how to resume from it or start over.
+  static std::string AnotherScheduleRefusal(const StagePlan& plan, const ResumePoint& point) {
+    const ResolvedStage& stage = *plan.stage;
+    const proto::RanksInfo& then = point.manifest.ranks();
+    const int64_t examples = static_cast<int64_t>(then.examples_per_step());
+    const int64_t steps = static_cast<int64_t>(then.steps_per_epoch());
+    const bool drop_last = stage.config->schedule().drop_last();
+    auto same_schedule = [&](int64_t batch, int64_t accumulation) {
+      const RankSchedule s =
+          ScheduleAt(plan.train_examples, plan.world_size, batch, accumulation, drop_last);
+      return s.examples_per_step == examples && s.steps_per_epoch == steps;
+    };
+    const int64_t ranks = plan.world_size;
+    const int64_t accumulation = plan.gradient_accumulation_steps;
+    std::string way_out;
+    if (examples % (ranks * accumulation) == 0 &&
+        same_schedule(examples / (ranks * accumulation), accumulation)) {
+      way_out = "set schedule.batch_size to " + std::to_string(examples / (ranks * accumulation)) +
+                " to resume from it at " + std::to_string(ranks) + " ranks";
+    } else if (examples % (ranks * plan.batch_size) == 0 &&
+               same_schedule(plan.batch_size, examples / (ranks * plan.batch_size))) {
+      way_out = "set schedule.gradient_accumulation_steps to " +
+                std::to_string(examples / (ranks * plan.batch_size)) + " to resume from it at " +
+                std::to_string(ranks) + " ranks";
+    } else {
+      way_out = "no batch_size gives that schedule at " + std::to_string(ranks) +
+                " ranks: resume from it at " + std::to_string(then.world_size()) + " ranks";
+    }
+    return stage.subject() + ": its checkpoint " + point.dir.string() + " (after step " +
+           std::to_string(point.manifest.step()) + " of " +
+           std::to_string(point.manifest.total_steps()) + ") was written by " +
+           std::to_string(then.world_size()) + " ranks of batch_size " +
+           std::to_string(then.batch_size()) + " x " +
+           std::to_string(then.gradient_accumulation_steps()) +
+           " accumulation: " + std::to_string(examples) + " examples per step, " +
+           std::to_string(steps) + " steps per epoch; " + std::to_string(ranks) +
+           " ranks of batch_size " + std::to_string(plan.batch_size) + " x " +
+           std::to_string(accumulation) + " make " + std::to_string(plan.global_batch) + " and " +
+           std::to_string(plan.steps_per_epoch) + ". To go on, " + way_out +
+           ", or run with --force=" + stage.name + " to train the stage again from step 0";
   }
 
   Status Reuse(const StagePlan& stage_plan, const StageDecision& decision) {

@@ -87,7 +87,9 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
                                            const std::string& fingerprint,
                                            const std::string& parent_run_id,
                                            std::vector<std::string>* notes,
-                                           const std::filesystem::path& base_dir) {
+                                           const std::filesystem::path& base_dir,
+                                           const std::string& any_world_fingerprint,
+                                           std::optional<ResumePoint>* other_schedule) {
   std::vector<std::filesystem::path> dirs = PeriodicCheckpointDirs(stage_dir);
   // Newest first.
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
@@ -98,7 +100,10 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
       continue;
     }
     // Checkpoints of another configuration are not worth a note: they are simply not this run's.
-    if (manifest->fingerprint() != fingerprint || manifest->parent_run_id() != parent_run_id ||
+    const bool same = manifest->fingerprint() == fingerprint;
+    const bool another_world = !same && !any_world_fingerprint.empty() &&
+                               manifest->any_world_fingerprint() == any_world_fingerprint;
+    if (!(same || another_world) || manifest->parent_run_id() != parent_run_id ||
         manifest->final()) {
       continue;
     }
@@ -110,6 +115,10 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
     if (Status files = VerifyCheckpointFiles(dir, *manifest, base_dir); !files.ok()) {
       notes->push_back(dir.string() + " is damaged (" + files.message() + ")");
       continue;
+    }
+    if (another_world) {
+      if (other_schedule != nullptr) *other_schedule = ResumePoint{dir, *std::move(manifest)};
+      return std::nullopt;
     }
     return ResumePoint{dir, *std::move(manifest)};
   }
@@ -149,8 +158,13 @@ StageDecision DecideStage(const StageSituation& s) {
     return decision;
   }
   if (final_state.found) decision.why = final_state.reason;
-  decision.resume =
-      FindResumePoint(s.stage_dir, s.fingerprint, s.parent_run_id, &decision.notes, s.base_dir);
+  std::optional<ResumePoint> other_schedule;
+  decision.resume = FindResumePoint(s.stage_dir, s.fingerprint, s.parent_run_id, &decision.notes,
+                                    s.base_dir, s.any_world_fingerprint, &other_schedule);
+  if (other_schedule && s.another_schedule) {
+    decision.action = StageDecision::Action::kRefuse;
+    decision.refusal = FailedPreconditionError(s.another_schedule(*other_schedule));
+  }
   return decision;
 }
 

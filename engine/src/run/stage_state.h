@@ -10,6 +10,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,12 +47,16 @@ struct ResumePoint {
 
 // The newest periodic checkpoint in <stage_dir>/checkpoints/ that this stage can go on from: same
 // fingerprint, same parent run, optimizer state saved, files whole. `notes` receives one line per
-// newer checkpoint passed over, saying why.
+// newer checkpoint passed over, saying why. Where the newest such checkpoint but for its
+// fingerprint has `any_world_fingerprint` (non-empty; written at another world size on another
+// schedule), none is returned and it goes into `other_schedule` (when not null).
 std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_dir,
                                            const std::string& fingerprint,
                                            const std::string& parent_run_id,
                                            std::vector<std::string>* notes,
-                                           const std::filesystem::path& base_dir = {});
+                                           const std::filesystem::path& base_dir = {},
+                                           const std::string& any_world_fingerprint = {},
+                                           std::optional<ResumePoint>* other_schedule = nullptr);
 
 // What `engine run` does with a stage, and why: decided from what its directory holds and the
 // command line.
@@ -59,7 +64,8 @@ struct StageDecision {
   enum class Action {
     kReuse,  // its finished checkpoint is used as it is
     kTrain,  // train it: from `resume` when set, else from step 0
-    kRefuse  // it comes before --from but its finished checkpoint cannot be used: `refusal`
+    kRefuse  // it comes before --from but its finished checkpoint cannot be used, or its newest
+             // periodic checkpoint is of another schedule: `refusal`
   };
   Action action = Action::kTrain;
   // kReuse: "up to date (...)" or "used as it is (--from=x), although ...", for the summary line.
@@ -86,6 +92,11 @@ struct StageSituation {
   // --from names a later stage: its finished checkpoint is used as it is, or the run is refused.
   bool before_from = false;
   std::string from;  // --from's stage, for the messages
+  // Its fingerprint without the schedule across ranks (StagePlan::any_world_fingerprint), and the
+  // refusal's message for a periodic checkpoint with it but another schedule (written at another
+  // world size), with the way out: a stage never silently starts over from step 0 there.
+  std::string any_world_fingerprint;
+  std::function<std::string(const ResumePoint&)> another_schedule;
 };
 
 StageDecision DecideStage(const StageSituation& situation);

@@ -104,8 +104,11 @@ class ShardedOptimizer : public Optimizer {
     } else {
       inner_->Step(lr, PartFeeds(feeds));
     }
-    // Every rank's parts into every rank's parameters, then any other low-precision copies.
+    // Every rank's parts into every rank's parameters, then any other low-precision copies. A
+    // block's buckets at shard_level 3 stay in parts until the block runs
+    // (dist/parameter_shards.h).
     for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (buckets_[b].block >= 0) continue;
       StatusOr<at::Tensor> whole =
           GatherBucket(b, buckets_[b].dtype, [&](size_t k) { return parts_[k].view; });
       if (!whole.ok()) throw std::runtime_error(whole.status().message());

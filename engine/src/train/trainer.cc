@@ -15,6 +15,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/frozen_base.h"
+#include "core/block_runner.h"
 #include "core/cpu_threads.h"
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
@@ -23,6 +24,7 @@
 #include "dist/data_parallel.h"
 #include "dist/eval_partials.h"
 #include "dist/gradient_sync.h"
+#include "dist/parameter_shards.h"
 #include "engine/adapter.h"
 #include "engine/format.h"
 #include "engine/json_text.h"
@@ -216,7 +218,16 @@ class StageTrainer : public CallbackActions {
                                                      .WithContext(context_));
     optimizer_ = std::move(made.optimizer);
     gradient_sync_ = std::move(made.gradient_sync);
+    parameter_shards_ = std::move(made.parameter_shards);
+    block_runner_ = std::make_unique<ScopedBlockRunner>(parameter_shards_.get());
     return Status::Ok();
+  }
+
+  // Runs `use` with the model's parameters whole on every rank: at shard_level 3 (a collective)
+  // for what reads or writes them all (an evaluation, a checkpoint, a restore); else as it is.
+  Status WithWholeParameters(const std::function<Status()>& use) {
+    if (parameter_shards_ == nullptr) return use();
+    return GuardedCall(context_, [&] { return parameter_shards_->WithWholeParameters(use); });
   }
 
   void ApplyThreadCount() { ApplyCpuThreads(plan_.cpu_threads); }
@@ -313,6 +324,21 @@ class StageTrainer : public CallbackActions {
     result.step_phases = phases_;
     result.stop_reason = stop_reason_;
     result.final_train_loss = last_loss_;
+    ENGINE_RETURN_IF_ERROR(WithWholeParameters([&] { return EvaluateAndSaveFinal(result); }));
+    // The stages after this one read its final checkpoint on every rank.
+    if (data_parallel_ != nullptr) ENGINE_RETURN_IF_ERROR(data_parallel_->Barrier());
+    result.seconds = Seconds();
+    Event end = MakeEvent(EventType::kStageEnd);
+    end.metrics = result.eval_metrics;
+    end.path = result.final_checkpoint.string();
+    end.message = stop_reason_.empty() ? "finished" : "stopped early: " + stop_reason_;
+    end.memory = ReadMemoryStats();
+    ENGINE_RETURN_IF_ERROR(Emit(end));
+    return result;
+  }
+
+  // The final evaluation and checkpoint, into `result`.
+  Status EvaluateAndSaveFinal(StageResult& result) {
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
     for (const auto& [metric, value] : plan_.data_baselines) {
       result.eval_baselines["eval/" + metric] = value;
@@ -327,16 +353,7 @@ class StageTrainer : public CallbackActions {
       ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
       RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
     }
-    // The stages after this one read its final checkpoint on every rank.
-    if (data_parallel_ != nullptr) ENGINE_RETURN_IF_ERROR(data_parallel_->Barrier());
-    result.seconds = Seconds();
-    Event end = MakeEvent(EventType::kStageEnd);
-    end.metrics = result.eval_metrics;
-    end.path = result.final_checkpoint.string();
-    end.message = stop_reason_.empty() ? "finished" : "stopped early: " + stop_reason_;
-    end.memory = ReadMemoryStats();
-    ENGINE_RETURN_IF_ERROR(Emit(end));
-    return result;
+    return Status::Ok();
   }
 
   // Whether to stop for a signal; under DDP also spreads a stop or a checkpoint that rank 0's
@@ -380,8 +397,12 @@ class StageTrainer : public CallbackActions {
 
   // Puts the stage back where request_.resume_from left it (train/stage_checkpoint.h).
   Status Restore() {
-    ENGINE_ASSIGN_OR_RETURN(RestoredStage restored,
-                            RestoreStageCheckpoint(Parts(), context_, request_.resume_from));
+    RestoredStage restored;
+    ENGINE_RETURN_IF_ERROR(WithWholeParameters([&]() -> Status {
+      ENGINE_ASSIGN_OR_RETURN(restored,
+                              RestoreStageCheckpoint(Parts(), context_, request_.resume_from));
+      return Status::Ok();
+    }));
     step_ = restored.position.step;
     epoch_ = restored.position.epoch;
     examples_ = restored.position.examples;
@@ -650,8 +671,17 @@ class StageTrainer : public CallbackActions {
   // Under DDP each rank evaluates every world_size-th batch and the partial sums are added up, so
   // evaluation takes 1/world_size of the time; all ranks end with the same metrics.
   StatusOr<std::map<std::string, double>> Evaluate() {
+    if (plan_.eval_examples == 0) return std::map<std::string, double>();
+    std::map<std::string, double> metrics;
+    ENGINE_RETURN_IF_ERROR(WithWholeParameters([&]() -> Status {
+      ENGINE_ASSIGN_OR_RETURN(metrics, EvaluateWhole());
+      return Status::Ok();
+    }));
+    return metrics;
+  }
+
+  StatusOr<std::map<std::string, double>> EvaluateWhole() {
     const int64_t n = plan_.eval_examples;
-    if (n == 0) return std::map<std::string, double>();
     std::vector<std::vector<int64_t>> batches;
     for (int64_t begin = 0; begin < n; begin += plan_.eval_batch_size) {
       std::vector<int64_t> indices;
@@ -715,6 +745,10 @@ class StageTrainer : public CallbackActions {
   // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
   // never deleted here.
   Status SavePeriodicCheckpoint(bool force_optimizer_state = false) {
+    return WithWholeParameters([&] { return SavePeriodicCheckpointWhole(force_optimizer_state); });
+  }
+
+  Status SavePeriodicCheckpointWhole(bool force_optimizer_state) {
     CheckpointWrite write = NewCheckpointWrite(PeriodicCheckpointDir(request_.stage_dir, step_),
                                                /*final=*/false);
     write.optimizer_state |= force_optimizer_state;
@@ -825,6 +859,9 @@ class StageTrainer : public CallbackActions {
   // What the callbacks saved in the checkpoint this stage resumes from, until stage_begin is out.
   std::map<std::string, std::string> restored_callback_states_;
   std::unique_ptr<GradientSync> gradient_sync_;  // with data_parallel_
+  // At shard_level 3: the blocks' parameters in parts, installed as the block runner meanwhile.
+  std::unique_ptr<ParameterShards> parameter_shards_;
+  std::unique_ptr<ScopedBlockRunner> block_runner_;
   std::vector<std::filesystem::path> periodic_;
   int64_t last_checkpoint_step_ = -1;
   std::string run_id_;

@@ -1,0 +1,103 @@
+// The parameters of a stage at shard_level 3 (`parallel { strategy: SHARDED shard_level: 3 }`,
+// ZeRO stage 3): each rank keeps only its slices of the trainable parameters of the model's blocks
+// (Model::blocks()), and a block's parameters are whole only while it runs.
+//
+// The layout (dist/shard_layout.h) puts each block's trainable parameters in buckets of their own.
+// This rank's slice of such a bucket lives in a tensor kept here, and the layout's parts view it
+// instead of the parameter, so the sharded optimizer updates the slices and the reduce-scatter
+// leaves the parts' gradients there, as at level 2. The parameters themselves hold no elements
+// (empty tensors) until their block runs: RunBlock (engine/model_block.h) reaches Run(), which
+// all-gathers the block's buckets into whole parameters, runs the block without keeping its
+// activations, and empties them again; the backward gathers them once more, recomputes the block
+// and runs its backward (the gradients go to the reduce-scatter's hooks) before emptying them.
+// Trainable parameters outside every block, and frozen ones (a LoRA or 4-bit base), stay whole on
+// every rank: the former are gathered after each update as at level 2, the latter never move.
+//
+// WithWholeParameters() makes every block's parameters whole on every rank for a while (an
+// evaluation, a checkpoint, a restore), then copies this rank's parts of them back into its slices
+// (so what a restore loaded into them is kept) and empties them.
+//
+// Every Run() and WithWholeParameters() is a collective: all ranks make the same calls in the same
+// order. A failed collective in Run() throws std::runtime_error (it runs inside the forward and the
+// backward), elsewhere it is returned.
+//
+// Ownership: borrows `group`, the parameters' tensors and the block modules, which must outlive
+// it. Thread safety: the training thread, and LibTorch's backward thread while it runs the
+// training thread's backward.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/block_runner.h"
+#include "core/named_parameter.h"
+#include "dist/data_parallel.h"
+#include "dist/shard_layout.h"
+#include "engine/status.h"
+
+namespace engine {
+
+// A block of the model: its full name and its module.
+struct NamedBlock {
+  std::string name;
+  const torch::nn::Module* module = nullptr;
+};
+
+class ParameterShards : public BlockRunner {
+ public:
+  // Lays `parameters` (the stage's trainable ones, in the optimizer's order) out over `group` in
+  // buckets of `bucket_bytes`, keeps this rank's slices of the blocks' ones and empties those
+  // parameters. Refuses, by name, a parameter that is not contiguous or that two blocks hold.
+  static StatusOr<std::unique_ptr<ParameterShards>> Make(DataParallel* group,
+                                                         std::vector<NamedParameter> parameters,
+                                                         const std::vector<NamedBlock>& blocks,
+                                                         int64_t bucket_bytes);
+  ~ParameterShards() override;
+  ParameterShards(const ParameterShards&) = delete;
+  ParameterShards& operator=(const ParameterShards&) = delete;
+
+  // The layout, whose parts of block parameters view this rank's slices.
+  std::shared_ptr<const ShardLayout> layout() const { return layout_; }
+
+  at::Tensor Run(const torch::nn::Module& block,
+                 const std::function<at::Tensor(const at::Tensor&)>& forward,
+                 const at::Tensor& input, bool checkpointing) override;
+
+  // Runs `use` with every parameter whole (calls nest; only the outermost gathers and lets go).
+  Status WithWholeParameters(const std::function<Status()>& use);
+
+  // Elements of block parameters this rank keeps, and of all block parameters.
+  int64_t kept_elements() const;
+  int64_t block_elements() const;
+
+ private:
+  ParameterShards(DataParallel* group, std::vector<NamedParameter> parameters);
+
+  // Block b's parameters whole (a collective), or emptied (writing this rank's parts of them back
+  // into its slices first where `write_back`).
+  Status Gather(int b);
+  void Release(int b, bool write_back);
+  at::Tensor& GatherBuffer(at::ScalarType dtype);
+
+  DataParallel* group_;
+  std::vector<NamedParameter> parameters_;
+  std::vector<std::vector<int64_t>> shapes_;  // per parameter, its whole shape
+  std::shared_ptr<ShardLayout> layout_;
+  std::map<const torch::nn::Module*, int> block_of_module_;
+  std::vector<std::string> block_names_;
+  std::vector<std::vector<size_t>> buckets_of_block_;
+  std::vector<std::vector<size_t>> parameters_of_block_;
+  std::vector<at::Tensor> slices_;  // per bucket: this rank's slice (undefined outside blocks)
+  std::map<at::ScalarType, at::Tensor> gather_buffers_;
+  int whole_depth_ = 0;
+};
+
+}  // namespace engine
