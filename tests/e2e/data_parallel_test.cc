@@ -283,7 +283,7 @@ TEST(DataParallelTest, NcclForACpuStageIsRefusedAtCheckTime) {
                         "cpu (requested); use GLOO (or AUTO, which picks Gloo there)"));
 }
 
-TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
+TEST(ShardedDataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
   // SHARDED at level 1 splits AdamW's moments across the ranks and changes no number: each rank
   // runs DDP's update on its part of every tensor, so 2 ranks end bit for bit where DDP's 2 ranks
   // end, and 4 ranks of 8 where one rank of 32 ends (within rounding: the gradients are summed in
@@ -319,7 +319,7 @@ TEST(DataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
   ExpectSameWeights(tmp.path() / "ddp" / state, tmp.path() / "two" / state, /*exactly=*/true);
 }
 
-TEST(DataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
+TEST(ShardedDataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
   // bf16-true: the weights are bf16 and their f32 masters are the optimizer's, each rank keeping
   // those of its part. The weights, moments and masters end bit for bit where DDP's end, and the
   // checkpoint holds the masters under DDP's names.
@@ -348,7 +348,7 @@ TEST(DataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
   EXPECT_EQ(masters, 4) << "the MLP's two weights and two biases";
 }
 
-TEST(DataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
+TEST(ShardedDataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
   // Trained to the end, then as if killed after step 30: the final checkpoint and step 40's are
   // gone, and the same command resumes after step 30 on 2 ranks to the same weights, bit for bit
   // (bf16-true, so the masters each rank keeps come back too; at level 3 the restored weights go
@@ -374,7 +374,7 @@ TEST(DataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
   }
 }
 
-TEST(DataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEnds) {
+TEST(ShardedDataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEnds) {
   // Level 2 reduce-scatters each gradient into the rank that owns its part, and the parts hold
   // DDP's averaged elements exactly: 2 ranks end bit for bit where DDP's 2 ranks end, in f32 and
   // in bf16-true (masters and moments too), and 4 ranks of 8 where one rank of 32 ends.
@@ -421,7 +421,7 @@ TEST(DataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEn
                     /*exactly=*/false);
 }
 
-TEST(DataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
+TEST(ShardedDataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
   // LoRA on an NF4 base: only the adapters train, so only they are laid out, reduce-scattered and
   // all-gathered (at level 3 each decoder layer's adapters while the layer runs); the 4-bit base
   // is whole on every rank and never sent. The adapters and their AdamW state end bit for bit
@@ -461,7 +461,7 @@ TEST(DataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
   }
 }
 
-TEST(DataParallelTest, ShardLevelsTwoAndThreeSkipTheOverflowsDdpSkipsAndClipAsItClips) {
+TEST(ShardedDataParallelTest, ShardLevelsTwoAndThreeSkipTheOverflowsDdpSkipsAndClipAsItClips) {
   // Under loss scaling that overflows (scaled_fp32 from a scale of 1e37), with two micro-batches
   // per step and clipping, each level-2 rank checks and measures only its parts: the ranks sum
   // their overflow flags and squared norms, so they skip the steps DDP skips (an overflow in one
@@ -509,7 +509,7 @@ TEST(DataParallelTest, ShardLevelsTwoAndThreeSkipTheOverflowsDdpSkipsAndClipAsIt
                     tmp.path() / "three/s/final/model.safetensors", /*exactly=*/false);
 }
 
-TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheField) {
+TEST(ShardedDataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheField) {
   testing::TempDir tmp;
   const struct {
     std::string parallel, message;
@@ -531,7 +531,7 @@ TEST(DataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamingTheFie
   }
 }
 
-TEST(DataParallelTest, ShardLevelThreeGathersEachBlockAndEndsWhereDdpEnds) {
+TEST(ShardedDataParallelTest, ShardLevelThreeGathersEachBlockAndEndsWhereDdpEnds) {
   // Level 3 keeps each rank's part of the hidden layer's weights only, gathers them for the
   // layer's forward and again for its backward (which recomputes the layer): DDP's arithmetic, so
   // 2 ranks end bit for bit where DDP's 2 ranks end (weights and AdamW state, in f32 and in
@@ -560,7 +560,7 @@ TEST(DataParallelTest, ShardLevelThreeGathersEachBlockAndEndsWhereDdpEnds) {
       // Of the 19.2 KB of weights, the hidden layer's 16.6 KB are split: 2.6 KB of head and
       // 8.3 KB of parts.
       EXPECT_THAT(r.out, HasSubstr("per rank: model 10.9 KB, gradients 9.6 KB"));
-      EXPECT_THAT(r.out, HasSubstr("the largest block gathered 16.6 KB (of 16.6 KB in 1 block)"));
+      EXPECT_THAT(r.out, HasSubstr("gathered blocks 16.6 KB (of 16.6 KB in 1 block)"));
     }
   }
   auto r1 = testing::RunEngine({"run", one.string()});
@@ -579,16 +579,23 @@ TEST(DataParallelTest, ShardLevelThreeGathersEachBlockAndEndsWhereDdpEnds) {
                     /*exactly=*/false);
 }
 
-TEST(DataParallelTest, AStageResumesAtAnotherWorldSizeOnTheSameScheduleAndNamesTheWayOtherwise) {
-  // 2 ranks of 16 at shard_level 3, as if killed after step 30. Each rank takes every
+TEST(ShardedDataParallelTest, AStageResumesAtAnotherWorldSizeOnTheSameScheduleAndNamesTheWayOtherwise) {
+  // 2 ranks of 16 at shard_level 3, 50 steps, as if killed after step 30. Each rank takes every
   // world_size-th example of the epoch's order, so 4 ranks of 8, or one process of 32, take the
-  // same 32 examples in each step: the stage has the same fingerprint, resumes after step 30 and
-  // ends where the 2 ranks ended (within the rounding of sums split another way). 4 ranks of 16
-  // would take 64 per step: that run is refused with the way out, never started over.
+  // same 32 examples in each step, and with drop_last the same first 1,408 of each epoch (44 steps;
+  // the resumed run goes on into the second epoch): the stage has the same fingerprint, resumes
+  // after step 30 and ends where the 2 ranks ended (within the rounding of sums split another
+  // way). 4 ranks of 16 would take 64 per step: that run is refused with the way out, never
+  // started over.
   testing::TempDir tmp;
   const std::string level3 = "strategy: SHARDED shard_level: 3";
-  const auto two = tmp.Write("two.pbtxt", DataParallelPipeline("out", 16, level3));
-  auto r = testing::RunEngine({"run", "--nproc=2", two.string()});
+  auto pipeline = [&](int batch) {
+    std::string text = DataParallelPipeline("out", batch, level3);
+    const std::string schedule = "schedule { max_steps: 40 ";
+    text.replace(text.find(schedule), schedule.size(), "schedule { drop_last: true max_steps: 50 ");
+    return tmp.Write("p" + std::to_string(batch) + ".pbtxt", text);
+  };
+  auto r = testing::RunEngine({"run", "--nproc=2", pipeline(16).string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::filesystem::path stage = tmp.path() / "out/s";
   std::filesystem::copy_file(stage / "final/model.safetensors", tmp.path() / "reference");
@@ -596,6 +603,7 @@ TEST(DataParallelTest, AStageResumesAtAnotherWorldSizeOnTheSameScheduleAndNamesT
     std::error_code ec;
     RemoveTree(stage / "final", ec);
     RemoveTree(stage / "checkpoints/step-00000040", ec);
+    RemoveTree(stage / "checkpoints/step-00000050", ec);
     ASSERT_TRUE(std::filesystem::exists(stage / "checkpoints/step-00000030"));
   };
   const struct {
@@ -604,31 +612,35 @@ TEST(DataParallelTest, AStageResumesAtAnotherWorldSizeOnTheSameScheduleAndNamesT
   } resumes[] = {{{"run", "--nproc=4", "--oversubscribe"}, 8}, {{"run"}, 32}};
   for (const auto& resume : resumes) {
     as_if_killed_after_step_30();
-    const auto file = tmp.Write("other.pbtxt", DataParallelPipeline("out", resume.batch, level3));
     std::vector<std::string> command = resume.command;
-    command.push_back(file.string());
+    command.push_back(pipeline(resume.batch).string());
     r = testing::RunEngine(command);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 30 of 40")) << resume.batch;
+    EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 30 of 50")) << resume.batch;
     ExpectSameWeights(tmp.path() / "reference", stage / "final/model.safetensors",
                       /*exactly=*/false);
   }
   as_if_killed_after_step_30();
-  const auto file = tmp.Write("other.pbtxt", DataParallelPipeline("out", 16, level3));
-  r = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", file.string()});
+  r = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", pipeline(16).string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(
       r.err,
       HasSubstr("stage 's': its checkpoint " + (stage / "checkpoints/step-00000030").string() +
-                " (after step 30 of 40) was written by 2 ranks of batch_size 16 x 1 "
-                "accumulation: 32 examples per step, 45 steps per epoch; 4 ranks of "
-                "batch_size 16 x 1 make 64 and 23. To go on, set schedule.batch_size to 8 "
-                "to resume from it at 4 ranks, or run with --force=s to train the stage "
-                "again from step 0"));
+                " (after step 30 of 50) was written by 2 ranks of batch_size 16 x 1 "
+                "accumulation: 32 examples per step, 44 steps per epoch of 1408 examples; 4 "
+                "ranks of batch_size 16 x 1 make 64, 22 and 1408. To go on, set "
+                "schedule.batch_size to 8 to resume from it at 4 ranks, or run with "
+                "--force=s to train the stage again from step 0"));
   EXPECT_FALSE(std::filesystem::exists(stage / "final"));
+  // No batch size makes steps of 32 at 3 ranks.
+  r = testing::RunEngine({"run", "--nproc=3", "--oversubscribe", pipeline(16).string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("To go on, resume from it at 2 ranks of batch_size 16 x 1 "
+                               "accumulation (neither batch_size nor accumulation alone makes that "
+                               "schedule at 3 ranks)"));
 }
 
-TEST(DataParallelTest, ShardLevelThreeOnAModelWithoutBlocksIsRefusedNamingTheField) {
+TEST(ShardedDataParallelTest, ShardLevelThreeOnAModelWithoutBlocksIsRefusedNamingTheField) {
   testing::TempDir tmp;
   std::string text = testing::ReadText(std::filesystem::path(testing::kSourceDir) /
                                        "pipelines/digits_vlm_single.pbtxt");

@@ -5,7 +5,8 @@
 //                                        hidden);
 //
 // The recomputation happens on LibTorch's backward threads, so it re-enters the precision context
-// (autocast dtype) and the random state (dropout) of the first run: the gradients equal those of
+// (autocast dtype) and the random state (dropout: the CPU's generator and the input's device's) of
+// the first run: the gradients equal those of
 // the plain backward. Parameters the block uses get their gradients accumulated as usual, also when
 // `input` itself needs none. Outside grad mode (evaluation) the block simply runs.
 #pragma once

@@ -1,11 +1,15 @@
 #include "engine/activation_checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <utility>
+#include <vector>
 
 #include "core/block_runner.h"
 #include "engine/precision_context.h"
@@ -13,15 +17,44 @@
 namespace engine {
 namespace {
 
-// What the recomputation needs besides the input: the block, the precision context and the CPU
+// What the recomputation needs besides the input: the block, the precision context and the
 // random state of the first run, and what to do around each run (may be empty).
 struct Recompute : torch::CustomClassHolder {
   std::function<at::Tensor(const at::Tensor&)> block;
   PrecisionContext context;
-  at::Tensor cpu_rng_state;
+  // The generators the block may draw from (the CPU's, and the input's device's) and their states
+  // when the first run began.
+  std::vector<std::pair<at::Generator, at::Tensor>> rng_states;
   std::function<void()> acquire;
   std::function<void()> release;
 };
+
+// Sets each generator to its state in `states` and returns the states they had.
+std::vector<std::pair<at::Generator, at::Tensor>> SwapRngStates(
+    const std::vector<std::pair<at::Generator, at::Tensor>>& states) {
+  std::vector<std::pair<at::Generator, at::Tensor>> before;
+  for (const auto& [generator, state] : states) {
+    at::Generator g = generator;
+    std::lock_guard<std::mutex> lock(g.mutex());
+    before.emplace_back(g, g.get_state());
+    g.set_state(state);
+  }
+  return before;
+}
+
+// The CPU's generator and, for an input on another device, that device's, with their states now.
+std::vector<std::pair<at::Generator, at::Tensor>> CurrentRngStates(const at::Tensor& input) {
+  std::vector<at::Generator> generators = {at::detail::getDefaultCPUGenerator()};
+  if (input.defined() && !input.device().is_cpu() && !input.device().is_meta()) {
+    generators.push_back(at::globalContext().defaultGenerator(input.device()));
+  }
+  std::vector<std::pair<at::Generator, at::Tensor>> states;
+  for (at::Generator& g : generators) {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    states.emplace_back(g, g.get_state());
+  }
+  return states;
+}
 
 // Calls `acquire` now and `release` when it goes out of scope, also when the block throws.
 class AroundRun {
@@ -76,13 +109,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
         c10::static_intrusive_pointer_cast<Recompute>(ctx->saved_data["recompute"].toCapsule());
     const at::Tensor saved = ctx->get_saved_variables()[0];
     at::Tensor input = saved.detach().set_requires_grad(saved.requires_grad());
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    at::Tensor current_state;
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      current_state = generator.get_state();
-      generator.set_state(recompute->cpu_rng_state);
-    }
+    const auto current_states = SwapRngStates(recompute->rng_states);
     AroundRun around(*recompute);
     at::Tensor output;
     {
@@ -90,10 +117,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       auto scope = recompute->context.Enter();
       output = recompute->block(input);
     }
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(current_state);
-    }
+    SwapRngStates(current_states);
     torch::autograd::backward({output}, {grads[0]});
     return {input.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -118,11 +142,7 @@ at::Tensor CheckpointedForwardAround(const std::function<at::Tensor(const at::Te
     return block(input);
   }
   recompute->context = PrecisionContext::Capture();
-  {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    recompute->cpu_rng_state = generator.get_state();
-  }
+  recompute->rng_states = CurrentRngStates(input);
   static const at::Tensor anchor = at::empty({0}).set_requires_grad(true);
   return CheckpointFunction::apply(input, anchor, recompute);
 }

@@ -45,11 +45,12 @@ Status Collective(const char* what, F&& body) {
 struct C10dPendingSum : DataParallel::PendingSum {
   Status Wait() override {
     ENGINE_RETURN_IF_ERROR(started);
-    return Collective("gradient all-reduce", [&] { work->wait(); });
+    return Collective(what, [&] { work->wait(); });
   }
   std::vector<at::Tensor> tensors;  // what c10d reduces in place; kept alive until Wait()
   c10::intrusive_ptr<c10d::Work> work;
   Status started;
+  const char* what = "gradient all-reduce";  // for the error
 };
 
 // A reduce-scatter done as an all-reduce of the whole tensor, of which Wait() keeps this rank's
@@ -98,12 +99,14 @@ class C10dDataParallel : public DataParallel {
       pending->tensors = {std::move(whole)};
       pending->shard = std::move(shard);
       pending->rank = rank();
+      pending->what = "gradient reduce-scatter";
       pending->started = Collective("gradient reduce-scatter",
                                     [&] { pending->work = group_->allreduce(pending->tensors); });
       return pending;
     }
     auto pending = std::make_unique<C10dPendingSum>();
     pending->tensors = {std::move(whole), std::move(shard)};
+    pending->what = "gradient reduce-scatter";
     pending->started = Collective("gradient reduce-scatter", [&] {
       pending->work = group_->_reduce_scatter_base(pending->tensors[1], pending->tensors[0]);
     });
@@ -116,6 +119,16 @@ class C10dDataParallel : public DataParallel {
       at::Tensor output = whole;
       group_->_allgather_base(output, input)->wait();
     });
+  }
+
+  std::unique_ptr<PendingSum> StartAllGather(at::Tensor shard, at::Tensor whole) override {
+    auto pending = std::make_unique<C10dPendingSum>();
+    pending->tensors = {std::move(whole), std::move(shard)};
+    pending->what = "all-gather";
+    pending->started = Collective("all-gather", [&] {
+      pending->work = group_->_allgather_base(pending->tensors[0], pending->tensors[1]);
+    });
+    return pending;
   }
 
   StatusOr<std::vector<double>> Max(const std::vector<double>& values) override {

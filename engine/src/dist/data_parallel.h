@@ -71,6 +71,10 @@ class DataParallel {
   // size) and returns when it is there (on a CUDA device: for work queued on the current stream
   // after it returns).
   virtual Status AllGather(const at::Tensor& shard, const at::Tensor& whole) = 0;
+  // AllGather started and returned at once; `whole` holds every rank's shard when Wait() returns
+  // Ok. Both must stay alive and untouched until then; the same order rule as StartSum's. By
+  // default it gathers before returning.
+  virtual std::unique_ptr<PendingSum> StartAllGather(at::Tensor shard, at::Tensor whole);
 
   // Element-wise maximum over ranks of small flags (stop requested, interrupted, ...).
   virtual StatusOr<std::vector<double>> Max(const std::vector<double>& values) = 0;

@@ -5,7 +5,9 @@
 #include <ATen/ops/zeros.h>
 #include <torch/nn/module.h>
 
+#include <memory>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/activation_checkpoint.h"
 
@@ -19,7 +21,10 @@ at::Tensor Flat(const at::Tensor& t) { return t.view({-1}); }
 ParameterShards::ParameterShards(DataParallel* group, std::vector<NamedParameter> parameters)
     : group_(group), parameters_(std::move(parameters)) {}
 
-ParameterShards::~ParameterShards() = default;
+ParameterShards::~ParameterShards() {
+  // c10d may still write into the buffers of a prefetch an error left on the wire.
+  Settle().IgnoreError();
+}
 
 StatusOr<std::unique_ptr<ParameterShards>> ParameterShards::Make(
     DataParallel* group, std::vector<NamedParameter> parameters,
@@ -84,42 +89,91 @@ StatusOr<std::unique_ptr<ParameterShards>> ParameterShards::Make(
   return shards;
 }
 
-at::Tensor& ParameterShards::GatherBuffer(at::ScalarType dtype) {
-  at::Tensor& buffer = gather_buffers_[dtype];
-  if (!buffer.defined()) {
-    int64_t shard = 0;
-    for (const ShardLayout::Bucket& bucket : layout_->buckets) {
-      if (bucket.block >= 0 && bucket.dtype == dtype) shard = std::max(shard, bucket.shard);
-    }
-    buffer = at::empty({shard * group_->world_size()},
-                       at::TensorOptions().dtype(dtype).device(group_->device()));
+at::Tensor ParameterShards::TakeBuffer(at::ScalarType dtype, int64_t elements) {
+  auto it = free_buffers_.find({dtype, elements});
+  if (it != free_buffers_.end()) {
+    at::Tensor buffer = std::move(it->second);
+    free_buffers_.erase(it);
+    return buffer;
   }
-  return buffer;
+  return at::empty({elements}, at::TensorOptions().dtype(dtype).device(group_->device()));
 }
 
-Status ParameterShards::Gather(int b) {
-  at::NoGradGuard no_grad;
-  std::map<size_t, at::Tensor> whole;
-  for (size_t i : parameters_of_block_[b]) {
-    whole[i] = at::empty(shapes_[i], parameters_[i].tensor.options().requires_grad(false));
-  }
+void ParameterShards::ReturnBuffer(at::Tensor buffer) {
+  const std::pair<at::ScalarType, int64_t> key{buffer.scalar_type(), buffer.numel()};
+  free_buffers_.emplace(key, std::move(buffer));
+}
+
+ParameterShards::InFlight ParameterShards::StartGather(int b) {
+  InFlight flight;
+  flight.block = b;
   for (size_t k : buckets_of_block_[b]) {
     const ShardLayout::Bucket& bucket = layout_->buckets[k];
-    at::Tensor gathered =
-        GatherBuffer(bucket.dtype).narrow(0, 0, bucket.shard * group_->world_size());
+    at::Tensor gathered = TakeBuffer(bucket.dtype, bucket.shard * group_->world_size());
     at::Tensor slice = slices_[k];
     if (slice.device() != group_->device()) slice = slice.to(group_->device());
-    ENGINE_RETURN_IF_ERROR(
-        group_->AllGather(slice, gathered)
-            .WithContext("gathering the parameters of block '" + block_names_[b] + "'"));
-    for (const ShardLayout::Piece& piece : bucket.pieces) {
-      Flat(whole[piece.parameter])
-          .narrow(0, piece.from, piece.length)
-          .copy_(gathered.narrow(0, piece.at, piece.length));
-    }
+    flight.pending.push_back(group_->StartAllGather(slice, gathered));
+    flight.gathered.push_back(std::move(gathered));
   }
-  for (auto& [i, tensor] : whole) parameters_[i].tensor.set_data(tensor);
-  return Status::Ok();
+  return flight;
+}
+
+Status ParameterShards::FinishGather(InFlight& flight) {
+  at::NoGradGuard no_grad;
+  const int b = flight.block;
+  Status status;
+  for (auto& pending : flight.pending) {
+    Status waited = pending->Wait();
+    if (status.ok() && !waited.ok()) status = std::move(waited);
+  }
+  flight.pending.clear();
+  if (status.ok()) {
+    std::map<size_t, at::Tensor> whole;
+    for (size_t i : parameters_of_block_[b]) {
+      whole[i] = at::empty(shapes_[i], parameters_[i].tensor.options().requires_grad(false));
+    }
+    for (size_t n = 0; n < buckets_of_block_[b].size(); ++n) {
+      const ShardLayout::Bucket& bucket = layout_->buckets[buckets_of_block_[b][n]];
+      const at::Tensor& gathered = flight.gathered[n];
+      for (const ShardLayout::Piece& piece : bucket.pieces) {
+        Flat(whole[piece.parameter])
+            .narrow(0, piece.from, piece.length)
+            .copy_(gathered.narrow(0, piece.at, piece.length));
+      }
+    }
+    for (auto& [i, tensor] : whole) parameters_[i].tensor.set_data(tensor);
+  }
+  for (at::Tensor& buffer : flight.gathered) ReturnBuffer(std::move(buffer));
+  flight = InFlight();
+  return status.WithContext("gathering the parameters of block '" + block_names_[b] + "'");
+}
+
+Status ParameterShards::Settle() {
+  if (prefetch_.block < 0) return Status::Ok();
+  InFlight dropped = std::move(prefetch_);
+  prefetch_ = InFlight();
+  Status status;
+  for (auto& pending : dropped.pending) {
+    Status waited = pending->Wait();
+    if (status.ok() && !waited.ok()) status = std::move(waited);
+  }
+  for (at::Tensor& buffer : dropped.gathered) ReturnBuffer(std::move(buffer));
+  return status;
+}
+
+Status ParameterShards::Gather(int b, int next) {
+  InFlight flight;
+  if (prefetch_.block == b) {
+    flight = std::move(prefetch_);
+    prefetch_ = InFlight();
+    ++prefetched_;
+  } else {
+    ENGINE_RETURN_IF_ERROR(Settle());
+    flight = StartGather(b);
+  }
+  ++gathers_;
+  if (next >= 0) prefetch_ = StartGather(next);
+  return FinishGather(flight);
 }
 
 void ParameterShards::Release(int b, bool write_back) {
@@ -147,10 +201,16 @@ at::Tensor ParameterShards::Run(const torch::nn::Module& block,
   if (whole_depth_ > 0 || parameters_of_block_[b].empty()) {
     return checkpointing ? CheckpointedForward(forward, input) : forward(input);
   }
+  // The first run is the forward's (prefetching the block after it), a second the backward's
+  // recomputation (prefetching the block before it).
+  auto runs = std::make_shared<int>(0);
   return CheckpointedForwardAround(
       forward, input,
-      [this, b] {
-        const Status gathered = Gather(b);
+      [this, b, runs] {
+        const int next = (*runs)++ == 0 ? b + 1 : b - 1;
+        const bool prefetch = next >= 0 && next < static_cast<int>(parameters_of_block_.size()) &&
+                              !parameters_of_block_[next].empty();
+        const Status gathered = Gather(b, prefetch ? next : -1);
         if (!gathered.ok()) throw std::runtime_error(gathered.message());
       },
       [this, b] { Release(b, /*write_back=*/false); });
@@ -158,18 +218,28 @@ at::Tensor ParameterShards::Run(const torch::nn::Module& block,
 
 Status ParameterShards::WithWholeParameters(const std::function<Status()>& use) {
   if (whole_depth_ == 0) {
+    ENGINE_RETURN_IF_ERROR(Settle());
     for (size_t b = 0; b < parameters_of_block_.size(); ++b) {
-      ENGINE_RETURN_IF_ERROR(Gather(static_cast<int>(b)));
+      if (parameters_of_block_[b].empty()) continue;
+      if (Status gathered = Gather(static_cast<int>(b), -1); !gathered.ok()) {
+        for (size_t k = 0; k < b; ++k) Release(static_cast<int>(k), /*write_back=*/false);
+        return gathered;
+      }
     }
   }
+  // Let go of (after writing back) the whole parameters however `use` ends, a throw included.
+  struct Outermost {
+    ParameterShards* shards;
+    ~Outermost() {
+      if (--shards->whole_depth_ > 0) return;
+      for (size_t b = 0; b < shards->parameters_of_block_.size(); ++b) {
+        shards->Release(static_cast<int>(b), /*write_back=*/true);
+      }
+    }
+  };
   ++whole_depth_;
-  const Status status = use();
-  if (--whole_depth_ == 0) {
-    for (size_t b = 0; b < parameters_of_block_.size(); ++b) {
-      Release(static_cast<int>(b), /*write_back=*/true);
-    }
-  }
-  return status;
+  Outermost outermost{this};
+  return use();
 }
 
 int64_t ParameterShards::kept_elements() const {

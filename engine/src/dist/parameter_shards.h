@@ -10,6 +10,10 @@
 // all-gathers the block's buckets into whole parameters, runs the block without keeping its
 // activations, and empties them again; the backward gathers them once more, recomputes the block
 // and runs its backward (the gradients go to the reduce-scatter's hooks) before emptying them.
+// While a block runs, the gather of the next one is on the wire already: block b + 1 in the
+// forward, b - 1 in the backward (Model::blocks() lists them in the order Forward runs them; a
+// prefetch of a block that does not come next is waited for and dropped). So at most two blocks'
+// weights are whole, and one bucket of gathered slices per bucket of the next block.
 // Trainable parameters outside every block, and frozen ones (a LoRA or 4-bit base), stay whole on
 // every rank: the former are gathered after each update as at level 2, the latter never move.
 //
@@ -73,6 +77,13 @@ class ParameterShards : public BlockRunner {
 
   // Runs `use` with every parameter whole (calls nest; only the outermost gathers and lets go).
   Status WithWholeParameters(const std::function<Status()>& use);
+  // Waits for a prefetch still on the wire (a collective every rank makes at the same point): the
+  // trainer calls it after the backward, before the optimizer writes the slices a gather reads.
+  Status Settle();
+
+  // Gathers made, and how many of them a prefetch had started.
+  int64_t gathers() const { return gathers_; }
+  int64_t prefetched_gathers() const { return prefetched_; }
 
   // Elements of block parameters this rank keeps, and of all block parameters.
   int64_t kept_elements() const;
@@ -81,11 +92,26 @@ class ParameterShards : public BlockRunner {
  private:
   ParameterShards(DataParallel* group, std::vector<NamedParameter> parameters);
 
-  // Block b's parameters whole (a collective), or emptied (writing this rank's parts of them back
-  // into its slices first where `write_back`).
-  Status Gather(int b);
+  // A block's all-gather on the wire: a buffer per bucket of the block, and the collectives.
+  struct InFlight {
+    int block = -1;
+    std::vector<at::Tensor> gathered;  // per bucket, in buckets_of_block_ order
+    std::vector<std::unique_ptr<DataParallel::PendingSum>> pending;
+  };
+
+  // Block b's parameters whole (a collective; from the prefetch when it is b's), then `next`'s
+  // gather started (-1: none).
+  Status Gather(int b, int next);
+  InFlight StartGather(int b);
+  // Waits for `flight` and makes its block's parameters whole from it.
+  Status FinishGather(InFlight& flight);
+  // Block b's parameters emptied, writing this rank's parts of them back into its slices first
+  // where `write_back`.
   void Release(int b, bool write_back);
-  at::Tensor& GatherBuffer(at::ScalarType dtype);
+  // A buffer of `elements` of `dtype` on the group's device, reused from earlier gathers (buffers
+  // of a bucket's size freed and allocated again grow the C heap).
+  at::Tensor TakeBuffer(at::ScalarType dtype, int64_t elements);
+  void ReturnBuffer(at::Tensor buffer);
 
   DataParallel* group_;
   std::vector<NamedParameter> parameters_;
@@ -96,8 +122,11 @@ class ParameterShards : public BlockRunner {
   std::vector<std::vector<size_t>> buckets_of_block_;
   std::vector<std::vector<size_t>> parameters_of_block_;
   std::vector<at::Tensor> slices_;  // per bucket: this rank's slice (undefined outside blocks)
-  std::map<at::ScalarType, at::Tensor> gather_buffers_;
+  std::multimap<std::pair<at::ScalarType, int64_t>, at::Tensor> free_buffers_;
+  InFlight prefetch_;
   int whole_depth_ = 0;
+  int64_t gathers_ = 0;
+  int64_t prefetched_ = 0;
 };
 
 }  // namespace engine

@@ -205,6 +205,7 @@ class PlanBuilder {
     }
     plan->steps_per_epoch = schedule.steps_per_epoch;
     plan->global_batch = schedule.examples_per_step;
+    plan->epoch_examples = schedule.epoch_examples;
     PlanBatchLimits(plan);
     return PlanLength(stage, plan);
   }
@@ -623,7 +624,8 @@ class PlanBuilder {
     }
     text += "|seed:" + std::to_string(stage.seed);
     const std::string schedule = ranked ? "|schedule:" + std::to_string(plan.global_batch) + "/" +
-                                              std::to_string(plan.steps_per_epoch)
+                                              std::to_string(plan.steps_per_epoch) + "/" +
+                                              std::to_string(plan.epoch_examples)
                                         : "|world:" + std::to_string(plan.world_size);
     std::string rest = "|data:" + plan.data_identity;
     // A slim checkpoint is of no use to a reader that builds another base.
@@ -631,7 +633,9 @@ class PlanBuilder {
     for (int dep : stage.dependencies) {
       if (const StagePlan* parent = so_far.ForStage(dep)) rest += "|after:" + parent->fingerprint;
     }
-    return {Fnv1a64Hex(text + schedule + rest), Fnv1a64Hex(text + rest)};
+    // Only a ranked stage has one: a plain stage's checkpoints are another configuration's.
+    return {Fnv1a64Hex(text + schedule + rest),
+            ranked ? Fnv1a64Hex("ranked|" + text + rest) : std::string()};
   }
 
   const ResolvedPipeline& pipeline_;
@@ -650,6 +654,8 @@ RankSchedule ScheduleAt(int64_t train_examples, int64_t world_size, int64_t batc
   s.steps_per_epoch = (s.micro_batches_per_epoch + accumulation - 1) / accumulation;
   s.examples_per_step = std::min(batch_size, s.shard_examples) *
                         std::min(accumulation, s.micro_batches_per_epoch) * world_size;
+  s.epoch_examples =
+      (drop_last ? s.micro_batches_per_epoch * batch_size : s.shard_examples) * world_size;
   return s;
 }
 

@@ -111,12 +111,16 @@ struct StagePlan {
 
   // Hash of the resolved stage (configuration with defaults, plugin versions, data identity, parent
   // fingerprint). For a DDP or SHARDED stage the ranks, per-rank batch size, accumulation and
-  // sharding count by the schedule they make (examples per step, steps per epoch) only, so the same
+  // sharding count by the schedule they make (RankSchedule: examples per step and per epoch, steps
+  // per epoch) only, so the same
   // stage at another world size with the same schedule has the same fingerprint, is up to date and
   // resumes.
   std::string fingerprint;
-  // The same without the schedule: equal for this stage at any world size and batch size.
+  // For a DDP or SHARDED stage, the same without the schedule: equal for this stage at any world
+  // size and batch size. Empty for other stages.
   std::string any_world_fingerprint;
+  // The examples an epoch trains on, of all ranks (RankSchedule::epoch_examples).
+  int64_t epoch_examples = 0;
 };
 
 // The schedule a stage's ranks make: every rank takes every world_size-th example of the epoch's
@@ -127,6 +131,8 @@ struct RankSchedule {
   int64_t micro_batches_per_epoch = 0;
   int64_t steps_per_epoch = 0;  // 0 when an epoch has no batch (drop_last)
   int64_t examples_per_step = 0;
+  // Examples an epoch trains on, of all ranks: the first this many of the epoch's order.
+  int64_t epoch_examples = 0;
 };
 RankSchedule ScheduleAt(int64_t train_examples, int64_t world_size, int64_t batch_size,
                         int64_t accumulation, bool drop_last);

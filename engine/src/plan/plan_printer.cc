@@ -101,8 +101,8 @@ struct RankMemory {
   // f32 buffers the ranks reduce gradients through: a copy of every gradient under DDP and
   // shard_level 1; at shard_level 2 this rank's parts and the buckets on the wire.
   int64_t reduce_buckets = 0;
-  // shard_level 3: the blocks' trainable parameters, which `model` holds 1/N of, and the largest
-  // block whole while it runs.
+  // shard_level 3: the blocks' trainable parameters, which `model` holds 1/N of, and what is whole
+  // at a time: the block that runs and the next one, gathered meanwhile.
   int64_t block_parameters = 0;
   int64_t gathered_block = 0;
 };
@@ -159,8 +159,11 @@ RankMemory MemoryPerRank(const StagePlan& s) {
         static_cast<double>(trainable_storage_bytes) / static_cast<double>(trainable_elements);
     m.block_parameters =
         static_cast<int64_t>(static_cast<double>(s.block_trainable_elements) * element_bytes);
-    m.gathered_block = static_cast<int64_t>(
-        static_cast<double>(s.largest_block_trainable_elements) * element_bytes);
+    // The largest block twice where there are several: one runs while the next is gathered.
+    m.gathered_block =
+        static_cast<int64_t>(static_cast<double>(s.largest_block_trainable_elements) *
+                             element_bytes) *
+        (s.blocks.size() > 1 ? 2 : 1);
     m.model -= m.block_parameters - (m.block_parameters + s.world_size - 1) / s.world_size;
   }
   return m;
@@ -221,7 +224,9 @@ std::string PlanMemoryText(const StagePlan& s) {
         HumanBytes(m.reduce_buckets);
   }
   if (s.shards_parameters()) {
-    out += ", the largest block gathered " + HumanBytes(m.gathered_block) + " (of " +
+    out += ", gathered blocks " + HumanBytes(m.gathered_block) +
+           (s.blocks.size() > 1 ? " (the largest, twice: one runs while the next is gathered; of "
+                                : " (of ") +
            HumanBytes(m.block_parameters) + " in " + BlocksText(s) + ")";
   }
   return out + "; activations not counted";

@@ -238,27 +238,32 @@ class PipelineRun {
     const proto::RanksInfo& then = point.manifest.ranks();
     const int64_t examples = static_cast<int64_t>(then.examples_per_step());
     const int64_t steps = static_cast<int64_t>(then.steps_per_epoch());
+    const int64_t epoch = static_cast<int64_t>(then.epoch_examples());
     const bool drop_last = stage.config->schedule().drop_last();
     auto same_schedule = [&](int64_t batch, int64_t accumulation) {
       const RankSchedule s =
           ScheduleAt(plan.train_examples, plan.world_size, batch, accumulation, drop_last);
-      return s.examples_per_step == examples && s.steps_per_epoch == steps;
+      return s.examples_per_step == examples && s.steps_per_epoch == steps &&
+             s.epoch_examples == epoch;
     };
     const int64_t ranks = plan.world_size;
     const int64_t accumulation = plan.gradient_accumulation_steps;
+    const std::string at_ranks = " to resume from it at " + std::to_string(ranks) + " ranks";
     std::string way_out;
     if (examples % (ranks * accumulation) == 0 &&
         same_schedule(examples / (ranks * accumulation), accumulation)) {
       way_out = "set schedule.batch_size to " + std::to_string(examples / (ranks * accumulation)) +
-                " to resume from it at " + std::to_string(ranks) + " ranks";
+                at_ranks;
     } else if (examples % (ranks * plan.batch_size) == 0 &&
                same_schedule(plan.batch_size, examples / (ranks * plan.batch_size))) {
       way_out = "set schedule.gradient_accumulation_steps to " +
-                std::to_string(examples / (ranks * plan.batch_size)) + " to resume from it at " +
-                std::to_string(ranks) + " ranks";
+                std::to_string(examples / (ranks * plan.batch_size)) + at_ranks;
     } else {
-      way_out = "no batch_size gives that schedule at " + std::to_string(ranks) +
-                " ranks: resume from it at " + std::to_string(then.world_size()) + " ranks";
+      way_out = "resume from it at " + std::to_string(then.world_size()) + " ranks of batch_size " +
+                std::to_string(then.batch_size()) + " x " +
+                std::to_string(then.gradient_accumulation_steps()) +
+                " accumulation (neither batch_size nor accumulation alone makes that schedule at " +
+                std::to_string(ranks) + " ranks)";
     }
     return stage.subject() + ": its checkpoint " + point.dir.string() + " (after step " +
            std::to_string(point.manifest.step()) + " of " +
@@ -267,10 +272,11 @@ class PipelineRun {
            std::to_string(then.batch_size()) + " x " +
            std::to_string(then.gradient_accumulation_steps()) +
            " accumulation: " + std::to_string(examples) + " examples per step, " +
-           std::to_string(steps) + " steps per epoch; " + std::to_string(ranks) +
-           " ranks of batch_size " + std::to_string(plan.batch_size) + " x " +
-           std::to_string(accumulation) + " make " + std::to_string(plan.global_batch) + " and " +
-           std::to_string(plan.steps_per_epoch) + ". To go on, " + way_out +
+           std::to_string(steps) + " steps per epoch of " + std::to_string(epoch) + " examples; " +
+           std::to_string(ranks) + " ranks of batch_size " + std::to_string(plan.batch_size) +
+           " x " + std::to_string(accumulation) + " make " + std::to_string(plan.global_batch) +
+           ", " + std::to_string(plan.steps_per_epoch) + " and " +
+           std::to_string(plan.epoch_examples) + ". To go on, " + way_out +
            ", or run with --force=" + stage.name + " to train the stage again from step 0";
   }
 

@@ -91,6 +91,7 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
                                            const std::string& any_world_fingerprint,
                                            std::optional<ResumePoint>* other_schedule) {
   std::vector<std::filesystem::path> dirs = PeriodicCheckpointDirs(stage_dir);
+  std::optional<ResumePoint> newest_other;
   // Newest first.
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
     const std::filesystem::path& dir = *it;
@@ -117,11 +118,13 @@ std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_di
       continue;
     }
     if (another_world) {
-      if (other_schedule != nullptr) *other_schedule = ResumePoint{dir, *std::move(manifest)};
-      return std::nullopt;
+      // Named only when no checkpoint of this schedule is found.
+      if (!newest_other) newest_other = ResumePoint{dir, *std::move(manifest)};
+      continue;
     }
     return ResumePoint{dir, *std::move(manifest)};
   }
+  if (other_schedule != nullptr) *other_schedule = std::move(newest_other);
   return std::nullopt;
 }
 

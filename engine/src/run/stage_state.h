@@ -47,9 +47,10 @@ struct ResumePoint {
 
 // The newest periodic checkpoint in <stage_dir>/checkpoints/ that this stage can go on from: same
 // fingerprint, same parent run, optimizer state saved, files whole. `notes` receives one line per
-// newer checkpoint passed over, saying why. Where the newest such checkpoint but for its
-// fingerprint has `any_world_fingerprint` (non-empty; written at another world size on another
-// schedule), none is returned and it goes into `other_schedule` (when not null).
+// newer checkpoint passed over, saying why. Where there is none, the newest that would do but for
+// its fingerprint and has `any_world_fingerprint` (non-empty: this DDP or SHARDED stage on
+// another schedule, at another world size or batch size) goes into `other_schedule` (when not
+// null).
 std::optional<ResumePoint> FindResumePoint(const std::filesystem::path& stage_dir,
                                            const std::string& fingerprint,
                                            const std::string& parent_run_id,
@@ -92,9 +93,10 @@ struct StageSituation {
   // --from names a later stage: its finished checkpoint is used as it is, or the run is refused.
   bool before_from = false;
   std::string from;  // --from's stage, for the messages
-  // Its fingerprint without the schedule across ranks (StagePlan::any_world_fingerprint), and the
-  // refusal's message for a periodic checkpoint with it but another schedule (written at another
-  // world size), with the way out: a stage never silently starts over from step 0 there.
+  // Its fingerprint without the schedule across ranks (StagePlan::any_world_fingerprint; empty
+  // but for DDP and SHARDED stages), and the refusal's message for a periodic checkpoint with it
+  // but another schedule (another world size, batch size or accumulation), with the way out: such a
+  // stage never silently starts over from step 0.
   std::string any_world_fingerprint;
   std::function<std::string(const ResumePoint&)> another_schedule;
 };

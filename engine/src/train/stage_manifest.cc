@@ -35,13 +35,16 @@ proto::CheckpointManifest StageManifest(const ResolvedPipeline& pipeline, const 
   m.set_final(progress.final);
   if (progress.final && !progress.stop_reason.empty()) m.set_stop_reason(progress.stop_reason);
   m.set_fingerprint(plan.fingerprint);
-  m.set_any_world_fingerprint(plan.any_world_fingerprint);
+  if (!plan.any_world_fingerprint.empty()) {
+    m.set_any_world_fingerprint(plan.any_world_fingerprint);
+  }
   proto::RanksInfo* ranks = m.mutable_ranks();
   ranks->set_world_size(static_cast<uint32_t>(plan.world_size));
   ranks->set_batch_size(static_cast<uint64_t>(plan.batch_size));
   ranks->set_gradient_accumulation_steps(static_cast<uint64_t>(plan.gradient_accumulation_steps));
   ranks->set_examples_per_step(static_cast<uint64_t>(plan.global_batch));
   ranks->set_steps_per_epoch(static_cast<uint64_t>(plan.steps_per_epoch));
+  ranks->set_epoch_examples(static_cast<uint64_t>(plan.epoch_examples));
   m.set_run_id(progress.run_id);
   if (!parent.checkpoint.empty()) {
     m.set_parent_checkpoint(parent.checkpoint);

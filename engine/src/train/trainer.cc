@@ -460,6 +460,11 @@ class StageTrainer : public CallbackActions {
     const double scale = precision_->loss_scale();
     ENGINE_ASSIGN_OR_RETURN(AccumulatedLoss accumulated,
                             AccumulateGradients(prefetcher, first, last, scale, weighted));
+    // At shard_level 3 a block gathered ahead and not run keeps reading the slices the update
+    // writes; every rank waits for it here.
+    if (parameter_shards_ != nullptr) {
+      ENGINE_RETURN_IF_ERROR(parameter_shards_->Settle().WithContext(context_));
+    }
     RankSums ranks;
     if (data_parallel) {
       // Every rank ends with the same (still loss-scaled) gradients, so all of them see the same
@@ -578,6 +583,9 @@ class StageTrainer : public CallbackActions {
       // A count on the device is not known here: its micro-batch runs even when it holds no
       // terms (its loss is then 0, and so are its gradients).
       const at::Tensor& device_count = output.loss_count_tensor;
+      if (parameter_shards_ != nullptr && !device_count.defined()) {
+        ENGINE_RETURN_IF_ERROR(AgreeEveryRankRunsTheBackward(output.loss_count));
+      }
       if (!device_count.defined() && output.loss_count <= 0) continue;
       if (gradient_sync_ != nullptr && i + 1 == last) gradient_sync_->ArmForLastBackward();
       PhaseTimer timer(&phases_.backward);
@@ -601,6 +609,22 @@ class StageTrainer : public CallbackActions {
       }
     }
     return accumulated;
+  }
+
+  // At shard_level 3 each backward gathers every block again, a collective: a rank may not skip
+  // one that another rank runs. A micro-batch counted on the host with no loss terms on any rank
+  // (which the other levels skip) is refused on every rank alike.
+  Status AgreeEveryRankRunsTheBackward(int64_t loss_count) {
+    ENGINE_ASSIGN_OR_RETURN(
+        std::vector<double> none,
+        data_parallel_->Max({loss_count <= 0 ? 1.0 : 0.0}).WithContext(context_));
+    if (none[0] == 0) return Status::Ok();
+    return FailedPreconditionError(
+        context_ + ": a micro-batch of step " + std::to_string(step_ + 1) +
+        " held no loss terms on some rank, and at shard_level 3 every rank runs every backward "
+        "(its "
+        "blocks are gathered for it): have the model count its terms on the device "
+        "(ModelOutput::loss_count_tensor), or train at shard_level 2");
   }
 
   // Clips and steps the optimizer when the step's gradients are finite; skips the step (fp16 with

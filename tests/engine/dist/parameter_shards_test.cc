@@ -105,6 +105,10 @@ TEST_P(ParameterShardsTest, BlocksAreWholeOnlyWhileTheyRunAndTheGradientsAreTheP
       EXPECT_TRUE(at::equal(toy.blocks[i]->bias.grad(), reference.blocks[i]->bias.grad())) << i;
     }
     EXPECT_TRUE(at::equal(toy.head->weight.grad(), reference.head->weight.grad()));
+    // Each block gathered for its forward and again for its backward; all but the first of each
+    // pass were on the wire while the block before ran.
+    EXPECT_EQ((*shards)->gathers(), 6);
+    EXPECT_EQ((*shards)->prefetched_gathers(), 4);
 
     // Without gradients (an evaluation) the blocks are gathered and let go the same way.
     {
@@ -112,6 +116,8 @@ TEST_P(ParameterShardsTest, BlocksAreWholeOnlyWhileTheyRunAndTheGradientsAreTheP
       EXPECT_TRUE(at::equal(Loss(toy, shards->get(), x), expected_loss));
     }
     EXPECT_EQ(toy.blocks[2]->weight.numel(), 0);
+    EXPECT_EQ((*shards)->prefetched_gathers(), 6);
+    EXPECT_TRUE((*shards)->Settle().ok());
   });
 }
 
@@ -154,6 +160,35 @@ TEST_P(ParameterShardsTest, WhatThePartsAndTheWholeParametersGetIsWhatTheNextGat
                       return Status::Ok();
                     })
                     .ok());
+  });
+}
+
+TEST_P(ParameterShardsTest, ABlockRunOutOfOrderDropsThePrefetchAndStillGetsItsOwnWeights) {
+  const int world = GetParam();
+  testing::OnRanks(world, [&](DataParallel& group) {
+    ShardToy reference;
+    ShardToy toy;
+    auto made = ParameterShards::Make(&group, Trainable(toy), Blocks(toy), kToyBucketBytes);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    at::NoGradGuard no_grad;
+    const at::Tensor x = Input(group.rank()).narrow(1, 0, 3);
+    // Block 2 first (its prefetch of block 3: none), then block 0 (prefetching 1), then block 2
+    // again, while block 1's gather is on the wire.
+    auto run = [&](ShardToy& t, ParameterShards* shards, size_t i) {
+      auto forward = [&t, i](const at::Tensor& in) { return t.blocks[i]->forward(in); };
+      return shards != nullptr ? shards->Run(*t.blocks[i], forward, x, false) : forward(x);
+    };
+    EXPECT_TRUE(at::equal(run(toy, made->get(), 2), run(reference, nullptr, 2)));
+    const at::Tensor wide = Input(group.rank());
+    auto first = [&](ShardToy& t, ParameterShards* shards) {
+      auto forward = [&t](const at::Tensor& in) { return t.blocks[0]->forward(in); };
+      return shards != nullptr ? shards->Run(*t.blocks[0], forward, wide, false) : forward(wide);
+    };
+    EXPECT_TRUE(at::equal(first(toy, made->get()), first(reference, nullptr)));
+    EXPECT_TRUE(at::equal(run(toy, made->get(), 2), run(reference, nullptr, 2)));
+    EXPECT_EQ((*made)->gathers(), 3);
+    EXPECT_EQ((*made)->prefetched_gathers(), 0);
+    EXPECT_TRUE((*made)->Settle().ok());
   });
 }
 

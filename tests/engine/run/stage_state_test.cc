@@ -21,8 +21,12 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 void Write(const std::filesystem::path& dir, const std::string& fingerprint, uint64_t step,
-           bool final, const std::string& parent_run_id = "", bool optimizer = true) {
+           bool final, const std::string& parent_run_id = "", bool optimizer = true,
+           const std::string& any_world_fingerprint = "") {
   CheckpointContents contents;
+  if (!any_world_fingerprint.empty()) {
+    contents.manifest.set_any_world_fingerprint(any_world_fingerprint);
+  }
   contents.manifest.set_stage("s");
   contents.manifest.set_step(step);
   contents.manifest.set_final(final);
@@ -171,6 +175,41 @@ TEST(StageStateTest, ResumesFromTheNewestUsablePeriodicCheckpoint) {
   EXPECT_THAT(notes[1], HasSubstr("step-00000035 is damaged ("));
   EXPECT_THAT(notes[1], HasSubstr("changed since it was written"));
   EXPECT_THAT(notes[2], HasSubstr("step-00000030 is damaged ("));
+}
+
+TEST(StageStateTest, ACheckpointOfThisScheduleIsPreferredAndAnotherScheduleIsRefusedWithTheWayOut) {
+  // "a" is the stage on another schedule (another world size), "b" on this one: an older
+  // checkpoint of this schedule is resumed from; with none, the newest of the other is refused.
+  testing::TempDir tmp;
+  const auto checkpoints = tmp.path() / "checkpoints";
+  Write(checkpoints / "step-00000030", "a", 30, false, "", true, "any");
+  Write(checkpoints / "step-00000040", "a", 40, false, "", true, "any");
+  Write(checkpoints / "step-00000050", "other", 50, false, "", true, "another stage");
+  StageSituation situation;
+  situation.stage = "s";
+  situation.stage_dir = tmp.path();
+  situation.fingerprint = "b";
+  situation.any_world_fingerprint = "any";
+  situation.another_schedule = [](const ResumePoint& point) {
+    return "refused for " + point.dir.filename().string();
+  };
+  StageDecision decision = DecideStage(situation);
+  EXPECT_EQ(decision.action, StageDecision::Action::kRefuse);
+  EXPECT_EQ(decision.refusal.message(), "refused for step-00000040");
+  EXPECT_FALSE(decision.resume.has_value());
+
+  Write(checkpoints / "step-00000020", "b", 20, false, "", true, "any");
+  decision = DecideStage(situation);
+  EXPECT_EQ(decision.action, StageDecision::Action::kTrain);
+  ASSERT_TRUE(decision.resume.has_value());
+  EXPECT_EQ(decision.resume->manifest.step(), 20u);
+
+  // A plain stage has no any_world_fingerprint: other schedules are other configurations.
+  situation.fingerprint = "c";
+  situation.any_world_fingerprint.clear();
+  decision = DecideStage(situation);
+  EXPECT_EQ(decision.action, StageDecision::Action::kTrain);
+  EXPECT_FALSE(decision.resume.has_value());
 }
 
 TEST(StageStateTest, NoCheckpointsMeansNoResume) {
