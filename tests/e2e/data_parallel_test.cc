@@ -374,51 +374,75 @@ TEST(ShardedDataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
   }
 }
 
-TEST(ShardedDataParallelTest, ShardLevelTwoRanksKeepPartsOfTheGradientsAndEndWhereDdpEnds) {
+TEST(ShardedDataParallelTest, ShardLevelsTwoAndThreeEndWhereDdpEnds) {
   // Level 2 reduce-scatters each gradient into the rank that owns its part, and the parts hold
-  // DDP's averaged elements exactly: 2 ranks end bit for bit where DDP's 2 ranks end, in f32 and
-  // in bf16-true (masters and moments too), and 4 ranks of 8 where one rank of 32 ends.
+  // DDP's averaged elements exactly. Level 3 also keeps each rank's part of the hidden layer's
+  // weights only (the head, outside the blocks, stays whole) and gathers them for the layer's
+  // forward and again for its backward, which recomputes the layer. Both are DDP's arithmetic: 2
+  // ranks end bit for bit where DDP's 2 ranks end, in f32 and in bf16-true (masters and moments
+  // too), and 4 ranks of 8 where one rank of 32 ends.
   testing::TempDir tmp;
-  const std::string level2 = "strategy: SHARDED shard_level: 2";
   const auto one = tmp.Write("one.pbtxt", DataParallelPipeline("one", 32, ""));
   const auto ddp = tmp.Write("ddp.pbtxt", DataParallelPipeline("ddp", 16, "strategy: DDP"));
-  const auto two = tmp.Write("two.pbtxt", DataParallelPipeline("two", 16, level2));
-  const auto four = tmp.Write("four.pbtxt", DataParallelPipeline("four", 8, level2));
   const auto ddp_bf16 =
       tmp.Write("ddp_bf16.pbtxt",
                 DataParallelPipeline("ddp_bf16", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
-  const auto two_bf16 = tmp.Write(
-      "two_bf16.pbtxt", DataParallelPipeline("two_bf16", 16, level2, 1, "cpu", "bf16-true"));
-  for (const auto& file : {ddp, two, ddp_bf16, two_bf16}) {
+  for (const auto& file : {ddp, ddp_bf16}) {
     auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r.exit_code, 0) << file << r.err;
-    if (file == two) {
-      EXPECT_THAT(r.out, HasSubstr("SHARDED (shard_level 2: the optimizer state and the gradients "
-                                   "split across the ranks) over Gloo: this is rank 0 of 2"));
-      EXPECT_THAT(r.out, HasSubstr("gradients reduce-scattered and weights all-gathered in "
-                                   "buckets of 4.2 MB"));
-      // Half of the 19.2 KB of gradients; the f32 parts (9.6 KB) and 4 buffers of the one
-      // bucket the 4,810 elements fill (77.0 KB).
-      EXPECT_THAT(r.out,
-                  HasSubstr("per rank: model 19.2 KB, gradients 9.6 KB, f32 masters 0 B, "
-                            "optimizer state 19.2 KB (1/2 of 38.5 KB, and of the masters "
-                            "and gradients: shard_level 2), reduce-scatter buffers 86.6 KB"));
-    }
   }
   auto r1 = testing::RunEngine({"run", one.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
-  auto r4 = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", four.string()});
-  ASSERT_EQ(r4.exit_code, 0) << r4.err;
   const std::filesystem::path weights = "s/final/model.safetensors";
   const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
-  for (const std::string& name : {"", "_bf16"}) {
-    ExpectSameWeights(tmp.path() / ("ddp" + name) / weights, tmp.path() / ("two" + name) / weights,
-                      /*exactly=*/true);
-    ExpectSameWeights(tmp.path() / ("ddp" + name) / state, tmp.path() / ("two" + name) / state,
-                      /*exactly=*/true);
+  for (const std::string level : {"2", "3"}) {
+    const std::string parallel = "strategy: SHARDED shard_level: " + level;
+    const std::string two = "two" + level;
+    const std::string four = "four" + level;
+    for (const std::string precision : {"fp32", "bf16-true"}) {
+      const std::string out = two + (precision == "fp32" ? "" : "_bf16");
+      const auto file =
+          tmp.Write(out + ".pbtxt", DataParallelPipeline(out, 16, parallel, 1, "cpu", precision));
+      auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
+      ASSERT_EQ(r.exit_code, 0) << file << r.err;
+      if (precision != "fp32") continue;
+      if (level == "2") {
+        EXPECT_THAT(r.out, HasSubstr("SHARDED (shard_level 2: the optimizer state and the "
+                                     "gradients split across the ranks) over Gloo: this is rank 0 "
+                                     "of 2"));
+        EXPECT_THAT(r.out, HasSubstr("gradients reduce-scattered and weights all-gathered in "
+                                     "buckets of 4.2 MB"));
+        // Half of the 19.2 KB of gradients; the f32 parts (9.6 KB) and 4 buffers of the one
+        // bucket the 4,810 elements fill (77.0 KB).
+        EXPECT_THAT(r.out,
+                    HasSubstr("per rank: model 19.2 KB, gradients 9.6 KB, f32 masters 0 B, "
+                              "optimizer state 19.2 KB (1/2 of 38.5 KB, and of the masters "
+                              "and gradients: shard_level 2), reduce-scatter buffers 86.6 KB"));
+      } else {
+        EXPECT_THAT(r.out, HasSubstr("SHARDED (shard_level 3: the optimizer state, the gradients "
+                                     "and the trainable parameters of the model's 1 block split "
+                                     "across the ranks) over Gloo: this is rank 0 of 2"));
+        EXPECT_THAT(r.out, HasSubstr("each block's weights gathered for its forward and again for "
+                                     "its backward, which recomputes it"));
+        // Of the 19.2 KB of weights, the hidden layer's 16.6 KB are split: 2.6 KB of head and
+        // 8.3 KB of parts.
+        EXPECT_THAT(r.out, HasSubstr("per rank: model 10.9 KB, gradients 9.6 KB"));
+        EXPECT_THAT(r.out, HasSubstr("gathered blocks 16.6 KB (of 16.6 KB in 1 block)"));
+      }
+    }
+    auto r4 = testing::RunEngine(
+        {"run", "--nproc=4", "--oversubscribe",
+         tmp.Write(four + ".pbtxt", DataParallelPipeline(four, 8, parallel)).string()});
+    ASSERT_EQ(r4.exit_code, 0) << r4.err;
+    for (const std::string& name : {"", "_bf16"}) {
+      ExpectSameWeights(tmp.path() / ("ddp" + name) / weights, tmp.path() / (two + name) / weights,
+                        /*exactly=*/true);
+      ExpectSameWeights(tmp.path() / ("ddp" + name) / state, tmp.path() / (two + name) / state,
+                        /*exactly=*/true);
+    }
+    ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / four / weights,
+                      /*exactly=*/false);
   }
-  ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
-                    /*exactly=*/false);
 }
 
 TEST(ShardedDataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
@@ -531,55 +555,8 @@ TEST(ShardedDataParallelTest, ShardLevelsThatCannotRunAreRefusedAtCheckTimeNamin
   }
 }
 
-TEST(ShardedDataParallelTest, ShardLevelThreeGathersEachBlockAndEndsWhereDdpEnds) {
-  // Level 3 keeps each rank's part of the hidden layer's weights only, gathers them for the
-  // layer's forward and again for its backward (which recomputes the layer): DDP's arithmetic, so
-  // 2 ranks end bit for bit where DDP's 2 ranks end (weights and AdamW state, in f32 and in
-  // bf16-true with the masters), and 4 ranks of 8 where one rank of 32 ends. The head, outside the
-  // blocks, stays whole on every rank.
-  testing::TempDir tmp;
-  const std::string level3 = "strategy: SHARDED shard_level: 3";
-  const auto one = tmp.Write("one.pbtxt", DataParallelPipeline("one", 32, ""));
-  const auto ddp = tmp.Write("ddp.pbtxt", DataParallelPipeline("ddp", 16, "strategy: DDP"));
-  const auto two = tmp.Write("two.pbtxt", DataParallelPipeline("two", 16, level3));
-  const auto four = tmp.Write("four.pbtxt", DataParallelPipeline("four", 8, level3));
-  const auto ddp_bf16 =
-      tmp.Write("ddp_bf16.pbtxt",
-                DataParallelPipeline("ddp_bf16", 16, "strategy: DDP", 1, "cpu", "bf16-true"));
-  const auto two_bf16 = tmp.Write(
-      "two_bf16.pbtxt", DataParallelPipeline("two_bf16", 16, level3, 1, "cpu", "bf16-true"));
-  for (const auto& file : {ddp, two, ddp_bf16, two_bf16}) {
-    auto r = testing::RunEngine({"run", "--nproc=2", file.string()});
-    ASSERT_EQ(r.exit_code, 0) << file << r.err;
-    if (file == two) {
-      EXPECT_THAT(r.out, HasSubstr("SHARDED (shard_level 3: the optimizer state, the gradients and "
-                                   "the trainable parameters of the model's 1 block split across "
-                                   "the ranks) over Gloo: this is rank 0 of 2"));
-      EXPECT_THAT(r.out, HasSubstr("each block's weights gathered for its forward and again for "
-                                   "its backward, which recomputes it"));
-      // Of the 19.2 KB of weights, the hidden layer's 16.6 KB are split: 2.6 KB of head and
-      // 8.3 KB of parts.
-      EXPECT_THAT(r.out, HasSubstr("per rank: model 10.9 KB, gradients 9.6 KB"));
-      EXPECT_THAT(r.out, HasSubstr("gathered blocks 16.6 KB (of 16.6 KB in 1 block)"));
-    }
-  }
-  auto r1 = testing::RunEngine({"run", one.string()});
-  ASSERT_EQ(r1.exit_code, 0) << r1.err;
-  auto r4 = testing::RunEngine({"run", "--nproc=4", "--oversubscribe", four.string()});
-  ASSERT_EQ(r4.exit_code, 0) << r4.err;
-  const std::filesystem::path weights = "s/final/model.safetensors";
-  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
-  for (const std::string& name : {"", "_bf16"}) {
-    ExpectSameWeights(tmp.path() / ("ddp" + name) / weights, tmp.path() / ("two" + name) / weights,
-                      /*exactly=*/true);
-    ExpectSameWeights(tmp.path() / ("ddp" + name) / state, tmp.path() / ("two" + name) / state,
-                      /*exactly=*/true);
-  }
-  ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
-                    /*exactly=*/false);
-}
-
-TEST(ShardedDataParallelTest, AStageResumesAtAnotherWorldSizeOnTheSameScheduleAndNamesTheWayOtherwise) {
+TEST(ShardedDataParallelTest,
+     AStageResumesAtAnotherWorldSizeOnTheSameScheduleAndNamesTheWayOtherwise) {
   // 2 ranks of 16 at shard_level 3, 50 steps, as if killed after step 30. Each rank takes every
   // world_size-th example of the epoch's order, so 4 ranks of 8, or one process of 32, take the
   // same 32 examples in each step, and with drop_last the same first 1,408 of each epoch (44 steps;

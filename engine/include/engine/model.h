@@ -94,9 +94,10 @@ class Model {
   }
   // The full names of the modules Forward runs through RunBlock (engine/model_block.h), e.g.
   // "model.layers.0", in the order Forward runs them: what a stage that splits the parameters
-  // across ranks (shard_level 3) gathers one at a time, the next one while one runs. Their trainable parameters are gathered for each block's run; the model's other
-  // trainable parameters stay whole on every rank. Empty (the default): the model runs no blocks
-  // that way, and such a stage is refused.
+  // across ranks (shard_level 3) gathers one at a time, the next one while one runs. Their
+  // trainable parameters are gathered for each block's run; the model's other trainable parameters
+  // stay whole on every rank. Empty (the default): the model runs no blocks that way, and such a
+  // stage is refused.
   virtual std::vector<std::string> blocks() const { return {}; }
 };
 

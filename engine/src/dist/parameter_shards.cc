@@ -118,15 +118,25 @@ ParameterShards::InFlight ParameterShards::StartGather(int b) {
   return flight;
 }
 
-Status ParameterShards::FinishGather(InFlight& flight) {
-  at::NoGradGuard no_grad;
-  const int b = flight.block;
+Status ParameterShards::WaitFor(InFlight& flight) {
   Status status;
   for (auto& pending : flight.pending) {
     Status waited = pending->Wait();
     if (status.ok() && !waited.ok()) status = std::move(waited);
   }
   flight.pending.clear();
+  return status;
+}
+
+void ParameterShards::Done(InFlight& flight) {
+  for (at::Tensor& buffer : flight.gathered) ReturnBuffer(std::move(buffer));
+  flight = InFlight();
+}
+
+Status ParameterShards::FinishGather(InFlight& flight) {
+  at::NoGradGuard no_grad;
+  const int b = flight.block;
+  const Status status = WaitFor(flight);
   if (status.ok()) {
     std::map<size_t, at::Tensor> whole;
     for (size_t i : parameters_of_block_[b]) {
@@ -143,21 +153,14 @@ Status ParameterShards::FinishGather(InFlight& flight) {
     }
     for (auto& [i, tensor] : whole) parameters_[i].tensor.set_data(tensor);
   }
-  for (at::Tensor& buffer : flight.gathered) ReturnBuffer(std::move(buffer));
-  flight = InFlight();
+  Done(flight);
   return status.WithContext("gathering the parameters of block '" + block_names_[b] + "'");
 }
 
 Status ParameterShards::Settle() {
   if (prefetch_.block < 0) return Status::Ok();
-  InFlight dropped = std::move(prefetch_);
-  prefetch_ = InFlight();
-  Status status;
-  for (auto& pending : dropped.pending) {
-    Status waited = pending->Wait();
-    if (status.ok() && !waited.ok()) status = std::move(waited);
-  }
-  for (at::Tensor& buffer : dropped.gathered) ReturnBuffer(std::move(buffer));
+  const Status status = WaitFor(prefetch_);
+  Done(prefetch_);
   return status;
 }
 

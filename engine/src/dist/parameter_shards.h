@@ -105,6 +105,10 @@ class ParameterShards : public BlockRunner {
   InFlight StartGather(int b);
   // Waits for `flight` and makes its block's parameters whole from it.
   Status FinishGather(InFlight& flight);
+  // Waits for every collective of `flight` (the first error, if any); then Done() returns its
+  // buffers and clears it.
+  Status WaitFor(InFlight& flight);
+  void Done(InFlight& flight);
   // Block b's parameters emptied, writing this rank's parts of them back into its slices first
   // where `write_back`.
   void Release(int b, bool write_back);

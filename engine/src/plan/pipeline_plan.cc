@@ -364,6 +364,7 @@ class PlanBuilder {
       for (const at::Tensor& p : it->second->parameters()) {
         if (p.requires_grad()) elements += p.numel();
       }
+      plan->block_modules.push_back(it->second);
       plan->block_trainable_elements += elements;
       plan->largest_block_trainable_elements =
           std::max(plan->largest_block_trainable_elements, elements);

@@ -82,9 +82,10 @@ struct StagePlan {
   // ... and the trainable parameters of the model's blocks too, each block gathered while it runs
   // (shard_level 3, dist/parameter_shards.h).
   bool shards_parameters() const { return shard_level >= 3 && process_group; }
-  // At shard_level 3: the model's blocks (Model::blocks()) and the trainable elements they hold,
-  // in all and in the largest one.
+  // At shard_level 3: the model's blocks (Model::blocks()), their modules in `model` (in the same
+  // order), and the trainable elements they hold, in all and in the largest one.
   std::vector<std::string> blocks;
+  std::vector<const torch::nn::Module*> block_modules;
   int64_t block_trainable_elements = 0;
   int64_t largest_block_trainable_elements = 0;
   // DDP's all-reduce buckets (parallel.bucket_mib), in bytes of f32.

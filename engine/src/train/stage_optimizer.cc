@@ -1,37 +1,13 @@
 #include "train/stage_optimizer.h"
 
-#include <torch/nn/module.h>
-
-#include <map>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include "dist/gradient_averager.h"
 #include "dist/gradient_reduce_scatter.h"
-#include "engine/model.h"
 #include "train/sharded_optimizer.h"
 
 namespace engine {
-namespace {
-
-// The modules the model names as its blocks, found by name in its module.
-StatusOr<std::vector<NamedBlock>> BlocksOf(Model& model) {
-  std::map<std::string, const torch::nn::Module*> modules;
-  for (const auto& item : model.module().named_modules()) modules[item.key()] = item.value().get();
-  std::vector<NamedBlock> blocks;
-  for (const std::string& name : model.blocks()) {
-    auto it = modules.find(name);
-    if (it == modules.end()) {
-      return FailedPreconditionError("the model names '" + name +
-                                     "' among its blocks, and it has no module of that name");
-    }
-    blocks.push_back({name, it->second});
-  }
-  return blocks;
-}
-
-}  // namespace
 
 StatusOr<StageOptimizer> MakeStageOptimizer(const StagePlan& plan, const proto::Optimizer& config,
                                             PrecisionRuntime& runtime, DataParallel* group) {
@@ -46,7 +22,10 @@ StatusOr<StageOptimizer> MakeStageOptimizer(const StagePlan& plan, const proto::
   }
   std::shared_ptr<const ShardLayout> layout;
   if (plan.shards_parameters()) {
-    ENGINE_ASSIGN_OR_RETURN(const std::vector<NamedBlock> blocks, BlocksOf(*plan.model));
+    std::vector<NamedBlock> blocks;
+    for (size_t b = 0; b < plan.blocks.size(); ++b) {
+      blocks.push_back({plan.blocks[b], plan.block_modules[b]});
+    }
     ENGINE_ASSIGN_OR_RETURN(made.parameter_shards,
                             ParameterShards::Make(group, runtime.optimizer_parameters(), blocks,
                                                   plan.shard_bucket_bytes));

@@ -6,8 +6,7 @@
 // the same, on the layout of the parameter shards (dist/parameter_shards.h) of the model's blocks.
 //
 // Ownership: the optimizer and the sync borrow `group` and the runtime's parameters, which must
-// outlive them. Training thread only. Errors name the parameter that cannot be sharded, or the
-// block the model names and does not have.
+// outlive them. Training thread only. Errors name the parameter that cannot be sharded.
 #pragma once
 
 #include <memory>
