@@ -13,10 +13,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
 #include <regex>
 #include <set>
 #include <thread>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/tensor_pieces.h"
 #include "core/remove_tree.h"
 #include "engine/safetensors.h"
 #include "testing/pipelines.h"
@@ -65,6 +68,45 @@ void ExpectSameWeights(const std::filesystem::path& a, const std::filesystem::pa
     // Sums over 32 examples split 16 + 16 across ranks round differently from one sum of 32; after
     // 40 AdamW steps the weights agree to about 1e-6.
     EXPECT_TRUE(exactly ? at::equal(u, v) : at::allclose(u, v, 1e-4, 1e-5)) << info.name;
+  }
+}
+
+// A checkpoint's optimizer state by name, whole: optimizer.safetensors's tensors, and a sharded
+// stage's slots and masters assembled from its ranks' files.
+std::map<std::string, at::Tensor> OptimizerStateOf(const std::filesystem::path& checkpoint) {
+  std::map<std::string, at::Tensor> state;
+  auto file = safetensors::File::Open(checkpoint / "optimizer.safetensors");
+  EXPECT_TRUE(file.ok()) << checkpoint;
+  if (!file.ok()) return state;
+  const auto tensors = (*file)->GetAll();
+  EXPECT_TRUE(tensors.ok());
+  for (const auto& [name, tensor] : *tensors) state[name] = tensor;
+  auto manifest = ReadManifest(checkpoint);
+  EXPECT_TRUE(manifest.ok());
+  const auto names = RankStateFiles(*manifest);
+  EXPECT_TRUE(names.ok());
+  std::vector<std::filesystem::path> ranks;
+  for (const std::string& name : *names) ranks.push_back(checkpoint / name);
+  auto pieces = TensorPieces::Open(ranks);
+  EXPECT_TRUE(pieces.ok()) << pieces.status().message();
+  for (const std::string& name : pieces->names()) {
+    EXPECT_EQ(state.count(name), 0u) << name << " is stored twice";
+    state[name] = *pieces->Whole(name);
+  }
+  return state;
+}
+
+// Two checkpoints hold the same optimizer state, whichever files it is in.
+void ExpectSameOptimizerState(const std::filesystem::path& a, const std::filesystem::path& b,
+                              bool exactly) {
+  const std::map<std::string, at::Tensor> x = OptimizerStateOf(a);
+  const std::map<std::string, at::Tensor> y = OptimizerStateOf(b);
+  ASSERT_EQ(x.size(), y.size());
+  for (const auto& [name, u] : x) {
+    auto it = y.find(name);
+    ASSERT_NE(it, y.end()) << name;
+    EXPECT_TRUE(exactly ? at::equal(u, it->second) : at::allclose(u, it->second, 1e-4, 1e-5))
+        << name;
   }
 }
 
@@ -287,7 +329,8 @@ TEST(ShardedDataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
   // SHARDED at level 1 splits AdamW's moments across the ranks and changes no number: each rank
   // runs DDP's update on its part of every tensor, so 2 ranks end bit for bit where DDP's 2 ranks
   // end, and 4 ranks of 8 where one rank of 32 ends (within rounding: the gradients are summed in
-  // another order). The checkpoint holds the whole optimizer state, under DDP's names.
+  // another order). The checkpoint holds the optimizer state under DDP's names, in each rank's
+  // own file.
   testing::TempDir tmp;
   const auto one = tmp.Write("one.pbtxt", DataParallelPipeline("one", 32, ""));
   const auto ddp = tmp.Write("ddp.pbtxt", DataParallelPipeline("ddp", 16, "strategy: DDP"));
@@ -315,8 +358,9 @@ TEST(ShardedDataParallelTest, ShardedRanksEndWhereDdpAndOneRankEnd) {
   ExpectSameWeights(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights, /*exactly=*/true);
   ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / "four" / weights,
                     /*exactly=*/false);
-  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
-  ExpectSameWeights(tmp.path() / "ddp" / state, tmp.path() / "two" / state, /*exactly=*/true);
+  const std::filesystem::path state = "s/checkpoints/step-00000030";
+  ExpectSameOptimizerState(tmp.path() / "ddp" / state, tmp.path() / "two" / state,
+                           /*exactly=*/true);
 }
 
 TEST(ShardedDataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds) {
@@ -337,22 +381,34 @@ TEST(ShardedDataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds)
   EXPECT_THAT(r2.out, HasSubstr("model 9.6 KB, gradients 9.6 KB, f32 masters 9.6 KB"));
   const std::filesystem::path weights = "s/final/model.safetensors";
   ExpectSameWeights(tmp.path() / "ddp" / weights, tmp.path() / "two" / weights, /*exactly=*/true);
-  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
-  ExpectSameWeights(tmp.path() / "ddp" / state, tmp.path() / "two" / state, /*exactly=*/true);
-  auto opened = safetensors::File::Open(tmp.path() / "two" / state);
-  ASSERT_TRUE(opened.ok());
+  const std::filesystem::path state = "s/checkpoints/step-00000030";
+  ExpectSameOptimizerState(tmp.path() / "ddp" / state, tmp.path() / "two" / state,
+                           /*exactly=*/true);
   int masters = 0;
-  for (const auto& info : (*opened)->tensors()) {
-    if (info.name.size() > 7 && info.name.substr(info.name.size() - 7) == ".master") ++masters;
+  for (const auto& [name, tensor] : OptimizerStateOf(tmp.path() / "two" / state)) {
+    if (name.size() > 7 && name.substr(name.size() - 7) == ".master") ++masters;
   }
   EXPECT_EQ(masters, 4) << "the MLP's two weights and two biases";
+  // Nothing was gathered on rank 0: its optimizer.safetensors holds the training state only, and
+  // each rank's file its parts (the two bias and two weight tensors' moments and masters).
+  auto rank0 = safetensors::File::Open(tmp.path() / "two" / state / "optimizer.safetensors");
+  ASSERT_TRUE(rank0.ok());
+  for (const auto& info : (*rank0)->tensors()) {
+    EXPECT_EQ(info.name.rfind("engine/rng/", 0), 0u) << info.name << " was gathered on rank 0";
+  }
+  for (int rank : {0, 1}) {
+    auto mine = safetensors::File::Open(tmp.path() / "two" / state / RankStateFileName(rank, 2));
+    ASSERT_TRUE(mine.ok()) << rank;
+    EXPECT_FALSE((*mine)->tensors().empty());
+  }
 }
 
 TEST(ShardedDataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
   // Trained to the end, then as if killed after step 30: the final checkpoint and step 40's are
   // gone, and the same command resumes after step 30 on 2 ranks to the same weights, bit for bit
-  // (bf16-true, so the masters each rank keeps come back too; at level 3 the restored weights go
-  // back into each rank's parts).
+  // (bf16-true, so the masters each rank keeps come back too, from each rank's file; at level 3
+  // the restored weights go back into each rank's parts). At level 1, rank 1's file of step 30 is
+  // then damaged: the resume names it and goes on from step 20 instead, to the same weights.
   for (const std::string level : {"1", "3"}) {
     testing::TempDir tmp;
     const auto file = tmp.Write(
@@ -369,6 +425,18 @@ TEST(ShardedDataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
     r = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 30 of 40"));
+    ExpectSameWeights(tmp.path() / "reference", stage / "final/model.safetensors",
+                      /*exactly=*/true);
+    if (level != "1") continue;
+    RemoveTree(stage / "final", ec);
+    RemoveTree(stage / "checkpoints/step-00000040", ec);
+    const std::filesystem::path rank1 =
+        stage / "checkpoints/step-00000030" / RankStateFileName(1, 2);
+    std::filesystem::resize_file(rank1, std::filesystem::file_size(rank1) - 1);
+    r = testing::RunEngine({"run", "--nproc=2", file.string()});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("step-00000030 is damaged (" + rank1.string() + " is "));
+    EXPECT_THAT(r.out, HasSubstr("stage 's': resuming after step 20 of 40"));
     ExpectSameWeights(tmp.path() / "reference", stage / "final/model.safetensors",
                       /*exactly=*/true);
   }
@@ -394,7 +462,7 @@ TEST(ShardedDataParallelTest, ShardLevelsTwoAndThreeEndWhereDdpEnds) {
   auto r1 = testing::RunEngine({"run", one.string()});
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   const std::filesystem::path weights = "s/final/model.safetensors";
-  const std::filesystem::path state = "s/checkpoints/step-00000030/optimizer.safetensors";
+  const std::filesystem::path state = "s/checkpoints/step-00000030";
   for (const std::string level : {"2", "3"}) {
     const std::string parallel = "strategy: SHARDED shard_level: " + level;
     const std::string two = "two" + level;
@@ -437,8 +505,8 @@ TEST(ShardedDataParallelTest, ShardLevelsTwoAndThreeEndWhereDdpEnds) {
     for (const std::string& name : {"", "_bf16"}) {
       ExpectSameWeights(tmp.path() / ("ddp" + name) / weights, tmp.path() / (two + name) / weights,
                         /*exactly=*/true);
-      ExpectSameWeights(tmp.path() / ("ddp" + name) / state, tmp.path() / (two + name) / state,
-                        /*exactly=*/true);
+      ExpectSameOptimizerState(tmp.path() / ("ddp" + name) / state,
+                               tmp.path() / (two + name) / state, /*exactly=*/true);
     }
     ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / four / weights,
                       /*exactly=*/false);
@@ -479,9 +547,9 @@ TEST(ShardedDataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
   for (const std::string level : {"level2", "level3"}) {
     ExpectSameWeights(tmp.path() / "ddp/s/final/model.safetensors",
                       tmp.path() / level / "s/final/model.safetensors", /*exactly=*/true);
-    ExpectSameWeights(tmp.path() / "ddp/s/checkpoints/step-00000002/optimizer.safetensors",
-                      tmp.path() / level / "s/checkpoints/step-00000002/optimizer.safetensors",
-                      /*exactly=*/true);
+    ExpectSameOptimizerState(tmp.path() / "ddp/s/checkpoints/step-00000002",
+                             tmp.path() / level / "s/checkpoints/step-00000002",
+                             /*exactly=*/true);
   }
 }
 

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "core/atomic_file.h"
@@ -22,6 +24,7 @@ namespace {
 
 constexpr const char* kPeriodicDir = "checkpoints";
 constexpr const char* kPeriodicPrefix = "step-";
+constexpr const char* kRankStatePrefix = "optimizer-rank-";
 
 std::string HiddenTemporaryName(const std::filesystem::path& dir) {
   static int counter = 0;
@@ -62,9 +65,14 @@ Status Publish(const std::filesystem::path& from, const std::filesystem::path& t
   return Status::Ok();
 }
 
-// Records every file written so far into `temp` (all but the manifest) with its size and hash.
-Status RecordFileDigests(const std::filesystem::path& temp, proto::CheckpointManifest* manifest) {
+// Records every file written so far into `temp` (all but the manifest) with its size and hash;
+// those in `known` (the ranks' files, which each rank hashed) as recorded there.
+Status RecordFileDigests(const std::filesystem::path& temp,
+                         const std::vector<proto::FileDigest>& known,
+                         proto::CheckpointManifest* manifest) {
   manifest->clear_file();
+  std::map<std::string, const proto::FileDigest*> recorded;
+  for (const proto::FileDigest& digest : known) recorded[digest.name()] = &digest;
   std::error_code ec;
   std::vector<std::filesystem::path> files;
   for (const auto& item : std::filesystem::directory_iterator(temp, ec)) {
@@ -76,6 +84,11 @@ Status RecordFileDigests(const std::filesystem::path& temp, proto::CheckpointMan
   if (ec) return IoError("cannot list '" + temp.string() + "': " + ec.message());
   std::sort(files.begin(), files.end());
   for (const std::filesystem::path& file : files) {
+    auto it = recorded.find(file.filename().string());
+    if (it != recorded.end()) {
+      *manifest->add_file() = *it->second;
+      continue;
+    }
     ENGINE_ASSIGN_OR_RETURN(*manifest->add_file(), DigestFile(file, file.filename().string()));
   }
   return Status::Ok();
@@ -87,8 +100,16 @@ namespace {
 
 Status WriteContents(const std::filesystem::path& temp, CheckpointContents contents) {
   proto::CheckpointManifest& manifest = contents.manifest;
-  manifest.set_format_version(manifest.has_frozen_base() ? kCheckpointFormatVersion
-                                                         : kSelfContainedFormatVersion);
+  manifest.set_format_version(!contents.staged_files.empty() ? kCheckpointFormatVersion
+                              : manifest.has_frozen_base()   ? kSlimFormatVersion
+                                                             : kSelfContainedFormatVersion);
+  for (const proto::FileDigest& file : contents.staged_files) {
+    const std::filesystem::path from = contents.staged_dir / file.name();
+    if (::rename(from.c_str(), (temp / file.name()).c_str()) != 0) {
+      return IoError("cannot move '" + from.string() +
+                     "' into the checkpoint: " + std::strerror(errno));
+    }
+  }
   manifest.clear_tensor();
   for (const auto& [name, tensor] : contents.model) {
     *manifest.add_tensor() = DescribeTensor(name, tensor);
@@ -113,7 +134,7 @@ Status WriteContents(const std::filesystem::path& temp, CheckpointContents conte
   for (const auto& [name, bytes] : contents.extra_files) {
     ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / name, bytes));
   }
-  ENGINE_RETURN_IF_ERROR(RecordFileDigests(temp, &manifest));
+  ENGINE_RETURN_IF_ERROR(RecordFileDigests(temp, contents.staged_files, &manifest));
   std::string text;
   google::protobuf::TextFormat::PrintToString(manifest, &text);
   ENGINE_RETURN_IF_ERROR(WriteFileAtomically(temp / kManifestFile, text));
@@ -170,9 +191,14 @@ Status PublishDirectory(const std::filesystem::path& dir,
 }
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents) {
+  const std::filesystem::path staged_dir = contents.staged_dir;
   Status status = PublishDirectory(dir, [&](const std::filesystem::path& temp) {
     return WriteContents(temp, std::move(contents));
   });
+  if (!staged_dir.empty()) {
+    std::error_code ignored;
+    RemoveTree(staged_dir, ignored);
+  }
   if (status.ok()) return status;
   // A full disk, a quota or a size limit lands here: say plainly that nothing was lost.
   return Status(status.code(),
@@ -239,12 +265,55 @@ Status VerifyFileDigests(const std::filesystem::path& dir,
   return Status::Ok();
 }
 
-void RemoveStaleTemporaries(const std::filesystem::path& parent) {
+std::string RankStateFileName(int rank, int world_size) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s%05d-of-%05d.safetensors", kRankStatePrefix, rank,
+                world_size);
+  return name;
+}
+
+StatusOr<std::vector<std::string>> RankStateFiles(const proto::CheckpointManifest& manifest) {
+  std::set<std::string> listed;
+  int world_size = 0;
+  for (const proto::FileDigest& file : manifest.file()) {
+    int rank = 0;
+    int world = 0;
+    const std::string pattern = std::string(kRankStatePrefix) + "%d-of-%d";
+    if (std::sscanf(file.name().c_str(), pattern.c_str(), &rank, &world) != 2 ||
+        file.name() != RankStateFileName(rank, world)) {
+      continue;
+    }
+    if (world_size != 0 && world != world_size) {
+      return DataLossError("the checkpoint lists state files of " + std::to_string(world_size) +
+                           " and of " + std::to_string(world) + " ranks");
+    }
+    world_size = world;
+    listed.insert(file.name());
+  }
+  std::vector<std::string> files;
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string name = RankStateFileName(rank, world_size);
+    if (listed.count(name) == 0) {
+      return DataLossError("the checkpoint lacks rank " + std::to_string(rank) +
+                           "'s optimizer state, " + name);
+    }
+    files.push_back(name);
+  }
+  return files;
+}
+
+std::filesystem::path RankFilesStagingDir(const std::filesystem::path& dir) {
+  return dir.parent_path() / ("." + dir.filename().string() + ".tmp-ranks");
+}
+
+void RemoveStaleTemporaries(const std::filesystem::path& parent,
+                            const std::filesystem::path& keep) {
   std::error_code ec;
   if (!std::filesystem::is_directory(parent, ec)) return;
   std::vector<std::filesystem::path> stale;
   for (const auto& item : std::filesystem::directory_iterator(parent, ec)) {
     const std::string name = item.path().filename().string();
+    if (item.path() == keep) continue;
     if (name.size() > 1 && name[0] == '.' && name.find(".tmp-") != std::string::npos) {
       stale.push_back(item.path());
     }

@@ -44,8 +44,11 @@ inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 inline constexpr const char* kPeftPrefix = "base_model.model.";
 // The newest layout this engine writes and reads. Version 2: a slim checkpoint (frozen_base,
 // adapter_file_tensor), which an engine that reads only version 1 would take for a broken one.
-// Self-contained checkpoints are still written as version 1.
-inline constexpr uint32_t kCheckpointFormatVersion = 2;
+// Version 3: the optimizer state in the ranks' files (RankStateFileName), which an engine that
+// reads only optimizer.safetensors would resume without. Other checkpoints are still written as
+// the oldest version that describes them.
+inline constexpr uint32_t kCheckpointFormatVersion = 3;
+inline constexpr uint32_t kSlimFormatVersion = 2;
 inline constexpr uint32_t kSelfContainedFormatVersion = 1;
 
 struct CheckpointContents {
@@ -58,6 +61,10 @@ struct CheckpointContents {
   std::string adapter_config_json;
   // More files by name (the data's tokenizer.json and tokenizer_config.json).
   std::map<std::string, std::string> extra_files;
+  // Files the ranks of a sharded stage wrote into `staged_dir` (RankFilesStagingDir), with their
+  // sizes and hashes: moved into the checkpoint as they are.
+  std::filesystem::path staged_dir;
+  std::vector<proto::FileDigest> staged_files;
 };
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);
@@ -67,6 +74,18 @@ Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents cont
 // removed). On error nothing appears at `dir` and the temporary is removed.
 Status PublishDirectory(const std::filesystem::path& dir,
                         const std::function<Status(const std::filesystem::path&)>& fill);
+
+// In a sharded stage's checkpoint (`parallel { strategy: SHARDED }`), the file rank `rank` of
+// `world_size` writes its parts of the optimizer state and masters into, as pieces
+// (checkpoint/tensor_pieces.h): "optimizer-rank-00001-of-00004.safetensors". optimizer.safetensors
+// then holds the training state only.
+std::string RankStateFileName(int rank, int world_size);
+// The ranks' state files a manifest lists, in rank order; empty when it lists none. One rank's
+// file missing from the list is a DATA_LOSS error naming it.
+StatusOr<std::vector<std::string>> RankStateFiles(const proto::CheckpointManifest& manifest);
+// Where the ranks write their files before rank 0 publishes checkpoint `dir` with them: a hidden
+// directory beside it, which RemoveStaleTemporaries clears after a crash.
+std::filesystem::path RankFilesStagingDir(const std::filesystem::path& dir);
 
 // A stage's directory (<output_dir>/<stage>) holds its final checkpoint and its periodic ones:
 //   <stage_dir>/final/
@@ -94,8 +113,9 @@ proto::TensorInfo DescribeTensor(const std::string& name, const at::Tensor& tens
 // A manifest's record of `file` (size and content hash), under `name`.
 StatusOr<proto::FileDigest> DigestFile(const std::filesystem::path& file, const std::string& name);
 
-// Removes hidden temporary directories left in `parent` by interrupted writes.
-void RemoveStaleTemporaries(const std::filesystem::path& parent);
+// Removes hidden temporary directories left in `parent` by interrupted writes, but `keep`.
+void RemoveStaleTemporaries(const std::filesystem::path& parent,
+                            const std::filesystem::path& keep = {});
 
 // The periodic checkpoints (<stage_dir>/checkpoints/step-*) that training `run_id` wrote up to
 // step `max_step`, oldest first.

@@ -16,6 +16,7 @@ ShardLayout MakeShardLayout(const std::vector<at::Tensor>& parameters, int world
   layout.world_size = world_size;
   layout.rank = rank;
   std::vector<ShardLayout::Bucket>& buckets = layout.buckets;
+  for (const at::Tensor& p : parameters) layout.shapes.push_back(p.sizes().vec());
   for (size_t i = 0; i < parameters.size(); ++i) {
     const at::Tensor& p = parameters[i];
     const int block = block_of.empty() ? -1 : block_of[i];

@@ -56,6 +56,8 @@ struct ShardLayout {
 
   int world_size = 1;
   int rank = 0;
+  // Per parameter, its whole shape (at shard_level 3 a block's parameters are empty between uses).
+  std::vector<std::vector<int64_t>> shapes;
   std::vector<Bucket> buckets;
   std::vector<Part> parts;
 

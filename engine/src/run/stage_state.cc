@@ -15,6 +15,8 @@ Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                              const proto::CheckpointManifest& manifest,
                              const std::filesystem::path& base_dir) {
   ENGINE_RETURN_IF_ERROR(VerifyFileDigests(dir, manifest.file()));
+  // A sharded stage's ranks' state files: every rank's listed.
+  ENGINE_RETURN_IF_ERROR(RankStateFiles(manifest).status());
   if (manifest.has_frozen_base()) {
     // A slim checkpoint is only as good as the base it was trained on.
     const proto::FrozenBase& base = manifest.frozen_base();

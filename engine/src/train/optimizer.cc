@@ -18,6 +18,15 @@ GradientFeed GradientOf(const at::Tensor& parameter, size_t i,
   return {parameter.grad(), 1.0, at::Tensor()};
 }
 
+Status Optimizer::LoadStatePieces(const TensorPieces& state, int64_t steps) {
+  safetensors::NamedTensors whole;
+  for (const std::string& name : state.names()) {
+    ENGINE_ASSIGN_OR_RETURN(at::Tensor tensor, state.Whole(name));
+    whole.emplace_back(name, std::move(tensor));
+  }
+  return LoadState(whole, steps);
+}
+
 namespace {
 
 // Shared state bookkeeping: named slots per parameter, created on first use.

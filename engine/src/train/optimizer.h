@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/tensor_pieces.h"
 #include "core/named_parameter.h"
 #include "engine/pipeline.pb.h"
 #include "engine/safetensors.h"
@@ -54,15 +55,17 @@ class Optimizer {
   // The state's slots per parameter, in order ("exp_avg", "exp_avg_sq" for AdamW).
   virtual std::vector<std::string> slot_names() const = 0;
 
-  // Every rank calls this before a checkpoint that holds the state: an optimizer whose state is
-  // split across ranks (train/sharded_optimizer.h) gathers it, so that State() on rank 0 is whole
-  // until the next step. The others have nothing to do.
-  virtual Status GatherState() { return Status::Ok(); }
-  // After the checkpoint: lets go of what GatherState() gathered.
-  virtual void ForgetGatheredState() {}
+  // The whole state, by name; empty for an optimizer whose state is split across ranks.
   virtual safetensors::NamedTensors State() const = 0;
+  // Whether each rank holds only its parts of the state (train/sharded_optimizer.h); a checkpoint
+  // then holds every rank's StateParts(), not State().
+  virtual bool sharded() const { return false; }
+  // This rank's parts of the state, as pieces of the names State() would give them.
+  virtual PiecesToWrite StateParts() const { return {}; }
   // Restores state saved by State() for the same parameters; refuses missing or misshapen entries.
   virtual Status LoadState(const safetensors::NamedTensors& state, int64_t steps) = 0;
+  // The same from state saved whole or in any ranks' pieces; by default made whole for LoadState.
+  virtual Status LoadStatePieces(const TensorPieces& state, int64_t steps);
 
  protected:
   virtual void Update(double lr, const std::vector<GradientFeed>& feeds) = 0;

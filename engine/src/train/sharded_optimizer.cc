@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <functional>
@@ -44,46 +45,62 @@ class ShardedOptimizer : public Optimizer {
 
   std::string algorithm() const override { return inner_->algorithm(); }
   std::vector<std::string> slot_names() const override { return inner_->slot_names(); }
-  safetensors::NamedTensors State() const override { return gathered_; }
-  void ForgetGatheredState() override { gathered_.clear(); }
+  // Whole state exists on no rank: checkpoints hold StateParts() of every rank.
+  safetensors::NamedTensors State() const override { return {}; }
+  bool sharded() const override { return true; }
 
-  Status GatherState() override {
-    gathered_.clear();
+  PiecesToWrite StateParts() const override {
+    PiecesToWrite out;
     const safetensors::NamedTensors mine = inner_->State();
     const std::map<std::string, at::Tensor> by_name(mine.begin(), mine.end());
-    at::NoGradGuard no_grad;
+    auto add = [&](size_t k, const std::string& suffix, at::Tensor values) {
+      const Part& part = parts_[k];
+      const std::string name = parameters_[part.parameter].name + "." + suffix;
+      out.pieces.emplace_back(PieceName(name, part.from), values.reshape({-1}));
+      out.shapes[name] = layout_->shapes[part.parameter];
+    };
     // Before the first update there are no slots on any rank (steps were skipped, or none was
     // taken); the masters exist from the start.
-    for (const std::string& slot : steps_ > 0 ? inner_->slot_names() : std::vector<std::string>()) {
-      // A part without slots (its parameter never had a gradient) sends zeros.
-      ENGINE_RETURN_IF_ERROR(GatherPerParameter(slot, /*masters_only=*/false, [&](size_t k) {
+    const std::vector<std::string> slots =
+        steps_ > 0 ? inner_->slot_names() : std::vector<std::string>();
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      for (const std::string& slot : slots) {
+        // A part without slots (its parameter never had a gradient here) is stored as zeros, so
+        // the ranks' pieces still cover the parameter.
         auto it = by_name.find(PartName(k) + "." + slot);
-        return it == by_name.end() ? at::Tensor() : it->second;
-      }));
+        add(k, slot,
+            it != by_name.end()
+                ? it->second
+                : at::zeros({parts_[k].length},
+                            parts_[k].view.options().dtype(UpdatedDtype(parts_[k].parameter))));
+      }
+      if (masters_[k].defined()) add(k, "master", masters_[k]);
     }
-    return GatherPerParameter("master", /*masters_only=*/true,
-                              [&](size_t k) { return masters_[k]; });
+    return out;
   }
 
   Status LoadState(const safetensors::NamedTensors& state, int64_t steps) override {
-    gathered_.clear();
-    const std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
-    ENGINE_RETURN_IF_ERROR(CheckState(by_name));
+    return LoadStatePieces(TensorPieces::FromWhole(state), steps);
+  }
+
+  // Each part's elements, from wherever the state holds them (whole, or the pieces of any number
+  // of ranks).
+  Status LoadStatePieces(const TensorPieces& state, int64_t steps) override {
+    ENGINE_RETURN_IF_ERROR(CheckState(state));
     safetensors::NamedTensors mine;
     at::NoGradGuard no_grad;
     for (size_t k = 0; k < parts_.size(); ++k) {
       const Part& part = parts_[k];
       const std::string& name = parameters_[part.parameter].name;
-      auto saved_part = [&](const at::Tensor& whole) {
-        return whole.reshape({-1}).narrow(0, part.from, part.length);
-      };
-      if (auto it = by_name.find(name + ".master"); it != by_name.end()) {
-        masters_[k].copy_(saved_part(it->second));
+      if (masters_[k].defined() && state.Has(name + ".master")) {
+        ENGINE_RETURN_IF_ERROR(state.ReadInto(name + ".master", part.from, masters_[k]));
       }
       for (const std::string& slot : inner_->slot_names()) {
-        auto it = by_name.find(name + "." + slot);
-        if (it == by_name.end()) break;  // this parameter never had a gradient
-        mine.emplace_back(PartName(k) + "." + slot, saved_part(it->second));
+        if (!state.Has(name + "." + slot)) break;  // this parameter never had a gradient
+        at::Tensor values =
+            at::empty({part.length}, part.view.options().dtype(UpdatedDtype(part.parameter)));
+        ENGINE_RETURN_IF_ERROR(state.ReadInto(name + "." + slot, part.from, values));
+        mine.emplace_back(PartName(k) + "." + slot, std::move(values));
       }
     }
     ENGINE_RETURN_IF_ERROR(inner_->LoadState(mine, steps));
@@ -95,7 +112,6 @@ class ShardedOptimizer : public Optimizer {
   void Update(double lr, const std::vector<GradientFeed>& feeds) override {
     at::NoGradGuard no_grad;
     ++steps_;
-    gathered_.clear();
     // This rank's parts, updated by the plain optimizer with the gradients, factors and
     // write-backs the whole parameters would get; a master's update is written back into its part
     // of the parameter.
@@ -169,37 +185,6 @@ class ShardedOptimizer : public Optimizer {
     return HasMaster(i) ? master_dtypes_[i] : parameters_[i].tensor.scalar_type();
   }
 
-  // Gathers what part_tensor(k) gives for this rank's parts into "<parameter>.<suffix>" tensors of
-  // the parameters' shapes in gathered_ on rank 0, in host memory, which a checkpoint is written
-  // from anyway (of the masters only, or of every parameter).
-  Status GatherPerParameter(const std::string& suffix, bool masters_only,
-                            const std::function<at::Tensor(size_t)>& part_tensor) {
-    const bool rank_zero = group_->rank() == 0;
-    std::vector<at::Tensor> whole_tensors(parameters_.size());
-    for (size_t i = 0; rank_zero && i < parameters_.size(); ++i) {
-      if (masters_only && !HasMaster(i)) continue;
-      whole_tensors[i] = at::empty(parameters_[i].tensor.sizes(),
-                                   at::TensorOptions().dtype(UpdatedDtype(i)).device(at::kCPU));
-    }
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      const size_t first = buckets_[b].pieces.front().parameter;
-      if (masters_only && !HasMaster(first)) continue;  // a bucket's parameters share a dtype
-      ENGINE_ASSIGN_OR_RETURN(at::Tensor whole, GatherBucket(b, UpdatedDtype(first), part_tensor));
-      if (!rank_zero) continue;
-      for (const Piece& piece : buckets_[b].pieces) {
-        if (!whole_tensors[piece.parameter].defined()) continue;
-        Flat(whole_tensors[piece.parameter])
-            .narrow(0, piece.from, piece.length)
-            .copy_(whole.narrow(0, piece.at, piece.length));
-      }
-    }
-    for (size_t i = 0; rank_zero && i < parameters_.size(); ++i) {
-      if (whole_tensors[i].defined()) {
-        gathered_.emplace_back(parameters_[i].name + "." + suffix, std::move(whole_tensors[i]));
-      }
-    }
-    return Status::Ok();
-  }
   // A parameter as one dimension, sharing its memory (the trainer's tensors are contiguous).
   static at::Tensor Flat(const at::Tensor& t) { return t.view({-1}); }
   static at::Tensor Flat(const NamedParameter& p) { return Flat(p.tensor); }
@@ -234,41 +219,40 @@ class ShardedOptimizer : public Optimizer {
   }
 
   // The same checks as the plain optimizer's LoadState, on the whole state.
-  Status CheckState(const std::map<std::string, at::Tensor>& by_name) const {
+  Status CheckState(const TensorPieces& state) const {
     std::set<std::string> known;
     const std::vector<std::string> slots = inner_->slot_names();
     for (size_t i = 0; i < parameters_.size(); ++i) {
-      const NamedParameter& p = parameters_[i];
+      const std::string& name = parameters_[i].name;
+      const std::vector<int64_t>& shape = layout_->shapes[i];
       size_t present = 0;
       for (const std::string& slot : slots) {
-        auto it = by_name.find(p.name + "." + slot);
-        if (it == by_name.end()) continue;
-        if (!it->second.sizes().equals(p.tensor.sizes())) {
-          return DataLossError("optimizer state '" + it->first + "' has the wrong shape");
+        if (!state.Has(name + "." + slot)) continue;
+        if (state.shape(name + "." + slot) != shape) {
+          return DataLossError("optimizer state '" + name + "." + slot + "' has the wrong shape");
         }
-        known.insert(it->first);
+        known.insert(name + "." + slot);
         ++present;
       }
       if (present > 0 && present < slots.size()) {
-        return DataLossError("optimizer state for '" + p.name + "' lacks one of its slots (" +
+        return DataLossError("optimizer state for '" + name + "' lacks one of its slots (" +
                              JoinSlots(slots) + ")");
       }
       if (!HasMaster(i)) continue;
-      auto master = by_name.find(p.name + ".master");
-      if (master == by_name.end()) {
-        if (!by_name.empty()) {
-          return DataLossError("the f32 master '" + p.name + ".master' is missing");
+      const std::string master = name + ".master";
+      if (!state.Has(master)) {
+        if (!state.names().empty()) {
+          return DataLossError("the f32 master '" + master + "' is missing");
         }
         continue;
       }
-      if (master->second.scalar_type() != master_dtypes_[i] ||
-          !master->second.sizes().equals(p.tensor.sizes())) {
-        return DataLossError("the master '" + master->first +
+      if (state.dtype(master) != master_dtypes_[i] || state.shape(master) != shape) {
+        return DataLossError("the master '" + master +
                              "' has another dtype or shape than this stage's");
       }
-      known.insert(master->first);
+      known.insert(master);
     }
-    for (const auto& [name, tensor] : by_name) {
+    for (const std::string& name : state.names()) {
       if (known.count(name) == 0) {
         return DataLossError("optimizer state holds '" + name +
                              "', which matches no trainable parameter");
@@ -287,7 +271,6 @@ class ShardedOptimizer : public Optimizer {
   std::vector<at::Tensor> masters_;  // per part; undefined where its parameter has no master
   std::map<at::ScalarType, GatherBuffers> buffers_;
   std::unique_ptr<Optimizer> inner_;  // over views of parts_
-  safetensors::NamedTensors gathered_;
 };
 
 }  // namespace

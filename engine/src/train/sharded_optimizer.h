@@ -19,10 +19,12 @@
 // rounded result into its part of the parameter; the parameters are then gathered in their own
 // dtype.
 //
-// State() is empty until GatherState() (a collective) makes it whole on rank 0, in the plain
-// optimizer's names and the parameters' shapes ("<parameter>.<slot>", and "<parameter>.master"
-// for the masters it keeps, as the precision runtime names them): checkpoints are the files a
-// plain or DDP stage writes, and LoadState() takes any of them, whatever world size wrote it.
+// State() is empty. Each rank's StateParts() are its parts of the slots and masters, as pieces
+// (checkpoint/tensor_pieces.h) of the plain optimizer's names and the parameters' shapes
+// ("<parameter>.<slot>", and "<parameter>.master" for the masters it keeps, as the precision
+// runtime names them): a checkpoint holds every rank's file, and nothing is gathered on one rank.
+// LoadStatePieces() reads this rank's parts from them, whatever world size wrote them, or from the
+// whole state a plain or DDP stage wrote.
 //
 // Ownership: borrows `group` and the parameters' tensors. Thread safety: the training thread only.
 // A failed collective (a rank died) during a step throws, for the trainer's GuardedCall to report.

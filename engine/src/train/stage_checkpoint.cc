@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/frozen_base.h"
 #include "checkpoint/peft_adapters.h"
+#include "checkpoint/tensor_pieces.h"
 #include "core/guarded_call.h"
 #include "core/logging.h"
 #include "core/module_tensors.h"
@@ -156,6 +157,25 @@ StatusOr<proto::CheckpointManifest> ReadResumableManifest(const StagePlan& plan,
   return manifest;
 }
 
+// The optimizer's slots and the masters, whole in optimizer.safetensors or in the ranks' files of
+// a sharded stage (train/rank_state_files.h).
+StatusOr<TensorPieces> ReadOptimizerState(const std::filesystem::path& dir,
+                                          const proto::CheckpointManifest& manifest,
+                                          const SavedTrainingState& saved,
+                                          const std::string& where) {
+  safetensors::NamedTensors whole = saved.optimizer_slots;
+  whole.insert(whole.end(), saved.masters.begin(), saved.masters.end());
+  TensorPieces state = TensorPieces::FromWhole(whole);
+  ENGINE_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                          RankStateFiles(manifest).WithContext(where));
+  if (names.empty()) return state;
+  std::vector<std::filesystem::path> files;
+  for (const std::string& name : names) files.push_back(dir / name);
+  ENGINE_ASSIGN_OR_RETURN(TensorPieces ranks, TensorPieces::Open(files).WithContext(where));
+  ENGINE_RETURN_IF_ERROR(state.Merge(std::move(ranks)).WithContext(where));
+  return state;
+}
+
 // This rank's generators as the checkpoint saved them (rank 0's under their device names, the
 // others' under RankGeneratorKey).
 void RestoreGenerators(const StageParts& parts, const TrainingState& training,
@@ -179,7 +199,7 @@ void RestoreGenerators(const StageParts& parts, const TrainingState& training,
 
 Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& position,
                            const CheckpointWrite& write) {
-  RemoveStaleTemporaries(write.dir.parent_path());
+  RemoveStaleTemporaries(write.dir.parent_path(), /*keep=*/write.rank_files.dir);
   CheckpointContents contents;
   StageProgress progress;
   progress.step = position.step;
@@ -204,6 +224,8 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
   if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
   ENGINE_ASSIGN_OR_RETURN(contents.extra_files,
                           StageTokenizerFiles(*parts.plan->stage, request.pipeline->base_dir));
+  contents.staged_dir = write.rank_files.dir;
+  contents.staged_files = write.rank_files.files;
   return WriteCheckpoint(write.dir, std::move(contents));
 }
 
@@ -228,16 +250,15 @@ StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const st
                           MatchWeights(weights, manifest, parts.model->module(), where));
   ENGINE_ASSIGN_OR_RETURN(SavedTrainingState saved, ReadTrainingState(*state).WithContext(where));
   const TrainingState& training = saved.state;
+  ENGINE_ASSIGN_OR_RETURN(TensorPieces slots, ReadOptimizerState(dir, manifest, saved, where));
 
-  // The masters go where the stage keeps them: the precision runtime, or its optimizer.
-  safetensors::NamedTensors slots = saved.optimizer_slots;
-  safetensors::NamedTensors masters = saved.masters;
-  if (parts.precision->master_holder() == MasterHolder::kOptimizer) {
-    slots.insert(slots.end(), masters.begin(), masters.end());
-    masters.clear();
+  // The masters go where the stage keeps them: the precision runtime (whole), or its optimizer.
+  safetensors::NamedTensors masters;
+  if (parts.precision->master_holder() != MasterHolder::kOptimizer) {
+    ENGINE_ASSIGN_OR_RETURN(masters, slots.TakeWhole(IsMasterStateName));
   }
   ENGINE_RETURN_IF_ERROR(
-      parts.optimizer->LoadState(slots, training.optimizer_steps).WithContext(where));
+      parts.optimizer->LoadStatePieces(slots, training.optimizer_steps).WithContext(where));
   ENGINE_RETURN_IF_ERROR(parts.precision->Restore(masters, training.scaler).WithContext(where));
   ENGINE_RETURN_IF_ERROR(
       parts.precision->VerifyOptimizerState(*parts.optimizer).WithContext(where));

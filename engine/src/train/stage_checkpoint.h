@@ -6,7 +6,8 @@
 // adapters alone as PEFT lays them out, the manifest, and, with optimizer state, everything a
 // resume needs to go on exactly: optimizer slots, f32 masters, the loss scaler, the random
 // generators of every rank, the callbacks' states and the counters behind the step events
-// (training_state.h).
+// (training_state.h). A sharded optimizer's slots and masters are in the ranks' own files
+// (train/rank_state_files.h), which a resume at any world size reads its parts from.
 //
 // The layout and the atomic publication are checkpoint/checkpoint.h's. Both functions run on the
 // training thread and borrow the trainer's parts for the call. Restore checks everything against
@@ -27,6 +28,7 @@
 #include "engine/status.h"
 #include "train/optimizer.h"
 #include "train/precision_runtime.h"
+#include "train/rank_state_files.h"
 #include "train/trainer.h"
 
 namespace engine {
@@ -65,6 +67,8 @@ struct CheckpointWrite {
   bool optimizer_state = false;
   // Under DDP, the other ranks' generator states (GatherRankGenerators).
   std::map<std::string, at::Tensor> rank_generators;
+  // A sharded optimizer's state, in the ranks' files (train/rank_state_files.h).
+  StagedRankFiles rank_files;
 };
 
 Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& position,

@@ -348,7 +348,7 @@ class StageTrainer : public CallbackActions {
     CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
     write.stop_reason = stop_reason_;
     write.metrics = result.eval_metrics;
-    ENGINE_RETURN_IF_ERROR(GatherOptimizerState(write));
+    ENGINE_RETURN_IF_ERROR(WriteRankState(write));
     if (plan_.rank == 0) {
       ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
       RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
@@ -784,7 +784,7 @@ class StageTrainer : public CallbackActions {
               .WithContext(context_));
     }
     last_checkpoint_step_ = step_;
-    ENGINE_RETURN_IF_ERROR(GatherOptimizerState(write));
+    ENGINE_RETURN_IF_ERROR(WriteRankState(write));
     if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
     ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
     periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), write.dir), periodic_.end());
@@ -807,18 +807,20 @@ class StageTrainer : public CallbackActions {
     return write;
   }
 
-  // Every rank calls this before a checkpoint with optimizer state: a sharded optimizer gathers its
-  // state on rank 0 (a collective), which SaveCheckpoint lets go of once written.
-  Status GatherOptimizerState(const CheckpointWrite& write) {
-    if (!write.optimizer_state) return Status::Ok();
-    return GuardedCall(context_, [&] { return optimizer_->GatherState(); });
+  // Every rank calls this before a checkpoint with optimizer state: each rank of a sharded
+  // optimizer writes its own parts (a collective), which rank 0's checkpoint then takes in.
+  Status WriteRankState(CheckpointWrite& write) {
+    if (!write.optimizer_state || !optimizer_->sharded()) return Status::Ok();
+    ENGINE_ASSIGN_OR_RETURN(write.rank_files,
+                            GuardedCall(context_, [&]() -> StatusOr<StagedRankFiles> {
+                              return WriteRankStateFiles(*data_parallel_, *optimizer_, write.dir);
+                            }));
+    return Status::Ok();
   }
 
   Status SaveCheckpoint(const CheckpointWrite& write) {
     const Clock::time_point begin = Clock::now();
-    const Status saved = SaveStageCheckpoint(Parts(), Position(), write).WithContext(context_);
-    optimizer_->ForgetGatheredState();
-    ENGINE_RETURN_IF_ERROR(saved);
+    ENGINE_RETURN_IF_ERROR(SaveStageCheckpoint(Parts(), Position(), write).WithContext(context_));
     LOG(INFO) << context_ << ": checkpoint " << write.dir.string() << " written in "
               << FormatNumber(std::chrono::duration<double>(Clock::now() - begin).count()) << " s";
     Event event = MakeEvent(EventType::kCheckpointSaved);

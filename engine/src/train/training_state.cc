@@ -55,6 +55,12 @@ uint64_t TrainingSeed(uint64_t stage_seed, int rank) {
   return (stage_seed ^ 0x5452414953454544ULL) + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ULL;
 }
 
+bool IsMasterStateName(const std::string& name) {
+  static const std::string kMaster = ".master";
+  return name.size() > kMaster.size() &&
+         name.compare(name.size() - kMaster.size(), kMaster.size(), kMaster) == 0;
+}
+
 std::string RankGeneratorKey(int rank, bool device) {
   return "rank" + std::to_string(rank) + (device ? "/device" : "/cpu");
 }
@@ -86,7 +92,7 @@ StatusOr<SavedTrainingState> ReadTrainingState(const safetensors::File& file) {
   for (auto& [name, tensor] : all) {
     if (name.rfind(kRngPrefix, 0) == 0) {
       saved.state.generators[name.substr(std::strlen(kRngPrefix))] = tensor.clone();
-    } else if (name.size() > 7 && name.compare(name.size() - 7, 7, ".master") == 0) {
+    } else if (IsMasterStateName(name)) {
       saved.masters.emplace_back(name, tensor);
     } else {
       saved.optimizer_slots.emplace_back(name, tensor);

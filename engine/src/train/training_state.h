@@ -43,6 +43,9 @@ struct TrainingState {
 // rank 0's checkpoint.
 std::string RankGeneratorKey(int rank, bool device);
 
+// Whether optimizer state `name` is an f32 master ("<parameter>.master").
+bool IsMasterStateName(const std::string& name);
+
 // Appends the generators to `tensors` (after the optimizer's slots and the masters) and returns
 // the file's metadata.
 safetensors::Metadata AppendTrainingState(const TrainingState& state,

@@ -105,6 +105,49 @@ TEST(CheckpointTest, InterruptedWritesAreNeverReadAndAreCleanedUp) {
   EXPECT_TRUE(Listing(dir.path()).empty());
 }
 
+TEST(CheckpointTest, TheRanksStagedFilesAreMovedInWithTheirDigestsAndListedInRankOrder) {
+  testing::TempDir dir;
+  const auto ckpt = dir.path() / "checkpoints/step-00000003";
+  const auto staged = RankFilesStagingDir(ckpt);
+  EXPECT_EQ(staged, dir.path() / "checkpoints/.step-00000003.tmp-ranks");
+  CheckpointContents contents = Contents(3);
+  contents.staged_dir = staged;
+  for (int rank : {1, 0}) {
+    const std::string name = RankStateFileName(rank, 2);
+    dir.Write("checkpoints/.step-00000003.tmp-ranks/" + name, "rank " + std::to_string(rank));
+    auto digest = DigestFile(staged / name, name);
+    ASSERT_TRUE(digest.ok());
+    contents.staged_files.push_back(*digest);
+  }
+  EXPECT_EQ(contents.staged_files[1].name(), "optimizer-rank-00000-of-00002.safetensors");
+  // Another write beside it clears stale temporaries, but not the ranks' files it is told to keep.
+  RemoveStaleTemporaries(ckpt.parent_path(), /*keep=*/staged);
+  ASSERT_TRUE(WriteCheckpoint(ckpt, contents).ok());
+  EXPECT_FALSE(std::filesystem::exists(staged));
+  EXPECT_EQ(testing::ReadText(ckpt / RankStateFileName(1, 2)), "rank 1");
+  auto manifest = ReadManifest(ckpt);
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_EQ(manifest->format_version(), 3u) << "older engines would resume without the state";
+  EXPECT_TRUE(VerifyFileDigests(ckpt, manifest->file()).ok());
+  auto files = RankStateFiles(*manifest);
+  ASSERT_TRUE(files.ok());
+  EXPECT_EQ(*files, (std::vector<std::string>{"optimizer-rank-00000-of-00002.safetensors",
+                                              "optimizer-rank-00001-of-00002.safetensors"}));
+  // A rank's file changed or left out of the list is named.
+  dir.Write("checkpoints/step-00000003/optimizer-rank-00001-of-00002.safetensors", "rank 9");
+  EXPECT_THAT(VerifyFileDigests(ckpt, manifest->file()).message(),
+              ::testing::HasSubstr("optimizer-rank-00001-of-00002.safetensors changed since"));
+  proto::CheckpointManifest lacking = *manifest;
+  lacking.clear_file();
+  for (const auto& file : manifest->file()) {
+    if (file.name() != RankStateFileName(1, 2)) *lacking.add_file() = file;
+  }
+  EXPECT_THAT(RankStateFiles(lacking).status().message(),
+              ::testing::HasSubstr("lacks rank 1's optimizer state, "
+                                   "optimizer-rank-00001-of-00002.safetensors"));
+  EXPECT_TRUE(RankStateFiles(proto::CheckpointManifest())->empty());
+}
+
 TEST(CheckpointTest, ManifestProblemsAreNamed) {
   testing::TempDir dir;
   dir.Write("c/manifest.pbtxt", "format_version: 99\n");

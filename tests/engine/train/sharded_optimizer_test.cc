@@ -1,7 +1,7 @@
 // The sharded optimizer on real Gloo groups of 2 and 3 ranks, one thread each, against the plain
 // optimizer on one process: buckets of a few elements, so that parameters share and span buckets,
-// straddle ranks and leave padding. The updates, the low-precision write-back, the gathered state
-// and a resume at another world size are what the plain optimizer gives.
+// straddle ranks and leave padding. The updates, the low-precision write-back, the state the ranks
+// save in their own files and a resume at another world size are what the plain optimizer gives.
 #define USE_C10D_GLOO 1
 #include "train/sharded_optimizer.h"
 
@@ -13,7 +13,9 @@
 #include <map>
 #include <vector>
 
+#include "checkpoint/tensor_pieces.h"
 #include "testing/gloo_ranks.h"
+#include "testing/temp_dir.h"
 
 namespace engine {
 namespace {
@@ -91,6 +93,35 @@ void ExpectSameState(const safetensors::NamedTensors& a, const safetensors::Name
   }
 }
 
+// What a checkpoint of a sharded optimizer holds: every rank's StateParts() in its own file. Each
+// rank calls Save; Read then opens them all (after OnRanks, which joins the ranks' threads).
+class RankFiles {
+ public:
+  explicit RankFiles(int world) : parts_(world) {}
+  void Save(const Optimizer& optimizer, int rank) { parts_[rank] = optimizer.StateParts(); }
+  TensorPieces Read() const {
+    std::vector<std::filesystem::path> files;
+    for (size_t r = 0; r < parts_.size(); ++r) {
+      files.push_back(dir_.path() / ("rank" + std::to_string(r) + ".safetensors"));
+      EXPECT_TRUE(WritePieces(files.back(), parts_[r]).ok());
+    }
+    auto opened = TensorPieces::Open(files);
+    EXPECT_TRUE(opened.ok()) << opened.status().message();
+    return opened.ok() ? std::move(*opened) : TensorPieces();
+  }
+  // The whole state, by name.
+  safetensors::NamedTensors Whole() const {
+    const TensorPieces pieces = Read();
+    safetensors::NamedTensors out;
+    for (const std::string& name : pieces.names()) out.emplace_back(name, *pieces.Whole(name));
+    return out;
+  }
+
+ private:
+  std::vector<PiecesToWrite> parts_;
+  testing::TempDir dir_;
+};
+
 // The plain optimizer after `steps` steps, its parameters and state.
 struct ShardedReference {
   std::vector<NamedParameter> parameters = FreshParameters();
@@ -118,6 +149,7 @@ TEST_P(ShardedOptimizerTest, EveryRankEndsWithThePlainOptimizersWeightsAndState)
   const int world = GetParam();
   for (const proto::Optimizer& config : {AdamWConfig(), SgdConfig()}) {
     const ShardedReference reference(config, 3);
+    RankFiles files(world);
     OnRanks(world, [&](DataParallel& ranks) {
       std::vector<NamedParameter> parameters = FreshParameters();
       auto sharded = Sharded(config, parameters, &ranks, kShardedBucketBytes);
@@ -126,15 +158,12 @@ TEST_P(ShardedOptimizerTest, EveryRankEndsWithThePlainOptimizersWeightsAndState)
         sharded->Step(1e-2);
       }
       ExpectEqual(parameters, reference.parameters, "rank " + std::to_string(ranks.rank()));
-      EXPECT_TRUE(sharded->State().empty()) << "nothing is gathered before GatherState";
-      ASSERT_TRUE(sharded->GatherState().ok());
+      EXPECT_TRUE(sharded->State().empty()) << "no rank holds the whole state";
+      EXPECT_TRUE(sharded->sharded());
       EXPECT_EQ(sharded->steps(), 3);
-      if (ranks.rank() == 0) {
-        ExpectSameState(sharded->State(), reference.optimizer->State());
-      } else {
-        EXPECT_TRUE(sharded->State().empty()) << "only rank 0 keeps what it gathers";
-      }
+      files.Save(*sharded, ranks.rank());
     });
+    ExpectSameState(files.Whole(), reference.optimizer->State());
   }
 }
 
@@ -197,26 +226,24 @@ TEST_P(ShardedOptimizerTest, MastersItKeepsForItsPartsEndWhereTheRuntimesMasters
   for (int s = 0; s < 2; ++s) plain->Step(1e-2, feeds_for(s, low));
   safetensors::NamedTensors expected = plain->State();
   for (const auto& m : masters) expected.emplace_back(m.name + ".master", m.tensor);
-  safetensors::NamedTensors saved;
+  RankFiles files(world);
   OnRanks(world, [&](DataParallel& ranks) {
     std::vector<NamedParameter> mine = bf16_parameters();
     auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kShardedBucketBytes);
     ASSERT_TRUE(made.ok());
     for (int s = 0; s < 2; ++s) (*made)->Step(1e-2, feeds_for(s, mine));
     ExpectEqual(mine, low, "bf16 weights");
-    ASSERT_TRUE((*made)->GatherState().ok());
-    if (ranks.rank() == 0) {
-      ExpectSameState((*made)->State(), expected);
-      saved = (*made)->State();
-    }
+    files.Save(**made, ranks.rank());
   });
+  ExpectSameState(files.Whole(), expected);
+  const TensorPieces saved = files.Read();
   // One more step, resumed on 2 ranks from what was gathered.
   plain->Step(1e-2, feeds_for(2, low));
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> mine = bf16_parameters();
     auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kShardedBucketBytes);
     ASSERT_TRUE(made.ok());
-    ASSERT_TRUE((*made)->LoadState(saved, 2).ok());
+    ASSERT_TRUE((*made)->LoadStatePieces(saved, 2).ok());
     (*made)->Step(1e-2, feeds_for(2, mine));
     // The step starts from the saved masters, not from the bf16 weights it was made with.
     ExpectEqual(mine, low, "bf16 weights after the resumed step");
@@ -260,11 +287,12 @@ TEST_P(ShardedOptimizerTest, AdamWOnLargeTensorsIsBitForBitAndSgdWithinOneRoundi
 INSTANTIATE_TEST_SUITE_P(Ranks, ShardedOptimizerTest, ::testing::Values(2, 3),
                          [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
 
-TEST(ShardedOptimizerResumeTest, StateGatheredOnTwoRanksResumesOnThreeAndOnOne) {
-  // Two steps on 2 ranks, the state gathered as a checkpoint holds it, then one more step on 3
-  // ranks and on one plain optimizer: both end where three uninterrupted plain steps end.
+TEST(ShardedOptimizerResumeTest, StateSavedByTwoRanksResumesOnThreeAndOnOne) {
+  // Two steps on 2 ranks, each writing its parts as a checkpoint holds them, then one more step on
+  // 3 ranks (each reading its parts across both files) and on one plain optimizer: both end where
+  // three uninterrupted plain steps end.
   const ShardedReference reference(AdamWConfig(), 3);
-  safetensors::NamedTensors saved;
+  RankFiles files(2);
   std::vector<NamedParameter> after_two;
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = FreshParameters();
@@ -273,13 +301,13 @@ TEST(ShardedOptimizerResumeTest, StateGatheredOnTwoRanksResumesOnThreeAndOnOne) 
       SetGradients(parameters, s);
       sharded->Step(1e-2);
     }
-    ASSERT_TRUE(sharded->GatherState().ok());
+    files.Save(*sharded, ranks.rank());
     if (ranks.rank() == 0) {
-      saved = sharded->State();
       for (const auto& p : parameters) after_two.push_back({p.name, p.tensor.clone()});
     }
   });
-  ASSERT_FALSE(saved.empty());
+  const TensorPieces saved = files.Read();
+  ASSERT_FALSE(saved.names().empty());
   auto copy = [&] {
     std::vector<NamedParameter> out;
     for (const auto& p : after_two) out.push_back({p.name, p.tensor.clone()});
@@ -288,14 +316,14 @@ TEST(ShardedOptimizerResumeTest, StateGatheredOnTwoRanksResumesOnThreeAndOnOne) 
   OnRanks(3, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = copy();
     auto sharded = Sharded(AdamWConfig(), parameters, &ranks, kShardedBucketBytes);
-    ASSERT_TRUE(sharded->LoadState(saved, 2).ok());
+    ASSERT_TRUE(sharded->LoadStatePieces(saved, 2).ok());
     SetGradients(parameters, 2);
     sharded->Step(1e-2);
     ExpectEqual(parameters, reference.parameters, "resumed on 3 ranks");
   });
   std::vector<NamedParameter> parameters = copy();
   auto plain = MakeOptimizer(AdamWConfig(), parameters);
-  ASSERT_TRUE(plain->LoadState(saved, 2).ok());
+  ASSERT_TRUE(plain->LoadStatePieces(saved, 2).ok());
   SetGradients(parameters, 2);
   plain->Step(1e-2);
   ExpectEqual(parameters, reference.parameters, "resumed on one plain optimizer");
@@ -311,27 +339,27 @@ TEST(ShardedOptimizerResumeTest, RefusesParametersItCannotUpdateInPlace) {
   });
 }
 
-TEST(ShardedOptimizerResumeTest, AStateGatheredBeforeAnyUpdateHoldsTheMasters) {
+TEST(ShardedOptimizerResumeTest, AStateSavedBeforeAnyUpdateHoldsTheMasters) {
   // Steps skipped for overflow leave no slots, but a checkpoint then must still hold the masters
   // that DDP's precision runtime would write.
+  std::vector<NamedParameter> parameters = FreshParameters();
+  for (auto& p : parameters) p.tensor = p.tensor.to(at::kBFloat16);
+  RankFiles files(2);
   OnRanks(2, [&](DataParallel& ranks) {
-    std::vector<NamedParameter> parameters = FreshParameters();
-    for (auto& p : parameters) p.tensor = p.tensor.to(at::kBFloat16);
-    auto made = MakeShardedOptimizer(AdamWConfig(), parameters,
+    std::vector<NamedParameter> mine = FreshParameters();
+    for (auto& p : mine) p.tensor = p.tensor.to(at::kBFloat16);
+    auto made = MakeShardedOptimizer(AdamWConfig(), mine,
                                      std::vector<at::ScalarType>(kShardedShapes.size(), at::kFloat),
                                      &ranks, kShardedBucketBytes);
     ASSERT_TRUE(made.ok());
-    ASSERT_TRUE((*made)->GatherState().ok());
-    if (ranks.rank() != 0) return;
-    const safetensors::NamedTensors state = (*made)->State();
-    ASSERT_EQ(state.size(), parameters.size());
-    for (size_t i = 0; i < parameters.size(); ++i) {
-      EXPECT_EQ(state[i].first, parameters[i].name + ".master");
-      EXPECT_TRUE(at::equal(state[i].second, parameters[i].tensor.to(at::kFloat)));
-    }
-    (*made)->ForgetGatheredState();
-    EXPECT_TRUE((*made)->State().empty());
+    files.Save(**made, ranks.rank());
   });
+  const safetensors::NamedTensors state = files.Whole();
+  ASSERT_EQ(state.size(), parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_EQ(state[i].first, parameters[i].name + ".master");
+    EXPECT_TRUE(at::equal(state[i].second, parameters[i].tensor.to(at::kFloat)));
+  }
 }
 
 TEST(ShardedOptimizerResumeTest, RefusesStateThatFitsNoParameter) {
