@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/tensor_pieces.h"
 #include "core/remove_tree.h"
 #include "engine/safetensors.h"
@@ -83,7 +84,7 @@ std::map<std::string, at::Tensor> OptimizerStateOf(const std::filesystem::path& 
   for (const auto& [name, tensor] : *tensors) state[name] = tensor;
   auto manifest = ReadManifest(checkpoint);
   EXPECT_TRUE(manifest.ok());
-  const auto names = RankStateFiles(*manifest);
+  const auto names = RankFiles(*manifest, RankFile::kOptimizerState);
   EXPECT_TRUE(names.ok());
   std::vector<std::filesystem::path> ranks;
   for (const std::string& name : *names) ranks.push_back(checkpoint / name);
@@ -94,6 +95,24 @@ std::map<std::string, at::Tensor> OptimizerStateOf(const std::filesystem::path& 
     state[name] = *pieces->Whole(name);
   }
   return state;
+}
+
+// Two checkpoints hold the same model tensors, wherever each stores them (CheckpointTensors).
+void ExpectSameModel(const std::filesystem::path& a, const std::filesystem::path& b) {
+  auto x_manifest = ReadManifest(a);
+  auto y_manifest = ReadManifest(b);
+  ASSERT_TRUE(x_manifest.ok() && y_manifest.ok());
+  auto x = CheckpointTensors::Open(a, *x_manifest);
+  auto y = CheckpointTensors::Open(b, *y_manifest);
+  ASSERT_TRUE(x.ok()) << x.status().message();
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  ASSERT_EQ(x->tensors().size(), y->tensors().size());
+  for (const auto& info : x->tensors()) {
+    auto u = x->Get(info.name);
+    auto v = y->Get(info.name);
+    ASSERT_TRUE(u.ok() && v.ok()) << info.name;
+    EXPECT_TRUE(at::equal(*u, *v)) << info.name;
+  }
 }
 
 // Two checkpoints hold the same optimizer state, whichever files it is in.
@@ -397,7 +416,8 @@ TEST(ShardedDataParallelTest, ShardedBf16RanksSplitTheMastersAndEndWhereDdpEnds)
     EXPECT_EQ(info.name.rfind("engine/rng/", 0), 0u) << info.name << " was gathered on rank 0";
   }
   for (int rank : {0, 1}) {
-    auto mine = safetensors::File::Open(tmp.path() / "two" / state / RankStateFileName(rank, 2));
+    auto mine = safetensors::File::Open(tmp.path() / "two" / state /
+                                        RankFileName(RankFile::kOptimizerState, rank, 2));
     ASSERT_TRUE(mine.ok()) << rank;
     EXPECT_FALSE((*mine)->tensors().empty());
   }
@@ -431,7 +451,7 @@ TEST(ShardedDataParallelTest, AShardedStageResumesBitForBitFromItsCheckpoint) {
     RemoveTree(stage / "final", ec);
     RemoveTree(stage / "checkpoints/step-00000040", ec);
     const std::filesystem::path rank1 =
-        stage / "checkpoints/step-00000030" / RankStateFileName(1, 2);
+        stage / "checkpoints/step-00000030" / RankFileName(RankFile::kOptimizerState, 1, 2);
     std::filesystem::resize_file(rank1, std::filesystem::file_size(rank1) - 1);
     r = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -507,6 +527,19 @@ TEST(ShardedDataParallelTest, ShardLevelsTwoAndThreeEndWhereDdpEnds) {
                         /*exactly=*/true);
       ExpectSameOptimizerState(tmp.path() / ("ddp" + name) / state,
                                tmp.path() / (two + name) / state, /*exactly=*/true);
+      ExpectSameModel(tmp.path() / ("ddp" + name) / state, tmp.path() / (two + name) / state);
+    }
+    if (level == "3") {
+      // The periodic checkpoints gather nothing: each rank wrote its parts of the hidden layer's
+      // weight and bias, and model.safetensors holds the head only (the final one is whole); a
+      // resume reads them together as DDP's weights (ExpectSameModel above).
+      const std::filesystem::path periodic = tmp.path() / two / state;
+      auto head_only = safetensors::File::Open(periodic / "model.safetensors");
+      ASSERT_TRUE(head_only.ok());
+      EXPECT_EQ((*head_only)->tensors().size(), 2u);
+      for (int rank : {0, 1}) {
+        EXPECT_TRUE(std::filesystem::exists(periodic / RankFileName(RankFile::kWeights, rank, 2)));
+      }
     }
     ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / four / weights,
                       /*exactly=*/false);
@@ -550,6 +583,10 @@ TEST(ShardedDataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
     ExpectSameOptimizerState(tmp.path() / "ddp/s/checkpoints/step-00000002",
                              tmp.path() / level / "s/checkpoints/step-00000002",
                              /*exactly=*/true);
+    // At level 3 the adapters are in the ranks' weight files (no adapter file is written beside
+    // them); read back together they are DDP's.
+    ExpectSameModel(tmp.path() / "ddp/s/checkpoints/step-00000002",
+                    tmp.path() / level / "s/checkpoints/step-00000002");
   }
 }
 

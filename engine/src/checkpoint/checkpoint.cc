@@ -24,7 +24,9 @@ namespace {
 
 constexpr const char* kPeriodicDir = "checkpoints";
 constexpr const char* kPeriodicPrefix = "step-";
-constexpr const char* kRankStatePrefix = "optimizer-rank-";
+const char* RankFilePrefix(RankFile kind) {
+  return kind == RankFile::kWeights ? "model-rank-" : "optimizer-rank-";
+}
 
 std::string HiddenTemporaryName(const std::filesystem::path& dir) {
   static int counter = 0;
@@ -114,6 +116,7 @@ Status WriteContents(const std::filesystem::path& temp, CheckpointContents conte
   for (const auto& [name, tensor] : contents.model) {
     *manifest.add_tensor() = DescribeTensor(name, tensor);
   }
+  for (const proto::TensorInfo& info : contents.rank_file_tensors) *manifest.add_tensor() = info;
   safetensors::Metadata model_metadata = {
       {"format", "pt"}, {"stage", manifest.stage()}, {"step", std::to_string(manifest.step())}};
   ENGINE_RETURN_IF_ERROR(safetensors::Write(temp / kModelFile, contents.model, model_metadata));
@@ -224,12 +227,17 @@ StatusOr<proto::CheckpointManifest> ReadManifest(const std::filesystem::path& di
 }
 
 proto::TensorInfo DescribeTensor(const std::string& name, const at::Tensor& tensor) {
+  return DescribeTensor(name, tensor.scalar_type(), tensor.sizes().vec(), tensor.requires_grad());
+}
+
+proto::TensorInfo DescribeTensor(const std::string& name, at::ScalarType dtype,
+                                 const std::vector<int64_t>& shape, bool trainable) {
   proto::TensorInfo info;
   info.set_name(name);
-  auto dtype = SafetensorsDtypeName(tensor.scalar_type());
-  info.set_dtype(dtype ? std::string(*dtype) : std::string(DtypeShortName(tensor.scalar_type())));
-  for (int64_t d : tensor.sizes()) info.add_shape(d);
-  info.set_trainable(tensor.requires_grad());
+  auto stored = SafetensorsDtypeName(dtype);
+  info.set_dtype(stored ? std::string(*stored) : std::string(DtypeShortName(dtype)));
+  for (int64_t d : shape) info.add_shape(d);
+  info.set_trainable(trainable);
   return info;
 }
 
@@ -265,26 +273,27 @@ Status VerifyFileDigests(const std::filesystem::path& dir,
   return Status::Ok();
 }
 
-std::string RankStateFileName(int rank, int world_size) {
+std::string RankFileName(RankFile kind, int rank, int world_size) {
   char name[64];
-  std::snprintf(name, sizeof(name), "%s%05d-of-%05d.safetensors", kRankStatePrefix, rank,
+  std::snprintf(name, sizeof(name), "%s%05d-of-%05d.safetensors", RankFilePrefix(kind), rank,
                 world_size);
   return name;
 }
 
-StatusOr<std::vector<std::string>> RankStateFiles(const proto::CheckpointManifest& manifest) {
+StatusOr<std::vector<std::string>> RankFiles(const proto::CheckpointManifest& manifest,
+                                             RankFile kind) {
   std::set<std::string> listed;
   int world_size = 0;
+  const std::string pattern = std::string(RankFilePrefix(kind)) + "%d-of-%d";
   for (const proto::FileDigest& file : manifest.file()) {
     int rank = 0;
     int world = 0;
-    const std::string pattern = std::string(kRankStatePrefix) + "%d-of-%d";
     if (std::sscanf(file.name().c_str(), pattern.c_str(), &rank, &world) != 2 ||
-        file.name() != RankStateFileName(rank, world)) {
+        file.name() != RankFileName(kind, rank, world)) {
       continue;
     }
     if (world_size != 0 && world != world_size) {
-      return DataLossError("the checkpoint lists state files of " + std::to_string(world_size) +
+      return DataLossError("the checkpoint lists files of " + std::to_string(world_size) +
                            " and of " + std::to_string(world) + " ranks");
     }
     world_size = world;
@@ -292,10 +301,11 @@ StatusOr<std::vector<std::string>> RankStateFiles(const proto::CheckpointManifes
   }
   std::vector<std::string> files;
   for (int rank = 0; rank < world_size; ++rank) {
-    const std::string name = RankStateFileName(rank, world_size);
+    const std::string name = RankFileName(kind, rank, world_size);
     if (listed.count(name) == 0) {
-      return DataLossError("the checkpoint lacks rank " + std::to_string(rank) +
-                           "'s optimizer state, " + name);
+      return DataLossError("the checkpoint lacks rank " + std::to_string(rank) + "'s " +
+                           (kind == RankFile::kWeights ? "weights" : "optimizer state") + ", " +
+                           name);
     }
     files.push_back(name);
   }

@@ -44,9 +44,9 @@ inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
 inline constexpr const char* kPeftPrefix = "base_model.model.";
 // The newest layout this engine writes and reads. Version 2: a slim checkpoint (frozen_base,
 // adapter_file_tensor), which an engine that reads only version 1 would take for a broken one.
-// Version 3: the optimizer state in the ranks' files (RankStateFileName), which an engine that
-// reads only optimizer.safetensors would resume without. Other checkpoints are still written as
-// the oldest version that describes them.
+// Version 3: the optimizer state or weights in the ranks' files (RankFileName), which an engine
+// that reads only optimizer.safetensors and model.safetensors would resume without. Other
+// checkpoints are still written as the oldest version that describes them.
 inline constexpr uint32_t kCheckpointFormatVersion = 3;
 inline constexpr uint32_t kSlimFormatVersion = 2;
 inline constexpr uint32_t kSelfContainedFormatVersion = 1;
@@ -65,6 +65,9 @@ struct CheckpointContents {
   // sizes and hashes: moved into the checkpoint as they are.
   std::filesystem::path staged_dir;
   std::vector<proto::FileDigest> staged_files;
+  // The model tensors the ranks' weight files hold (RankFile::kWeights), listed in the manifest
+  // after model.safetensors's.
+  std::vector<proto::TensorInfo> rank_file_tensors;
 };
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents);
@@ -75,14 +78,18 @@ Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents cont
 Status PublishDirectory(const std::filesystem::path& dir,
                         const std::function<Status(const std::filesystem::path&)>& fill);
 
-// In a sharded stage's checkpoint (`parallel { strategy: SHARDED }`), the file rank `rank` of
-// `world_size` writes its parts of the optimizer state and masters into, as pieces
-// (checkpoint/tensor_pieces.h): "optimizer-rank-00001-of-00004.safetensors". optimizer.safetensors
-// then holds the training state only.
-std::string RankStateFileName(int rank, int world_size);
-// The ranks' state files a manifest lists, in rank order; empty when it lists none. One rank's
+// In a sharded stage's checkpoint (`parallel { strategy: SHARDED }`), the files each rank writes
+// its own parts into, as pieces (checkpoint/tensor_pieces.h), so that nothing is gathered on one
+// rank: of the optimizer state and masters ("optimizer-rank-00001-of-00004.safetensors";
+// optimizer.safetensors then holds the training state only), and at shard_level 3 of the blocks'
+// weights ("model-rank-00001-of-00004.safetensors"; model.safetensors then holds the rest, and the
+// manifest lists every tensor).
+enum class RankFile { kOptimizerState, kWeights };
+std::string RankFileName(RankFile kind, int rank, int world_size);
+// The ranks' files of `kind` a manifest lists, in rank order; empty when it lists none. One rank's
 // file missing from the list is a DATA_LOSS error naming it.
-StatusOr<std::vector<std::string>> RankStateFiles(const proto::CheckpointManifest& manifest);
+StatusOr<std::vector<std::string>> RankFiles(const proto::CheckpointManifest& manifest,
+                                             RankFile kind);
 // Where the ranks write their files before rank 0 publishes checkpoint `dir` with them: a hidden
 // directory beside it, which RemoveStaleTemporaries clears after a crash.
 std::filesystem::path RankFilesStagingDir(const std::filesystem::path& dir);
@@ -109,6 +116,8 @@ Status VerifyFileDigests(const std::filesystem::path& dir,
 
 // A manifest's record of one tensor: its name, safetensors dtype, shape and whether it trains.
 proto::TensorInfo DescribeTensor(const std::string& name, const at::Tensor& tensor);
+proto::TensorInfo DescribeTensor(const std::string& name, at::ScalarType dtype,
+                                 const std::vector<int64_t>& shape, bool trainable);
 
 // A manifest's record of `file` (size and content hash), under `name`.
 StatusOr<proto::FileDigest> DigestFile(const std::filesystem::path& file, const std::string& name);

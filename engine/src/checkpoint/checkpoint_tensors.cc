@@ -24,6 +24,22 @@ StatusOr<CheckpointTensors> CheckpointTensors::Open(const std::filesystem::path&
       result.tensors_.push_back(std::move(renamed));
     }
   }
+  result.adapter_end_ = result.tensors_.size();
+  ENGINE_ASSIGN_OR_RETURN(std::vector<std::string> rank_files,
+                          RankFiles(manifest, RankFile::kWeights));
+  if (!rank_files.empty()) {
+    std::vector<std::filesystem::path> paths;
+    for (const std::string& name : rank_files) paths.push_back(dir / name);
+    ENGINE_ASSIGN_OR_RETURN(TensorPieces pieces, TensorPieces::Open(paths));
+    for (const std::string& name : pieces.names()) {
+      safetensors::TensorInfo info;
+      info.name = name;
+      info.dtype = pieces.dtype(name);
+      info.shape = pieces.shape(name);
+      result.tensors_.push_back(std::move(info));
+    }
+    result.rank_pieces_ = std::make_shared<const TensorPieces>(std::move(pieces));
+  }
   for (size_t i = 0; i < result.tensors_.size(); ++i) {
     if (!result.index_.emplace(result.tensors_[i].name, i).second) {
       return DataLossError((dir / kModelFile).string() + ": tensor '" + result.tensors_[i].name +
@@ -41,7 +57,9 @@ const safetensors::TensorInfo* CheckpointTensors::Find(const std::string& name) 
 StatusOr<at::Tensor> CheckpointTensors::Get(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) return model_->Get(name);  // its error names the file and tensor
-  return it->second < model_count_ ? model_->Get(name) : adapters_->Get(kPeftPrefix + name);
+  if (it->second < model_count_) return model_->Get(name);
+  if (it->second < adapter_end_) return adapters_->Get(kPeftPrefix + name);
+  return rank_pieces_->Whole(name);
 }
 
 }  // namespace engine

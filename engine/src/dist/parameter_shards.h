@@ -77,6 +77,8 @@ class ParameterShards : public BlockRunner {
 
   // Runs `use` with every parameter whole (calls nest; only the outermost gathers and lets go).
   Status WithWholeParameters(const std::function<Status()>& use);
+  // Whether a WithWholeParameters() call is running.
+  bool whole() const { return whole_depth_ > 0; }
   // Waits for a prefetch still on the wire (a collective every rank makes at the same point): the
   // trainer calls it after the backward, before the optimizer writes the slices a gather reads.
   Status Settle();

@@ -15,8 +15,9 @@ Status VerifyCheckpointFiles(const std::filesystem::path& dir,
                              const proto::CheckpointManifest& manifest,
                              const std::filesystem::path& base_dir) {
   ENGINE_RETURN_IF_ERROR(VerifyFileDigests(dir, manifest.file()));
-  // A sharded stage's ranks' state files: every rank's listed.
-  ENGINE_RETURN_IF_ERROR(RankStateFiles(manifest).status());
+  // A sharded stage's ranks' files: every rank's listed (CheckpointTensors::Open below checks the
+  // weight files').
+  ENGINE_RETURN_IF_ERROR(RankFiles(manifest, RankFile::kOptimizerState).status());
   if (manifest.has_frozen_base()) {
     // A slim checkpoint is only as good as the base it was trained on.
     const proto::FrozenBase& base = manifest.frozen_base();

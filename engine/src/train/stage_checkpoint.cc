@@ -49,9 +49,11 @@ void AddOptimizerState(const StageParts& parts, const TrainingPosition& position
 
 // adapter_model.safetensors and adapter_config.json, as PEFT reads them
 // (checkpoint/peft_adapters.h).
-Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
+Status AddAdapters(const StageParts& parts, const CheckpointWrite& write,
+                   CheckpointContents* contents) {
   const ResolvedStage& stage = *parts.plan->stage;
-  if (stage.adapters.empty()) return Status::Ok();
+  // The ranks' files hold the blocks' adapters, which this rank holds only parts of.
+  if (stage.adapters.empty() || !write.weights_in_rank_files.empty()) return Status::Ok();
   const std::filesystem::path base = PeftBaseModel(stage, *parts.request->pipeline);
   ENGINE_ASSIGN_OR_RETURN(
       PeftAdapterFiles files,
@@ -63,12 +65,16 @@ Status AddAdapters(const StageParts& parts, CheckpointContents* contents) {
 }
 
 // model.safetensors: every tensor of the model; a slim checkpoint's leaves out its frozen base and
-// the tensors adapter_model.safetensors already holds (the manifest lists both).
-void AddModelTensors(const StageParts& parts, CheckpointContents* contents) {
+// the tensors adapter_model.safetensors already holds (the manifest lists both), and a shard_level
+// 3 stage's periodic one the blocks' weights the ranks' files hold.
+void AddModelTensors(const StageParts& parts, const CheckpointWrite& write,
+                     CheckpointContents* contents) {
   const std::vector<ModuleTensor> tensors = ModuleTensors(parts.model->module());
   std::set<std::string> left_out;
+  for (const proto::TensorInfo& info : write.weights_in_rank_files) left_out.insert(info.name());
+  contents->rank_file_tensors = write.weights_in_rank_files;
   if (parts.frozen_base != nullptr) {
-    left_out = BaseTensorNames(*parts.frozen_base);
+    left_out.merge(BaseTensorNames(*parts.frozen_base));
     *contents->manifest.mutable_frozen_base() = *parts.frozen_base;
     std::set<std::string> names;
     for (const ModuleTensor& t : tensors) names.insert(t.name);
@@ -158,7 +164,7 @@ StatusOr<proto::CheckpointManifest> ReadResumableManifest(const StagePlan& plan,
 }
 
 // The optimizer's slots and the masters, whole in optimizer.safetensors or in the ranks' files of
-// a sharded stage (train/rank_state_files.h).
+// a sharded stage (train/rank_files.h).
 StatusOr<TensorPieces> ReadOptimizerState(const std::filesystem::path& dir,
                                           const proto::CheckpointManifest& manifest,
                                           const SavedTrainingState& saved,
@@ -167,7 +173,7 @@ StatusOr<TensorPieces> ReadOptimizerState(const std::filesystem::path& dir,
   whole.insert(whole.end(), saved.masters.begin(), saved.masters.end());
   TensorPieces state = TensorPieces::FromWhole(whole);
   ENGINE_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                          RankStateFiles(manifest).WithContext(where));
+                          RankFiles(manifest, RankFile::kOptimizerState).WithContext(where));
   if (names.empty()) return state;
   std::vector<std::filesystem::path> files;
   for (const std::string& name : names) files.push_back(dir / name);
@@ -219,8 +225,8 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
   contents.manifest = StageManifest(*request.pipeline, *parts.plan,
                                     {request.parent_checkpoint.string(), request.parent_run_id},
                                     parts.optimizer->algorithm(), contents.config_json, progress);
-  ENGINE_RETURN_IF_ERROR(AddAdapters(parts, &contents));
-  AddModelTensors(parts, &contents);
+  ENGINE_RETURN_IF_ERROR(AddAdapters(parts, write, &contents));
+  AddModelTensors(parts, write, &contents);
   if (write.optimizer_state) AddOptimizerState(parts, position, write, &contents);
   ENGINE_ASSIGN_OR_RETURN(contents.extra_files,
                           StageTokenizerFiles(*parts.plan->stage, request.pipeline->base_dir));

@@ -7,7 +7,9 @@
 // resume needs to go on exactly: optimizer slots, f32 masters, the loss scaler, the random
 // generators of every rank, the callbacks' states and the counters behind the step events
 // (training_state.h). A sharded optimizer's slots and masters are in the ranks' own files
-// (train/rank_state_files.h), which a resume at any world size reads its parts from.
+// (train/rank_files.h), which a resume at any world size reads its parts from; so are the blocks'
+// weights of a shard_level 3 stage's periodic checkpoints (its final one holds them whole, as its
+// readers outside the engine expect, and no adapter files are written beside the ranks' weights).
 //
 // The layout and the atomic publication are checkpoint/checkpoint.h's. Both functions run on the
 // training thread and borrow the trainer's parts for the call. Restore checks everything against
@@ -22,13 +24,14 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "engine/checkpoint.pb.h"
 #include "engine/model.h"
 #include "engine/status.h"
 #include "train/optimizer.h"
 #include "train/precision_runtime.h"
-#include "train/rank_state_files.h"
+#include "train/rank_files.h"
 #include "train/trainer.h"
 
 namespace engine {
@@ -67,8 +70,11 @@ struct CheckpointWrite {
   bool optimizer_state = false;
   // Under DDP, the other ranks' generator states (GatherRankGenerators).
   std::map<std::string, at::Tensor> rank_generators;
-  // A sharded optimizer's state, in the ranks' files (train/rank_state_files.h).
+  // A sharded optimizer's state, and at shard_level 3 the blocks' weights, in the ranks' files
+  // (train/rank_files.h).
   StagedRankFiles rank_files;
+  // The model tensors the ranks' weight files hold (empty: model.safetensors holds them all).
+  std::vector<proto::TensorInfo> weights_in_rank_files;
 };
 
 Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& position,

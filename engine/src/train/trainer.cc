@@ -348,7 +348,7 @@ class StageTrainer : public CallbackActions {
     CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
     write.stop_reason = stop_reason_;
     write.metrics = result.eval_metrics;
-    ENGINE_RETURN_IF_ERROR(WriteRankState(write));
+    ENGINE_RETURN_IF_ERROR(WriteRankFiles(write));
     if (plan_.rank == 0) {
       ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
       RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
@@ -767,12 +767,9 @@ class StageTrainer : public CallbackActions {
   }
 
   // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
-  // never deleted here.
+  // never deleted here. At shard_level 3 each rank writes its parts of the blocks' weights, so
+  // nothing is gathered (WriteRankFiles).
   Status SavePeriodicCheckpoint(bool force_optimizer_state = false) {
-    return WithWholeParameters([&] { return SavePeriodicCheckpointWhole(force_optimizer_state); });
-  }
-
-  Status SavePeriodicCheckpointWhole(bool force_optimizer_state) {
     CheckpointWrite write = NewCheckpointWrite(PeriodicCheckpointDir(request_.stage_dir, step_),
                                                /*final=*/false);
     write.optimizer_state |= force_optimizer_state;
@@ -784,7 +781,7 @@ class StageTrainer : public CallbackActions {
               .WithContext(context_));
     }
     last_checkpoint_step_ = step_;
-    ENGINE_RETURN_IF_ERROR(WriteRankState(write));
+    ENGINE_RETURN_IF_ERROR(WriteRankFiles(write));
     if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
     ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
     periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), write.dir), periodic_.end());
@@ -807,13 +804,24 @@ class StageTrainer : public CallbackActions {
     return write;
   }
 
-  // Every rank calls this before a checkpoint with optimizer state: each rank of a sharded
-  // optimizer writes its own parts (a collective), which rank 0's checkpoint then takes in.
-  Status WriteRankState(CheckpointWrite& write) {
-    if (!write.optimizer_state || !optimizer_->sharded()) return Status::Ok();
+  // Every rank calls this before a checkpoint: each rank of a sharded optimizer writes its own
+  // parts of the state, and at shard_level 3, unless the weights are whole for the checkpoint, of
+  // the blocks' weights (a collective), which rank 0's checkpoint then takes in.
+  Status WriteRankFiles(CheckpointWrite& write) {
+    std::vector<std::pair<RankFile, PiecesToWrite>> files;
+    if (write.optimizer_state && optimizer_->sharded()) {
+      files.emplace_back(RankFile::kOptimizerState, optimizer_->StateParts());
+    }
+    if (parameter_shards_ != nullptr && !parameter_shards_->whole()) {
+      const ShardLayout& layout = *parameter_shards_->layout();
+      const std::vector<NamedParameter>& parameters = precision_->optimizer_parameters();
+      write.weights_in_rank_files = BlockWeightTensors(layout, parameters);
+      files.emplace_back(RankFile::kWeights, BlockWeightParts(layout, parameters));
+    }
+    if (files.empty()) return Status::Ok();
     ENGINE_ASSIGN_OR_RETURN(write.rank_files,
                             GuardedCall(context_, [&]() -> StatusOr<StagedRankFiles> {
-                              return WriteRankStateFiles(*data_parallel_, *optimizer_, write.dir);
+                              return engine::WriteRankFiles(*data_parallel_, files, write.dir);
                             }));
     return Status::Ok();
   }

@@ -113,7 +113,7 @@ TEST(CheckpointTest, TheRanksStagedFilesAreMovedInWithTheirDigestsAndListedInRan
   CheckpointContents contents = Contents(3);
   contents.staged_dir = staged;
   for (int rank : {1, 0}) {
-    const std::string name = RankStateFileName(rank, 2);
+    const std::string name = RankFileName(RankFile::kOptimizerState, rank, 2);
     dir.Write("checkpoints/.step-00000003.tmp-ranks/" + name, "rank " + std::to_string(rank));
     auto digest = DigestFile(staged / name, name);
     ASSERT_TRUE(digest.ok());
@@ -124,12 +124,12 @@ TEST(CheckpointTest, TheRanksStagedFilesAreMovedInWithTheirDigestsAndListedInRan
   RemoveStaleTemporaries(ckpt.parent_path(), /*keep=*/staged);
   ASSERT_TRUE(WriteCheckpoint(ckpt, contents).ok());
   EXPECT_FALSE(std::filesystem::exists(staged));
-  EXPECT_EQ(testing::ReadText(ckpt / RankStateFileName(1, 2)), "rank 1");
+  EXPECT_EQ(testing::ReadText(ckpt / RankFileName(RankFile::kOptimizerState, 1, 2)), "rank 1");
   auto manifest = ReadManifest(ckpt);
   ASSERT_TRUE(manifest.ok());
   EXPECT_EQ(manifest->format_version(), 3u) << "older engines would resume without the state";
   EXPECT_TRUE(VerifyFileDigests(ckpt, manifest->file()).ok());
-  auto files = RankStateFiles(*manifest);
+  auto files = RankFiles(*manifest, RankFile::kOptimizerState);
   ASSERT_TRUE(files.ok());
   EXPECT_EQ(*files, (std::vector<std::string>{"optimizer-rank-00000-of-00002.safetensors",
                                               "optimizer-rank-00001-of-00002.safetensors"}));
@@ -140,12 +140,12 @@ TEST(CheckpointTest, TheRanksStagedFilesAreMovedInWithTheirDigestsAndListedInRan
   proto::CheckpointManifest lacking = *manifest;
   lacking.clear_file();
   for (const auto& file : manifest->file()) {
-    if (file.name() != RankStateFileName(1, 2)) *lacking.add_file() = file;
+    if (file.name() != RankFileName(RankFile::kOptimizerState, 1, 2)) *lacking.add_file() = file;
   }
-  EXPECT_THAT(RankStateFiles(lacking).status().message(),
+  EXPECT_THAT(RankFiles(lacking, RankFile::kOptimizerState).status().message(),
               ::testing::HasSubstr("lacks rank 1's optimizer state, "
                                    "optimizer-rank-00001-of-00002.safetensors"));
-  EXPECT_TRUE(RankStateFiles(proto::CheckpointManifest())->empty());
+  EXPECT_TRUE(RankFiles(proto::CheckpointManifest(), RankFile::kOptimizerState)->empty());
 }
 
 TEST(CheckpointTest, ManifestProblemsAreNamed) {

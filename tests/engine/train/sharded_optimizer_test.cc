@@ -95,9 +95,9 @@ void ExpectSameState(const safetensors::NamedTensors& a, const safetensors::Name
 
 // What a checkpoint of a sharded optimizer holds: every rank's StateParts() in its own file. Each
 // rank calls Save; Read then opens them all (after OnRanks, which joins the ranks' threads).
-class RankFiles {
+class SavedRanks {
  public:
-  explicit RankFiles(int world) : parts_(world) {}
+  explicit SavedRanks(int world) : parts_(world) {}
   void Save(const Optimizer& optimizer, int rank) { parts_[rank] = optimizer.StateParts(); }
   TensorPieces Read() const {
     std::vector<std::filesystem::path> files;
@@ -149,7 +149,7 @@ TEST_P(ShardedOptimizerTest, EveryRankEndsWithThePlainOptimizersWeightsAndState)
   const int world = GetParam();
   for (const proto::Optimizer& config : {AdamWConfig(), SgdConfig()}) {
     const ShardedReference reference(config, 3);
-    RankFiles files(world);
+    SavedRanks files(world);
     OnRanks(world, [&](DataParallel& ranks) {
       std::vector<NamedParameter> parameters = FreshParameters();
       auto sharded = Sharded(config, parameters, &ranks, kShardedBucketBytes);
@@ -226,7 +226,7 @@ TEST_P(ShardedOptimizerTest, MastersItKeepsForItsPartsEndWhereTheRuntimesMasters
   for (int s = 0; s < 2; ++s) plain->Step(1e-2, feeds_for(s, low));
   safetensors::NamedTensors expected = plain->State();
   for (const auto& m : masters) expected.emplace_back(m.name + ".master", m.tensor);
-  RankFiles files(world);
+  SavedRanks files(world);
   OnRanks(world, [&](DataParallel& ranks) {
     std::vector<NamedParameter> mine = bf16_parameters();
     auto made = MakeShardedOptimizer(AdamWConfig(), mine, f32, &ranks, kShardedBucketBytes);
@@ -292,7 +292,7 @@ TEST(ShardedOptimizerResumeTest, StateSavedByTwoRanksResumesOnThreeAndOnOne) {
   // 3 ranks (each reading its parts across both files) and on one plain optimizer: both end where
   // three uninterrupted plain steps end.
   const ShardedReference reference(AdamWConfig(), 3);
-  RankFiles files(2);
+  SavedRanks files(2);
   std::vector<NamedParameter> after_two;
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> parameters = FreshParameters();
@@ -344,7 +344,7 @@ TEST(ShardedOptimizerResumeTest, AStateSavedBeforeAnyUpdateHoldsTheMasters) {
   // that DDP's precision runtime would write.
   std::vector<NamedParameter> parameters = FreshParameters();
   for (auto& p : parameters) p.tensor = p.tensor.to(at::kBFloat16);
-  RankFiles files(2);
+  SavedRanks files(2);
   OnRanks(2, [&](DataParallel& ranks) {
     std::vector<NamedParameter> mine = FreshParameters();
     for (auto& p : mine) p.tensor = p.tensor.to(at::kBFloat16);
