@@ -139,6 +139,15 @@ class DirectorySource : public GenerationSource {
     const std::string use_the_stage = ": use the stage, as in `engine " + command +
                                       " PIPELINE.pbtxt:" + manifest.stage() + " --checkpoint " +
                                       dir_.string() + "`";
+    ENGINE_ASSIGN_OR_RETURN(std::vector<std::string> weight_parts,
+                            RankFiles(manifest, RankFile::kWeights));
+    if (!weight_parts.empty()) {
+      return FailedPreconditionError(
+          "'" + dir_.string() + "' is a periodic checkpoint of stage '" + manifest.stage() +
+          "' whose ranks each wrote their parts of the weights (" + weight_parts.front() +
+          ", ...; parallel.shard_level 3), not a model directory: use the stage's final "
+          "checkpoint, which holds them whole");
+    }
     if (manifest.has_frozen_base()) {
       return FailedPreconditionError("'" + dir_.string() + "' is a checkpoint of stage '" +
                                      manifest.stage() +

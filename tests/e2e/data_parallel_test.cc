@@ -540,6 +540,13 @@ TEST(ShardedDataParallelTest, ShardLevelsTwoAndThreeEndWhereDdpEnds) {
       for (int rank : {0, 1}) {
         EXPECT_TRUE(std::filesystem::exists(periodic / RankFileName(RankFile::kWeights, rank, 2)));
       }
+      auto generate = testing::RunEngine({"generate", periodic.string(), "--prompt=hi"});
+      EXPECT_EQ(generate.exit_code, 1);
+      EXPECT_THAT(generate.err,
+                  HasSubstr("is a periodic checkpoint of stage 's' whose ranks each wrote their "
+                            "parts of the weights (model-rank-00000-of-00002.safetensors, ...; "
+                            "parallel.shard_level 3), not a model directory: use the stage's "
+                            "final checkpoint"));
     }
     ExpectSameWeights(tmp.path() / "one" / weights, tmp.path() / four / weights,
                       /*exactly=*/false);

@@ -6,6 +6,7 @@
 #include <string>
 #include <system_error>
 
+#include "core/guarded_call.h"
 #include "core/remove_tree.h"
 
 namespace engine {
@@ -39,9 +40,9 @@ proto::FileDigest DigestOf(const double* fields, const std::string& name) {
 
 }  // namespace
 
-StatusOr<StagedRankFiles> WriteRankFiles(
-    DataParallel& group, const std::vector<std::pair<RankFile, PiecesToWrite>>& files,
-    const std::filesystem::path& checkpoint_dir) {
+StatusOr<StagedRankFiles> WriteRankFiles(DataParallel& group,
+                                         const std::vector<RankFileParts>& files,
+                                         const std::filesystem::path& checkpoint_dir) {
   const int rank = group.rank();
   const int world_size = group.world_size();
   StagedRankFiles staged;
@@ -65,10 +66,13 @@ StatusOr<StagedRankFiles> WriteRankFiles(
   for (size_t f = 0; f < count; ++f) {
     const std::string name = RankFileName(files[f].first, rank, world_size);
     const std::filesystem::path file = staged.dir / name;
-    const Status written = WritePieces(file, files[f].second,
-                                       {{"format", "pt"},
-                                        {"rank", std::to_string(rank)},
-                                        {"world_size", std::to_string(world_size)}});
+    // Every rank reaches the exchange below, whatever happens here.
+    const Status written = GuardedCall("rank " + std::to_string(rank), [&] {
+      return WritePieces(file, files[f].second(),
+                         {{"format", "pt"},
+                          {"rank", std::to_string(rank)},
+                          {"world_size", std::to_string(world_size)}});
+    });
     const StatusOr<proto::FileDigest> digest =
         written.ok() ? DigestFile(file, name) : StatusOr<proto::FileDigest>(written);
     outcomes.push_back(digest.status());

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -30,11 +31,13 @@ struct StagedRankFiles {
   std::vector<proto::FileDigest> files;
 };
 
-// Writes this rank's `files` (one per kind) for checkpoint `checkpoint_dir`. A rank that cannot
-// write fails every rank, naming it and its file, and the staging directory is removed.
-StatusOr<StagedRankFiles> WriteRankFiles(
-    DataParallel& group, const std::vector<std::pair<RankFile, PiecesToWrite>>& files,
-    const std::filesystem::path& checkpoint_dir);
+// Writes this rank's files (one per kind, what each function gives) for checkpoint
+// `checkpoint_dir`. A rank that cannot make or write one (an error or an exception) fails every
+// rank, naming it and its file, and the staging directory is removed.
+using RankFileParts = std::pair<RankFile, std::function<PiecesToWrite()>>;
+StatusOr<StagedRankFiles> WriteRankFiles(DataParallel& group,
+                                         const std::vector<RankFileParts>& files,
+                                         const std::filesystem::path& checkpoint_dir);
 
 // This rank's parts of the blocks' parameters at shard_level 3 (`layout`'s parts of buckets that
 // belong to a block; `parameters` in the layout's order), as pieces of their names.

@@ -4,6 +4,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <functional>
@@ -75,6 +76,19 @@ class ShardedOptimizer : public Optimizer {
                             parts_[k].view.options().dtype(UpdatedDtype(parts_[k].parameter))));
       }
       if (masters_[k].defined()) add(k, "master", masters_[k]);
+    }
+    // A parameter without elements has no parts on any rank: rank 0 writes its empty pieces, so
+    // that the checkpoint still names its state.
+    for (size_t i = 0; group_->rank() == 0 && i < parameters_.size(); ++i) {
+      if (c10::multiply_integers(layout_->shapes[i]) > 0) continue;
+      std::vector<std::string> suffixes = slots;
+      if (HasMaster(i)) suffixes.push_back("master");
+      for (const std::string& suffix : suffixes) {
+        const std::string name = parameters_[i].name + "." + suffix;
+        out.pieces.emplace_back(PieceName(name, 0),
+                                at::empty({0}, at::TensorOptions().dtype(UpdatedDtype(i))));
+        out.shapes[name] = layout_->shapes[i];
+      }
     }
     return out;
   }

@@ -18,6 +18,7 @@
 #include "core/guarded_call.h"
 #include "core/logging.h"
 #include "core/module_tensors.h"
+#include "core/remove_tree.h"
 #include "engine/safetensors.h"
 #include "text/stage_tokenizer.h"
 #include "train/callback_runner.h"
@@ -206,6 +207,14 @@ void RestoreGenerators(const StageParts& parts, const TrainingState& training,
 Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& position,
                            const CheckpointWrite& write) {
   RemoveStaleTemporaries(write.dir.parent_path(), /*keep=*/write.rank_files.dir);
+  // The ranks' staged files go with the checkpoint, or, on an error before it is written, away.
+  struct RemoveStaged {
+    std::filesystem::path dir;
+    ~RemoveStaged() {
+      std::error_code ignored;
+      if (!dir.empty()) RemoveTree(dir, ignored);
+    }
+  } remove_staged{write.rank_files.dir};
   CheckpointContents contents;
   StageProgress progress;
   progress.step = position.step;

@@ -349,10 +349,8 @@ class StageTrainer : public CallbackActions {
     write.stop_reason = stop_reason_;
     write.metrics = result.eval_metrics;
     ENGINE_RETURN_IF_ERROR(WriteRankFiles(write));
-    if (plan_.rank == 0) {
-      ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
-      RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
-    }
+    ENGINE_RETURN_IF_ERROR(SaveOnRankZero(write));
+    if (plan_.rank == 0) RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
     return Status::Ok();
   }
 
@@ -782,8 +780,8 @@ class StageTrainer : public CallbackActions {
     }
     last_checkpoint_step_ = step_;
     ENGINE_RETURN_IF_ERROR(WriteRankFiles(write));
-    if (plan_.rank != 0) return Status::Ok();  // the weights are the same on every rank
-    ENGINE_RETURN_IF_ERROR(SaveCheckpoint(write));
+    ENGINE_RETURN_IF_ERROR(SaveOnRankZero(write));
+    if (plan_.rank != 0) return Status::Ok();
     periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), write.dir), periodic_.end());
     periodic_.push_back(write.dir);
     const uint32_t keep = config_.checkpoint().keep_last();
@@ -808,15 +806,16 @@ class StageTrainer : public CallbackActions {
   // parts of the state, and at shard_level 3, unless the weights are whole for the checkpoint, of
   // the blocks' weights (a collective), which rank 0's checkpoint then takes in.
   Status WriteRankFiles(CheckpointWrite& write) {
-    std::vector<std::pair<RankFile, PiecesToWrite>> files;
+    std::vector<RankFileParts> files;
     if (write.optimizer_state && optimizer_->sharded()) {
-      files.emplace_back(RankFile::kOptimizerState, optimizer_->StateParts());
+      files.emplace_back(RankFile::kOptimizerState, [&] { return optimizer_->StateParts(); });
     }
     if (parameter_shards_ != nullptr && !parameter_shards_->whole()) {
       const ShardLayout& layout = *parameter_shards_->layout();
       const std::vector<NamedParameter>& parameters = precision_->optimizer_parameters();
       write.weights_in_rank_files = BlockWeightTensors(layout, parameters);
-      files.emplace_back(RankFile::kWeights, BlockWeightParts(layout, parameters));
+      files.emplace_back(RankFile::kWeights,
+                         [&layout, &parameters] { return BlockWeightParts(layout, parameters); });
     }
     if (files.empty()) return Status::Ok();
     ENGINE_ASSIGN_OR_RETURN(write.rank_files,
@@ -824,6 +823,18 @@ class StageTrainer : public CallbackActions {
                               return engine::WriteRankFiles(*data_parallel_, files, write.dir);
                             }));
     return Status::Ok();
+  }
+
+  // Rank 0 writes the checkpoint (what every rank holds alike, and the ranks' files); under DDP
+  // the others learn whether it did, so that none goes on after a checkpoint that was not written.
+  Status SaveOnRankZero(const CheckpointWrite& write) {
+    const Status saved = plan_.rank == 0 ? SaveCheckpoint(write) : Status::Ok();
+    if (data_parallel_ == nullptr) return saved;
+    ENGINE_ASSIGN_OR_RETURN(std::vector<double> failed,
+                            data_parallel_->Max({saved.ok() ? 0.0 : 1.0}).WithContext(context_));
+    if (plan_.rank == 0 || failed[0] == 0) return saved;
+    return IoError(context_ + ": rank 0 could not write checkpoint " + write.dir.string() +
+                   " (its log says why)");
   }
 
   Status SaveCheckpoint(const CheckpointWrite& write) {
