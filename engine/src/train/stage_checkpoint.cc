@@ -94,10 +94,12 @@ void AddModelTensors(const StageParts& parts, const CheckpointWrite& write,
   }
 }
 
-// The checkpoint's tensors in `dir` matched to the stage's, before anything is changed: the same
-// names, dtypes and shapes, in the module's order. The tensors of a slim checkpoint's base must be
-// the stage's too, as the manifest describes them; they stay as the stage built them.
-StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchWeights(
+// The checkpoint's tensors in `dir` matched to the stage's by name, before anything is changed:
+// the same names, dtypes and shapes, in the module's order. The tensors of a slim checkpoint's
+// base must be the stage's too, as the manifest describes them; they stay as the stage built them.
+// Each is read only when it is copied in: the ranks' pieces of a shard_level 3
+// checkpoint are put together one tensor at a time.
+StatusOr<std::vector<std::pair<at::Tensor, std::string>>> MatchWeights(
     const CheckpointTensors& weights, const proto::CheckpointManifest& manifest,
     torch::nn::Module& module, const std::string& where) {
   std::map<std::string, const proto::TensorInfo*> base;
@@ -127,7 +129,7 @@ StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchWeights(
                          " tensors, this stage's model " + std::to_string(targets.size()) +
                          (manifest.has_frozen_base() ? " outside its frozen base" : ""));
   }
-  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  std::vector<std::pair<at::Tensor, std::string>> pairs;
   for (const ModuleTensor& target : targets) {
     const safetensors::TensorInfo* info = weights.Find(target.name);
     if (info == nullptr || info->dtype != target.tensor.scalar_type() ||
@@ -135,8 +137,7 @@ StatusOr<std::vector<std::pair<at::Tensor, at::Tensor>>> MatchWeights(
       return DataLossError(where + ": tensor '" + target.name +
                            "' is missing there or has another dtype or shape");
     }
-    ENGINE_ASSIGN_OR_RETURN(at::Tensor source, weights.Get(target.name).WithContext(where));
-    pairs.emplace_back(target.tensor, std::move(source));
+    pairs.emplace_back(target.tensor, target.name);
   }
   return pairs;
 }
@@ -279,7 +280,10 @@ StatusOr<RestoredStage> RestoreStageCheckpoint(const StageParts& parts, const st
       parts.precision->VerifyOptimizerState(*parts.optimizer).WithContext(where));
   ENGINE_RETURN_IF_ERROR(GuardedCall(where, [&] {
     at::NoGradGuard no_grad;
-    for (auto& [target, source] : pairs) target.copy_(source);
+    for (auto& [target, name] : pairs) {
+      ENGINE_ASSIGN_OR_RETURN(at::Tensor source, weights.Get(name).WithContext(where));
+      target.copy_(source);
+    }
     RestoreGenerators(parts, training, where);
     return Status::Ok();
   }));
