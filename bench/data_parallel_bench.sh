@@ -18,6 +18,11 @@
 # weights after each step on top of DDP's all-reduce; shard_level 2 splits the gradients too and
 # reduce-scatters them instead of all-reducing, so its collectives move what DDP's move.
 #
+# Then checkpoints of the optimizer state on the same model and ranks: rank 0's peak RSS at
+# shard_level 1 with checkpoints against DDP with checkpoints, and against shard_level 1 without
+# any. Each sharded rank writes its own parts of the state, so rank 0 gathers nothing: its peak
+# should stay where training puts it (a ratio near 1 to the run without checkpoints).
+#
 # Last, shard_level 3 against DDP on 4 ranks (two per core here) and an MLP of 8 hidden layers of
 # 4096 (134 M f32 parameters), 10 AdamW steps of 4 x 16: rank 0's peak RSS over the whole run (its
 # last moments hold the whole model, gathered for the final evaluation and checkpoint), its largest
@@ -25,7 +30,7 @@
 # an engine process training a tiny MLP, which every rank pays whatever it shards.
 #
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
-#   PARTS=level3 bash bench/data_parallel_bench.sh   # only the last part (or: throughput sharded)
+#   PARTS=level3 bash bench/data_parallel_bench.sh   # one part (or: throughput sharded checkpoints)
 set -euo pipefail
 engine=${1:-build/bin/engine}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +39,10 @@ trap 'rm -rf "$work"' EXIT
 steps=${STEPS:-300}
 cores=$(nproc)
 
-pipeline() {  # name per-rank-batch threads strategy [hidden_units...] [steps]
+pipeline() {  # name per-rank-batch threads strategy [hidden_units...] [steps] [checkpoint_every]
+  local every=${7:-0}
+  local save_state=false
+  [ "$every" -gt 0 ] && save_state=true
   cat <<PBTXT
 output_dir: "$work/$1"
 callback { plugin: "metrics_jsonl" }
@@ -43,8 +51,8 @@ stage {
   model { plugin: "mlp" options { [type.googleapis.com/engine.plugins.MlpOptions] { ${5:-hidden_units: 1024 hidden_units: 1024} } } }
   data { plugin: "digits" options { [type.googleapis.com/engine.plugins.DigitsOptions] { path: "$root/data/digits.csv.gz" } } }
   precision { plugin: "fp32" }
-  schedule { max_steps: ${6:-$steps} batch_size: $2 eval_batch_size: 512 }
-  checkpoint { save_optimizer_state: false }
+  schedule { max_steps: ${6:-$steps} batch_size: $2 eval_batch_size: 512 checkpoint_every_steps: $every }
+  checkpoint { save_optimizer_state: $save_state }
   parallel { device: "cpu" num_threads: $3 $4 }
 }
 PBTXT
@@ -55,7 +63,7 @@ seconds() {  # the stage's training seconds from its summary line
 }
 
 half=$(( cores > 1 ? cores / 2 : 1 ))
-parts=${PARTS:-throughput sharded level3}
+parts=${PARTS:-throughput sharded checkpoints level3}
 if [[ " $parts " == *" throughput "* ]]; then
 pipeline one 128 "$cores" "" > "$work/one.pbtxt"
 pipeline two 64 "$half" "strategy: DDP" > "$work/two.pbtxt"
@@ -106,6 +114,34 @@ print(f"  SHARDED shard_level 1: {sharded:7.2f} s, rank 0 peak RSS {s:7.0f} MB")
 print(f"  SHARDED shard_level 2: {level2:7.2f} s, rank 0 peak RSS {l2:7.0f} MB")
 print(f"ratio shard_level 1 / DDP: time {sharded / ddp:.2f}, peak RSS {s / d:.2f}")
 print(f"ratio shard_level 2 / DDP: time {level2 / ddp:.2f}, peak RSS {l2 / d:.2f}")
+PY
+fi
+
+if [[ " $parts " == *" checkpoints "* ]]; then
+ck_steps=30
+pipeline ddpc 64 "$half" "strategy: DDP" "$big" "$ck_steps" 10 > "$work/ddpc.pbtxt"
+pipeline shardedc 64 "$half" "strategy: SHARDED shard_level: 1" "$big" "$ck_steps" 10 \
+  > "$work/shardedc.pbtxt"
+pipeline shardedn 64 "$half" "strategy: SHARDED shard_level: 1" "$big" "$ck_steps" \
+  > "$work/shardedn.pbtxt"
+for name in ddpc shardedc shardedn; do
+  "$engine" run --nproc 2 "$work/$name.pbtxt" >/dev/null 2>&1
+done
+python3 - "$work" "$ck_steps" <<'PY'
+import json, sys
+work, steps = sys.argv[1], int(sys.argv[2])
+def peak(name):
+    with open(f"{work}/{name}/metrics.jsonl") as f:
+        ends = [json.loads(l) for l in f if '"stage_end"' in l]
+    return ends[-1]["peak_rss_bytes"] / 1e6
+d, s, n = peak("ddpc"), peak("shardedc"), peak("shardedn")
+print(f"MLP 64-4096x4-10 (50.6 M f32 parameters), 2 ranks x 64, {steps} AdamW steps; checkpoints "
+      "with the optimizer state after steps 10, 20 and 30:")
+print(f"  DDP, checkpoints:                    rank 0 peak RSS {d:7.0f} MB")
+print(f"  SHARDED shard_level 1, checkpoints:  rank 0 peak RSS {s:7.0f} MB")
+print(f"  SHARDED shard_level 1, none:         rank 0 peak RSS {n:7.0f} MB")
+print(f"ratio shard_level 1 / DDP, both checkpointing: peak RSS {s / d:.2f}; "
+      f"shard_level 1 checkpointing / not: {s / n:.2f}")
 PY
 fi
 
