@@ -3,9 +3,9 @@
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/session.h"
 #include "engine/json_text.h"
 #include "plan/plan_printer.h"
+#include "run/pipeline_session.h"
 
 namespace engine::cli {
 
@@ -41,13 +41,14 @@ int CheckCommand(const std::vector<std::string>& args) {
     std::cerr << "engine check: " << a.error << "\n\n" << CheckHelp();
     return kExitUsage;
   }
-  Session session;
+  PipelineSession session;
   // The plan is printed, not run: each stage's model is released as soon as the stage is planned
   // (later stages check their handoff against the names and shapes the plan keeps).
   BaseSearch bases;
   bases.dirs = BaseSearchPath(a.Get("base_path"));
-  const bool ok = LoadAndPlan(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session,
-                              PlanModels::kRelease, bases);
+  const bool ok = LoadAndPlanSession(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session,
+                                     PlanModels::kRelease, bases);
+  PrintNotes(session.notes);
   if (!ok) {
     std::cerr << session.diagnostics.ToString();
     std::cerr << "engine check: " << session.diagnostics.size() << " error"

@@ -51,4 +51,7 @@ struct Command {
 // Every command, in the order `engine help` lists them.
 const std::vector<Command>& Commands();
 
+// Prints what loading a pipeline found worth telling (PipelineSession::notes) on stderr.
+void PrintNotes(const std::vector<std::string>& notes);
+
 }  // namespace engine::cli

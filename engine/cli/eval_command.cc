@@ -6,10 +6,10 @@
 #include "checkpoint/checkpoint.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/session.h"
 #include "engine/json_text.h"
 #include "pipeline/resolved_pipeline.h"
 #include "run/pipeline_runner.h"
+#include "run/pipeline_session.h"
 #include "train/stage_logits.h"
 #include "train/trainer.h"
 
@@ -145,9 +145,11 @@ int EvalCommand(const std::vector<std::string>& args) {
   bases.dirs = BaseSearchPath(a.Get("base_path"));
   if (a.values.count("checkpoint"))
     bases.checkpoint = std::filesystem::absolute(a.Get("checkpoint"));
-  Session session;
-  if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session, PlanModels::kKeep,
-                   bases)) {
+  PipelineSession session;
+  const bool planned = LoadAndPlanSession(a.positional[0], a.Get("plugin_path"), options, &session,
+                                          PlanModels::kKeep, bases);
+  PrintNotes(session.notes);
+  if (!planned) {
     std::cerr << session.diagnostics.ToString();
     return kExitFailure;
   }

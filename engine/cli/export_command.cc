@@ -15,12 +15,12 @@
 #include "checkpoint/peft_adapters.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/generation_source.h"
 #include "core/atomic_file.h"
 #include "engine/dtype.h"
 #include "engine/untrusted_file.h"
 #include "export/bnb4_weights.h"
 #include "export/dense_weights.h"
+#include "run/generation_source.h"
 
 namespace engine::cli {
 
@@ -302,6 +302,7 @@ int ExportCommand(const std::vector<std::string>& args) {
   options.command = "export";
   auto source = GenerationSource::Open(a.positional[0], options);
   if (!source.ok()) return fail(source.status());
+  PrintNotes((*source)->notes());
   if (flags.format == "peft" && (*source)->stage() == nullptr) {
     return fail(FailedPreconditionError((*source)->description() +
                                         " holds no adapters: export --format=peft from a stage "

@@ -13,12 +13,12 @@
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/generation_source.h"
 #include "engine/image_batch.h"
 #include "engine/image_file.h"
 #include "engine/image_tokens.h"
 #include "engine/json_text.h"
 #include "engine/text_generator.h"
+#include "run/generation_source.h"
 
 namespace engine::cli {
 
@@ -479,6 +479,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (!prompts.ok()) return fail(prompts.status());
   auto source = GenerationSource::Open(a.positional[0], source_options);
   if (!source.ok()) return fail(source.status());
+  PrintNotes((*source)->notes());
   auto encoded = EncodePrompts(*prompts, **source, flags.raw);
   if (!encoded.ok()) return fail(encoded.status());
   std::optional<ReplyStreamer> streamer;

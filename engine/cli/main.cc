@@ -14,6 +14,10 @@
 
 namespace engine::cli {
 
+void PrintNotes(const std::vector<std::string>& notes) {
+  for (const std::string& note : notes) std::cerr << "engine: " << note << "\n";
+}
+
 const std::vector<Command>& Commands() {
   static const std::vector<Command> commands = {
       {"check",

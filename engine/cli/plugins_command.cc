@@ -6,8 +6,8 @@
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/session.h"
 #include "engine/options.pb.h"
+#include "run/pipeline_session.h"
 
 namespace engine::cli {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "cli/session.h"
 #include "engine/image_tokens.h"
 #include "engine/tokenizer.h"
+#include "run/pipeline_session.h"
 #include "text/stage_tokenizer.h"
 
 namespace engine::cli {
@@ -163,8 +163,11 @@ int PreviewCommand(const std::vector<std::string>& raw) {
     std::cerr << "engine preview: " << a.error << "\n\n" << PreviewHelp();
     return kExitUsage;
   }
-  Session session;
-  if (!LoadAndPlan(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session)) {
+  PipelineSession session;
+  const bool planned =
+      LoadAndPlanSession(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session);
+  PrintNotes(session.notes);
+  if (!planned) {
     std::cerr << session.diagnostics.ToString();
     return kExitFailure;
   }

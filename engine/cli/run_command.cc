@@ -10,7 +10,6 @@
 #include "cli/arguments.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
-#include "cli/session.h"
 #include "core/cpu_threads.h"
 #include "core/interrupt.h"
 #include "core/logging.h"
@@ -20,6 +19,7 @@
 #include "plan/pipeline_plan.h"
 #include "plan/plan_printer.h"
 #include "run/pipeline_runner.h"
+#include "run/pipeline_session.h"
 
 namespace engine::cli {
 
@@ -173,7 +173,7 @@ std::string TooManyCpuRanks(const PipelinePlan& plan, int nproc, bool oversubscr
   return "";
 }
 
-int ReportInvalid(const Session& session, const std::string& file) {
+int ReportInvalid(const PipelineSession& session, const std::string& file) {
   std::cerr << session.diagnostics.ToString();
   std::cerr << "engine run: " << session.diagnostics.size() << " error"
             << (session.diagnostics.size() == 1 ? "" : "s") << " in " << file
@@ -194,15 +194,16 @@ int CheckThenLaunch(const std::vector<std::string>& args, const Arguments& a,
                     const RunFlags& flags) {
   if (std::getenv("WORLD_SIZE") != nullptr) return LaunchRanks(flags.nproc, WithoutNproc(args));
   {
-    Session session;
+    PipelineSession session;
     LoadOptions options;
     if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
     bool planned = false;
     {
       AsTheLastRank last(flags.nproc);
-      planned = LoadAndPlan(a.positional[0], a.Get("plugin_path"), options, &session,
-                            PlanModels::kKeep, RunBaseSearch(a));
+      planned = LoadAndPlanSession(a.positional[0], a.Get("plugin_path"), options, &session,
+                                   PlanModels::kKeep, RunBaseSearch(a));
     }
+    PrintNotes(session.notes);
     if (!planned) return ReportInvalid(session, a.positional[0]);
     const std::string crowded = TooManyCpuRanks(*session.plan, flags.nproc, flags.oversubscribe);
     if (!crowded.empty()) {
@@ -225,7 +226,7 @@ StatusOr<std::unique_ptr<OutputDirLock>> LockOutputDir(const ResolvedPipeline& p
 }
 
 // Prints the plan and trains it; the exit status.
-int TrainPlan(Session* session, const RunOptions& options) {
+int TrainPlan(PipelineSession* session, const RunOptions& options) {
   std::cout << PlanToText(*session->plan) << std::endl;
   std::vector<StageOutcome> outcomes;
   Status status = RunPipeline(session->plan.get(), options, std::cout, &outcomes);
@@ -259,10 +260,11 @@ int RunCommand(const std::vector<std::string>& args) {
   InstallInterruptHandlers();
   LoadOptions options;
   if (a.Has("output_dir")) options.output_dir = a.Get("output_dir");
-  Session session;
-  if (!Load(a.positional[0], a.Get("plugin_path"), options, &session, RunBaseSearch(a))) {
-    return ReportInvalid(session, a.positional[0]);
-  }
+  PipelineSession session;
+  const bool loaded =
+      LoadSession(a.positional[0], a.Get("plugin_path"), options, &session, RunBaseSearch(a));
+  PrintNotes(session.notes);
+  if (!loaded) return ReportInvalid(session, a.positional[0]);
   // --force/--from name stages: a typo is refused before planning loads any model.
   if (Status known = CheckRunOptions(*session.pipeline, flags.options); !known.ok()) {
     std::cerr << "engine run: " << known.message() << "\n";
@@ -273,7 +275,7 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "engine run: " << lock.status().message() << "; nothing was run\n";
     return kExitFailure;
   }
-  if (!Plan(&session)) {
+  if (!PlanSession(&session)) {
     if (*lock) (*lock)->ReleaseUnused();
     return ReportInvalid(session, a.positional[0]);
   }

@@ -1,6 +1,5 @@
-#include "cli/session.h"
+#include "run/pipeline_session.h"
 
-#include <iostream>
 #include <memory>
 
 #include "checkpoint/checkpoint.h"
@@ -8,7 +7,7 @@
 #include "plugins/search_path.h"
 #include "run/stage_state.h"
 
-namespace engine::cli {
+namespace engine {
 
 Status LoadPluginSearchPath(const std::string& plugin_path_flag, PluginRegistry* registry) {
   return registry->LoadSearchPath(PluginSearchPath(SplitPathList(plugin_path_flag)));
@@ -18,7 +17,7 @@ namespace {
 
 // A base that is gone fails its model's checks or build: the diagnostics say where it was looked
 // for, and which hashes it has.
-void ReportMissingBases(Session* session) {
+void ReportMissingBases(PipelineSession* session) {
   for (const auto& [stage, missing] : session->missing_bases) {
     session->diagnostics.Add(missing.model, missing.why.message());
   }
@@ -26,8 +25,8 @@ void ReportMissingBases(Session* session) {
 
 }  // namespace
 
-bool Load(const std::filesystem::path& file, const std::string& plugin_path_flag,
-          const LoadOptions& options, Session* session, const BaseSearch& bases) {
+bool LoadSession(const std::filesystem::path& file, const std::string& plugin_path_flag,
+                 const LoadOptions& options, PipelineSession* session, const BaseSearch& bases) {
   Status status = LoadPluginSearchPath(plugin_path_flag, &session->registry);
   if (!status.ok()) {
     session->diagnostics.Add({file.string(), 0, 0}, status.message());
@@ -40,22 +39,23 @@ bool Load(const std::filesystem::path& file, const std::string& plugin_path_flag
     return finder->Find(pipeline, stage, dir);
   };
   session->pipeline = LoadPipeline(file, finding, &session->registry, &session->diagnostics);
-  for (const std::string& note : finder->notes()) std::cerr << "engine: " << note << "\n";
+  session->notes = finder->notes();
   session->missing_bases = finder->not_found();
   if (session->pipeline == nullptr) ReportMissingBases(session);
   return session->pipeline != nullptr;
 }
 
-bool Plan(Session* session, PlanModels models) {
+bool PlanSession(PipelineSession* session, PlanModels models) {
   session->plan = BuildPlan(*session->pipeline, &session->diagnostics, models);
   if (session->plan == nullptr) ReportMissingBases(session);
   return session->plan != nullptr;
 }
 
-bool LoadAndPlan(const std::filesystem::path& file, const std::string& plugin_path_flag,
-                 const LoadOptions& options, Session* session, PlanModels models,
-                 const BaseSearch& bases) {
-  return Load(file, plugin_path_flag, options, session, bases) && Plan(session, models);
+bool LoadAndPlanSession(const std::filesystem::path& file, const std::string& plugin_path_flag,
+                        const LoadOptions& options, PipelineSession* session, PlanModels models,
+                        const BaseSearch& bases) {
+  return LoadSession(file, plugin_path_flag, options, session, bases) &&
+         PlanSession(session, models);
 }
 
 StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::string& name) {
@@ -68,7 +68,7 @@ StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::st
   return NotFoundError("the pipeline has no stage '" + name + "' (its stages: " + names + ")");
 }
 
-Status CheckStageCheckpoint(const Session& session, const ResolvedStage& stage,
+Status CheckStageCheckpoint(const PipelineSession& session, const ResolvedStage& stage,
                             const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -89,4 +89,4 @@ Status CheckStageCheckpoint(const Session& session, const ResolvedStage& stage,
   return Status(verified.code(), verified.message() + ". " + missing->second.why.message());
 }
 
-}  // namespace engine::cli
+}  // namespace engine

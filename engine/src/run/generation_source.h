@@ -27,7 +27,7 @@
 #include "engine/tokenizer.h"
 #include "pipeline/resolved_pipeline.h"
 
-namespace engine::cli {
+namespace engine {
 
 struct GenerationSourceOptions {
   std::string plugin_path;  // as --plugin_path
@@ -85,6 +85,8 @@ class GenerationSource {
   // The pipeline file's directory, against which its plugins resolve their options; empty for a
   // model directory.
   virtual std::filesystem::path pipeline_dir() const { return {}; }
+  // What loading the pipeline found worth telling (PipelineSession::notes); the caller prints them.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  protected:
   // Reads the chat template of the tokenizer directory `dir`, when it has one (none is not an
@@ -104,6 +106,7 @@ class GenerationSource {
   std::string description_;
   std::filesystem::path files_dir_;
   std::filesystem::path base_model_dir_;
+  std::vector<std::string> notes_;
 };
 
-}  // namespace engine::cli
+}  // namespace engine

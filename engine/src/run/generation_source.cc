@@ -1,4 +1,4 @@
-#include "cli/generation_source.h"
+#include "run/generation_source.h"
 
 #include <ATen/ATen.h>
 #include <google/protobuf/descriptor.h>
@@ -13,18 +13,18 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/peft_adapters.h"
-#include "cli/session.h"
 #include "core/atomic_file.h"
 #include "core/guarded_call.h"
 #include "engine/paths.h"
 #include "engine/untrusted_file.h"
 #include "pipeline/resolved_pipeline.h"
+#include "run/pipeline_session.h"
 #include "run/stage_state.h"
 #include "text/hf_json_tokenizer.h"
 #include "text/stage_tokenizer.h"
 #include "train/trainer.h"
 
-namespace engine::cli {
+namespace engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -210,7 +210,10 @@ class PipelineSource : public GenerationSource {
     BaseSearch bases;
     bases.dirs = BaseSearchPath(options.base_path);
     if (!options.checkpoint.empty()) bases.checkpoint = fs::absolute(options.checkpoint);
-    if (!LoadAndPlan(pipeline, options.plugin_path, load, &session_, PlanModels::kKeep, bases)) {
+    const bool planned = LoadAndPlanSession(pipeline, options.plugin_path, load, &session_,
+                                            PlanModels::kKeep, bases);
+    notes_ = session_.notes;
+    if (!planned) {
       return InvalidArgumentError(session_.diagnostics.ToString());
     }
     ENGINE_ASSIGN_OR_RETURN(stage_plan_, FindStagePlan(*session_.plan, stage_name));
@@ -256,7 +259,7 @@ class PipelineSource : public GenerationSource {
     return Status::Ok();
   }
 
-  Session session_;
+  PipelineSession session_;
   const StagePlan* stage_plan_ = nullptr;
   fs::path checkpoint_;
 };
@@ -334,4 +337,4 @@ void GenerationSource::AddStopIds(const std::string& json_text) {
   }
 }
 
-}  // namespace engine::cli
+}  // namespace engine
