@@ -348,7 +348,7 @@ class StageTrainer : public CallbackActions {
     CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
     write.stop_reason = stop_reason_;
     write.metrics = result.eval_metrics;
-    ENGINE_RETURN_IF_ERROR(WriteRankFiles(write));
+    ENGINE_RETURN_IF_ERROR(WriteOwnParts(write));
     ENGINE_RETURN_IF_ERROR(SaveOnRankZero(write));
     if (plan_.rank == 0) RemoveOtherRunsCheckpoints(request_.stage_dir, run_id_, context_);
     return Status::Ok();
@@ -766,7 +766,7 @@ class StageTrainer : public CallbackActions {
 
   // Keeps the last keep_last periodic checkpoints this run wrote; directories from earlier runs are
   // never deleted here. At shard_level 3 each rank writes its parts of the blocks' weights, so
-  // nothing is gathered (WriteRankFiles).
+  // nothing is gathered (WriteOwnParts).
   Status SavePeriodicCheckpoint(bool force_optimizer_state = false) {
     CheckpointWrite write = NewCheckpointWrite(PeriodicCheckpointDir(request_.stage_dir, step_),
                                                /*final=*/false);
@@ -779,7 +779,7 @@ class StageTrainer : public CallbackActions {
               .WithContext(context_));
     }
     last_checkpoint_step_ = step_;
-    ENGINE_RETURN_IF_ERROR(WriteRankFiles(write));
+    ENGINE_RETURN_IF_ERROR(WriteOwnParts(write));
     ENGINE_RETURN_IF_ERROR(SaveOnRankZero(write));
     if (plan_.rank != 0) return Status::Ok();
     periodic_.erase(std::remove(periodic_.begin(), periodic_.end(), write.dir), periodic_.end());
@@ -805,7 +805,7 @@ class StageTrainer : public CallbackActions {
   // Every rank calls this before a checkpoint: each rank of a sharded optimizer writes its own
   // parts of the state, and at shard_level 3, unless the weights are whole for the checkpoint, of
   // the blocks' weights (a collective), which rank 0's checkpoint then takes in.
-  Status WriteRankFiles(CheckpointWrite& write) {
+  Status WriteOwnParts(CheckpointWrite& write) {
     std::vector<RankFileParts> files;
     if (write.optimizer_state && optimizer_->sharded()) {
       files.emplace_back(RankFile::kOptimizerState, [&] { return optimizer_->StateParts(); });
@@ -820,7 +820,7 @@ class StageTrainer : public CallbackActions {
     if (files.empty()) return Status::Ok();
     ENGINE_ASSIGN_OR_RETURN(write.rank_files,
                             GuardedCall(context_, [&]() -> StatusOr<StagedRankFiles> {
-                              return engine::WriteRankFiles(*data_parallel_, files, write.dir);
+                              return WriteRankFiles(*data_parallel_, files, write.dir);
                             }));
     return Status::Ok();
   }
