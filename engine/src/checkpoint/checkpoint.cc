@@ -176,32 +176,23 @@ Status PublishDirectory(const std::filesystem::path& dir,
   const std::filesystem::path temp = parent / HiddenTemporaryName(dir);
   std::filesystem::create_directory(temp, ec);
   if (ec) return IoError("cannot create '" + temp.string() + "': " + ec.message());
-  struct Cleanup {
-    std::filesystem::path path;
-    ~Cleanup() {
-      std::error_code ignored;
-      if (!path.empty()) RemoveTree(path, ignored);
-    }
-  } cleanup{temp};
+  ScopedRemoveTree cleanup(temp);
   ENGINE_RETURN_IF_ERROR(fill(temp));
   ENGINE_RETURN_IF_ERROR(SyncDirectory(temp));
   bool swapped = false;
   ENGINE_RETURN_IF_ERROR(Publish(temp, dir, &swapped));
   // After a swap `temp` holds what was at `dir` before, which the cleanup removes; after a plain
   // rename it no longer exists.
-  if (!swapped) cleanup.path.clear();
+  if (!swapped) cleanup.Release();
   return SyncDirectory(parent);
 }
 
 Status WriteCheckpoint(const std::filesystem::path& dir, CheckpointContents contents) {
-  const std::filesystem::path staged_dir = contents.staged_dir;
+  // The ranks' staged files are in the checkpoint now, or lost with a write that failed.
+  const ScopedRemoveTree staged(contents.staged_dir);
   Status status = PublishDirectory(dir, [&](const std::filesystem::path& temp) {
     return WriteContents(temp, std::move(contents));
   });
-  if (!staged_dir.empty()) {
-    std::error_code ignored;
-    RemoveTree(staged_dir, ignored);
-  }
   if (status.ok()) return status;
   // A full disk, a quota or a size limit lands here: say plainly that nothing was lost.
   return Status(status.code(),

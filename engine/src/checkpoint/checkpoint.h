@@ -62,7 +62,8 @@ struct CheckpointContents {
   // More files by name (the data's tokenizer.json and tokenizer_config.json).
   std::map<std::string, std::string> extra_files;
   // Files the ranks of a sharded stage wrote into `staged_dir` (RankFilesStagingDir), with their
-  // sizes and hashes: moved into the checkpoint as they are.
+  // sizes and hashes: moved into the checkpoint as they are; `staged_dir` is removed afterwards,
+  // whether the checkpoint was written or not.
   std::filesystem::path staged_dir;
   std::vector<proto::FileDigest> staged_files;
   // The model tensors the ranks' weight files hold (RankFile::kWeights), listed in the manifest

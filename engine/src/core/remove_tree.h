@@ -11,9 +11,28 @@
 
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 namespace engine {
 
 void RemoveTree(const std::filesystem::path& path, std::error_code& ec);
+
+// Removes `path` (RemoveTree, errors ignored) when it goes out of scope, unless released first: a
+// temporary directory that must not outlive a write that failed.
+class ScopedRemoveTree {
+ public:
+  explicit ScopedRemoveTree(std::filesystem::path path) : path_(std::move(path)) {}
+  ~ScopedRemoveTree() {
+    std::error_code ignored;
+    if (!path_.empty()) RemoveTree(path_, ignored);
+  }
+  ScopedRemoveTree(const ScopedRemoveTree&) = delete;
+  ScopedRemoveTree& operator=(const ScopedRemoveTree&) = delete;
+  // Keeps the path.
+  void Release() { path_.clear(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace engine

@@ -208,14 +208,9 @@ void RestoreGenerators(const StageParts& parts, const TrainingState& training,
 Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& position,
                            const CheckpointWrite& write) {
   RemoveStaleTemporaries(write.dir.parent_path(), /*keep=*/write.rank_files.dir);
-  // The ranks' staged files go with the checkpoint, or, on an error before it is written, away.
-  struct RemoveStaged {
-    std::filesystem::path dir;
-    ~RemoveStaged() {
-      std::error_code ignored;
-      if (!dir.empty()) RemoveTree(dir, ignored);
-    }
-  } remove_staged{write.rank_files.dir};
+  // The ranks' staged files go with the checkpoint (WriteCheckpoint then owns them), or, on an
+  // error before it is written, away.
+  ScopedRemoveTree staged(write.rank_files.dir);
   CheckpointContents contents;
   StageProgress progress;
   progress.step = position.step;
@@ -242,6 +237,7 @@ Status SaveStageCheckpoint(const StageParts& parts, const TrainingPosition& posi
                           StageTokenizerFiles(*parts.plan->stage, request.pipeline->base_dir));
   contents.staged_dir = write.rank_files.dir;
   contents.staged_files = write.rank_files.files;
+  staged.Release();
   return WriteCheckpoint(write.dir, std::move(contents));
 }
 
