@@ -522,7 +522,7 @@ TEST(ShardedDataParallelTest, ShardLevelsTwoAndThreeEndWhereDdpEnds) {
         {"run", "--nproc=4", "--oversubscribe",
          tmp.Write(four + ".pbtxt", DataParallelPipeline(four, 8, parallel)).string()});
     ASSERT_EQ(r4.exit_code, 0) << r4.err;
-    for (const std::string& name : {"", "_bf16"}) {
+    for (const std::string name : {"", "_bf16"}) {
       ExpectSameWeights(tmp.path() / ("ddp" + name) / weights, tmp.path() / (two + name) / weights,
                         /*exactly=*/true);
       ExpectSameOptimizerState(tmp.path() / ("ddp" + name) / state,
