@@ -2,25 +2,14 @@
 // Hugging Face model directory (adapters merged, a 4-bit base dequantized first); `peft` writes
 // the stage's adapters as PEFT loads them on its base; `bnb4` writes a 4-bit base as
 // bitsandbytes serializes it. The directory appears whole or not at all.
-#include <ATen/ATen.h>
-#include <torch/nn/module.h>
-#include <unistd.h>
-
-#include <cstring>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/peft_adapters.h"
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "core/atomic_file.h"
 #include "engine/dtype.h"
-#include "engine/untrusted_file.h"
-#include "export/bnb4_weights.h"
-#include "export/dense_weights.h"
 #include "run/generation_source.h"
+#include "run/model_export.h"
 
 namespace engine::cli {
 
@@ -71,166 +60,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json",
-                                           "tokenizer.model", "special_tokens_map.json",
-                                           "chat_template.jinja"};
-
-struct ExportFlags {
-  std::string format;
-  fs::path to;
-  at::ScalarType dtype = at::kFloat;
-  std::string dtype_name = "float32";
-  std::string base;
-  bool double_quant = false;
-};
-
-// What goes into the directory, by file name.
-struct ExportFiles {
-  safetensors::NamedTensors tensors;  // model.safetensors or adapter_model.safetensors
-  std::string tensor_file;
-  std::map<std::string, std::string> text_files;
-  std::vector<fs::path> copied;  // files copied as they are
-};
-
-// DIR must be new, or an empty directory: an export never mixes with what was there. A symlink
-// is refused rather than replaced by the directory, and the nearest directory that exists above
-// DIR must take new entries: all found before the model is built.
-Status CheckDestination(const fs::path& to) {
-  std::error_code ec;
-  const fs::file_status status = fs::symlink_status(to, ec);
-  if (fs::is_symlink(status)) {
-    return FailedPreconditionError("--to '" + to.string() + "' is a symlink (to '" +
-                                   fs::read_symlink(to, ec).string() +
-                                   "'); export writes a new directory in its place: give the "
-                                   "directory's own path, or a new one");
-  }
-  if (fs::exists(status) && (!fs::is_directory(status) || !fs::is_empty(to, ec))) {
-    return FailedPreconditionError("--to '" + to.string() +
-                                   "' exists and is not an empty directory; export writes a "
-                                   "new one");
-  }
-  fs::path existing = fs::absolute(to, ec).parent_path();
-  while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.root_path()) {
-    existing = existing.parent_path();
-  }
-  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
-    return FailedPreconditionError("--to '" + to.string() + "': cannot write in '" +
-                                   existing.string() + "' (" + std::strerror(errno) + ")");
-  }
-  return Status::Ok();
-}
-
-// The tokenizer files of the weights' directory, or else of the base model's.
-std::vector<fs::path> TokenizerFiles(const GenerationSource& source) {
-  for (const fs::path& dir : {source.files_dir(), source.base_model_dir()}) {
-    std::vector<fs::path> found;
-    std::error_code ec;
-    for (const char* name : kTokenizerFiles) {
-      if (!dir.empty() && fs::is_regular_file(dir / name, ec)) found.push_back(dir / name);
-    }
-    if (!found.empty()) return found;
-  }
-  return {};
-}
-
-// config.json of the model as built, with torch_dtype set to the export's (and the
-// quantization_config, unless null); and generation_config.json: the source's own, or one holding
-// the config's token ids.
-Status AddHfConfigs(const Model& model, const GenerationSource& source, const ExportFlags& flags,
-                    const nlohmann::ordered_json& quantization_config, ExportFiles* files) {
-  auto config = nlohmann::ordered_json::parse(model.config_json(), nullptr, false);
-  if (!config.is_object()) {
-    return InternalError("the model's config_json() is not a JSON object");
-  }
-  config["torch_dtype"] = flags.dtype_name;
-  if (config.contains("dtype")) config["dtype"] = flags.dtype_name;
-  if (!quantization_config.is_null()) config["quantization_config"] = quantization_config;
-  files->text_files["config.json"] = config.dump(2) + "\n";
-  std::error_code ec;
-  for (const fs::path& dir : {source.files_dir(), source.base_model_dir()}) {
-    if (!dir.empty() && fs::is_regular_file(dir / "generation_config.json", ec)) {
-      files->copied.push_back(dir / "generation_config.json");
-      return Status::Ok();
-    }
-  }
-  nlohmann::ordered_json generation = nlohmann::ordered_json::object();
-  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-    if (config.contains(key) && !config[key].is_null()) generation[key] = config[key];
-  }
-  files->text_files["generation_config.json"] = generation.dump(2) + "\n";
-  return Status::Ok();
-}
-
-// transformers' BitsAndBytesConfig for the bnb4 tensors, as transformers writes it in config.json.
-nlohmann::ordered_json QuantizationConfig(const Bnb4Export& bnb, bool double_quant) {
-  return {{"quant_method", "bitsandbytes"},
-          {"_load_in_4bit", true},
-          {"_load_in_8bit", false},
-          {"load_in_4bit", true},
-          {"load_in_8bit", false},
-          {"bnb_4bit_quant_type", "nf4"},
-          {"bnb_4bit_use_double_quant", double_quant},
-          {"bnb_4bit_compute_dtype", bnb.compute_dtype},
-          {"bnb_4bit_quant_storage", "uint8"},
-          {"llm_int8_skip_modules", bnb.dense_linears},
-          {"llm_int8_threshold", 6.0},
-          {"llm_int8_has_fp16_weight", false},
-          {"llm_int8_enable_fp32_cpu_offload", false}};
-}
-
-StatusOr<ExportFiles> CollectFiles(Model& model, const GenerationSource& source,
-                                   const ExportFlags& flags) {
-  ExportFiles files;
-  if (flags.format == "hf") {
-    ENGINE_ASSIGN_OR_RETURN(files.tensors, DenseWeights(model.module(), flags.dtype));
-    files.tensor_file = kModelFile;
-    ENGINE_RETURN_IF_ERROR(AddHfConfigs(model, source, flags, nullptr, &files));
-  } else if (flags.format == "bnb4") {
-    ENGINE_ASSIGN_OR_RETURN(Bnb4Export bnb,
-                            Bnb4Weights(model.module(), flags.dtype, flags.double_quant));
-    files.tensors = std::move(bnb.tensors);
-    files.tensor_file = kModelFile;
-    ENGINE_RETURN_IF_ERROR(
-        AddHfConfigs(model, source, flags, QuantizationConfig(bnb, flags.double_quant), &files));
-  } else {
-    const std::string base =
-        flags.base.empty() ? source.base_model_dir().string() : fs::absolute(flags.base).string();
-    ENGINE_ASSIGN_OR_RETURN(
-        PeftAdapterFiles peft,
-        MakePeftAdapterFiles(*source.stage(), model.module(), base,
-                             model.transformers_module_prefixes(), source.pipeline_dir()));
-    files.tensors = std::move(peft.tensors);
-    files.tensor_file = kAdapterFile;
-    files.text_files[kAdapterConfigFile] = std::move(peft.config_json);
-  }
-  for (const fs::path& file : TokenizerFiles(source)) files.copied.push_back(file);
-  if (!source.image_processor_file().empty()) {
-    ENGINE_ASSIGN_OR_RETURN(files.text_files[kImageProcessorFile],
-                            ReadUntrustedFile(source.image_processor_file(), FileKind::kConfig));
-  }
-  return files;
-}
-
-Status WriteFiles(const fs::path& dir, const ExportFiles& files) {
-  ENGINE_RETURN_IF_ERROR(
-      safetensors::Write(dir / files.tensor_file, files.tensors, {{"format", "pt"}}));
-  for (const auto& [name, text] : files.text_files) {
-    ENGINE_RETURN_IF_ERROR(WriteFileAtomically(dir / name, text));
-  }
-  for (const fs::path& file : files.copied) {
-    // Tokenizer files: tokenizer.json, tokenizer.model, their configs and templates.
-    ENGINE_ASSIGN_OR_RETURN(std::string bytes, ReadUntrustedFile(file, FileKind::kTokenizer));
-    ENGINE_RETURN_IF_ERROR(WriteFileAtomically(dir / file.filename(), bytes));
-  }
-  return Status::Ok();
-}
-
-void PrintSummary(const GenerationSource& source, const ExportFlags& flags,
-                  const ExportFiles& files) {
+void PrintSummary(const GenerationSource& source, const std::string& format,
+                  const ExportOptions& options, const ExportedFiles& files) {
   int64_t bytes = 0;
   for (const auto& [name, tensor] : files.tensors) bytes += tensor.numel() * tensor.element_size();
-  std::cout << "exported " << source.description() << " to " << flags.to.string() << " ("
-            << flags.format << (flags.format != "peft" ? ", " + flags.dtype_name : "") << ")\n"
+  std::cout << "exported " << source.description() << " to " << options.to.string() << " ("
+            << format << (options.format != ExportFormat::kPeft ? ", " + options.dtype_name : "")
+            << ")\n"
             << "  " << files.tensor_file << "  " << files.tensors.size() << " tensors, " << bytes
             << " bytes\n";
   for (const auto& [name, text] : files.text_files) std::cout << "  " << name << "\n";
@@ -240,36 +76,38 @@ void PrintSummary(const GenerationSource& source, const ExportFlags& flags,
   }
 }
 
-// The flags as ExportFlags; a.error says what is wrong.
-ExportFlags ReadExportFlags(Arguments& a) {
-  ExportFlags flags;
-  flags.format = a.Get("format");
-  flags.to = a.Get("to");
-  flags.base = a.Get("base");
+// The flags as ExportOptions; a.error says what is wrong.
+ExportOptions ReadExportOptions(Arguments& a) {
+  ExportOptions options;
+  options.to = a.Get("to");
+  options.base = a.Get("base");
   if (a.positional.size() != 1) a.error = "expected one SOURCE";
-  if (a.error.empty() && flags.to.empty()) a.error = "--to=DIR is required";
-  if (a.error.empty() && flags.format != "hf" && flags.format != "peft" && flags.format != "bnb4") {
-    a.error = "--format must be hf, peft or bnb4, not '" + flags.format + "'";
+  if (a.error.empty() && options.to.empty()) a.error = "--to=DIR is required";
+  if (a.error.empty()) {
+    if (StatusOr<ExportFormat> format = ParseExportFormat(a.Get("format")); !format.ok()) {
+      a.error = format.status().message();
+    } else {
+      options.format = *format;
+    }
   }
+  const bool peft = options.format == ExportFormat::kPeft;
   if (a.error.empty() && a.Has("dtype")) {
-    if (flags.format == "peft") {
+    if (peft) {
       a.error = "--dtype is for --format=hf and bnb4 (adapters keep their trained dtype)";
     } else if (StatusOr<at::ScalarType> dtype = ParseDtype(a.Get("dtype")); !dtype.ok()) {
       a.error = dtype.status().message();
     } else {
-      flags.dtype = *dtype;
-      flags.dtype_name = TorchDtypeName(*dtype);
+      options.dtype = *dtype;
+      options.dtype_name = TorchDtypeName(*dtype);
     }
   }
-  if (a.error.empty() && !flags.base.empty() && flags.format != "peft") {
-    a.error = "--base is for --format=peft";
-  }
-  flags.double_quant = a.Has("double_quant");
-  if (a.error.empty() && flags.double_quant && flags.format != "bnb4") {
+  if (a.error.empty() && !options.base.empty() && !peft) a.error = "--base is for --format=peft";
+  options.double_quant = a.Has("double_quant");
+  if (a.error.empty() && options.double_quant && options.format != ExportFormat::kBnb4) {
     a.error = "--double_quant is for --format=bnb4";
   }
-  if (!flags.to.empty()) flags.to = fs::absolute(flags.to).lexically_normal();
-  return flags;
+  if (!options.to.empty()) options.to = fs::absolute(options.to).lexically_normal();
+  return options;
 }
 
 }  // namespace
@@ -283,7 +121,7 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::cout << ExportHelp();
     return kExitOk;
   }
-  const ExportFlags flags = ReadExportFlags(a);
+  const ExportOptions options = ReadExportOptions(a);
   if (!a.error.empty()) {
     std::cerr << "engine export: " << a.error << "\n\n" << ExportHelp();
     return kExitUsage;
@@ -292,33 +130,21 @@ int ExportCommand(const std::vector<std::string>& args) {
     std::cerr << "engine export: " << status.message() << "\n";
     return kExitFailure;
   };
-  if (Status free = CheckDestination(flags.to); !free.ok()) return fail(free);
-  GenerationSourceOptions options;
-  options.plugin_path = a.Get("plugin_path");
-  options.base_path = a.Get("base_path");
-  options.checkpoint = a.Get("checkpoint");
-  options.output_dir = a.Get("output_dir");
-  options.need_text = false;
-  options.command = "export";
-  auto source = GenerationSource::Open(a.positional[0], options);
+  // Before the source is opened: a destination that cannot be written fails in a second.
+  if (Status free = CheckExportDestination(options.to); !free.ok()) return fail(free);
+  GenerationSourceOptions source_options;
+  source_options.plugin_path = a.Get("plugin_path");
+  source_options.base_path = a.Get("base_path");
+  source_options.checkpoint = a.Get("checkpoint");
+  source_options.output_dir = a.Get("output_dir");
+  source_options.need_text = false;
+  source_options.command = "export";
+  auto source = GenerationSource::Open(a.positional[0], source_options);
   if (!source.ok()) return fail(source.status());
   PrintNotes((*source)->notes());
-  if (flags.format == "peft" && (*source)->stage() == nullptr) {
-    return fail(FailedPreconditionError((*source)->description() +
-                                        " holds no adapters: export --format=peft from a stage "
-                                        "that trained some (PIPELINE.pbtxt:STAGE)"));
-  }
-  ExportFiles files;
-  Status status = (*source)->WithModel([&](Model& model) -> Status {
-    ENGINE_ASSIGN_OR_RETURN(files, CollectFiles(model, **source, flags));
-    return Status::Ok();
-  });
-  if (status.ok()) {
-    status =
-        PublishDirectory(flags.to, [&](const fs::path& temp) { return WriteFiles(temp, files); });
-  }
-  if (!status.ok()) return fail(status);
-  PrintSummary(**source, flags, files);
+  StatusOr<ExportedFiles> files = ExportModel(**source, options);
+  if (!files.ok()) return fail(files.status());
+  PrintSummary(**source, a.Get("format"), options, *files);
   return kExitOk;
 }
 

@@ -2,23 +2,22 @@
 // JSONL file, with images for a vision-language model) are rendered with the model's chat
 // template unless --raw, encoded, left-padded into batches and continued by the model's
 // TextGenerator (ImageTextGenerator when a batch has images) until a stop id or --max_new_tokens.
-#include <ATen/ATen.h>
-#include <torch/nn/module.h>
+#include <ATen/core/Tensor.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/arguments.h"
 #include "cli/commands.h"
-#include "engine/image_batch.h"
-#include "engine/image_file.h"
-#include "engine/image_tokens.h"
 #include "engine/json_text.h"
 #include "engine/text_generator.h"
+#include "run/generation_prompts.h"
 #include "run/generation_source.h"
+#include "run/prompt_replies.h"
 
 namespace engine::cli {
 
@@ -75,40 +74,6 @@ no chat template without --raw, a prompt too long for the model, ...), 2 for a w
 
 namespace {
 
-struct Prompt {
-  nlohmann::ordered_json messages;  // a conversation; null with --raw
-  std::string text;                 // with --raw: the text; otherwise the rendered conversation
-  std::string origin;               // "--prompt 2", "FILE:3", for errors
-  std::vector<std::filesystem::path> images;  // shown where the messages say <image>
-  ExampleImages pixels;                       // the images' patches and grids, once encoded
-};
-
-// The images of a line of --input ("images": [...] or "image"), relative to its file.
-StatusOr<std::vector<std::filesystem::path>> LineImages(const nlohmann::ordered_json& json,
-                                                        const std::filesystem::path& dir,
-                                                        const std::string& origin) {
-  std::vector<std::filesystem::path> images;
-  for (const char* key : {"images", "image"}) {
-    auto it = json.find(key);
-    if (it == json.end() || it->is_null()) continue;
-    const nlohmann::ordered_json list = it->is_array() ? *it : nlohmann::ordered_json::array({*it});
-    for (const auto& image : list) {
-      if (!image.is_string() || image.get<std::string>().empty()) {
-        return InvalidArgumentError(origin + ": \"" + key + "\" must hold image paths");
-      }
-      images.push_back(dir / image.get<std::string>());
-    }
-  }
-  return images;
-}
-
-// "<image><image>text": the images first, as Qwen2-VL's examples put them.
-std::string WithImagePlaceholders(size_t images, const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < images; ++i) out += kImagePlaceholder;
-  return out + text;
-}
-
 struct GenerateFlags {
   GenerationOptions generation;
   std::string format = "text";
@@ -117,146 +82,16 @@ struct GenerateFlags {
   int64_t batch_size = 8;
 };
 
-// One prompt from a line of --input: {"messages": [...]} or {"prompt": "..."}, and its images.
-StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& origin, bool raw,
-                                const std::filesystem::path& dir) {
-  const auto json = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || !(json.contains("messages") || json.contains("prompt"))) {
-    return InvalidArgumentError(origin +
-                                ": expected a JSON object with \"messages\" or \"prompt\"");
-  }
-  Prompt prompt;
-  prompt.origin = origin;
-  ENGINE_ASSIGN_OR_RETURN(prompt.images, LineImages(json, dir, origin));
-  if (raw && !prompt.images.empty()) {
-    return InvalidArgumentError(origin + ": images need the chat template (no --raw)");
-  }
-  if (json.contains("messages")) {
-    if (raw)
-      return InvalidArgumentError(origin + ": \"messages\" need the chat template (no --raw)");
-    ENGINE_RETURN_IF_ERROR(chat::ValidateConversation(json["messages"]).WithContext(origin));
-    prompt.messages = json["messages"];
-    return prompt;
-  }
-  if (!json["prompt"].is_string()) {
-    return InvalidArgumentError(origin + ": \"prompt\" must be a string");
-  }
-  std::string text = json["prompt"].get<std::string>();
-  if (raw) {
-    prompt.text = text;
-  } else {
-    if (text.find(kImagePlaceholder) == std::string::npos) {
-      text = WithImagePlaceholders(prompt.images.size(), text);
-    }
-    prompt.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
-  }
-  return prompt;
-}
-
+// The prompts of --prompt (with --image and --system) and of --input's lines.
 StatusOr<std::vector<Prompt>> ReadPrompts(const Arguments& a, const GenerateFlags& flags) {
-  std::vector<Prompt> prompts;
-  const std::vector<std::string> texts = a.GetAll("prompt");
-  const std::vector<std::string> images = a.GetAll("image");
-  for (size_t i = 0; i < texts.size(); ++i) {
-    Prompt prompt;
-    prompt.origin = "--prompt " + std::to_string(i + 1);
-    prompt.images.assign(images.begin(), images.end());
-    if (flags.raw) {
-      prompt.text = texts[i];
-    } else {
-      prompt.messages = nlohmann::ordered_json::array();
-      if (!flags.system.empty()) {
-        prompt.messages.push_back({{"role", "system"}, {"content", flags.system}});
-      }
-      prompt.messages.push_back(
-          {{"role", "user"}, {"content", WithImagePlaceholders(images.size(), texts[i])}});
-    }
-    prompts.push_back(std::move(prompt));
-  }
+  std::vector<Prompt> prompts =
+      PromptsFromTexts(a.GetAll("prompt"), a.GetAll("image"), flags.system, flags.raw);
   if (a.Has("input")) {
-    const std::string file = a.Get("input");
-    std::ifstream in(file);
-    if (!in) return NotFoundError("--input: cannot open '" + file + "'");
-    std::string line;
-    for (int64_t number = 1; std::getline(in, line); ++number) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      ENGINE_ASSIGN_OR_RETURN(Prompt prompt,
-                              PromptFromLine(line, file + ":" + std::to_string(number), flags.raw,
-                                             std::filesystem::path(file).parent_path()));
-      prompts.push_back(std::move(prompt));
-    }
-    if (in.bad()) return IoError("--input: cannot read '" + file + "'");
+    ENGINE_ASSIGN_OR_RETURN(std::vector<Prompt> lines, ReadPromptFile(a.Get("input"), flags.raw));
+    for (Prompt& prompt : lines) prompts.push_back(std::move(prompt));
   }
   if (prompts.empty()) return InvalidArgumentError("no prompts (give --prompt or --input)");
   return prompts;
-}
-
-// Reads the prompt's images through the source's image processor and gives each its image
-// tokens in `ids`.
-Status AddImages(const GenerationSource& source, Prompt* prompt, std::vector<int64_t>* ids) {
-  if (prompt->images.empty()) return Status::Ok();
-  const Qwen2VlImageProcessor* processor = source.image_processor();
-  if (processor == nullptr) {
-    return FailedPreconditionError(source.description() + " has no image processor (" +
-                                   kImageProcessorFile +
-                                   " beside its tokenizer) to read images with");
-  }
-  const std::vector<int64_t> pad = source.tokenizer().Encode(kImagePadToken);
-  if (pad.size() != 1) {
-    return FailedPreconditionError(std::string("the tokenizer has no ") + kImagePadToken +
-                                   " token, which images need");
-  }
-  std::vector<int64_t> counts;
-  std::vector<at::Tensor> patches;
-  for (const std::filesystem::path& path : prompt->images) {
-    ENGINE_ASSIGN_OR_RETURN(RgbImage image, ReadRgbImage(path));
-    ENGINE_ASSIGN_OR_RETURN(ImageGrid grid, processor->GridFor(image.height, image.width));
-    ENGINE_ASSIGN_OR_RETURN(at::Tensor values, processor->Patches(image));
-    counts.push_back(processor->TokensFor(grid));
-    patches.push_back(values);
-    prompt->pixels.grids.push_back(grid);
-  }
-  prompt->pixels.patches = at::cat(patches);
-  return ExpandImageTokens(pad[0], counts, ids, nullptr);
-}
-
-// The ids each prompt starts from: the rendered conversation (its template writes any bos), or
-// bos and the raw text, as the data loaders encode a document.
-StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& prompts,
-                                                          const GenerationSource& source,
-                                                          bool raw) {
-  std::optional<chat::ChatTemplate> chat_template;
-  if (!raw) {
-    if (source.chat() == nullptr) {
-      return FailedPreconditionError(source.chat_absence() +
-                                     "; give --raw to continue prompts as plain text");
-    }
-    ENGINE_ASSIGN_OR_RETURN(chat_template, source.chat()->Load());
-  }
-  std::vector<std::vector<int64_t>> encoded;
-  for (Prompt& prompt : prompts) {
-    std::vector<int64_t> ids;
-    if (raw) {
-      if (source.tokenizer().bos_id() >= 0) ids.push_back(source.tokenizer().bos_id());
-    } else {
-      const int64_t marked = MarkImagePlaceholders(&prompt.messages);
-      if (marked != static_cast<int64_t>(prompt.images.size())) {
-        return InvalidArgumentError(prompt.origin + ": " + std::to_string(marked) + " " +
-                                    kImagePlaceholder + " placeholder(s) for " +
-                                    std::to_string(prompt.images.size()) + " image(s)");
-      }
-      chat::ChatRenderOptions render;
-      render.add_generation_prompt = true;
-      ENGINE_ASSIGN_OR_RETURN(
-          prompt.text, chat_template->Render(prompt.messages, render).WithContext(prompt.origin));
-    }
-    const std::vector<int64_t> body = source.tokenizer().Encode(prompt.text);
-    ids.insert(ids.end(), body.begin(), body.end());
-    if (ids.empty()) return InvalidArgumentError(prompt.origin + ": the prompt has no tokens");
-    ENGINE_RETURN_IF_ERROR(AddImages(source, &prompt, &ids).WithContext(prompt.origin));
-    encoded.push_back(std::move(ids));
-  }
-  return encoded;
 }
 
 // Prints a single reply as it grows, holding back a trailing incomplete UTF-8 character.
@@ -288,114 +123,6 @@ class ReplyStreamer {
   size_t printed_ = 0;
   bool stopped_ = false;
 };
-
-struct Reply {
-  std::vector<int64_t> ids;  // without the stop id
-  std::string text;
-  bool stopped = false;
-};
-
-// The images of prompts [begin, end) as the model reads them; an empty batch when none has any.
-StatusOr<Batch> BatchImages(const std::vector<Prompt>& prompts, size_t begin, size_t end,
-                            const GenerationSource& source, const at::Device& device) {
-  std::vector<ExampleImages> rows;
-  bool any = false;
-  for (size_t i = begin; i < end; ++i) {
-    rows.push_back(prompts[i].pixels);
-    any = any || !prompts[i].pixels.grids.empty();
-  }
-  Batch images;
-  if (!any) return images;
-  PackImages(rows, source.image_processor()->patch_values(), &images);
-  for (auto& [name, tensor] : images) tensor = tensor.to(device);
-  return images;
-}
-
-// The replies of prompts [begin, end): one left-padded batch.
-StatusOr<std::vector<Reply>> GenerateBatch(Model& model, TextGenerator& generator,
-                                           const GenerationSource& source,
-                                           const std::vector<Prompt>& prompts,
-                                           const std::vector<std::vector<int64_t>>& encoded,
-                                           size_t begin, size_t end, GenerationOptions options) {
-  size_t length = 0;
-  for (size_t i = begin; i < end; ++i) length = std::max(length, encoded[i].size());
-  const int64_t rows = static_cast<int64_t>(end - begin);
-  const int64_t pad = std::max<int64_t>(source.tokenizer().pad_id(), 0);
-  at::Tensor ids = at::full({rows, static_cast<int64_t>(length)}, pad, at::kLong);
-  at::Tensor mask = at::zeros({rows, static_cast<int64_t>(length)}, at::kLong);
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto& row = encoded[begin + r];
-    const int64_t offset = static_cast<int64_t>(length - row.size());
-    ids[r].narrow(0, offset, row.size()).copy_(at::tensor(row, at::kLong));
-    mask[r].narrow(0, offset, row.size()).fill_(1);
-  }
-  at::Device device = at::kCPU;
-  for (const at::Tensor& parameter : model.module().parameters()) {
-    device = parameter.device();
-    break;
-  }
-  ENGINE_ASSIGN_OR_RETURN(Batch images, BatchImages(prompts, begin, end, source, device));
-  at::Tensor generated;
-  if (images.empty()) {
-    ENGINE_ASSIGN_OR_RETURN(generated,
-                            generator.Generate(ids.to(device), mask.to(device), options));
-  } else {
-    auto* image_generator = dynamic_cast<ImageTextGenerator*>(&model);
-    if (image_generator == nullptr) {
-      return FailedPreconditionError("the model (" + model.architecture() +
-                                     ") cannot read images: it does not implement "
-                                     "engine::ImageTextGenerator");
-    }
-    ENGINE_ASSIGN_OR_RETURN(generated, image_generator->GenerateWithImages(
-                                           ids.to(device), mask.to(device), images, options));
-  }
-  generated = generated.cpu();
-  std::vector<Reply> replies(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t t = 0; t < generated.size(1); ++t) {
-      const int64_t id = generated[r][t].item<int64_t>();
-      if (std::find(options.stop_ids.begin(), options.stop_ids.end(), id) !=
-          options.stop_ids.end()) {
-        replies[r].stopped = true;
-        break;
-      }
-      replies[r].ids.push_back(id);
-    }
-    replies[r].text = source.tokenizer().Decode(replies[r].ids);
-  }
-  return replies;
-}
-
-// Every prompt's reply, batch by batch; a single prompt on a terminal streams to stdout.
-StatusOr<std::vector<Reply>> GenerateAll(Model& model, const GenerationSource& source,
-                                         const std::vector<Prompt>& prompts,
-                                         const std::vector<std::vector<int64_t>>& encoded,
-                                         const GenerateFlags& flags, ReplyStreamer* streamer) {
-  auto* generator = dynamic_cast<TextGenerator*>(&model);
-  if (generator == nullptr) {
-    return FailedPreconditionError("the model (" + model.architecture() +
-                                   ") cannot generate text: it does not implement "
-                                   "engine::TextGenerator");
-  }
-  GenerationOptions options = flags.generation;
-  options.stop_ids = source.stop_ids();
-  if (streamer != nullptr) {
-    options.on_step = [streamer](const at::Tensor& step) { streamer->OnStep(step.cpu()); };
-  }
-  std::vector<Reply> replies;
-  for (size_t begin = 0; begin < encoded.size(); begin += flags.batch_size) {
-    const size_t end = std::min(encoded.size(), begin + static_cast<size_t>(flags.batch_size));
-    StatusOr<std::vector<Reply>> batch =
-        GenerateBatch(model, *generator, source, prompts, encoded, begin, end, options);
-    if (!batch.ok() && encoded.size() > 1) {
-      return batch.status().WithContext("prompts " + std::to_string(begin + 1) + "-" +
-                                        std::to_string(end));
-    }
-    if (!batch.ok()) return batch.status();
-    replies.insert(replies.end(), batch->begin(), batch->end());
-  }
-  return replies;
-}
 
 void PrintReplies(const std::vector<Prompt>& prompts, const std::vector<Reply>& replies,
                   const GenerationSource& source, const GenerateFlags& flags,
@@ -486,10 +213,14 @@ int GenerateCommand(const std::vector<std::string>& args) {
   if (flags.format == "text" && prompts->size() == 1 && isatty(STDOUT_FILENO)) {
     streamer.emplace((*source)->tokenizer(), (*source)->stop_ids());
   }
+  GenerationOptions options = flags.generation;
+  if (streamer) {
+    options.on_step = [&streamer](const at::Tensor& step) { streamer->OnStep(step.cpu()); };
+  }
   std::vector<Reply> replies;
   Status status = (*source)->WithModel([&](Model& model) -> Status {
-    ENGINE_ASSIGN_OR_RETURN(replies, GenerateAll(model, **source, *prompts, *encoded, flags,
-                                                 streamer ? &*streamer : nullptr));
+    ENGINE_ASSIGN_OR_RETURN(
+        replies, GenerateReplies(model, **source, *prompts, *encoded, options, flags.batch_size));
     return Status::Ok();
   });
   if (!status.ok()) return fail(status);
