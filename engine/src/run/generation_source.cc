@@ -60,7 +60,7 @@ StatusOr<std::unique_ptr<Tokenizer>> DirectoryTokenizer(const fs::path& dir) {
                        "' has no tokenizer.json or tokenizer.model to encode prompts with");
 }
 
-// --dtype: config.json's names (float32, bfloat16, float16) or the engine's (f32, bf16, f16).
+// --device: cpu or cuda[:N], refused when this build or machine has no CUDA.
 StatusOr<at::Device> ParseDevice(const std::string& text) {
   try {
     const at::Device device(text);
