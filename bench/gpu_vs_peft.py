@@ -64,9 +64,29 @@ def write_checkpoint(name, directory):
     spec = dict(MODELS[name])
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
     torch.manual_seed(1)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    # Initialised on the GPU where there is one: a billion random weights take most of a minute on
+    # the CPU, and the GPU machine's time is short.
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(directory)
-    return sum(p.numel() for p in model.parameters())
+    parameters = sum(p.numel() for p in model.parameters())
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return parameters
+
+
+def cached_checkpoint(name, cache):
+    """The model's random checkpoint in cache/name, written once: the LoRA and QLoRA runs share it."""
+    directory = os.path.join(cache, name)
+    marker = os.path.join(directory, "parameters.txt")
+    if not os.path.exists(marker):
+        os.makedirs(directory, exist_ok=True)
+        parameters = write_checkpoint(name, directory)
+        with open(marker, "w") as f:
+            f.write(str(parameters))
+    with open(marker) as f:
+        return directory, int(f.read())
 
 
 def engine_pipeline(out_dir, data, checkpoint, args, checkpointing, qlora):
@@ -191,14 +211,18 @@ def main():
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--engine-only", action="store_true")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--checkpoint-cache",
+                        help="keep the random checkpoint in DIR/MODEL and reuse it if it is there")
     args = parser.parse_args()
     if args.warmup < 1:
         parser.error("--warmup must be at least 1 (the first step compiles and allocates)")
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.checkpointing]
     kind = "qlora" if args.qlora else "lora"
     rows = []
-    with tempfile.TemporaryDirectory(prefix="gpu-vs-peft-model-") as checkpoint:
-        parameters = write_checkpoint(args.model, checkpoint)
+    with tempfile.TemporaryDirectory(prefix="gpu-vs-peft-model-") as scratch:
+        start = time.perf_counter()
+        checkpoint, parameters = cached_checkpoint(args.model, args.checkpoint_cache or scratch)
+        print(f"the checkpoint: {time.perf_counter() - start:.1f} s")
         print(f"{args.model} ({parameters / 1e9:.2f} B parameters, random, bf16), {kind}, batch "
               f"{args.batch} x {args.seq} tokens, LoRA r=16, {args.steps} steps after {args.warmup}")
         print(f"{'checkpointing':<14} {'side':<18} {'tokens/s':>10} {'peak GiB':>9} {'loss':>7} "

@@ -5,7 +5,7 @@
 # nvcc against the same torch 2.11.0+cu130 wheel the GPU machine's Python has) with the Debian
 # libraries it loads, and every other step runs from that bundle.
 #
-# Here:   scripts/setup.sh build && scripts/device_perf.sh pack    # writes .devbundle/ (~30 MB)
+# Here:   scripts/setup.sh build && scripts/device_perf.sh pack    # writes .devbundle/ (~21 MB)
 # There:  device run, carry [".devbundle"]:
 #           bash scripts/device_perf.sh env tests kernels peft      # logs and JSON into $OUT
 #         a dry run here (no CUDA: the GPU tests skip, the benchmarks refuse) checks the rest:
@@ -29,7 +29,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle_dir=$root/.devbundle
-bundle=$bundle_dir/bundle.tar.zst
+bundle=$bundle_dir/bundle.tar.xz
 here_root=/work/main   # where this machine's build lives: the paths compiled into it
 out=${OUT:-/tmp/device_perf}
 status=0
@@ -57,9 +57,9 @@ pack() {
   (cd "$(dirname "$site")" && find bitsandbytes bitsandbytes-*.dist-info -name __pycache__ -prune -o -type f \
     ! -name 'libbitsandbytes_*.so' -print | tar -cf - -T - | tar -C "$stage/site" -xf -)
   cp "$site/libbitsandbytes_cuda130.so" "$stage/site/bitsandbytes/"
-  cp "$root/data/fortunes.txt" "$stage/data/"
+  cp -r "$root/data/." "$stage/data/"
   mkdir -p "$bundle_dir"
-  tar -C "$stage" -cf - . | zstd -q -19 -T0 -f -o "$bundle"
+  tar -C "$stage" -cf - . | xz -T0 -6 >"$bundle"
   echo "$bundle: $(du -h "$bundle" | cut -f1) ($(wc -l <"$stage.list") build files," \
     "$(ls "$stage/debian" | wc -l) Debian libraries)"
 }
@@ -68,12 +68,15 @@ pack() {
 unpack() {
   [ -f "$bundle" ] || { echo "no $bundle: run 'scripts/device_perf.sh pack' here and carry .devbundle" >&2; exit 2; }
   local dest=/opt/devbundle
-  rm -rf "$dest" && mkdir -p "$dest" && zstd -q -dc "$bundle" | tar -C "$dest" -xf -
+  rm -rf "$dest" && mkdir -p "$dest" && { xz -dc "$bundle" | tar -C "$dest" -xf - || { echo "$bundle: could not unpack" >&2; exit 2; }; }
   # A configured build is this machine's own (the dry run): it stays, as does a real .venv.
   if [ ! -f "$root/build/CMakeCache.txt" ]; then rm -rf "$root/build" && mv "$dest/build" "$root/build"; fi
   if [ "$root" != "$here_root" ]; then
-    [ -e "$here_root" ] && { echo "$here_root exists and is not this tree" >&2; exit 2; }
-    mkdir -p "$(dirname "$here_root")" && ln -s "$root" "$here_root"
+    # A second run in the same machine finds the link the first one made.
+    if [ "$(readlink -f "$here_root")" != "$(readlink -f "$root")" ]; then
+      [ -e "$here_root" ] && { echo "$here_root exists and is not this tree" >&2; exit 2; }
+      mkdir -p "$(dirname "$here_root")" && ln -s "$root" "$here_root"
+    fi
   fi
   local site venv=$root/.venv
   if [ ! -f "$venv/pyvenv.cfg" ]; then
@@ -83,7 +86,7 @@ unpack() {
     printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" >"$venv/bin/python"
     chmod +x "$venv/bin/python"
   fi
-  mkdir -p "$root/data" && cp -n "$dest/data/"* "$root/data/"
+  mkdir -p "$root/data" && cp -rn "$dest/data/." "$root/data/"
   # libengine.so needs libcudart itself: the one torch's CUDA wheel brings, wherever it lies there.
   local cudart
   cudart=$(find -L "$venv/lib/python3.11/site-packages/nvidia" -name 'libcudart.so.13' -print -quit 2>/dev/null)
@@ -118,7 +121,8 @@ peft_bench() {
   local mode=$1 model
   for model in qwen2.5-0.5b llama-3.2-1b; do
     "$py" "$root/bench/gpu_vs_peft.py" --model "$model" --engine "$root/build/bin/engine" \
-      --steps 10 --warmup 2 ${mode:+--$mode} --json "$out/gpu_vs_peft_${model}${mode:+_$mode}.json" || return
+      --steps 10 --warmup 2 ${mode:+--$mode} --json "$out/gpu_vs_peft_${model}${mode:+_$mode}.json" \
+      --checkpoint-cache /tmp/gpu_vs_peft_checkpoints || return
   done
 }
 

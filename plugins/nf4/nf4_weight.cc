@@ -13,12 +13,16 @@ at::Tensor Nf4Weight::DequantizeRows(int64_t begin, int64_t end, c10::ScalarType
 // a 2-core AMD EPYC, 4096 x 4096: 1.4-1.8x faster up to 4 rows, even at 8, 0.7x at 16); in f32
 // the kernel stays ahead up to 16 (1.5-4.5x).
 constexpr int64_t kBf16FewRows = 4;
+// On a GPU the kernel reads all of x for each weight row: on an H200 (bench/nf4_cuda_bench,
+// 4096 x 4096, bf16, 2026-11-29) it took 0.59x the time of dequantize + GEMM for 1 row, 2.1x for
+// 4 and 7.5x for 16. One generated token of one prompt takes it.
+constexpr int64_t kGpuFewRows = 1;
 
 at::Tensor Nf4Weight::MatmulFewRows(const at::Tensor& x, c10::ScalarType compute) const {
-  if (!kernels::CpuKernelsSwitchedOn() || !kernels::Nf4MatmulRowsSupports(q_, x, compute) ||
-      (compute == at::kBFloat16 && x.size(0) > kBf16FewRows)) {
-    return at::Tensor();
-  }
+  const bool taken = x.is_cuda() ? x.size(0) <= kGpuFewRows
+                                 : kernels::CpuKernelsSwitchedOn() &&
+                                       (compute != at::kBFloat16 || x.size(0) <= kBf16FewRows);
+  if (!taken || !kernels::Nf4MatmulRowsSupports(q_, x, compute)) return at::Tensor();
   return kernels::Nf4MatmulRows(x, q_, compute);
 }
 

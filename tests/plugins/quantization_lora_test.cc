@@ -154,6 +154,28 @@ TEST(QuantizedLinearTest, FewRowsFromTheCodesEqualTheTiledProduct) {
   }
 }
 
+// On a GPU one row (a generated token) multiplies from the codes (cuda::Nf4MatmulFewRows) and more
+// rows take the dequantized bf16 tiles and cuBLAS; both give what the CPU gives.
+TEST(QuantizedLinearTest, OneRowOnAGpuFromTheCodesEqualsTheTiledProductAndTheCpu) {
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(4);
+  for (const std::string compute : {"FP32", "BF16"}) {
+    Linear layer(512, 1024, /*with_bias=*/true);
+    ASSERT_TRUE(
+        layer->Quantize(QuantizeWith("nf4", "compute_dtype: " + compute, layer->weight.detach()))
+            .ok());
+    const at::Tensor x = at::randn({1, 512});
+    const at::Tensor on_cpu = layer->forward(x);
+    layer->to(at::kCUDA);
+    const at::Tensor one_row = layer->forward(x.to(at::kCUDA)).cpu();
+    const at::Tensor two_rows = layer->forward(at::cat({x, x}).to(at::kCUDA)).cpu();
+    // f32: the same products summed in another order. bf16: one rounding of the product.
+    const double tolerance = compute == "FP32" ? 1e-5 : 1.0 / 128;
+    EXPECT_TRUE(at::allclose(one_row, two_rows.narrow(0, 0, 1), tolerance, tolerance)) << compute;
+    EXPECT_TRUE(at::allclose(one_row, on_cpu, tolerance, tolerance)) << compute;
+  }
+}
+
 TEST(QuantizedLinearTest, Int8RowsAreWithinHalfAStep) {
   at::manual_seed(4);
   Linear layer(48, 20, false);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "engine/torch_compat.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
 
@@ -15,8 +16,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The digits stage's accuracy under `precision`; `out`, when given, gets what `engine run` printed.
 double RunAccuracy(const testing::TempDir& dir, const std::string& name,
-                   const std::string& precision) {
+                   const std::string& precision, std::string* out = nullptr) {
   auto file =
       dir.Write(name + ".pbtxt",
                 "output_dir: \"" + name + "\"\nseed: 7\n" +
@@ -24,6 +26,7 @@ double RunAccuracy(const testing::TempDir& dir, const std::string& name,
                                                           "  schedule { epochs: 15 }"));
   auto r = testing::RunEngine({"run", file.string()}, dir.path().string());
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (out != nullptr) *out = r.out;
   std::smatch match;
   EXPECT_TRUE(std::regex_search(r.out, match, std::regex("accuracy ([0-9.]+)"))) << r.out;
   return match.size() > 1 ? std::stod(match[1]) : 0;
@@ -49,6 +52,20 @@ TEST(F11MixedPrecisionByDefaultTest, Bf16MixedMatchesF32WithinOnePoint) {
   EXPECT_GE(f32, 0.9);
   EXPECT_NEAR(bf16, f32, 0.01);
   EXPECT_NEAR(bf16_true, f32, 0.01);
+}
+
+// F7 where fp16 is computed in hardware: fp16-mixed scales the loss (f32 masters, overflowed steps
+// skipped) and learns what f32 learns. The CPU refuses fp16 products at `engine check`.
+TEST(F11MixedPrecisionByDefaultTest, Fp16MixedOnAGpuScalesTheLossAndMatchesF32WithinOnePoint) {
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir;
+  std::string printed;
+  const double f32 = RunAccuracy(dir, "f32", testing::Precision("fp32"));
+  const double fp16 = RunAccuracy(dir, "fp16", testing::Precision("fp16-mixed"), &printed);
+  EXPECT_THAT(printed, HasSubstr("fp16-mixed applied"));
+  EXPECT_THAT(printed, HasSubstr(", loss scale "));
+  EXPECT_GE(f32, 0.9);
+  EXPECT_NEAR(fp16, f32, 0.01);
 }
 
 }  // namespace

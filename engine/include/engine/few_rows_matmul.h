@@ -3,8 +3,8 @@
 // dequantizes. That path pays a dense copy of the weight per call, which for one generated token
 // is nearly the whole cost.
 //
-// engine::Linear asks a quantized weight for it (dynamic_cast) when a CPU input has at most
-// kMaxRows rows; a format without it, or a call it declines, takes the tiled path. A quantizer
+// engine::Linear asks a quantized weight for it (dynamic_cast) when an input, on any device, has
+// at most kMaxRows rows; a format without it, or a call it declines, takes the tiled path. A quantizer
 // plugin built before this interface existed simply does not have it. Threads: as QuantizedWeight
 // (immutable, any thread).
 #pragma once

@@ -33,7 +33,7 @@ int64_t TileRows(const QuantizedWeight& w, c10::ScalarType dtype, const at::Devi
 // dtype is the layer's, whatever region the caller is in.
 at::Tensor TiledForward(const at::Tensor& x2d, const QuantizedWeight& w, c10::ScalarType dtype) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  if (x2d.size(0) <= FewRowsMatmul::kMaxRows && x2d.device().is_cpu()) {
+  if (x2d.size(0) <= FewRowsMatmul::kMaxRows) {
     if (const auto* direct = dynamic_cast<const FewRowsMatmul*>(&w)) {
       at::Tensor y = direct->MatmulFewRows(x2d, dtype);
       if (y.defined()) return y;

@@ -78,7 +78,8 @@ at::Tensor DequantizeNf4(const Nf4Tensor& q, c10::ScalarType dtype);
 // y rounded to `dtype`), without a dense copy of W: each row of W is decoded into a buffer that
 // stays in L1 and multiplied there into every row of x. For a few rows of x (a generated token, a
 // small batch), where dequantizing tiles for a GEMM costs a dense copy of W per call. Supports:
-// CPU tensors, an AVX2 + FMA CPU, rows of whole blocks.
+// CPU tensors, an AVX2 + FMA CPU, rows of whole blocks; or, in a build with the CUDA kernels,
+// codes and x on one GPU (cuda::Nf4MatmulFewRows: at most 16 rows of x, f16 too).
 bool Nf4MatmulRowsSupports(const Nf4Tensor& q, const at::Tensor& x, c10::ScalarType dtype);
 at::Tensor Nf4MatmulRows(const at::Tensor& x, const Nf4Tensor& q, c10::ScalarType dtype);
 

@@ -21,8 +21,7 @@ enum class Nf4Output : int { kFloat = 0, kBFloat16 = 1, kHalf = 2 };
 // 16-element boundary and blocks hold at least 16 elements, each thread decodes 8 packed bytes
 // with one load and writes its 16 values with 16-byte stores; other elements one byte at a time.
 // block_size must be a power of two (cudaErrorInvalidValue otherwise); `out` as aligned as
-// cudaMalloc's. Not yet the path engine::Linear takes: it replaces DequantizeNf4F32 and the cast
-// once a GPU has run tests/kernels/cuda/nf4_cuda_test.cc and bench/nf4_cuda_bench.cc on it.
+// cudaMalloc's. What DequantizeNf4Range (nf4.h) runs for codes on a GPU.
 int DequantizeNf4(const uint8_t* packed, const float* scales, int64_t block_size, int64_t begin,
                   int64_t end, void* out, Nf4Output out_type, void* stream);
 
@@ -31,9 +30,9 @@ int DequantizeNf4(const uint8_t* packed, const float* scales, int64_t block_size
 // warp decodes one weight row from its codes in registers, each weight rounded to `weight_type`
 // as DequantizeNf4 would write it and widened again; x (f32, already rounded to the compute dtype
 // by the caller) and the sums are f32; y is f32. Needs cols % 16 == 0 and block_size >= 16 (a
-// power of two); cudaErrorInvalidValue otherwise. The device twin of Nf4MatmulRows (nf4.h), for a
-// generated token; not yet the path engine::Linear takes, until a GPU has run its test and
-// bench/nf4_cuda_bench.cc.
+// power of two); cudaErrorInvalidValue otherwise. The device twin of Nf4MatmulRows (nf4.h), which
+// runs it for codes on a GPU. Each warp reads all of x, so its time grows with n: on an H200 it
+// beat dequantize + GEMM for 1 row only (bench/nf4_cuda_bench, 4096 x 4096).
 inline constexpr int64_t kNf4FewRowsMax = 16;
 int Nf4MatmulFewRows(const uint8_t* packed, const float* scales, int64_t block_size, int64_t rows,
                      int64_t cols, const float* x, int64_t n, Nf4Output weight_type, float* y,

@@ -153,6 +153,43 @@ TEST(Nf4CudaTest, DequantizeRangeRunsWhereTheCodesAre) {
   }
 }
 
+TEST(Nf4CudaTest, MatmulRowsRunWhereTheCodesAreAndEqualTheCpuKernel) {
+  // What engine::Linear's few-rows path calls for codes on the GPU. f32 sums in another order than
+  // the CPU kernel's: 1e-5; bf16 and f16 round y once more: one step of the output's mantissa.
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(11);
+  for (bool double_quant : {false, true}) {
+    const Nf4Tensor q = QuantizeNf4(at::randn({70, 320}), 64, double_quant);
+    Nf4Tensor on_gpu = q;
+    on_gpu.packed = q.packed.to(at::kCUDA);
+    on_gpu.absmax = q.absmax.defined() ? q.absmax.to(at::kCUDA) : q.absmax;
+    on_gpu.absmax_codes = q.absmax_codes.defined() ? q.absmax_codes.to(at::kCUDA) : q.absmax_codes;
+    on_gpu.absmax_scales =
+        q.absmax_scales.defined() ? q.absmax_scales.to(at::kCUDA) : q.absmax_scales;
+    on_gpu.absmax_mean = q.absmax_mean.defined() ? q.absmax_mean.to(at::kCUDA) : q.absmax_mean;
+    for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      // A row of x that starts one float into its storage: contiguous, not 16-byte aligned.
+      const at::Tensor storage = at::randn({321});
+      const at::Tensor x = storage.narrow(0, 1, 320).view({1, 320});
+      const at::Tensor x_on_gpu = storage.to(at::kCUDA).narrow(0, 1, 320).view({1, 320});
+      ASSERT_TRUE(Nf4MatmulRowsSupports(on_gpu, x_on_gpu, dtype)) << dtype;
+      const at::Tensor gpu = Nf4MatmulRows(x_on_gpu, on_gpu, dtype);
+      EXPECT_TRUE(gpu.is_cuda());
+      EXPECT_EQ(gpu.scalar_type(), dtype);
+      const at::Tensor weight = DequantizeNf4Range(q, 0, q.numel, dtype).to(at::kDouble);
+      const at::Tensor expected =
+          at::matmul(x.to(dtype).to(at::kDouble), weight.view({70, 320}).t()).to(dtype);
+      const double tolerance = dtype == at::kFloat ? 1e-5 : dtype == at::kHalf ? 1e-3 : 1.0 / 128;
+      EXPECT_TRUE(
+          at::allclose(gpu.cpu().to(at::kFloat), expected.to(at::kFloat), tolerance, tolerance))
+          << dtype << " double_quant " << double_quant;
+    }
+    // More rows than the kernel takes, or x on the CPU: not supported, so the tiles are used.
+    EXPECT_FALSE(Nf4MatmulRowsSupports(on_gpu, at::zeros({17, 320}, at::kCUDA), at::kFloat));
+    EXPECT_FALSE(Nf4MatmulRowsSupports(on_gpu, at::zeros({1, 320}), at::kFloat));
+  }
+}
+
 TEST(Nf4CudaTest, RefusesABlockSizeThatIsNotAPowerOfTwo) {
   if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
   at::Tensor out = at::empty({4}, at::TensorOptions(at::kFloat).device(at::kCUDA));

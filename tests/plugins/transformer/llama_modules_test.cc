@@ -154,31 +154,53 @@ at::Tensor Hidden(ModulesLm& model, const at::Tensor& embeds, const DecoderInput
   return hidden;
 }
 
-TEST(LlamaAttentionTest, FusedAttentionEqualsTheMathPath) {
-  if (!compat::HasScaledDotProductAttention()) {
-    GTEST_SKIP() << "LibTorch " << compat::kTorchVersion
-                 << " has no scaled_dot_product_attention: the math path is the only one";
-  }
+// Causal rows (the kernel's own mask), then left-padded and packed rows (a bias), with and without
+// a sliding window: the fused attention's hidden states against the math path's, on `device` in
+// `dtype`, within `tolerance`.
+void ExpectFusedAttentionEqualsTheMathPath(at::Device device, c10::ScalarType dtype,
+                                           double tolerance) {
   at::NoGradGuard no_grad;
   for (int64_t window : {0, 3}) {
     LlamaConfig config = TinyModulesConfig(4, 2);
     config.sliding_window = window;
     ModulesLm model(config);
-    const at::Tensor embeds = model.lm.model->Embed(at::randint(0, 17, {2, 6}, at::kLong));
-    // Causal only (the kernel's own mask), then left-padded and packed rows (a bias).
+    model.to(device, dtype);
+    const at::Tensor embeds =
+        model.lm.model->Embed(at::randint(0, 17, {2, 6}, at::kLong).to(device));
     DecoderInputs causal;
     DecoderInputs padded;
     padded.attention_mask =
         at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 0}, at::kLong)
-            .view({2, 6});
+            .view({2, 6})
+            .to(device);
     for (const DecoderInputs& inputs : {causal, padded}) {
-      const at::Tensor math = Hidden(model, embeds, inputs, false);
-      const at::Tensor fused = Hidden(model, embeds, inputs, true);
-      // fp32: the kernels sum in another order.
-      EXPECT_TRUE(at::allclose(fused, math, 1e-5, 1e-5))
-          << "window " << window << ", max difference " << (fused - math).abs().max().item<float>();
+      const at::Tensor math = Hidden(model, embeds, inputs, false).to(at::kFloat);
+      const at::Tensor fused = Hidden(model, embeds, inputs, true).to(at::kFloat);
+      EXPECT_TRUE(at::allclose(fused, math, tolerance, tolerance))
+          << device << " " << dtype << ", window " << window << ", max difference "
+          << (fused - math).abs().max().item<float>();
     }
   }
+}
+
+TEST(LlamaAttentionTest, FusedAttentionEqualsTheMathPath) {
+  if (!compat::HasScaledDotProductAttention()) {
+    GTEST_SKIP() << "LibTorch " << compat::kTorchVersion
+                 << " has no scaled_dot_product_attention: the math path is the only one";
+  }
+  // fp32: the kernels sum in another order.
+  ExpectFusedAttentionEqualsTheMathPath(at::kCPU, at::kFloat, 1e-5);
+}
+
+TEST(LlamaAttentionTest, FusedAttentionOnAGpuEqualsTheMathPath) {
+  if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  // LibTorch's flash and memory-efficient kernels. fp32 sums in another order (1e-5 as on the
+  // CPU, with room for the GPU's fused multiply-adds: 1e-4). bf16 rounds at other points than the
+  // math path (the scores, the softmax): with these hidden states (|h| up to about 2.5) the CPU's
+  // fused bf16 kernels differ from the math path by up to 0.022 (1 + |h|), two bf16 steps; 1/16
+  // allows four, and an attention that reads the wrong keys is off by far more.
+  ExpectFusedAttentionEqualsTheMathPath(at::kCUDA, at::kFloat, 1e-4);
+  ExpectFusedAttentionEqualsTheMathPath(at::kCUDA, at::kBFloat16, 1.0 / 16);
 }
 
 TEST(LlamaDecoderTest, CacheStepsEqualTheFullForward) {
