@@ -7,7 +7,7 @@
 #
 # Here:   scripts/setup.sh build && scripts/device_perf.sh pack    # writes .devbundle/ (~21 MB)
 # There:  device run, carry [".devbundle"]:
-#           bash scripts/device_perf.sh env tests kernels peft      # logs and JSON into $OUT
+#           bash scripts/device_perf.sh env tests kernels peft qlora vl  # logs, JSON into $OUT
 #         a dry run here (no CUDA: the GPU tests skip, the benchmarks refuse) checks the rest:
 #           OUT=/tmp/dry scripts/device_perf.sh env tests
 #
@@ -21,6 +21,8 @@
 #   peft     bench/gpu_vs_peft.py for Qwen2.5-0.5B's and Llama-3.2-1B's configs (random weights),
 #            LoRA with checkpointing off and on
 #   qlora    the same with the base in 4 bits: the engine's NF4 against PEFT on bitsandbytes
+#   vl       bench/gpu_vl_vs_peft.py: recipe r3's two stages at Qwen2-VL-2B's shape (random
+#            weights), 8 images of 448 x 448 a step, against transformers (+ PEFT) doing each stage
 #
 # Why the bundle is laid out as it is: the binaries, CTest's files and the tests name this
 # machine's absolute paths (the build tree, the source tree, .venv's LibTorch and Python), so the
@@ -155,7 +157,9 @@ for step in "$@"; do
     kernels) run_step nf4_cuda_bench "$root/build/bin/nf4_cuda_bench" ;;
     peft) run_step gpu_vs_peft peft_bench "" ;;
     qlora) run_step gpu_vs_peft_qlora peft_bench qlora ;;
-    *) echo "unknown step '$step' (pack, env, tests, kernels, peft, qlora)" >&2; exit 2 ;;
+    vl) run_step gpu_vl_vs_peft "$py" "$root/bench/gpu_vl_vs_peft.py" --engine "$root/build/bin/engine" \
+      --json "$out/gpu_vl_vs_peft.json" --checkpoint-cache /tmp/gpu_vs_peft_checkpoints ;;
+    *) echo "unknown step '$step' (pack, env, tests, kernels, peft, qlora, vl)" >&2; exit 2 ;;
   esac
 done
 exit $status
