@@ -173,18 +173,19 @@ TEST_F(Bnb4ImportTest, StatesThatDisagreeWithTheirTensorsAreRefusedByName) {
   };
   EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "shape",
                                           with_state(R"({"quant_type": "nf4", "blocksize": 64, )"
-                                                     R"("dtype": "float32", "shape": [32, 16]})"))),
+                                                     R"("dtype": "float32", "shape": [64, 16]})"))),
               HasSubstr("tensor '" + layer +
-                        ".quant_state.bitsandbytes__nf4' has shape [32,16], but the "
-                        "model's weight is [32, 32]"));
+                        ".quant_state.bitsandbytes__nf4' has shape [64,16], but the "
+                        "model's weight is [64, 64]"));
   EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "fp4",
                                           with_state(R"({"quant_type": "fp4", "blocksize": 64, )"
-                                                     R"("dtype": "float32", "shape": [32, 32]})"))),
+                                                     R"("dtype": "float32", "shape": [64, 64]})"))),
               HasSubstr("has quant_type \"fp4\"; only bitsandbytes' NF4 4-bit layers are read"));
-  EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "blocks",
-                                          with_state(R"({"quant_type": "nf4", "blocksize": 128, )"
-                                                     R"("dtype": "float32", "shape": [32, 32]})"))),
-              HasSubstr("tensor '" + layer + ".absmax' is f32 [16], but 8 blocks of 128 needs 8"));
+  EXPECT_THAT(
+      Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "blocks",
+                                  with_state(R"({"quant_type": "nf4", "blocksize": 128, )"
+                                             R"("dtype": "float32", "shape": [64, 64]})"))),
+      HasSubstr("tensor '" + layer + ".absmax' is f32 [64], but 32 blocks of 128 needs 32"));
   EXPECT_THAT(Bnb4CheckErrors(tmp, Edited(tmp, Source("plain"), "codes",
                                           [&](safetensors::NamedTensors* tensors) {
                                             for (auto& [name, tensor] : *tensors) {

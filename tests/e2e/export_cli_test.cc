@@ -24,7 +24,8 @@ using ::testing::HasSubstr;
 class ExportCliTest : public ::testing::Test {
  protected:
   // A dense stage, then a QLoRA stage on it (nf4 on every decoder layer, LoRA r 4, alpha 8);
-  // down_proj has 544 NF4 blocks.
+  // down_proj has 544 NF4 blocks. Both in f32 on any CPU (`auto` would pick bf16-mixed where the
+  // CPU has bf16 instructions).
   static void SetUpTestSuite() {
     tmp_ = new testing::TempDir();
     const fs::path fixtures = fs::path(testing::kSourceDir) / "tests/fixtures";
@@ -36,6 +37,7 @@ class ExportCliTest : public ::testing::Test {
                              (fixtures / "tokenizers/qwen2_bpe.json").string() + R"("
                 config: ")" + (fixtures / "chat_data/tokenizer_config.json").string() +
                              R"(" } } } }
+  precision { plugin: "fp32" }
   optimizer { learning_rate: 0.01 }
   schedule { max_steps: 2 batch_size: 2 }
 )";

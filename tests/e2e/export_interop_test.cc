@@ -474,7 +474,9 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
     // Quantizer patterns match the checkpoint's names: Qwen3-VL's are transformers 5's.
     const std::string decoder =
         family == "qwen3_vl" ? "model.language_model.layers.*" : "model.layers.*";
-    // "from_peft" loads PEFT's adapter and learns nothing (no f32 weight moves at 1e-30).
+    // "from_peft" loads PEFT's adapter and learns nothing (no f32 weight moves at 1e-30). "vq"
+    // quantizes in blocks of 32, so that each of the fixture's 32-wide rows holds whole blocks:
+    // bitsandbytes 0.50's CPU kernel on an AVX-512 CPU dequantizes narrower rows wrongly.
     return tmp.Write(
         "vl.pbtxt",
         "name: \"vl\"\noutput_dir: \"out\"\n" +
@@ -489,7 +491,7 @@ class ImageTextExportInteropTest : public ::testing::TestWithParam<std::string> 
                   "quantizer { plugin: \"nf4\" options { "
                   "[type.googleapis.com/engine.plugins.Nf4Options] { target_modules: \"" +
                       decoder +
-                      "\" } } }\n  optimizer { learning_rate: 0.05 } schedule { "
+                      "\" block_size: 32 } } }\n  optimizer { learning_rate: 0.05 } schedule { "
                       "max_steps: 3 batch_size: 2 }"));
   }
   static void SetUpTestSuite() { cases_ = new std::map<std::string, std::unique_ptr<Case>>(); }

@@ -327,7 +327,7 @@ TEST_F(PeftImportTest, AdaptersComputedOtherwiseThanPeftAreRefusedByKeyOrTensor)
            {{{"use_future_trick", 1}}, "'use_future_trick' (1) is not a LoraConfig key"},
            {{{"rank_pattern", {{"q_proj", 3}}}},
             "tensor 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is f32 [2, "
-            "32]; the layer (32x32) with rank 3"}}) {
+            "64]; the layer (64x64) with rank 3"}}) {
     SCOPED_TRACE(config.dump());
     const fs::path dir = Altered(tmp, Source(), "case" + std::to_string(++cases), config);
     const std::string errors = PeftCheckErrors(tmp, Base(), dir);
