@@ -481,7 +481,8 @@ at::Tensor Nf4MatmulRowsOnCuda(const at::Tensor& x, const Nf4Tensor& q, c10::Sca
   // 16-byte loads (a view that starts elsewhere is copied).
   at::Tensor xf = x.to(dtype).to(at::kFloat).contiguous();
   if (reinterpret_cast<uintptr_t>(xf.data_ptr()) % 16 != 0) xf = xf.clone();
-  const at::Tensor scales = Nf4BlockScales(q).to(at::kFloat).contiguous();
+  // On the codes' device whatever the Nf4Tensor's other parts hold: the kernel reads them there.
+  const at::Tensor scales = Nf4BlockScales(q).to(q.packed.device(), at::kFloat).contiguous();
   at::Tensor y = at::empty({n, rows}, xf.options());
   if (n > 0 && rows > 0) {
     const int rc =
@@ -505,8 +506,9 @@ at::Tensor DequantizeNf4RangeOffCpu(const Nf4Tensor& q, int64_t begin, int64_t e
   if (q.packed.is_cuda() && begin < end) {
     const c10::cuda::CUDAGuard guard(q.packed.device());
     const int64_t first = begin / q.block_size;
-    const at::Tensor scales =
-        Nf4BlockScales(q, first, (end - 1) / q.block_size + 1).to(at::kFloat).contiguous();
+    const at::Tensor scales = Nf4BlockScales(q, first, (end - 1) / q.block_size + 1)
+                                  .to(q.packed.device(), at::kFloat)
+                                  .contiguous();
     at::Tensor out = at::empty({end - begin}, q.packed.options().dtype(dtype));
     // Straight into `dtype`, one pass: on an H200 (bench/nf4_cuda_bench, 2026-11-29) 7x as fast
     // as the f32 kernel and a cast to bf16. The kernel indexes scales by absolute block; these

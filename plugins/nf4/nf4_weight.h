@@ -23,7 +23,8 @@
 
 namespace engine::plugins {
 
-// FewRowsMatmul: the product with a few CPU rows straight from the codes (Nf4MatmulRows).
+// FewRowsMatmul: the product with a few rows, on the CPU or a GPU, straight from the codes
+// (Nf4MatmulRows).
 class Nf4Weight : public QuantizedWeight, public FewRowsMatmul {
  public:
   Nf4Weight(kernels::Nf4Tensor q, c10::ScalarType compute) : q_(std::move(q)), compute_(compute) {}

@@ -167,6 +167,13 @@ TEST(QuantizedLinearTest, OneRowOnAGpuFromTheCodesEqualsTheTiledProductAndTheCpu
     const at::Tensor x = at::randn({1, 512});
     const at::Tensor on_cpu = layer->forward(x);
     layer->to(at::kCUDA);
+    // The codes' own product takes the row (a build with the CUDA kernels; the tiles otherwise).
+    const auto* direct = dynamic_cast<const FewRowsMatmul*>(layer->quantized().get());
+    ASSERT_NE(direct, nullptr);
+    EXPECT_TRUE(
+        direct->MatmulFewRows(x.to(at::kCUDA), compute == "FP32" ? at::kFloat : at::kBFloat16)
+            .defined())
+        << compute;
     const at::Tensor one_row = layer->forward(x.to(at::kCUDA)).cpu();
     const at::Tensor two_rows = layer->forward(at::cat({x, x}).to(at::kCUDA)).cpu();
     // f32: the same products summed in another order. bf16: one rounding of the product.
