@@ -7,7 +7,8 @@
 #
 # Here:   scripts/setup.sh build && scripts/device_perf.sh pack    # writes .devbundle/ (~21 MB)
 # There:  device run, carry [".devbundle"]:
-#           bash scripts/device_perf.sh env tests kernels peft qlora vl  # logs, JSON into $OUT
+#           bash scripts/device_perf.sh env kernels tests peft      # logs, JSON into $OUT
+#           bash scripts/device_perf.sh qlora vl                    # a second run (10 min each)
 #         a dry run here (no CUDA: the GPU tests skip, the benchmarks refuse) checks the rest:
 #           OUT=/tmp/dry scripts/device_perf.sh env tests
 #
@@ -99,13 +100,25 @@ unpack() {
   [ -z "$missing" ] || echo "libraries not found: $missing"
 }
 
+# run_step NAME LIMIT COMMAND...: COMMAND's output into NAME.log, stopped (exit 124) with all it
+# started after LIMIT seconds ($STEP_LIMIT, when set, for every step), so that one slow step
+# cannot spend the rest of the machine's minutes.
 run_step() {
-  local name=$1
-  shift
-  echo "== $name: $*"
+  local name=$1 limit=${STEP_LIMIT:-$2}
+  shift 2
+  echo "== $name: $* (at most $limit s)"
   local start=$SECONDS
-  "$@" >"$out/$name.log" 2>&1
+  set -m   # the step and its children in a process group of their own, to stop together
+  ("$@") >"$out/$name.log" 2>&1 &
+  local pid=$!
+  set +m
+  (sleep "$limit" && kill -TERM -- "-$pid" 2>/dev/null && sleep 5 && kill -KILL -- "-$pid") \
+    >/dev/null 2>&1 &
+  local watchdog=$!
+  wait "$pid"
   local rc=$?
+  kill "$watchdog" 2>/dev/null
+  if [ $((SECONDS - start)) -ge "$limit" ]; then rc=124; fi
   echo "== $name: exit $rc after $((SECONDS - start)) s (log: $name.log)"
   tail -n 30 "$out/$name.log"
   if [ $rc -ne 0 ] && [ $status -eq 0 ]; then status=$rc; fi
@@ -150,16 +163,20 @@ mkdir -p "$out"
 unpack
 py=$root/.venv/bin/python   # there, a wrapper of the machine's python3
 export PYTHONUNBUFFERED=1
+# Seconds each step may take: measured on an H200 (2026-11-29) with room to spare.
 for step in "$@"; do
   case $step in
-    env) run_step env environment ;;
-    tests) run_step gpu_tests gpu_tests ;;
-    kernels) run_step nf4_cuda_bench "$root/build/bin/nf4_cuda_bench" ;;
-    peft) run_step gpu_vs_peft peft_bench "" ;;
-    qlora) run_step gpu_vs_peft_qlora peft_bench qlora ;;
-    vl) run_step gpu_vl_vs_peft "$py" "$root/bench/gpu_vl_vs_peft.py" --engine "$root/build/bin/engine" \
-      --json "$out/gpu_vl_vs_peft.json" --checkpoint-cache /tmp/gpu_vs_peft_checkpoints ;;
+    env) run_step env 60 environment ;;
+    tests) run_step gpu_tests 240 gpu_tests ;;
+    kernels) run_step nf4_cuda_bench 60 "$root/build/bin/nf4_cuda_bench" ;;
+    peft) run_step gpu_vs_peft 240 peft_bench "" ;;
+    qlora) run_step gpu_vs_peft_qlora 300 peft_bench qlora ;;
+    vl) run_step gpu_vl_vs_peft 300 "$py" "$root/bench/gpu_vl_vs_peft.py" \
+      --engine "$root/build/bin/engine" --json "$out/gpu_vl_vs_peft.json" \
+      --checkpoint-cache /tmp/gpu_vs_peft_checkpoints ;;
     *) echo "unknown step '$step' (pack, env, tests, kernels, peft, qlora, vl)" >&2; exit 2 ;;
   esac
 done
+# Everything in one file too, named to sort first: the device tool brings back only so many files.
+tar -C "$out" --exclude=0_results.tgz -czf "$out/0_results.tgz" . 2>/dev/null
 exit $status
