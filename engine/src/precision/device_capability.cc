@@ -124,6 +124,15 @@ bool CpuHasBf16Hardware(std::string* flag) {
   return false;
 }
 
+bool CpuHasFp16Hardware() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 23))) return true;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 21))) return true;
+#endif
+  return false;
+}
+
 Status CheckDeviceUsable(const std::string& device) {
   std::string reason;
   try {

@@ -21,4 +21,8 @@ Status CheckDeviceUsable(const std::string& device);
 // Whether this x86 CPU has avx512_bf16 or amx_bf16 (cpuid), with the flag found.
 bool CpuHasBf16Hardware(std::string* flag);
 
+// Whether this x86 CPU has avx512_fp16 or amx_fp16 (cpuid). Without them LibTorch computes fp16
+// on the CPU in software.
+bool CpuHasFp16Hardware();
+
 }  // namespace engine

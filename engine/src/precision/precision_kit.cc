@@ -7,6 +7,7 @@
 #include "core/glob.h"
 #include "engine/dtype.h"
 #include "engine/format.h"
+#include "precision/device_capability.h"
 
 namespace engine {
 namespace {
@@ -230,6 +231,14 @@ void AddPlanWarnings(const PrecisionRequest& request, const PolicySpec& spec, Pr
   if (spec.compute == at::kBFloat16 && !request.device.bf16_fast) {
     plan->warnings.push_back(request.device.Describe() +
                              " has no bf16 hardware; bf16 compute runs, but slower than f32");
+  }
+  // LibTorch runs fp16 on such a CPU, in software: an MLP's step took 37x fp32's on a 2-core AMD
+  // EPYC (bench/precision_bench, 2026-11-29). `auto` never picks fp16 on a CPU.
+  if (spec.compute == at::kHalf && !request.device.cuda && !CpuHasFp16Hardware()) {
+    plan->warnings.push_back(request.device.Describe() +
+                             " has no fp16 hardware (avx512_fp16 or amx_fp16); fp16 compute runs "
+                             "in software, tens of times slower than f32. Precision auto picks "
+                             "what this CPU computes fast");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "precision/device_capability.h"
 #include "testing/devices.h"
 
 namespace engine {
@@ -159,6 +160,22 @@ TEST(PrecisionKitTest, SlowBf16IsAWarningNotAnError) {
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->warnings.size(), 1u);
   EXPECT_THAT(plan->warnings[0], HasSubstr("has no bf16 hardware"));
+}
+
+TEST(PrecisionKitTest, Fp16OnACpuWithoutFp16HardwareIsAWarningNotAnError) {
+  if (CpuHasFp16Hardware()) GTEST_SKIP() << "this CPU computes fp16 in hardware";
+  DeviceCapability cpu = testing::CpuWithBf16();
+  cpu.fp16 = cpu.fp16_autocast = true;  // as LibTorch 2.11 runs fp16 on an AVX-512 CPU
+  auto plan = Plan("fp16-mixed", Request(cpu));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_THAT(plan->warnings, ::testing::Contains(HasSubstr(
+                                  "has no fp16 hardware (avx512_fp16 or amx_fp16); fp16 compute "
+                                  "runs in software, tens of times slower than f32")));
+  // On a GPU fp16 is hardware.
+  auto on_turing = Plan("fp16-mixed", Request(testing::Turing()));
+  ASSERT_TRUE(on_turing.ok());
+  EXPECT_THAT(on_turing->warnings,
+              ::testing::Not(::testing::Contains(HasSubstr("has no fp16 hardware"))));
 }
 
 TEST(PrecisionKitTest, OptionContradictions) {
