@@ -7,8 +7,9 @@
 #
 # Here:   scripts/setup.sh build && scripts/device_perf.sh pack    # writes .devbundle/ (~21 MB)
 # There:  device run, carry [".devbundle"]:
-#           bash scripts/device_perf.sh env kernels tests peft      # logs, JSON into $OUT
-#           bash scripts/device_perf.sh qlora vl                    # a second run (10 min each)
+#           bash scripts/device_perf.sh env kernels tests peft qlora  # logs, JSON into $OUT
+#           bash scripts/device_perf.sh vl                            # a second run
+#         (a run may take 10 minutes, the machine 15 in all, its starts included)
 #         a dry run here (no CUDA: the GPU tests skip, the benchmarks refuse) checks the rest:
 #           OUT=/tmp/dry scripts/device_perf.sh env tests
 #
@@ -163,7 +164,9 @@ mkdir -p "$out"
 unpack
 py=$root/.venv/bin/python   # there, a wrapper of the machine's python3
 export PYTHONUNBUFFERED=1
-# Seconds each step may take: measured on an H200 (2026-11-29) with room to spare.
+# Seconds each step may take: on an H200 (2026-11-29) env, kernels and tests took 25, 3 and 40 s,
+# peft 135 s (before the checkpoints were shared), qwen2.5's half of qlora about 100 s; vl is a
+# guess.
 for step in "$@"; do
   case $step in
     env) run_step env 60 environment ;;
@@ -171,7 +174,7 @@ for step in "$@"; do
     kernels) run_step nf4_cuda_bench 60 "$root/build/bin/nf4_cuda_bench" ;;
     peft) run_step gpu_vs_peft 240 peft_bench "" ;;
     qlora) run_step gpu_vs_peft_qlora 300 peft_bench qlora ;;
-    vl) run_step gpu_vl_vs_peft 300 "$py" "$root/bench/gpu_vl_vs_peft.py" \
+    vl) run_step gpu_vl_vs_peft 400 "$py" "$root/bench/gpu_vl_vs_peft.py" \
       --engine "$root/build/bin/engine" --json "$out/gpu_vl_vs_peft.json" \
       --checkpoint-cache /tmp/gpu_vs_peft_checkpoints ;;
     *) echo "unknown step '$step' (pack, env, tests, kernels, peft, qlora, vl)" >&2; exit 2 ;;
