@@ -42,6 +42,8 @@ import sys
 import tempfile
 import time
 
+from gpu_vs_peft import cached_checkpoint, save_random_model
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_VL = os.path.join(ROOT, "pipelines", "qwen2_vl_tiny")
 TOKENIZER = os.path.join(ROOT, "tests", "fixtures", "tokenizers", "qwen2_vl_bpe.json")
@@ -84,41 +86,19 @@ def write_tokenizer(path, real_ids):
 
 
 def write_checkpoint(name, directory):
-    """The model's config with random weights (seed 1) in bf16, with the tokenizer, its config and
-    the image processor's beside them. Returns the parameter count."""
-    import torch
+    """The model's config with random weights in bf16, with the tokenizer, its config and the image
+    processor's beside them. Returns the parameter count."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     if name == "tiny":
         config = AutoConfig.from_pretrained(TINY_VL)
     else:
         config = AutoConfig.for_model("qwen2_vl", **QWEN2_VL_2B)
-    torch.manual_seed(1)
-    # On the GPU where there is one: two billion random weights take minutes on the CPU.
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16)
-    model.save_pretrained(directory)
-    parameters = sum(p.numel() for p in model.parameters())
-    del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    parameters = save_random_model(AutoModelForImageTextToText, config, directory)
     write_tokenizer(os.path.join(directory, "tokenizer.json"), real_ids=name != "tiny")
     for file in ("tokenizer_config.json", "preprocessor_config.json"):
         shutil.copy(os.path.join(TINY_VL, file), os.path.join(directory, file))
     return parameters
-
-
-def cached_checkpoint(name, cache):
-    """The model's checkpoint in cache/name, written once: every stage and side loads it."""
-    directory = os.path.join(cache, name)
-    marker = os.path.join(directory, "parameters.txt")
-    if not os.path.exists(marker):
-        os.makedirs(directory, exist_ok=True)
-        parameters = write_checkpoint(name, directory)
-        with open(marker, "w") as f:
-            f.write(str(parameters))
-    with open(marker) as f:
-        return directory, int(f.read())
 
 
 def write_conversations(directory, count, size):
@@ -341,7 +321,8 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpu-vl-vs-peft-") as tmp:
         start = time.perf_counter()
-        checkpoint, parameters = cached_checkpoint(args.model, args.checkpoint_cache or tmp)
+        checkpoint, parameters = cached_checkpoint(args.model, args.checkpoint_cache or tmp,
+                                                   write_checkpoint)
         data = write_conversations(os.path.join(tmp, "data"), 2 * args.batch, args.image_size)
         say(f"{args.model} ({parameters / 1e9:.2f} B parameters, random, bf16 on disk), batch "
             f"{args.batch} of one {args.image_size}x{args.image_size} image and a question, "

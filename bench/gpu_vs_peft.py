@@ -57,17 +57,16 @@ MODELS = {
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def write_checkpoint(name, directory):
+def save_random_model(model_class, config, directory):
+    """`model_class` from `config` with random weights (seed 1) saved in bf16 to `directory`;
+    returns its parameter count."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    spec = dict(MODELS[name])
-    config = AutoConfig.for_model(spec.pop("model_type"), **spec)
     torch.manual_seed(1)
     # Initialised on the GPU where there is one: a billion random weights take most of a minute on
     # the CPU, and the GPU machine's time is short.
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model = model_class.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(directory)
     parameters = sum(p.numel() for p in model.parameters())
     del model
@@ -76,13 +75,22 @@ def write_checkpoint(name, directory):
     return parameters
 
 
-def cached_checkpoint(name, cache):
-    """The model's random checkpoint in cache/name, written once: the LoRA and QLoRA runs share it."""
+def write_checkpoint(name, directory):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = dict(MODELS[name])
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+    return save_random_model(AutoModelForCausalLM, config, directory)
+
+
+def cached_checkpoint(name, cache, write=write_checkpoint):
+    """The model's random checkpoint in cache/name, written once by write(name, directory): every
+    run that names the same cache shares it."""
     directory = os.path.join(cache, name)
     marker = os.path.join(directory, "parameters.txt")
     if not os.path.exists(marker):
         os.makedirs(directory, exist_ok=True)
-        parameters = write_checkpoint(name, directory)
+        parameters = write(name, directory)
         with open(marker, "w") as f:
             f.write(str(parameters))
     with open(marker) as f:

@@ -4,9 +4,9 @@
 // is nearly the whole cost.
 //
 // engine::Linear asks a quantized weight for it (dynamic_cast) when an input, on any device, has
-// at most kMaxRows rows; a format without it, or a call it declines, takes the tiled path. A quantizer
-// plugin built before this interface existed simply does not have it. Threads: as QuantizedWeight
-// (immutable, any thread).
+// at most kMaxRows rows; a format without it, or a call it declines, takes the tiled path. A
+// quantizer plugin built before this interface existed simply does not have it. Threads: as
+// QuantizedWeight (immutable, any thread).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -127,21 +127,23 @@ TEST(Nf4CudaTest, FewRowsFromTheCodesEqualTheProductWithTheDequantizedWeight) {
   }
 }
 
+// `q` with every tensor it holds on the GPU, as engine::Linear's are once the module moved there.
+Nf4Tensor OnTheGpu(const Nf4Tensor& q) {
+  Nf4Tensor on_gpu = q;
+  for (at::Tensor* t : {&on_gpu.packed, &on_gpu.absmax, &on_gpu.absmax_codes, &on_gpu.absmax_scales,
+                        &on_gpu.absmax_mean}) {
+    if (t->defined()) *t = t->to(at::kCUDA);
+  }
+  return on_gpu;
+}
+
 TEST(Nf4CudaTest, DequantizeRangeRunsWhereTheCodesAre) {
   // What engine::Linear calls once the module was moved to the GPU.
   if (!compat::CudaAvailable()) GTEST_SKIP() << "no CUDA device";
   at::manual_seed(8);
   for (bool double_quant : {false, true}) {
     const Nf4Tensor q = QuantizeNf4(at::randn({65, 300}), 64, double_quant);
-    Nf4Tensor on_gpu = q;
-    on_gpu.packed = q.packed.to(at::kCUDA);
-    if (double_quant) {
-      on_gpu.absmax_codes = q.absmax_codes.to(at::kCUDA);
-      on_gpu.absmax_scales = q.absmax_scales.to(at::kCUDA);
-      on_gpu.absmax_mean = q.absmax_mean.to(at::kCUDA);
-    } else {
-      on_gpu.absmax = q.absmax.to(at::kCUDA);
-    }
+    const Nf4Tensor on_gpu = OnTheGpu(q);
     for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
       const at::Tensor gpu = DequantizeNf4Range(on_gpu, 300, 301 * 60 + 7, dtype);
       EXPECT_TRUE(gpu.is_cuda());
@@ -160,13 +162,7 @@ TEST(Nf4CudaTest, MatmulRowsRunWhereTheCodesAreAndEqualTheCpuKernel) {
   at::manual_seed(11);
   for (bool double_quant : {false, true}) {
     const Nf4Tensor q = QuantizeNf4(at::randn({70, 320}), 64, double_quant);
-    Nf4Tensor on_gpu = q;
-    on_gpu.packed = q.packed.to(at::kCUDA);
-    on_gpu.absmax = q.absmax.defined() ? q.absmax.to(at::kCUDA) : q.absmax;
-    on_gpu.absmax_codes = q.absmax_codes.defined() ? q.absmax_codes.to(at::kCUDA) : q.absmax_codes;
-    on_gpu.absmax_scales =
-        q.absmax_scales.defined() ? q.absmax_scales.to(at::kCUDA) : q.absmax_scales;
-    on_gpu.absmax_mean = q.absmax_mean.defined() ? q.absmax_mean.to(at::kCUDA) : q.absmax_mean;
+    const Nf4Tensor on_gpu = OnTheGpu(q);
     for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
       // A row of x that starts one float into its storage: contiguous, not 16-byte aligned.
       const at::Tensor storage = at::randn({321});
