@@ -47,7 +47,7 @@ int CheckCommand(const std::vector<std::string>& args) {
   BaseSearch bases;
   bases.dirs = BaseSearchPath(a.Get("base_path"));
   const bool ok = LoadAndPlanSession(a.positional[0], a.Get("plugin_path"), LoadOptions{}, &session,
-                                     PlanModels::kRelease, bases);
+                                     PlanModels::kPlanOnly, bases);
   PrintNotes(session.notes);
   if (!ok) {
     std::cerr << session.diagnostics.ToString();

@@ -28,6 +28,7 @@
 #include "llama_modules.h"
 #include "llama_setup.h"
 #include "lm_metrics.h"
+#include "plan_only_weights.h"
 #include "transformer_options.pb.h"
 
 namespace engine::transformer {
@@ -142,11 +143,14 @@ class LlamaLoader : public ModelLoaderPlugin {
       {
         // Random values for weights the checkpoint replaces would cost time and memory.
         std::optional<UninitializedParametersScope> uninitialized;
-        if (pretrained) uninitialized.emplace();
+        if (pretrained || context.plan_only) uninitialized.emplace();
         model = std::make_unique<LlamaModel>(resolved.config, options.gradient_checkpointing(),
                                              token_labels, LabelsMarkAnswers(context.data), eos_id);
       }
-      if (!pretrained) {
+      if (!pretrained && context.plan_only) {
+        ENGINE_RETURN_IF_ERROR(
+            DrawQuantizedLayersOnly(model->module(), context, resolved.config.initializer_range));
+      } else if (!pretrained) {
         InitializeWeights(model->module(), resolved.config.initializer_range);
       } else {
         ENGINE_RETURN_IF_ERROR(LoadWeights(resolved.pretrained_dir, model->module(),

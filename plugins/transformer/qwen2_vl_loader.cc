@@ -14,6 +14,7 @@
 #include "hf_checkpoint.h"
 #include "llama_setup.h"
 #include "lm_metrics.h"
+#include "plan_only_weights.h"
 #include "transformer_options.pb.h"
 
 namespace engine::transformer {
@@ -187,12 +188,17 @@ StatusOr<std::unique_ptr<Model>> Qwen2VlFamilyLoader::Create(
     std::unique_ptr<Qwen2VlFamilyModel> model;
     {
       std::optional<UninitializedParametersScope> uninitialized;
-      if (pretrained) uninitialized.emplace();
+      if (pretrained || context.plan_only) uninitialized.emplace();
       model = std::make_unique<Qwen2VlFamilyModel>(config, options.gradient_checkpointing(),
                                                    token_labels, LabelsMarkAnswers(context.data),
                                                    eos_id);
     }
     Qwen2VlModule& parts = model->qwen2_vl();
+    if (!pretrained && context.plan_only) {
+      ENGINE_RETURN_IF_ERROR(
+          DrawQuantizedLayersOnly(parts, context, config.text.initializer_range));
+      return std::unique_ptr<Model>(std::move(model));
+    }
     if (!pretrained) {
       parts.lm.InitializeWeights();
       parts.visual->Initialize();

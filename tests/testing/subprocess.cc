@@ -1,6 +1,7 @@
 #include "testing/subprocess.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,7 +49,9 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
     ::_exit(127);
   }
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  struct rusage usage {};
+  ::wait4(pid, &status, 0, &usage);
+  result.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   ::lseek(out_fd, 0, SEEK_SET);
   ::lseek(err_fd, 0, SEEK_SET);

@@ -1,6 +1,7 @@
 // Runs a command and captures what it printed and how it ended, for tests that drive `engine`.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -11,6 +12,9 @@ struct CommandResult {
   int exit_code = -1;  // the exit status, or 128 + signal when killed by one
   std::string out;
   std::string err;
+  // The command's peak resident memory (wait4's ru_maxrss). Linux counts in it what this process
+  // held when it forked, so compare two commands' peaks, not one with zero.
+  int64_t peak_rss_bytes = 0;
 };
 
 // Runs `argv[0]` with `argv` in `working_dir` (empty: the current one). `env` entries are added to

@@ -73,7 +73,8 @@ class LinearAdapter {
 // While one is alive on its thread, new Linear layers get uninitialized parameters: no random
 // values are drawn and no memory is touched (a model's other modules may ask active() and do the
 // same, as the Llama embedding does). For building a model whose weights are read from a
-// checkpoint next (the kernel gives the untouched memory back when they are replaced). Scopes nest.
+// checkpoint next (the kernel gives the untouched memory back when they are replaced), or one whose
+// values nobody reads (ModelContext::plan_only). Scopes nest.
 class UninitializedParametersScope {
  public:
   UninitializedParametersScope();

@@ -71,8 +71,8 @@ std::string OptimizerSummary(const proto::Optimizer& o) {
 
 class PlanBuilder {
  public:
-  PlanBuilder(const ResolvedPipeline& pipeline, Diagnostics* diagnostics)
-      : pipeline_(pipeline), diagnostics_(diagnostics) {}
+  PlanBuilder(const ResolvedPipeline& pipeline, PlanModels models, Diagnostics* diagnostics)
+      : pipeline_(pipeline), models_(models), diagnostics_(diagnostics) {}
 
   void Error(const std::string& path, std::string message) {
     diagnostics_->Add(pipeline_.Locate(path), std::move(message));
@@ -146,8 +146,9 @@ class PlanBuilder {
     const auto* model_plugin =
         static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
     const std::function<bool(const std::string&)> quantized = QuantizedLayers(stage);
-    ModelContext model_context{&plan->data_spec, pipeline_.base_dir, stage.seed,
-                               QuantizeOnLoad(stage, quantized), quantized};
+    ModelContext model_context{&plan->data_spec, pipeline_.base_dir,
+                               stage.seed,       QuantizeOnLoad(stage, quantized),
+                               quantized,        models_ == PlanModels::kPlanOnly};
     at::manual_seed(stage.seed);
     StatusOr<std::unique_ptr<Model>> model = GuardedCall(stage.model.context, [&] {
       return model_plugin->Create(*stage.model.options, model_context);
@@ -640,6 +641,7 @@ class PlanBuilder {
   }
 
   const ResolvedPipeline& pipeline_;
+  const PlanModels models_;
   Diagnostics* diagnostics_;
 };
 
@@ -671,12 +673,12 @@ std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagno
                                         PlanModels models) {
   auto plan = std::make_unique<PipelinePlan>();
   plan->pipeline = &pipeline;
-  PlanBuilder builder(pipeline, diagnostics);
+  PlanBuilder builder(pipeline, models, diagnostics);
   plan->stages.reserve(pipeline.run_order.size());
   for (int index : pipeline.run_order) {
     StagePlan stage_plan;
     if (builder.Build(pipeline.stages[index], *plan, &stage_plan)) {
-      if (models == PlanModels::kRelease) stage_plan.model.reset();
+      if (models == PlanModels::kPlanOnly) stage_plan.model.reset();
       plan->stages.push_back(std::move(stage_plan));
     }
   }

@@ -44,7 +44,7 @@ struct StagePlan {
   // What the quantizer and adapters did to the model.
   LayerPluginReport layers;
   // What a stage that starts from this one's weights needs of its model (names and shapes), kept
-  // apart so that the model itself may be released (PlanModels::kRelease).
+  // apart so that the model itself may be released (PlanModels::kPlanOnly).
   HandoffSource handoff_source;
   // With from_stage: what the stage takes from its parent ("52 tensors copied, ...").
   std::string handoff_summary;
@@ -146,10 +146,12 @@ struct PipelinePlan {
   const StagePlan* ForStage(int stage_index) const;
 };
 
-// What happens to each stage's model once its plan is made: kept for training (`engine run`,
-// `eval`, `generate`), or released (`engine check`, which only prints the plan), so that checking
-// a pipeline of real-size stages holds one model at a time instead of all of them.
-enum class PlanModels { kKeep, kRelease };
+// What the plan needs of each stage's model: to keep it for training (`engine run`, `eval`,
+// `generate`), or only its plan (`engine check`, which prints it): then the model is built without
+// the values no plan reads (ModelContext::plan_only: a randomly initialised model draws only the
+// layers its stage quantizes) and released once planned, so that checking a pipeline of real-size
+// stages holds little more than one stage's quantized layers.
+enum class PlanModels { kKeep, kPlanOnly };
 
 // Returns nullptr (with diagnostics) when any stage cannot run as written.
 std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagnostics* diagnostics,

@@ -163,7 +163,7 @@ TEST_F(PipelinePlanTest, APlanForCheckingReleasesEachModelAndStillChecksHandoffs
   EXPECT_NE(kept->stages[0].model, nullptr);
   const std::string kept_text = PlanToText(*kept);
   const std::string kept_handoff = kept->stages[1].handoff_summary;
-  auto released = Plan(fits, PlanModels::kRelease);
+  auto released = Plan(fits, PlanModels::kPlanOnly);
   ASSERT_NE(released, nullptr) << diagnostics_.ToString();
   EXPECT_EQ(released->stages[0].model, nullptr);
   EXPECT_EQ(released->stages[1].model, nullptr);
@@ -171,7 +171,7 @@ TEST_F(PipelinePlanTest, APlanForCheckingReleasesEachModelAndStillChecksHandoffs
   EXPECT_EQ(PlanToText(*released), kept_text);
   EXPECT_EQ(Plan(Stage("first", "", "hidden_units: 32") +
                      Stage("second", "from_stage: \"first\"", "hidden_units: 16"),
-                 PlanModels::kRelease),
+                 PlanModels::kPlanOnly),
             nullptr);
   EXPECT_THAT(diagnostics_.ToString(),
               HasSubstr("'head.weight' is [10,32] in 'first' but [10,16] here"));
