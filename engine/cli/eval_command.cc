@@ -147,7 +147,7 @@ int EvalCommand(const std::vector<std::string>& args) {
     bases.checkpoint = std::filesystem::absolute(a.Get("checkpoint"));
   PipelineSession session;
   const bool planned = LoadAndPlanSession(a.positional[0], a.Get("plugin_path"), options, &session,
-                                          PlanModels::kKeep, bases);
+                                          PlanModels::kPlanOnly, bases);
   PrintNotes(session.notes);
   if (!planned) {
     std::cerr << session.diagnostics.ToString();
@@ -168,6 +168,7 @@ int EvalCommand(const std::vector<std::string>& args) {
   request.plan = const_cast<StagePlan*>(stage_plan);
   request.stage_dir = session.pipeline->output_dir / stage.name;
   Status checked = CheckStageCheckpoint(session, stage, checkpoint);
+  if (checked.ok()) checked = StagePlanWithModel(&session, stage.name).status();
   if (checked.ok() && logits)
     return WriteLogits(request, checkpoint, examples, split, logits_file, format);
   StatusOr<StageResult> result =

@@ -201,7 +201,7 @@ int CheckThenLaunch(const std::vector<std::string>& args, const Arguments& a,
     {
       AsTheLastRank last(flags.nproc);
       planned = LoadAndPlanSession(a.positional[0], a.Get("plugin_path"), options, &session,
-                                   PlanModels::kKeep, RunBaseSearch(a));
+                                   PlanModels::kPlanOnly, RunBaseSearch(a));
     }
     PrintNotes(session.notes);
     if (!planned) return ReportInvalid(session, a.positional[0]);
@@ -275,7 +275,7 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "engine run: " << lock.status().message() << "; nothing was run\n";
     return kExitFailure;
   }
-  if (!PlanSession(&session)) {
+  if (!PlanSession(&session, PlanModels::kKeepFirst)) {
     if (*lock) (*lock)->ReleaseUnused();
     return ReportInvalid(session, a.positional[0]);
   }

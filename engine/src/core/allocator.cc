@@ -17,4 +17,10 @@ bool ConfigureAllocatorForTraining() {
   return threshold && trim;
 }
 
+void ReturnFreedMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace engine

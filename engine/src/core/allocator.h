@@ -15,4 +15,11 @@ namespace engine {
 // whether the settings were applied.
 bool ConfigureAllocatorForTraining();
 
+// Gives the memory freed so far back to the kernel, which the settings above keep in the process:
+// after something large is freed that the next allocations may not reuse, because it was freed in
+// holes they do not fit or in another thread's glibc arena (a stage's model, built and released
+// before the next stage's is built elsewhere; a dense weight replaced by its 4-bit codes). Without
+// it the process grows as if nothing had been freed. Costs a walk over the heap; not per step.
+void ReturnFreedMemory();
+
 }  // namespace engine

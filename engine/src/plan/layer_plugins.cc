@@ -1,9 +1,5 @@
 #include "plan/layer_plugins.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #include <ATen/ATen.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
@@ -12,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "core/allocator.h"
 #include "core/glob.h"
 #include "core/guarded_call.h"
 #include "core/module_names.h"
@@ -205,12 +202,8 @@ std::function<Status(const std::string&, LinearImpl&)> QuantizeOnLoad(
     if (layer.quantized() != nullptr || !chosen(name)) return Status::Ok();
     // A failure leaves the layer dense for ApplyLayerPlugins to report with its position.
     (void)GuardedCall(ref.context, [&] { return QuantizeLayer(ref, *plugin, layer, nullptr); });
-#ifdef __GLIBC__
-    // glibc keeps the freed dense weight in its heap (a checkpoint's layers are read in sizes
-    // that rarely fit the holes left), so without this the process grows as if nothing had been
-    // quantized.
-    malloc_trim(0);
-#endif
+    // A checkpoint's layers are read in sizes that rarely fit the holes the dense weights leave.
+    ReturnFreedMemory();
     return Status::Ok();
   };
 }

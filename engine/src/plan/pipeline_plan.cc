@@ -12,6 +12,7 @@
 
 #include "checkpoint/checkpoint_layout.h"
 #include "checkpoint/frozen_base.h"
+#include "core/allocator.h"
 #include "core/fingerprint.h"
 #include "core/glob.h"
 #include "core/guarded_call.h"
@@ -71,8 +72,8 @@ std::string OptimizerSummary(const proto::Optimizer& o) {
 
 class PlanBuilder {
  public:
-  PlanBuilder(const ResolvedPipeline& pipeline, PlanModels models, Diagnostics* diagnostics)
-      : pipeline_(pipeline), models_(models), diagnostics_(diagnostics) {}
+  PlanBuilder(const ResolvedPipeline& pipeline, Diagnostics* diagnostics)
+      : pipeline_(pipeline), diagnostics_(diagnostics) {}
 
   void Error(const std::string& path, std::string message) {
     diagnostics_->Add(pipeline_.Locate(path), std::move(message));
@@ -92,10 +93,12 @@ class PlanBuilder {
     });
   }
 
-  // Fills `plan`; returns false after reporting when the stage cannot run.
-  bool Build(const ResolvedStage& stage, const PipelinePlan& so_far, StagePlan* plan) {
+  // Fills `plan`; returns false after reporting when the stage cannot run. `plan_only`: the model
+  // is built only to be planned (ModelContext::plan_only).
+  bool Build(const ResolvedStage& stage, const PipelinePlan& so_far, bool plan_only,
+             StagePlan* plan) {
     plan->stage = &stage;
-    if (!OpenData(stage, plan) || !CreateModel(stage, plan)) return false;
+    if (!OpenData(stage, plan) || !CreateModel(stage, plan_only, plan)) return false;
     if (!SelectTrainable(stage, plan) || !PlanPrecision(stage, plan)) return false;
     SetQuantizedCompute(stage, plan->precision.autocast.value_or(at::kFloat), plan->model->module(),
                         &plan->layers);
@@ -106,6 +109,51 @@ class PlanBuilder {
     plan->optimizer_summary = OptimizerSummary(stage.config->optimizer());
     std::tie(plan->fingerprint, plan->any_world_fingerprint) = Fingerprints(stage, so_far, *plan);
     return true;
+  }
+
+  // The model of a stage planned without it, built as Build builds it for training, into `plan`
+  // with what refers to it (the layer plugins' report, the blocks); false after reporting when it
+  // cannot be built or is not the model planned.
+  bool BuildModel(const ResolvedStage& stage, StagePlan* plan) {
+    StagePlan built;
+    built.stage = &stage;
+    built.data_spec = plan->data_spec;
+    if (!CreateModel(stage, /*plan_only=*/false, &built) || !SelectTrainable(stage, &built)) {
+      return false;
+    }
+    SetQuantizedCompute(stage, plan->precision.autocast.value_or(at::kFloat), built.model->module(),
+                        &built.layers);
+    if (plan->shard_level == 3 && !PlanBlocks(stage, &built)) return false;
+    if (const std::string difference = CensusDifference(plan->census, built.census);
+        !difference.empty()) {
+      Error(stage.model.path, stage.subject() + ": the model built to train is not the one " +
+                                  "planned: " + difference);
+      return false;
+    }
+    plan->model = std::move(built.model);
+    plan->layers = std::move(built.layers);
+    plan->block_modules = std::move(built.block_modules);
+    return true;
+  }
+
+  // "" when the two censuses hold the same tensors, else the first that differs.
+  static std::string CensusDifference(const ParameterCensus& planned,
+                                      const ParameterCensus& built) {
+    for (size_t i = 0; i < std::max(planned.size(), built.size()); ++i) {
+      if (i >= planned.size()) return "it has '" + built[i].name + "', which the plan does not";
+      if (i >= built.size()) return "it lacks '" + planned[i].name + "', which the plan has";
+      const TensorCensusEntry& p = planned[i];
+      const TensorCensusEntry& b = built[i];
+      if (p.name != b.name || p.dtype != b.dtype || p.numel != b.numel ||
+          p.trainable != b.trainable || p.is_buffer != b.is_buffer) {
+        return "tensor " + std::to_string(i) + " is '" + b.name + "' (" +
+               std::string(c10::toString(b.dtype)) + ", " + std::to_string(b.numel) +
+               (b.trainable ? ", trainable" : ", frozen") + "), the plan has '" + p.name + "' (" +
+               std::string(c10::toString(p.dtype)) + ", " + std::to_string(p.numel) +
+               (p.trainable ? ", trainable" : ", frozen") + ")";
+      }
+    }
+    return "";
   }
 
  private:
@@ -142,13 +190,13 @@ class PlanBuilder {
   }
 
   // The model, initialised from the stage seed, with the stage's layer plugins applied.
-  bool CreateModel(const ResolvedStage& stage, StagePlan* plan) {
+  bool CreateModel(const ResolvedStage& stage, bool plan_only, StagePlan* plan) {
     const auto* model_plugin =
         static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
     const std::function<bool(const std::string&)> quantized = QuantizedLayers(stage);
     ModelContext model_context{&plan->data_spec, pipeline_.base_dir,
                                stage.seed,       QuantizeOnLoad(stage, quantized),
-                               quantized,        models_ == PlanModels::kPlanOnly};
+                               quantized,        plan_only};
     at::manual_seed(stage.seed);
     StatusOr<std::unique_ptr<Model>> model = GuardedCall(stage.model.context, [&] {
       return model_plugin->Create(*stage.model.options, model_context);
@@ -641,7 +689,6 @@ class PlanBuilder {
   }
 
   const ResolvedPipeline& pipeline_;
-  const PlanModels models_;
   Diagnostics* diagnostics_;
 };
 
@@ -673,17 +720,31 @@ std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagno
                                         PlanModels models) {
   auto plan = std::make_unique<PipelinePlan>();
   plan->pipeline = &pipeline;
-  PlanBuilder builder(pipeline, models, diagnostics);
+  PlanBuilder builder(pipeline, diagnostics);
   plan->stages.reserve(pipeline.run_order.size());
   for (int index : pipeline.run_order) {
+    const bool keep = models == PlanModels::kKeep ||
+                      (models == PlanModels::kKeepFirst && index == pipeline.run_order.front());
     StagePlan stage_plan;
-    if (builder.Build(pipeline.stages[index], *plan, &stage_plan)) {
-      if (models == PlanModels::kPlanOnly) stage_plan.model.reset();
+    if (builder.Build(pipeline.stages[index], *plan, /*plan_only=*/!keep, &stage_plan)) {
+      if (!keep) {
+        stage_plan.model.reset();
+        ReturnFreedMemory();
+      }
       plan->stages.push_back(std::move(stage_plan));
     }
   }
   if (!diagnostics->empty()) return nullptr;
   return plan;
+}
+
+Status BuildStageModel(const ResolvedPipeline& pipeline, StagePlan* plan) {
+  Diagnostics diagnostics;
+  PlanBuilder builder(pipeline, &diagnostics);
+  if (!builder.BuildModel(*plan->stage, plan)) {
+    return FailedPreconditionError(diagnostics.ToString());
+  }
+  return Status::Ok();
 }
 
 }  // namespace engine

@@ -146,15 +146,25 @@ struct PipelinePlan {
   const StagePlan* ForStage(int stage_index) const;
 };
 
-// What the plan needs of each stage's model: to keep it for training (`engine run`, `eval`,
-// `generate`), or only its plan (`engine check`, which prints it): then the model is built without
-// the values no plan reads (ModelContext::plan_only: a randomly initialised model draws only the
-// layers its stage quantizes) and released once planned, so that checking a pipeline of real-size
-// stages holds little more than one stage's quantized layers.
-enum class PlanModels { kKeep, kPlanOnly };
+// What the plan needs of each stage's model. A model only planned is built without the values no
+// plan reads (ModelContext::plan_only: a randomly initialised model draws only the layers its stage
+// quantizes) and released once planned, so that a pipeline of real-size stages holds little more
+// than one stage's quantized layers while it is planned.
+enum class PlanModels {
+  kKeep,       // every stage's model, built for training (`eval`, `generate`, `export`)
+  kKeepFirst,  // the first stage's in run order; the others only planned (`engine run`, which
+               // builds each with BuildStageModel when its turn comes)
+  kPlanOnly,   // none (`engine check`, which prints the plan)
+};
 
 // Returns nullptr (with diagnostics) when any stage cannot run as written.
 std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagnostics* diagnostics,
                                         PlanModels models = PlanModels::kKeep);
+
+// Builds the model of a stage that was only planned into `plan` (plan->model is null), for
+// training: its values drawn or read, its quantizer and adapters applied, its trainable tensors
+// selected, as planning does. An error when it cannot be built, or when it is not the model
+// planned (another census).
+Status BuildStageModel(const ResolvedPipeline& pipeline, StagePlan* plan);
 
 }  // namespace engine

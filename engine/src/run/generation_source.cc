@@ -211,7 +211,7 @@ class PipelineSource : public GenerationSource {
     bases.dirs = BaseSearchPath(options.base_path);
     if (!options.checkpoint.empty()) bases.checkpoint = fs::absolute(options.checkpoint);
     const bool planned = LoadAndPlanSession(pipeline, options.plugin_path, load, &session_,
-                                            PlanModels::kKeep, bases);
+                                            PlanModels::kPlanOnly, bases);
     notes_ = session_.notes;
     if (!planned) {
       return InvalidArgumentError(session_.diagnostics.ToString());
@@ -221,6 +221,7 @@ class PipelineSource : public GenerationSource {
                       ? FinalCheckpointDir(session_.pipeline->output_dir / stage()->name)
                       : fs::absolute(options.checkpoint);
     ENGINE_RETURN_IF_ERROR(CheckStageCheckpoint(session_, *stage(), checkpoint_));
+    ENGINE_ASSIGN_OR_RETURN(stage_plan_, StagePlanWithModel(&session_, stage()->name));
     files_dir_ = checkpoint_;
     base_model_dir_ = PeftBaseModel(*stage(), *session_.pipeline);
     description_ = stage()->subject() + " of '" + pipeline.string() + "' (checkpoint " +

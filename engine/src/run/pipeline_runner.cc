@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "checkpoint/checkpoint.h"
+#include "core/allocator.h"
 #include "core/guarded_call.h"
 #include "core/interrupt.h"
 #include "core/logging.h"
@@ -203,6 +204,7 @@ class PipelineRun {
       if (!done.ok()) return events_.Fail(done);
       // The weights live on in the checkpoint; later stages load them from there.
       stage_plan.model.reset();
+      ReturnFreedMemory();
     }
     return events_.Finish();
   }
@@ -328,6 +330,10 @@ class PipelineRun {
            << WithThousands(static_cast<int64_t>(decision.resume->manifest.step())) << " of "
            << WithThousands(stage_plan.total_steps) << " from " << decision.resume->dir.string()
            << std::endl;
+    }
+    // Planning kept only the first stage's model (PlanModels::kKeepFirst).
+    if (stage_plan.model == nullptr) {
+      ENGINE_RETURN_IF_ERROR(BuildStageModel(pipeline_, &stage_plan));
     }
     LOG(INFO) << stage.subject() << ": training " << stage_plan.total_steps << " steps on "
               << stage.device.device;

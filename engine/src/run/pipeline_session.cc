@@ -68,6 +68,14 @@ StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::st
   return NotFoundError("the pipeline has no stage '" + name + "' (its stages: " + names + ")");
 }
 
+StatusOr<StagePlan*> StagePlanWithModel(PipelineSession* session, const std::string& name) {
+  ENGINE_ASSIGN_OR_RETURN(const StagePlan* found, FindStagePlan(*session->plan, name));
+  // The session owns the plan; FindStagePlan hands out const pointers for the readers.
+  StagePlan* plan = const_cast<StagePlan*>(found);
+  if (plan->model == nullptr) ENGINE_RETURN_IF_ERROR(BuildStageModel(*session->pipeline, plan));
+  return plan;
+}
+
 Status CheckStageCheckpoint(const PipelineSession& session, const ResolvedStage& stage,
                             const std::filesystem::path& dir) {
   std::error_code ec;

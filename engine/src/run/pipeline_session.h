@@ -55,6 +55,11 @@ bool LoadAndPlanSession(const std::filesystem::path& file, const std::string& pl
 // are when the pipeline has no such stage.
 StatusOr<const StagePlan*> FindStagePlan(const PipelinePlan& plan, const std::string& name);
 
+// FindStagePlan's stage, with its model built for use (BuildStageModel) when planning left it out:
+// for the commands that use one stage's model (eval, generate, export), which plan with
+// PlanModels::kPlanOnly so that the other stages' models are never held.
+StatusOr<StagePlan*> StagePlanWithModel(PipelineSession* session, const std::string& name);
+
 // An error saying what to do unless `dir` is a whole checkpoint of `stage` of the session's
 // pipeline: its manifest names the stage, its files have the sizes and content hashes the manifest
 // records, and a slim one's base is in the stage's `pretrained` directory (else the error says

@@ -1,5 +1,6 @@
 #include "plan/pipeline_plan.h"
 
+#include <ATen/ops/equal.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -175,6 +176,45 @@ TEST_F(PipelinePlanTest, APlanForCheckingReleasesEachModelAndStillChecksHandoffs
             nullptr);
   EXPECT_THAT(diagnostics_.ToString(),
               HasSubstr("'head.weight' is [10,32] in 'first' but [10,16] here"));
+}
+
+// `engine run` keeps the first stage's model from planning and builds each later one when its turn
+// comes: the same model, with the same initial values, as planning everything at once built.
+TEST_F(PipelinePlanTest, ALaterStagesModelIsBuiltWhenItsTurnComesAsPlanningBuiltIt) {
+  const std::string text = Stage("first", "", "hidden_units: 32") +
+                           Stage("second", "trainable { include: \"head.*\" }", "hidden_units: 16");
+  auto kept = Plan(text);
+  ASSERT_NE(kept, nullptr) << diagnostics_.ToString();
+  const std::string kept_text = PlanToText(*kept);
+  std::vector<at::Tensor> kept_values;
+  for (const at::Tensor& p : kept->stages[1].model->module().parameters()) {
+    kept_values.push_back(p.detach().clone());
+  }
+
+  auto first_only = Plan(text, PlanModels::kKeepFirst);
+  ASSERT_NE(first_only, nullptr) << diagnostics_.ToString();
+  EXPECT_NE(first_only->stages[0].model, nullptr);
+  ASSERT_EQ(first_only->stages[1].model, nullptr);
+  EXPECT_EQ(PlanToText(*first_only), kept_text);
+  StagePlan& second = first_only->stages[1];
+  ASSERT_TRUE(BuildStageModel(*pipeline_, &second).ok());
+  ASSERT_NE(second.model, nullptr);
+  const auto parameters = second.model->module().named_parameters();
+  ASSERT_EQ(parameters.size(), kept_values.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(at::equal(parameters[i].value(), kept_values[i])) << parameters[i].key();
+    EXPECT_EQ(parameters[i].value().requires_grad(), parameters[i].key().rfind("head.", 0) == 0)
+        << parameters[i].key();
+  }
+  EXPECT_EQ(PlanToText(*first_only), kept_text);
+
+  // A model that is not the one planned (here: a plan that says otherwise) is refused, named.
+  auto again = Plan(text, PlanModels::kKeepFirst);
+  ASSERT_NE(again, nullptr) << diagnostics_.ToString();
+  again->stages[1].census[0].trainable = !again->stages[1].census[0].trainable;
+  const Status refused = BuildStageModel(*pipeline_, &again->stages[1]);
+  EXPECT_THAT(refused.message(), HasSubstr("the model built to train is not the one planned"));
+  EXPECT_EQ(again->stages[1].model, nullptr);
 }
 
 TEST_F(PipelinePlanTest, FingerprintFollowsMeaningNotSpelling) {

@@ -1,7 +1,9 @@
-// `engine check` of a randomly initialised model (sizes in options, or `config:` a config.json)
-// plans it without its dense weights: the loader draws only the layers the stage quantizes and
-// hands each to the quantizer at once, so the check's peak memory is the 4-bit layers', not the
-// f32 model's (a 7B config plans in 4.5 GB). The plan it prints is the one `engine run` makes.
+// Planning a pipeline holds no model it does not train. `engine check` of a randomly initialised
+// model (sizes in options, or `config:` a config.json) plans it without its dense weights: the
+// loader draws only the layers the stage quantizes and hands each to the quantizer at once, so the
+// check's peak memory is the 4-bit layers', not the f32 model's (a 7B config plans in 4.5 GB). And
+// `engine run` builds each stage's model when the stage trains, `engine eval` only the stage's it
+// evaluates, not every stage's while planning.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -24,15 +26,25 @@ const std::string kNf4 =
     "  quantizer { plugin: \"nf4\" options { [type.googleapis.com/engine.plugins.Nf4Options] { "
     "target_modules: \"model.layers.*\" } } }\n";
 
-std::string LlamaPipeline(const std::string& sizes) {
-  return "name: \"p\"\nstage {\n  name: \"s\"\n  model { plugin: \"llama\" options { "
-         "[type.googleapis.com/engine.transformer.LlamaOptions] { " +
-         sizes +
+std::string LlamaStage(const std::string& name, const std::string& sizes,
+                       const std::string& extra) {
+  return "stage {\n  name: \"" + name + "\"\n  model { plugin: \"llama\" options { " +
+         "[type.googleapis.com/engine.transformer.LlamaOptions] { " + sizes +
          " } } }\n  data { plugin: \"text\" options { "
          "[type.googleapis.com/engine.plugins.TextOptions] { path: \"docs.txt\" sequence_length: 8 "
          "eval_fraction: 0.34 } } }\n" +
-         kNf4 +
+         extra +
          "  optimizer { learning_rate: 0.001 }\n  schedule { max_steps: 1 batch_size: 1 }\n}\n";
+}
+
+std::string LlamaPipeline(const std::string& sizes) {
+  return "name: \"p\"\n" + LlamaStage("s", sizes, kNf4);
+}
+
+// A Llama of `layers` decoder layers of width 1024 (heads of 128) with MLPs 4096 wide.
+std::string WideLlama(int layers) {
+  return "hidden_size: 1024 intermediate_size: 4096 num_hidden_layers: " + std::to_string(layers) +
+         " num_attention_heads: 8 num_key_value_heads: 8";
 }
 
 std::string Qwen25VlPipeline(const fs::path& config) {
@@ -86,14 +98,20 @@ void ExpectPlannedWithoutTheDenseWeights(const testing::CommandResult& small,
       << " B";
 }
 
-TEST(CheckMemoryTest, ARandomLlamaIsPlannedWithItsFourBitLayersNotItsDenseWeights) {
+// `two`'s peak is within `slack` above `one`'s: the same kind of command, whose work needs no more.
+void ExpectPeakWithin(const testing::CommandResult& one, const testing::CommandResult& two,
+                      int64_t slack, const std::string& what) {
+  ASSERT_EQ(one.exit_code, 0) << what << ": " << one.err;
+  ASSERT_EQ(two.exit_code, 0) << what << ": " << two.err;
+  EXPECT_LT(two.peak_rss_bytes - one.peak_rss_bytes, slack)
+      << what << ": peak " << two.peak_rss_bytes << " B against " << one.peak_rss_bytes << " B";
+}
+
+TEST(PlanningMemoryTest, ARandomLlamaIsPlannedWithItsFourBitLayersNotItsDenseWeights) {
   testing::TempDir tmp;
   tmp.Write("docs.txt", "one document\n\nanother document\n\na third one\n");
-  const std::string wide_sizes =
-      "hidden_size: 1024 intermediate_size: 4096 num_hidden_layers: 12 num_attention_heads: 8 "
-      "num_key_value_heads: 8";
   const fs::path small = tmp.Write("small.pbtxt", LlamaPipeline("num_hidden_layers: 1"));
-  const fs::path wide = tmp.Write("wide.pbtxt", LlamaPipeline(wide_sizes));
+  const fs::path wide = tmp.Write("wide.pbtxt", LlamaPipeline(WideLlama(12)));
   const testing::CommandResult small_check = testing::RunEngine({"check", small.string()});
   const testing::CommandResult wide_check = testing::RunEngine({"check", wide.string()});
   const int64_t weights = 12 * LayerWeights(1024);
@@ -102,7 +120,7 @@ TEST(CheckMemoryTest, ARandomLlamaIsPlannedWithItsFourBitLayersNotItsDenseWeight
   ExpectPlannedWithoutTheDenseWeights(small_check, wide_check, weights);
 }
 
-TEST(CheckMemoryTest, ARandomQwen25VlFromItsConfigIsPlannedWithItsFourBitLayersOnly) {
+TEST(PlanningMemoryTest, ARandomQwen25VlFromItsConfigIsPlannedWithItsFourBitLayersOnly) {
   testing::TempDir tmp;
   const fs::path small =
       tmp.Write("small.pbtxt", Qwen25VlPipeline(WideQwen25VlConfig(tmp, "small.json", 1)));
@@ -112,6 +130,33 @@ TEST(CheckMemoryTest, ARandomQwen25VlFromItsConfigIsPlannedWithItsFourBitLayersO
   const testing::CommandResult wide_check = testing::RunEngine({"check", wide.string()});
   ExpectPlannedWithoutTheDenseWeights(small_check, wide_check, 11 * LayerWeights(256));
   EXPECT_THAT(wide_check.out, HasSubstr("nf4 0.2.0: 84 linear layers"));
+}
+
+// Two stages of a wide random Llama (537 MB of f32 decoder weights each), each training only its
+// final norm: `engine run` of both peaks where the run of the first alone does, since it holds one
+// stage's model at a time (planning used to build both before the first trained), and `engine
+// eval` of the second stage builds only its model.
+TEST(PlanningMemoryTest, RunAndEvalHoldOneStagesModelAtATime) {
+  testing::TempDir tmp;
+  tmp.Write("docs.txt", "one document\n\nanother document\n\na third one\n");
+  const std::string extra =
+      "  precision { plugin: \"fp32\" }\n  trainable { include: \"model.norm.*\" }\n";
+  const std::string first = LlamaStage("first", WideLlama(8), extra);
+  const std::string second = LlamaStage("second", WideLlama(8), extra);
+  const fs::path one = tmp.Write("one.pbtxt", "name: \"one\"\noutput_dir: \"one\"\n" + first);
+  const fs::path two =
+      tmp.Write("two.pbtxt", "name: \"two\"\noutput_dir: \"two\"\n" + first + second);
+  const int64_t model_bytes = 8 * LayerWeights(1024) * 4;
+
+  const testing::CommandResult run_one = testing::RunEngine({"run", one.string()});
+  const testing::CommandResult run_two = testing::RunEngine({"run", two.string()});
+  ExpectPeakWithin(run_one, run_two, model_bytes / 2, "run");
+  EXPECT_THAT(run_two.out, HasSubstr("stage 'second'"));
+
+  const testing::CommandResult eval_one = testing::RunEngine({"eval", one.string()});
+  const testing::CommandResult eval_two =
+      testing::RunEngine({"eval", two.string(), "--stage=second"});
+  ExpectPeakWithin(eval_one, eval_two, model_bytes / 2, "eval");
 }
 
 }  // namespace
