@@ -137,19 +137,25 @@ Status CheckNoUnknownTensors(const std::filesystem::path& dir,
   return Status::Ok();
 }
 
+// Whether checkpoint tensor `name`, of this shape and dtype, can take `target`'s place.
+Status CheckPlaceable(const std::filesystem::path& dir, const std::string& name,
+                      at::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& target) {
+  if (!sizes.equals(target.sizes())) {
+    return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' has shape " +
+                                Shape(sizes) + " but the model expects " + Shape(target.sizes()));
+  }
+  if (!at::isFloatingType(dtype)) {
+    return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' is stored as " +
+                                std::string(c10::toString(dtype)) +
+                                ", but the model's is a floating-point tensor");
+  }
+  return Status::Ok();
+}
+
 // Puts `stored` (checkpoint tensor `name`) into `target`, keeping the stored dtype.
 Status Place(const std::filesystem::path& dir, const std::string& name, const at::Tensor& stored,
              at::Tensor& target) {
-  if (!stored.sizes().equals(target.sizes())) {
-    return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' has shape " +
-                                Shape(stored.sizes()) + " but the model expects " +
-                                Shape(target.sizes()));
-  }
-  if (!at::isFloatingType(stored.scalar_type())) {
-    return InvalidArgumentError("'" + dir.string() + "': tensor '" + name + "' is stored as " +
-                                std::string(c10::toString(stored.scalar_type())) +
-                                ", but the model's is a floating-point tensor");
-  }
+  ENGINE_RETURN_IF_ERROR(CheckPlaceable(dir, name, stored.sizes(), stored.scalar_type(), target));
   at::NoGradGuard no_grad;
   // The stored dtype is kept: the precision plan starts from what the checkpoint holds.
   if (target.scalar_type() == stored.scalar_type() && target.is_contiguous()) {
@@ -181,6 +187,25 @@ Status ReadInto(const std::filesystem::path& dir, const Checkpoint& checkpoint,
   ENGINE_ASSIGN_OR_RETURN(at::Tensor stored, file.Get(stored_name));
   ENGINE_RETURN_IF_ERROR(Place(dir, stored_name, stored, target));
   file.ReleasePages(stored_name);
+  return Status::Ok();
+}
+
+// What ReadInto does, from the file's header alone, for a tensor of a model that is only planned
+// (ModelContext::plan_only): `target` becomes a tensor of the stored shape and dtype whose values
+// are neither read nor drawn. A bitsandbytes 4-bit weight, whose dense dtype its quantization state
+// holds, is read as ReadInto reads it.
+Status PlanInto(const std::filesystem::path& dir, const Checkpoint& checkpoint,
+                const std::string& name, at::Tensor& target) {
+  if (checkpoint.Has(name + kBnb4StateSuffix)) return ReadInto(dir, checkpoint, name, target);
+  const safetensors::File& file = *checkpoint.files.at(checkpoint.where.at(name));
+  const std::string& stored_name = checkpoint.StoredName(name);
+  const safetensors::TensorInfo* info = file.Find(stored_name);
+  if (info == nullptr) {
+    return NotFoundError("'" + file.path().string() + "' has no tensor '" + stored_name + "'");
+  }
+  ENGINE_RETURN_IF_ERROR(CheckPlaceable(dir, stored_name, info->shape, info->dtype, target));
+  at::NoGradGuard no_grad;
+  target.set_data(at::empty(info->shape, target.options().dtype(info->dtype)));
   return Status::Ok();
 }
 
@@ -244,7 +269,12 @@ Status LoadWeights(const std::filesystem::path& dir, torch::nn::Module& module,
       if (optional.count(name)) continue;
       return NotFoundError("'" + dir.string() + "' has no tensor '" + name + "'");
     }
-    ENGINE_RETURN_IF_ERROR(ReadInto(dir, checkpoint, name, target));
+    // A plan reads no values but those the quantizer takes (it checks and packs them).
+    if (context != nullptr && context->plan_only && quantized.count(name) == 0) {
+      ENGINE_RETURN_IF_ERROR(PlanInto(dir, checkpoint, name, target));
+    } else {
+      ENGINE_RETURN_IF_ERROR(ReadInto(dir, checkpoint, name, target));
+    }
     // Let go of our handle, so that a layer quantized by the hook frees its dense weight now.
     target = at::Tensor();
     if (auto layer = linears.find(name); linear_loaded && layer != linears.end()) {

@@ -3,7 +3,8 @@
 // loader draws only the layers the stage quantizes and hands each to the quantizer at once, so the
 // check's peak memory is the 4-bit layers', not the f32 model's (a 7B config plans in 4.5 GB). And
 // `engine run` builds each stage's model when the stage trains, `engine eval` only the stage's it
-// evaluates, not every stage's while planning.
+// evaluates, not every stage's while planning; and `engine check` of a pretrained model reads only
+// the weights its stage quantizes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -157,6 +158,18 @@ TEST(PlanningMemoryTest, RunAndEvalHoldOneStagesModelAtATime) {
   const testing::CommandResult eval_two =
       testing::RunEngine({"eval", two.string(), "--stage=second"});
   ExpectPeakWithin(eval_one, eval_two, model_bytes / 2, "eval");
+
+  // `engine check` of a stage reading the first stage's checkpoint reads the files' headers only
+  // (no layer is quantized here), so it holds what checking the random model does.
+  const fs::path from_checkpoint = tmp.Write(
+      "pretrained.pbtxt",
+      "name: \"p\"\n" +
+          LlamaStage("s", "pretrained: \"" + (tmp.path() / "one/first/final").string() + "\"", ""));
+  const testing::CommandResult check_one = testing::RunEngine({"check", one.string()});
+  const testing::CommandResult check_pretrained =
+      testing::RunEngine({"check", from_checkpoint.string()});
+  ExpectPeakWithin(check_one, check_pretrained, model_bytes / 3, "check of its checkpoint");
+  EXPECT_THAT(check_pretrained.out, HasSubstr("llama"));
 }
 
 }  // namespace
