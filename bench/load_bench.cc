@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   row("run, bf16 (its norm trains)", full, bytes, "the checkpoint", " (goal <= 1.2)");
   row("run, QLoRA (nf4 + lora)", qlora, bytes, "the checkpoint", " (goal <= 0.6)");
   row("check, bf16", full_check, bytes, "the checkpoint", " (reads the headers)");
-  row("check, QLoRA", qlora_check, bytes, "the checkpoint", " (reads the 4-bit layers)");
+  row("check, QLoRA", qlora_check, bytes, "the checkpoint", " (draws the 4-bit layers)");
   // The checkpoint is bf16: the same model in f32 is twice its bytes.
   row("check, QLoRA with random weights", random_check, 2 * bytes, "the f32 model",
       " (goal <= 0.35)");

@@ -275,7 +275,12 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "engine run: " << lock.status().message() << "; nothing was run\n";
     return kExitFailure;
   }
-  if (!PlanSession(&session, PlanModels::kKeepFirst)) {
+  // One stage: planning builds its model for training, which then starts at once (planning it
+  // only, then building it, would quantize a QLoRA stage twice). Several: each is planned only and
+  // built when it trains, so that planning holds no stage's model while the others are planned.
+  const PlanModels models =
+      session.pipeline->run_order.size() == 1 ? PlanModels::kKeep : PlanModels::kPlanOnly;
+  if (!PlanSession(&session, models)) {
     if (*lock) (*lock)->ReleaseUnused();
     return ReportInvalid(session, a.positional[0]);
   }

@@ -28,10 +28,10 @@ StatusOr<nlohmann::json> ReadJsonFile(const std::filesystem::path& path);
 // is called for each engine::Linear right after its weight is read, and before anything is read
 // the memory the load needs (the tensors, the layers context->quantizes at about 4 bits) is
 // compared with what the host has left (engine/host_memory.h): a load that cannot fit is a
-// FAILED_PRECONDITION error saying both. With context->plan_only, only the weights of the layers
-// the stage quantizes are read (for the quantizer); every other tensor takes its name, shape and
-// dtype from the files' headers, its values unread. `renames` reads another layout of the same
-// model.
+// FAILED_PRECONDITION error saying both. With context->plan_only, no values are read: every tensor
+// takes its shape and dtype from the files' headers, and the layers the stage quantizes get values
+// drawn at random for their quantizer (a bitsandbytes 4-bit weight is still read and dequantized).
+// `renames` reads another layout of the same model.
 // (checkpoint prefix, module prefix) pairs: a checkpoint tensor whose name starts with the first
 // is read into the module's tensor named with the second instead (the first pair that matches).
 using PrefixRenames = std::vector<std::pair<std::string, std::string>>;

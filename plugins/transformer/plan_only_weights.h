@@ -1,5 +1,5 @@
-// The random initialisation of a model that the engine only plans (ModelContext::plan_only,
-// `engine check`): built under UninitializedParametersScope, it draws only the weights of the
+// The random initialisation of a model that the engine only plans (ModelContext::plan_only):
+// built under UninitializedParametersScope, it draws only the weights of the
 // layers its stage quantizes, each handed to linear_loaded as soon as it is drawn, so that
 // planning a 7B model holds its 4-bit layers and little else. Nothing reads the other values.
 //

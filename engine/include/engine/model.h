@@ -116,13 +116,13 @@ struct ModelContext {
   // Whether the stage quantizes the engine::Linear of that full name: for a loader's estimate of
   // the memory a load needs before it starts. Empty when the stage quantizes nothing.
   std::function<bool(const std::string& name)> quantizes = {};
-  // True when the engine only plans the model (`engine check`, and the stages of `engine run`
-  // that do not train first): it reads the model's names, shapes and dtypes, and quantizes the
-  // layers the stage selects, but never its values. A loader may then build under
+  // True when the engine only plans the model (commands plan the stages of their pipeline this
+  // way, then build the models they use again): it reads the model's names, shapes and dtypes,
+  // and quantizes the layers the stage selects, but never its values. A loader may then build under
   // UninitializedParametersScope and give values only to the weights of the layers `quantizes`
-  // selects (drawn, or read from the checkpoint), handing each to linear_loaded at once (a
-  // quantizer needs finite values), so that planning a model larger than memory touches little of
-  // it. Loaders that draw or read everything anyway are still correct.
+  // selects (drawn at random), handing each to linear_loaded at once (a quantizer needs finite
+  // values), so that planning a model larger than memory touches little of it. Loaders that draw
+  // or read everything anyway are still correct.
   bool plan_only = false;
 };
 

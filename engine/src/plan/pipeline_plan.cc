@@ -723,8 +723,7 @@ std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagno
   PlanBuilder builder(pipeline, diagnostics);
   plan->stages.reserve(pipeline.run_order.size());
   for (int index : pipeline.run_order) {
-    const bool keep = models == PlanModels::kKeep ||
-                      (models == PlanModels::kKeepFirst && index == pipeline.run_order.front());
+    const bool keep = models == PlanModels::kKeep;
     StagePlan stage_plan;
     if (builder.Build(pipeline.stages[index], *plan, /*plan_only=*/!keep, &stage_plan)) {
       if (!keep) {

@@ -1,9 +1,12 @@
 // The plan: for every stage, what will run, checked and counted before step 0.
 //
-// Building the plan opens each stage's data, builds its model (on the CPU, seeded), selects the
-// trainable parameters, takes the dtype census and asks the precision policy for its plan. Anything
-// that cannot work is reported with its position in the pipeline file. `engine check` prints the
-// plan; `engine run` builds the same plan and runs exactly it, reusing the objects built here.
+// Building the plan opens each stage's data, builds its model (on the CPU, seeded; for planning
+// only, PlanModels), selects the trainable parameters, takes the dtype census and asks the
+// precision policy for its plan. Anything that cannot work is reported with its position in the
+// pipeline file; what depends on the weights' values (a weight the quantizer refuses) is found when
+// the stage's model is built for use. `engine check` prints the plan; `engine run` builds the same
+// plan and runs exactly it, reusing the data opened here and building each stage's model, the one
+// planned, when the stage trains.
 #pragma once
 
 #include <cstdint>
@@ -148,23 +151,24 @@ struct PipelinePlan {
 
 // What the plan needs of each stage's model. A model only planned is built without the values no
 // plan reads (ModelContext::plan_only: a randomly initialised model draws only the layers its stage
-// quantizes) and released once planned, so that a pipeline of real-size stages holds little more
-// than one stage's quantized layers while it is planned.
+// quantizes, a pretrained one reads the files' headers) and released once planned, so that a
+// pipeline of real-size stages is planned in little more memory than one stage's quantized layers.
+// The commands that use a model build it when they need it (BuildStageModel).
 enum class PlanModels {
-  kKeep,       // every stage's model, built for training (`eval`, `generate`, `export`)
-  kKeepFirst,  // the first stage's in run order; the others only planned (`engine run`, which
-               // builds each with BuildStageModel when its turn comes)
-  kPlanOnly,   // none (`engine check`, which prints the plan)
+  kKeep,      // every stage's model, built for use (`engine run` of one stage)
+  kPlanOnly,  // none: `engine check`, and `run` (of several stages), `eval`, `generate` and
+              // `export`, which build the models of the stages they use when they use them
 };
 
 // Returns nullptr (with diagnostics) when any stage cannot run as written.
 std::unique_ptr<PipelinePlan> BuildPlan(const ResolvedPipeline& pipeline, Diagnostics* diagnostics,
                                         PlanModels models = PlanModels::kKeep);
 
-// Builds the model of a stage that was only planned into `plan` (plan->model is null), for
-// training: its values drawn or read, its quantizer and adapters applied, its trainable tensors
-// selected, as planning does. An error when it cannot be built, or when it is not the model
-// planned (another census).
+// Builds the model of a stage that was only planned into `plan` (plan->model is null), for use:
+// its values drawn or read, its quantizer and adapters applied, its trainable tensors selected, as
+// planning does. An error when it cannot be built (what depends on the values: a weight the
+// quantizer refuses, the memory the load needs now), or when it is not the model planned (another
+// census).
 Status BuildStageModel(const ResolvedPipeline& pipeline, StagePlan* plan);
 
 }  // namespace engine

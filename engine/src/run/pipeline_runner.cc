@@ -331,7 +331,7 @@ class PipelineRun {
            << WithThousands(stage_plan.total_steps) << " from " << decision.resume->dir.string()
            << std::endl;
     }
-    // Planning kept only the first stage's model (PlanModels::kKeepFirst).
+    // Planning built it for the plan only (PlanModels::kPlanOnly).
     if (stage_plan.model == nullptr) {
       ENGINE_RETURN_IF_ERROR(BuildStageModel(pipeline_, &stage_plan));
     }

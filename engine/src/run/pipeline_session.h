@@ -45,11 +45,11 @@ bool LoadSession(const std::filesystem::path& file, const std::string& plugin_pa
                  const BaseSearch& bases = {});
 // Plans session->pipeline (opens the data, builds the models) into session->plan; `models` says
 // whether the plan keeps them.
-bool PlanSession(PipelineSession* session, PlanModels models = PlanModels::kKeep);
+bool PlanSession(PipelineSession* session, PlanModels models = PlanModels::kPlanOnly);
 // Load, then Plan.
 bool LoadAndPlanSession(const std::filesystem::path& file, const std::string& plugin_path_flag,
                         const LoadOptions& options, PipelineSession* session,
-                        PlanModels models = PlanModels::kKeep, const BaseSearch& bases = {});
+                        PlanModels models = PlanModels::kPlanOnly, const BaseSearch& bases = {});
 
 // The plan of stage `name` (the last in run order when empty); an error naming the stages there
 // are when the pipeline has no such stage.

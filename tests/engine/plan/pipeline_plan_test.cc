@@ -178,9 +178,9 @@ TEST_F(PipelinePlanTest, APlanForCheckingReleasesEachModelAndStillChecksHandoffs
               HasSubstr("'head.weight' is [10,32] in 'first' but [10,16] here"));
 }
 
-// `engine run` keeps the first stage's model from planning and builds each later one when its turn
-// comes: the same model, with the same initial values, as planning everything at once built.
-TEST_F(PipelinePlanTest, ALaterStagesModelIsBuiltWhenItsTurnComesAsPlanningBuiltIt) {
+// `engine run` plans every stage without keeping its model and builds each when its turn comes:
+// the same model, with the same initial values, as planning everything for use built.
+TEST_F(PipelinePlanTest, AStagesModelIsBuiltWhenItsTurnComesAsPlanningForUseBuiltIt) {
   const std::string text = Stage("first", "", "hidden_units: 32") +
                            Stage("second", "trainable { include: \"head.*\" }", "hidden_units: 16");
   auto kept = Plan(text);
@@ -191,12 +191,12 @@ TEST_F(PipelinePlanTest, ALaterStagesModelIsBuiltWhenItsTurnComesAsPlanningBuilt
     kept_values.push_back(p.detach().clone());
   }
 
-  auto first_only = Plan(text, PlanModels::kKeepFirst);
-  ASSERT_NE(first_only, nullptr) << diagnostics_.ToString();
-  EXPECT_NE(first_only->stages[0].model, nullptr);
-  ASSERT_EQ(first_only->stages[1].model, nullptr);
-  EXPECT_EQ(PlanToText(*first_only), kept_text);
-  StagePlan& second = first_only->stages[1];
+  auto planned = Plan(text, PlanModels::kPlanOnly);
+  ASSERT_NE(planned, nullptr) << diagnostics_.ToString();
+  EXPECT_EQ(planned->stages[0].model, nullptr);
+  ASSERT_EQ(planned->stages[1].model, nullptr);
+  EXPECT_EQ(PlanToText(*planned), kept_text);
+  StagePlan& second = planned->stages[1];
   ASSERT_TRUE(BuildStageModel(*pipeline_, &second).ok());
   ASSERT_NE(second.model, nullptr);
   const auto parameters = second.model->module().named_parameters();
@@ -206,10 +206,10 @@ TEST_F(PipelinePlanTest, ALaterStagesModelIsBuiltWhenItsTurnComesAsPlanningBuilt
     EXPECT_EQ(parameters[i].value().requires_grad(), parameters[i].key().rfind("head.", 0) == 0)
         << parameters[i].key();
   }
-  EXPECT_EQ(PlanToText(*first_only), kept_text);
+  EXPECT_EQ(PlanToText(*planned), kept_text);
 
   // A model that is not the one planned (here: a plan that says otherwise) is refused, named.
-  auto again = Plan(text, PlanModels::kKeepFirst);
+  auto again = Plan(text, PlanModels::kPlanOnly);
   ASSERT_NE(again, nullptr) << diagnostics_.ToString();
   again->stages[1].census[0].trainable = !again->stages[1].census[0].trainable;
   const Status refused = BuildStageModel(*pipeline_, &again->stages[1]);
