@@ -139,18 +139,19 @@ class PlanBuilder {
   // "" when the two censuses hold the same tensors, else the first that differs.
   static std::string CensusDifference(const ParameterCensus& planned,
                                       const ParameterCensus& built) {
+    const auto describe = [](const TensorCensusEntry& e) {
+      return "'" + e.name + "' (" + std::string(c10::toString(e.dtype)) + ", " +
+             std::to_string(e.numel) + (e.trainable ? ", trainable" : ", frozen") + ")";
+    };
     for (size_t i = 0; i < std::max(planned.size(), built.size()); ++i) {
-      if (i >= planned.size()) return "it has '" + built[i].name + "', which the plan does not";
-      if (i >= built.size()) return "it lacks '" + planned[i].name + "', which the plan has";
+      if (i >= planned.size()) return "it has " + describe(built[i]) + ", which the plan does not";
+      if (i >= built.size()) return "it lacks " + describe(planned[i]) + ", which the plan has";
       const TensorCensusEntry& p = planned[i];
       const TensorCensusEntry& b = built[i];
       if (p.name != b.name || p.dtype != b.dtype || p.numel != b.numel ||
           p.trainable != b.trainable || p.is_buffer != b.is_buffer) {
-        return "tensor " + std::to_string(i) + " is '" + b.name + "' (" +
-               std::string(c10::toString(b.dtype)) + ", " + std::to_string(b.numel) +
-               (b.trainable ? ", trainable" : ", frozen") + "), the plan has '" + p.name + "' (" +
-               std::string(c10::toString(p.dtype)) + ", " + std::to_string(p.numel) +
-               (p.trainable ? ", trainable" : ", frozen") + ")";
+        return "tensor " + std::to_string(i) + " is " + describe(b) + ", the plan has " +
+               describe(p);
       }
     }
     return "";
@@ -194,9 +195,10 @@ class PlanBuilder {
     const auto* model_plugin =
         static_cast<const ModelLoaderPlugin*>(stage.model.entry->plugin.get());
     const std::function<bool(const std::string&)> quantized = QuantizedLayers(stage);
-    ModelContext model_context{&plan->data_spec, pipeline_.base_dir,
-                               stage.seed,       QuantizeOnLoad(stage, quantized),
-                               quantized,        plan_only};
+    ModelContext model_context{&plan->data_spec, pipeline_.base_dir, stage.seed};
+    model_context.linear_loaded = QuantizeOnLoad(stage, quantized);
+    model_context.quantizes = quantized;
+    model_context.plan_only = plan_only;
     at::manual_seed(stage.seed);
     StatusOr<std::unique_ptr<Model>> model = GuardedCall(stage.model.context, [&] {
       return model_plugin->Create(*stage.model.options, model_context);
