@@ -8,8 +8,10 @@
 #include <regex>
 
 #include "engine/torch_compat.h"
+#include "precision/device_capability.h"
 #include "testing/pipelines.h"
 #include "testing/subprocess.h"
+#include "testing/test_paths.h"
 
 namespace engine {
 namespace {
@@ -52,6 +54,61 @@ TEST(F11MixedPrecisionByDefaultTest, Bf16MixedMatchesF32WithinOnePoint) {
   EXPECT_GE(f32, 0.9);
   EXPECT_NEAR(bf16, f32, 0.01);
   EXPECT_NEAR(bf16_true, f32, 0.01);
+}
+
+// The eval loss and token accuracy of a small Llama trained as QLoRA (NF4 decoder, LoRA) on the
+// fortunes under `precision`.
+std::pair<double, double> QloraLossAndAccuracy(const testing::TempDir& dir, const std::string& name,
+                                               const std::string& precision) {
+  const std::string source = testing::kSourceDir;
+  auto file = dir.Write(
+      name + ".pbtxt",
+      "output_dir: \"" + name +
+          "\"\nseed: 7\nstage {\n  name: \"s\"\n"
+          "  model { plugin: \"llama\" options { "
+          "[type.googleapis.com/engine.transformer.LlamaOptions] "
+          "{ hidden_size: 128 num_hidden_layers: 2 num_attention_heads: 4 } } }\n"
+          "  data { plugin: \"text\" options { [type.googleapis.com/engine.plugins.TextOptions] { "
+          "path: \"" +
+          source +
+          "/data/fortunes.txt\" document_separator: \"%\" sequence_length: 64 "
+          "eval_fraction: 0.05 } } }\n" +
+          precision +
+          "  quantizer { plugin: \"nf4\" options { [type.googleapis.com/engine.plugins.Nf4Options] "
+          "{ "
+          "target_modules: \"model.layers.*\" block_size: 32 } } }\n"
+          "  adapter { plugin: \"lora\" options { [type.googleapis.com/engine.plugins.LoraOptions] "
+          "{ "
+          "r: 8 lora_alpha: 16 target_modules: \"model.layers.*\" } } }\n"
+          "  trainable { include: \"*.lora_A.*\" include: \"*.lora_B.*\" "
+          "include: \"model.embed_tokens.*\" include: \"lm_head.*\" }\n"
+          "  optimizer { learning_rate: 0.003 }\n  schedule { max_steps: 150 batch_size: 32 "
+          "}\n}\n");
+  auto r = testing::RunEngine({"run", file.string()}, dir.path().string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::smatch loss, accuracy;
+  EXPECT_TRUE(std::regex_search(r.out, loss,
+                                std::regex("eval on [0-9,]+ examples:[^\\n]* loss ([0-9.]+) ")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, accuracy, std::regex("token_accuracy ([0-9.]+)"))) << r.out;
+  return {loss.size() > 1 ? std::stod(loss[1]) : 0,
+          accuracy.size() > 1 ? std::stod(accuracy[1]) : 0};
+}
+
+// QLoRA's 4-bit layers leave their outputs in bf16 under autocast, as dense layers do (their
+// activations are bf16 from there on): the stage still learns what f32 learns. Measured on a CPU
+// with bf16 units: eval loss 2.318 against 2.298 (0.9%), token accuracy 0.350 both.
+TEST(F11MixedPrecisionByDefaultTest, QloraInBf16MixedMatchesF32) {
+  std::string flag;
+  if (!CpuHasBf16Hardware(&flag)) GTEST_SKIP() << "no bf16 units: auto never picks bf16 here";
+  testing::TempDir dir;
+  const auto [f32_loss, f32_accuracy] =
+      QloraLossAndAccuracy(dir, "f32", testing::Precision("fp32"));
+  const auto [bf16_loss, bf16_accuracy] =
+      QloraLossAndAccuracy(dir, "bf16", testing::Precision("bf16-mixed"));
+  EXPECT_LT(f32_loss, 2.5) << "it learned (the unigram baseline is ln 28.4 = 3.35)";
+  EXPECT_NEAR(bf16_loss, f32_loss, 0.02 * f32_loss);
+  EXPECT_NEAR(bf16_accuracy, f32_accuracy, 0.01);
 }
 
 // F7 where fp16 is computed in hardware: fp16-mixed scales the loss (f32 masters, overflowed steps
