@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from gpu_vs_peft import cached_checkpoint, save_random_model
+from gpu_vs_peft import cached_checkpoint, save_random_model, write_results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_VL = os.path.join(ROOT, "pipelines", "qwen2_vl_tiny")
@@ -351,9 +351,7 @@ def main():
             say(f"{'':<7} {'engine / peft':<18} {row['load_ratio']:>7.2f} {'':>7} "
                 f"{row['speed_ratio']:>10.2f} {row.get('memory_ratio', float('nan')):>9.2f}")
             rows.append(row)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "parameters": parameters, "rows": rows}, f, indent=1)
+    write_results(args, parameters, rows)
 
 
 if __name__ == "__main__":

@@ -254,6 +254,12 @@ def main():
                 print(f"{'':<14} {'engine / peft':<18} {row['speed_ratio']:>10.2f} "
                       f"{row['memory_ratio']:>9.2f}")
             rows.append(row)
+    write_results(args, parameters, rows)
+
+
+
+def write_results(args, parameters, rows):
+    """The run's arguments, model parameters and rows, to --json when it is given."""
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "parameters": parameters, "rows": rows}, f, indent=1)

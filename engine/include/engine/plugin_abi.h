@@ -26,9 +26,9 @@ extern "C" {
 #endif
 
 /* The plugin interface version this SDK speaks. 10: ModelContext gained plan_only (a plugin built
-   against it reads the field, which an engine of API 9 does not pass). 9: Model gained blocks() (the modules a model runs
-   through RunBlock, engine/model_block.h, which a stage at shard_level 3 gathers one at a time), a
-   new virtual function. 8: AdapterPlugin gained SavedModelTensors().
+   against it reads the field, which an engine of API 9 does not pass). 9: Model gained blocks()
+   (the modules a model runs through RunBlock, engine/model_block.h, which a stage at shard_level 3
+   gathers one at a time), a new virtual function. 8: AdapterPlugin gained SavedModelTensors().
  */
 #define ENGINE_PLUGIN_API_VERSION 10
 
