@@ -18,20 +18,22 @@ std::string_view TrimRight(std::string_view s) {
   return s;
 }
 
-// Applies max_length: true when the example stays (possibly truncated). Image tokens are never
-// cut: an example whose images reach beyond max_length is dropped.
-bool FitLength(const ChatOptions& options, int64_t image_pad_id, TokenizedConversation* example,
-               ChatStats* stats) {
+// Applies max_length: true when the example stays (possibly truncated). Image and video tokens
+// are never cut: an example whose images or videos reach beyond max_length is dropped.
+bool FitLength(const ChatOptions& options, const std::vector<int64_t>& pad_ids,
+               TokenizedConversation* example, ChatStats* stats) {
   const size_t max_length = options.max_length();
   if (example->ids.size() <= max_length) return true;
   if (options.truncation() == ChatOptions::DROP) {
     ++stats->dropped_too_long;
     return false;
   }
-  if (image_pad_id >= 0 && std::find(example->ids.begin() + static_cast<std::ptrdiff_t>(max_length),
-                                     example->ids.end(), image_pad_id) != example->ids.end()) {
-    ++stats->dropped_image_cut;
-    return false;
+  const auto cut = example->ids.begin() + static_cast<std::ptrdiff_t>(max_length);
+  for (int64_t pad_id : pad_ids) {
+    if (std::find(cut, example->ids.end(), pad_id) != example->ids.end()) {
+      ++stats->dropped_image_cut;
+      return false;
+    }
   }
   example->ids.resize(max_length);
   example->loss.resize(max_length);
@@ -43,67 +45,99 @@ bool FitLength(const ChatOptions& options, int64_t image_pad_id, TokenizedConver
   return true;
 }
 
-// The image pad tokens of a rendered conversation (each is one added token).
-size_t RenderedPads(const chat::RenderedConversation& rendered) {
+// How many times `pad` (one added token) occurs in a rendered conversation.
+size_t RenderedPads(const chat::RenderedConversation& rendered, const std::string& pad) {
   size_t pads = 0;
-  for (size_t at = rendered.text.find(kImagePadToken); at != std::string::npos;
-       at = rendered.text.find(kImagePadToken, at + 1)) {
+  for (size_t at = rendered.text.find(pad); at != std::string::npos;
+       at = rendered.text.find(pad, at + 1)) {
     ++pads;
   }
   return pads;
 }
 
-// A rendered conversation's tokens with each image's tokens expanded, and its images read into
-// `example_images`; nullopt when an image would start past max_length (counted in `stats`).
+// One kind of visual input of a line: what the line names and where its reader puts them.
+struct LineVisuals {
+  ChatImages* reader;  // null: none configured
+  size_t named;        // images (videos) the line names
+  const char* pad;     // their pad token's text
+  std::vector<ExampleImage>* read;
+};
+
+// A rendered conversation's tokens with each image's and video's tokens expanded, and them read
+// into `kinds`' vectors; nullopt when one would start past max_length (counted in `stats`).
 StatusOr<std::optional<TokenizedConversation>> TokenizeExample(
     const chat::RenderedConversation& rendered, const ParsedConversation& parsed,
-    const Tokenizer& tokenizer, const ChatOptions& options, ChatImages* images,
-    const std::string& where, std::vector<ExampleImage>* example_images, ChatStats* stats) {
+    const Tokenizer& tokenizer, const ChatOptions& options, const std::string& where,
+    const std::vector<LineVisuals>& kinds, ChatStats* stats) {
   // Tokens past max_length are never kept, so the text past them is not encoded: a line of
   // megabytes costs what max_length tokens cost. The few tokens beyond max_length keep the last
   // kept token's character whole in the decoding the loss mask is found with.
   const size_t encoded_at_most = static_cast<size_t>(options.max_length()) + 8;
-  const bool with_images = !parsed.images.empty();
-  // A text whose image pads are not one per image (a template that drops images, a pad written
-  // in a message) is an error, counted on the whole text.
-  const size_t tokens = with_images && RenderedPads(rendered) != parsed.images.size()
-                            ? std::numeric_limits<size_t>::max()
-                            : encoded_at_most;
+  // A text whose pads are not one per image (a template that drops images, a pad written in a
+  // message) is an error, counted on the whole text.
+  size_t tokens = encoded_at_most;
+  for (const LineVisuals& kind : kinds) {
+    if (kind.named > 0 && RenderedPads(rendered, kind.pad) != kind.named) {
+      tokens = std::numeric_limits<size_t>::max();
+    }
+  }
   StatusOr<TokenizedConversation> example = TokenizeForTraining(rendered, tokenizer, tokens);
   if (!example.ok()) return example.status().WithContext(where);
-  if (with_images) {
-    ENGINE_ASSIGN_OR_RETURN(*example_images, images->Check(parsed.images, where));
+  for (const LineVisuals& kind : kinds) {
+    if (kind.named == 0) continue;
+    ENGINE_ASSIGN_OR_RETURN(*kind.read, kind.reader->videos()
+                                            ? kind.reader->CheckVideos(parsed.videos, where)
+                                            : kind.reader->Check(parsed.images, where));
     if (tokens == encoded_at_most && example->ids.size() >= encoded_at_most &&
-        std::count(example->ids.begin(), example->ids.end(), images->pad_id()) <
-            static_cast<std::ptrdiff_t>(example_images->size())) {
-      // Encoding stopped before an image's pad, which would land past max_length: FitLength's
-      // drop.
+        std::count(example->ids.begin(), example->ids.end(), kind.reader->pad_id()) <
+            static_cast<std::ptrdiff_t>(kind.read->size())) {
+      // Encoding stopped before a pad, which would land past max_length: FitLength's drop.
       ++(options.truncation() == ChatOptions::DROP ? stats->dropped_too_long
                                                    : stats->dropped_image_cut);
       return std::optional<TokenizedConversation>();
     }
-    ENGINE_RETURN_IF_ERROR(images->ExpandImageTokens(*example_images, where, &*example));
+  }
+  for (const LineVisuals& kind : kinds) {
+    if (kind.named == 0) continue;
+    ENGINE_RETURN_IF_ERROR(kind.reader->ExpandImageTokens(*kind.read, where, &*example));
   }
   return std::optional<TokenizedConversation>(std::move(*example));
+}
+
+// The error for a line whose placeholders do not match what it names, or that names what no
+// processor reads.
+Status CheckNamed(const std::string& where, int64_t placeholders, size_t named,
+                  const char* placeholder, const char* noun, const ChatImages* reader,
+                  const std::string& how_to_configure) {
+  if (placeholders != static_cast<int64_t>(named)) {
+    return DataLossError(where + ": " + std::to_string(placeholders) + " " + placeholder +
+                         " placeholder(s) in the messages for " + std::to_string(named) + " " +
+                         noun + "(s)");
+  }
+  if (named > 0 && reader == nullptr) {
+    return DataLossError(where + ": the line names " + noun + "s, but there is no " + noun +
+                         " processor: " + how_to_configure);
+  }
+  return Status::Ok();
 }
 
 // One line's example into `out`, or a reason it is left out (counted in the stats).
 Status AddLine(std::string_view line, const std::string& where,
                const chat::ChatTemplate& chat_template, const Tokenizer& tokenizer,
-               const ChatOptions& options, ChatImages* images, ChatExamples* out) {
+               const ChatOptions& options, const ChatVisuals& visuals, ChatExamples* out) {
   ENGINE_ASSIGN_OR_RETURN(ParsedConversation parsed, ParseConversationLine(line, where));
-  const int64_t placeholders = MarkImagePlaceholders(&parsed.messages);
-  if (placeholders != static_cast<int64_t>(parsed.images.size())) {
-    return DataLossError(where + ": " + std::to_string(placeholders) + " " + kImagePlaceholder +
-                         " placeholder(s) in the messages for " +
-                         std::to_string(parsed.images.size()) + " image(s)");
-  }
-  if (!parsed.images.empty() && images == nullptr) {
-    return DataLossError(where +
-                         ": the line names images, but there is no image processor: set "
-                         "`images { processor: \"preprocessor_config.json\" }` (Qwen2-VL's), or "
-                         "put it beside the tokenizer");
-  }
+  ENGINE_RETURN_IF_ERROR(CheckNamed(
+      where, MarkImagePlaceholders(&parsed.messages), parsed.images.size(), kImagePlaceholder,
+      "image", visuals.images,
+      "set `images { processor: \"preprocessor_config.json\" }` (Qwen2-VL's), or put it beside "
+      "the tokenizer"));
+  ENGINE_RETURN_IF_ERROR(CheckNamed(
+      where, MarkVideoPlaceholders(&parsed.messages), parsed.videos.size(), kVideoPlaceholder,
+      "video", visuals.videos,
+      visuals.videos_unavailable.empty()
+          ? "put video_preprocessor_config.json (or preprocessor_config.json) beside the "
+            "tokenizer, or name it in `videos { processor: ... }`"
+          : visuals.videos_unavailable));
   if (!HasAssistantTurn(parsed.messages)) {
     if (!options.skip_without_assistant()) {
       return DataLossError(where +
@@ -115,14 +149,19 @@ Status AddLine(std::string_view line, const std::string& where,
   }
   StatusOr<chat::RenderedConversation> rendered = chat_template.RenderForTraining(parsed.messages);
   if (!rendered.ok()) return rendered.status().WithContext(where);
-  std::vector<ExampleImage> example_images;
-  ENGINE_ASSIGN_OR_RETURN(std::optional<TokenizedConversation> example,
-                          TokenizeExample(*rendered, parsed, tokenizer, options, images, where,
-                                          &example_images, &out->stats));
+  std::vector<ExampleImage> example_images, example_videos;
+  const std::vector<LineVisuals> kinds = {
+      {visuals.images, parsed.images.size(), kImagePadToken, &example_images},
+      {visuals.videos, parsed.videos.size(), kVideoPadToken, &example_videos}};
+  ENGINE_ASSIGN_OR_RETURN(
+      std::optional<TokenizedConversation> example,
+      TokenizeExample(*rendered, parsed, tokenizer, options, where, kinds, &out->stats));
   if (!example) return Status::Ok();
-  if (!FitLength(options, images != nullptr ? images->pad_id() : -1, &*example, &out->stats)) {
-    return Status::Ok();
+  std::vector<int64_t> pad_ids;
+  for (const ChatImages* reader : {visuals.images, visuals.videos}) {
+    if (reader != nullptr) pad_ids.push_back(reader->pad_id());
   }
+  if (!FitLength(options, pad_ids, &*example, &out->stats)) return Status::Ok();
   ++out->stats.by_format[std::string(ConversationFormatName(parsed.format))];
   out->stats.lengths.push_back(static_cast<int64_t>(example->ids.size()));
   out->stats.tokens += static_cast<int64_t>(example->ids.size());
@@ -130,6 +169,7 @@ Status AddLine(std::string_view line, const std::string& where,
   out->ids.push_back(std::move(example->ids));
   out->loss.push_back(std::move(example->loss));
   out->images.push_back(std::move(example_images));
+  out->videos.push_back(std::move(example_videos));
   return Status::Ok();
 }
 
@@ -164,8 +204,8 @@ std::string ChatStats::Summary(const ChatOptions& options) const {
     dropped.push_back(WithThousands(skipped_no_assistant) + " without an assistant turn");
   }
   if (dropped_image_cut > 0) {
-    dropped.push_back(WithThousands(dropped_image_cut) + " with image tokens beyond max_length " +
-                      max_length);
+    dropped.push_back(WithThousands(dropped_image_cut) +
+                      " with image or video tokens beyond max_length " + max_length);
   }
   for (size_t i = 0; i < dropped.size(); ++i) out += (i == 0 ? "; dropped: " : ", ") + dropped[i];
   char share[64];
@@ -178,7 +218,7 @@ std::string ChatStats::Summary(const ChatOptions& options) const {
 StatusOr<ChatExamples> ReadChatExamples(const std::string& text, const std::string& origin,
                                         const chat::ChatTemplate& chat_template,
                                         const Tokenizer& tokenizer, const ChatOptions& options,
-                                        ChatImages* images) {
+                                        const ChatVisuals& visuals) {
   ChatExamples examples;
   int line_number = 0;
   int64_t lines = 0;
@@ -192,7 +232,7 @@ StatusOr<ChatExamples> ReadChatExamples(const std::string& text, const std::stri
     if (options.max_examples() > 0 && lines == options.max_examples()) break;
     ++lines;
     ENGINE_RETURN_IF_ERROR(AddLine(line, origin + ":" + std::to_string(line_number), chat_template,
-                                   tokenizer, options, images, &examples));
+                                   tokenizer, options, visuals, &examples));
   }
   if (examples.ids.empty()) {
     return DataLossError("'" + origin + "' gives no examples: " + examples.stats.Summary(options));

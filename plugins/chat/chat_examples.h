@@ -42,14 +42,22 @@ struct ChatExamples {
   std::vector<std::vector<int64_t>> ids;
   std::vector<std::vector<uint8_t>> loss;
   std::vector<std::vector<ExampleImage>> images;  // each example's, often none
+  std::vector<std::vector<ExampleImage>> videos;  // each example's, often none
   ChatStats stats;
 };
 
-// `origin` names the file in errors. `images` turns the images lines name into image tokens
-// (chat_images.h); null: a line that names images is an error saying how to configure them.
+// What turns the images and videos lines name into tokens (chat_images.h); null: a line that
+// names one is an error saying how to configure it.
+struct ChatVisuals {
+  ChatImages* images = nullptr;
+  ChatImages* videos = nullptr;
+  std::string videos_unavailable;  // why `videos` is null, when there is a reason
+};
+
+// `origin` names the file in errors.
 StatusOr<ChatExamples> ReadChatExamples(const std::string& text, const std::string& origin,
                                         const chat::ChatTemplate& chat_template,
                                         const Tokenizer& tokenizer, const ChatOptions& options,
-                                        ChatImages* images);
+                                        const ChatVisuals& visuals);
 
 }  // namespace engine::plugins

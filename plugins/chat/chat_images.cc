@@ -3,6 +3,7 @@
 #include <ATen/ops/cat.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "engine/format.h"
 #include "engine/hash.h"
@@ -20,10 +21,19 @@ std::string ModeWords(const std::string& mode) {
   return mode;
 }
 
+// A frame file, by its name: what image_file.h decodes.
+bool IsImageFileName(const std::filesystem::path& path) {
+  std::string extension = path.extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
+}
+
 }  // namespace
 
 std::string ImageStats::Summary() const {
-  std::string out = WithThousands(images) + (images == 1 ? " image" : " images");
+  std::string out = WithThousands(images) + " " + noun + (images == 1 ? "" : "s");
+  if (noun == "video") out += " of " + WithThousands(frames) + " frames";
   if (!converted.empty()) {
     std::vector<std::string> parts;
     bool alpha = false;
@@ -41,7 +51,7 @@ std::string ImageStats::Summary() const {
   if (!tokens.empty()) {
     std::vector<int64_t> sorted = tokens;
     std::sort(sorted.begin(), sorted.end());
-    out += "; image tokens min/median/max " + std::to_string(sorted.front()) + "/" +
+    out += "; " + noun + " tokens min/median/max " + std::to_string(sorted.front()) + "/" +
            std::to_string(sorted[sorted.size() / 2]) + "/" + std::to_string(sorted.back());
   }
   return out;
@@ -57,25 +67,102 @@ Status ChatImages::CheckAllowed(const std::filesystem::path& path, const std::st
                               "directory in images { allowed_dirs: ... }");
 }
 
+StatusOr<RgbImage> ChatImages::ReadChecked(const std::filesystem::path& path,
+                                           const std::string& where) {
+  StatusOr<std::string> bytes = ReadUntrustedFile(path, FileKind::kImage);
+  if (!bytes.ok()) return bytes.status().WithContext(where);
+  StatusOr<RgbImage> image = DecodeRgbImage(*bytes, path);
+  if (!image.ok()) return image.status().WithContext(where);
+  if (ConvertedToRgb(image->source_mode)) ++stats_.converted[image->source_mode];
+  stats_.content_hash = HashHex(Fnv1a64(*bytes, Fnv1a64(stats_.content_hash)));
+  return image;
+}
+
 StatusOr<std::vector<ExampleImage>> ChatImages::Check(const std::vector<std::string>& paths,
                                                       const std::string& where) {
   std::vector<ExampleImage> images;
   for (const std::string& name : paths) {
     const std::filesystem::path path = (image_dirs_.front() / name).lexically_normal();
     ENGINE_RETURN_IF_ERROR(CheckAllowed(path, where + ": image '" + name + "'"));
-    StatusOr<std::string> bytes = ReadUntrustedFile(path, FileKind::kImage);
-    if (!bytes.ok()) return bytes.status().WithContext(where);
-    StatusOr<RgbImage> image = DecodeRgbImage(*bytes, path);
-    if (!image.ok()) return image.status().WithContext(where);
-    StatusOr<ImageGrid> grid = processor_.GridFor(image->height, image->width);
+    ENGINE_ASSIGN_OR_RETURN(RgbImage image, ReadChecked(path, where));
+    StatusOr<ImageGrid> grid = processor_.GridFor(image.height, image.width);
     if (!grid.ok()) return grid.status().WithContext(where + ": image '" + path.string() + "'");
-    if (ConvertedToRgb(image->source_mode)) ++stats_.converted[image->source_mode];
-    stats_.content_hash = HashHex(Fnv1a64(*bytes, Fnv1a64(stats_.content_hash)));
     stats_.tokens.push_back(processor_.TokensFor(*grid));
     ++stats_.images;
-    images.push_back({path, *grid});
+    images.push_back({path, *grid, {}});
   }
   return images;
+}
+
+StatusOr<std::vector<std::filesystem::path>> ChatImages::FramesOf(
+    const std::vector<std::string>& video, const std::string& where) const {
+  std::vector<std::filesystem::path> frames;
+  for (const std::string& name : video) {
+    const std::filesystem::path path = (image_dirs_.front() / name).lexically_normal();
+    ENGINE_RETURN_IF_ERROR(CheckAllowed(path, where + ": video frame '" + name + "'"));
+    frames.push_back(path);
+  }
+  std::error_code error;
+  if (frames.size() != 1 || !std::filesystem::is_directory(frames[0], error)) {
+    if (frames.size() == 1 && !IsImageFileName(frames[0])) {
+      return InvalidArgumentError(where + ": video '" + video[0] +
+                                  "' is neither a directory of frames nor an image file; this "
+                                  "engine decodes no video files: extract its frames (for "
+                                  "example at 2 a second) into a directory and name that");
+    }
+    return frames;
+  }
+  // A directory: its image files in name order, at most max_frames of them.
+  const std::filesystem::path dir = frames[0];
+  frames.clear();
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (!IsImageFileName(entry.path())) continue;
+    if (static_cast<int64_t>(frames.size()) >= processor_.max_frames) {
+      return InvalidArgumentError(where + ": video '" + video[0] + "' holds more than max_frames " +
+                                  std::to_string(processor_.max_frames) + " frames");
+    }
+    frames.push_back(entry.path());
+  }
+  if (error) return IoError(where + ": video '" + video[0] + "': " + error.message());
+  if (frames.empty()) {
+    return InvalidArgumentError(where + ": video '" + video[0] +
+                                "' is a directory without image files (.png, .jpg, .jpeg)");
+  }
+  std::sort(frames.begin(), frames.end());
+  for (const std::filesystem::path& frame : frames) {
+    ENGINE_RETURN_IF_ERROR(CheckAllowed(frame, where + ": video frame '" + frame.string() + "'"));
+  }
+  return frames;
+}
+
+StatusOr<std::vector<ExampleImage>> ChatImages::CheckVideos(
+    const std::vector<std::vector<std::string>>& videos, const std::string& where) {
+  std::vector<ExampleImage> out;
+  for (const std::vector<std::string>& video : videos) {
+    ENGINE_ASSIGN_OR_RETURN(std::vector<std::filesystem::path> frames, FramesOf(video, where));
+    const std::string what = where + ": video '" + video[0] + "'";
+    int64_t height = 0, width = 0;
+    for (const std::filesystem::path& frame : frames) {
+      ENGINE_ASSIGN_OR_RETURN(RgbImage image, ReadChecked(frame, what));
+      if (height == 0) {
+        height = image.height;
+        width = image.width;
+      } else if (image.height != height || image.width != width) {
+        return InvalidArgumentError(
+            what + ": frame '" + frame.string() + "' is " + std::to_string(image.width) + "x" +
+            std::to_string(image.height) + " pixels where the first is " + std::to_string(width) +
+            "x" + std::to_string(height) + "; a video's frames have one size");
+      }
+    }
+    StatusOr<ImageGrid> grid =
+        processor_.VideoGridFor(static_cast<int64_t>(frames.size()), height, width);
+    if (!grid.ok()) return grid.status().WithContext(what);
+    stats_.tokens.push_back(processor_.TokensFor(*grid));
+    stats_.frames += static_cast<int64_t>(frames.size());
+    ++stats_.images;
+    out.push_back({image_dirs_.front() / video[0], *grid, std::move(frames)});
+  }
+  return out;
 }
 
 Status ChatImages::ExpandImageTokens(const std::vector<ExampleImage>& images,
@@ -83,7 +170,8 @@ Status ChatImages::ExpandImageTokens(const std::vector<ExampleImage>& images,
                                      TokenizedConversation* example) const {
   std::vector<int64_t> counts;
   for (const ExampleImage& image : images) counts.push_back(processor_.TokensFor(image.grid));
-  return engine::ExpandImageTokens(pad_id_, counts, &example->ids, &example->loss)
+  return engine::ExpandImageTokens(pad_id_, counts, &example->ids, &example->loss,
+                                   videos() ? kVideoPadToken : kImagePadToken)
       .WithContext(where);
 }
 
@@ -91,16 +179,27 @@ StatusOr<ExampleImages> ChatImages::Pixels(const std::vector<ExampleImage>& imag
   ExampleImages out;
   std::vector<at::Tensor> patches;
   for (const ExampleImage& image : images) {
-    // Read again for each batch: the path must still lead where it did when the data opened.
-    ENGINE_RETURN_IF_ERROR(CheckAllowed(image.path, "image '" + image.path.string() + "'"));
-    ENGINE_ASSIGN_OR_RETURN(RgbImage rgb, ReadRgbImage(image.path));
-    ENGINE_ASSIGN_OR_RETURN(at::Tensor p, processor_.Patches(rgb));
-    if (p.size(0) != image.grid.patches()) {
-      return DataLossError("image '" + image.path.string() +
-                           "' has changed since the data was opened (other size)");
+    // Read again for each batch: the paths must still lead where they did when the data opened.
+    const std::string what =
+        std::string(videos() ? "video '" : "image '") + image.path.string() + "'";
+    std::vector<RgbImage> frames;
+    for (const std::filesystem::path& path :
+         videos() ? image.frames : std::vector<std::filesystem::path>{image.path}) {
+      ENGINE_RETURN_IF_ERROR(CheckAllowed(path, what));
+      ENGINE_ASSIGN_OR_RETURN(RgbImage rgb, ReadRgbImage(path));
+      frames.push_back(std::move(rgb));
     }
-    patches.push_back(std::move(p));
+    StatusOr<at::Tensor> p =
+        videos() ? processor_.VideoPatches(frames) : processor_.Patches(frames.front());
+    if (!p.ok()) return p.status().WithContext(what);
+    if (p->size(0) != image.grid.patches()) {
+      return DataLossError(what + " has changed since the data was opened (other size)");
+    }
+    patches.push_back(std::move(*p));
     out.grids.push_back(image.grid);
+    if (videos()) {
+      out.seconds_per_grid.push_back(static_cast<double>(processor_.temporal_patch_size) / fps_);
+    }
   }
   if (!patches.empty()) out.patches = at::cat(patches);
   return out;

@@ -92,11 +92,13 @@ std::string PackingSummary(const ChatExamples& examples, const std::vector<int64
 class ChatDataset : public Dataset {
  public:
   ChatDataset(ChatExamples examples, PackedRows rows, bool packed,
-              std::shared_ptr<const ChatImages> images, DataSpec spec, std::string description,
-              std::string identity, std::map<std::string, double> baselines)
+              std::shared_ptr<const ChatImages> images, std::shared_ptr<const ChatImages> videos,
+              DataSpec spec, std::string description, std::string identity,
+              std::map<std::string, double> baselines)
       : examples_(std::move(examples)),
         packed_(packed),
         images_(std::move(images)),
+        videos_(std::move(videos)),
         spec_(std::move(spec)),
         description_(std::move(description)),
         identity_(std::move(identity)),
@@ -135,28 +137,39 @@ class ChatDataset : public Dataset {
       }
     }
     Batch batch{{"input_ids", ids}, {"labels", labels}, {"attention_mask", mask}};
-    if (images_ != nullptr) {
-      std::vector<ExampleImages> row_images;
-      for (int64_t index : indices) {
-        std::vector<ExampleImage> images;
-        for (int64_t row : rows[index]) {
-          images.insert(images.end(), examples_.images[row].begin(), examples_.images[row].end());
-        }
-        ENGINE_ASSIGN_OR_RETURN(ExampleImages pixels, images_->Pixels(images));
-        row_images.push_back(std::move(pixels));
-      }
-      PackImages(row_images, images_->processor().patch_values(), &batch);
-    }
+    ENGINE_RETURN_IF_ERROR(
+        AddPixels(rows, indices, images_.get(), examples_.images, kImageFields, &batch));
+    ENGINE_RETURN_IF_ERROR(
+        AddPixels(rows, indices, videos_.get(), examples_.videos, kVideoFields, &batch));
     return batch;
   }
 
   std::string description() const override { return description_; }
   std::string identity() const override { return identity_; }
   std::map<std::string, double> baselines() const override { return baselines_; }
-  // Images are decoded and resized for every batch.
-  bool cheap_batches() const override { return images_ == nullptr; }
+  // Images and videos are decoded and resized for every batch.
+  bool cheap_batches() const override { return images_ == nullptr && videos_ == nullptr; }
 
  private:
+  // The pixels of the batch rows' images (videos) into `batch`, as `fields` name them.
+  static Status AddPixels(const std::vector<std::vector<int64_t>>& rows,
+                          const std::vector<int64_t>& indices, const ChatImages* reader,
+                          const std::vector<std::vector<ExampleImage>>& example_visuals,
+                          const VisualFields& fields, Batch* batch) {
+    if (reader == nullptr) return Status::Ok();
+    std::vector<ExampleImages> row_pixels;
+    for (int64_t index : indices) {
+      std::vector<ExampleImage> visuals;
+      for (int64_t row : rows[index]) {
+        visuals.insert(visuals.end(), example_visuals[row].begin(), example_visuals[row].end());
+      }
+      ENGINE_ASSIGN_OR_RETURN(ExampleImages pixels, reader->Pixels(visuals));
+      row_pixels.push_back(std::move(pixels));
+    }
+    PackImages(row_pixels, reader->processor().patch_values(), batch, fields);
+    return Status::Ok();
+  }
+
   const std::vector<std::vector<int64_t>>& Rows(Split split) const {
     return rows_[split == Split::kTrain ? 0 : 1];
   }
@@ -168,8 +181,9 @@ class ChatDataset : public Dataset {
 
   ChatExamples examples_;
   const bool packed_;
-  // Null unless some example has images.
+  // Null unless some example has images (videos).
   std::shared_ptr<const ChatImages> images_;
+  std::shared_ptr<const ChatImages> videos_;
   // Each row's conversations (one each without packing).
   std::vector<std::vector<int64_t>> rows_[2];
   DataSpec spec_;
@@ -232,7 +246,7 @@ std::filesystem::path ChatConfigPath(const ChatOptions& options, const DataConte
   return std::filesystem::is_directory(tokenizer) ? tokenizer : tokenizer.parent_path();
 }
 
-// What decides the images' pixels: the files, and the processor's settings.
+// What decides the images' (videos') pixels: the files, the processor's settings, the fps.
 std::string ImagesIdentity(const ChatImages& images) {
   const Qwen2VlImageProcessor& p = images.processor();
   std::string settings;
@@ -243,7 +257,61 @@ std::string ImagesIdentity(const ChatImages& images) {
                    static_cast<double>(p.do_resize + 2 * p.do_rescale + 4 * p.do_normalize)}) {
     settings += std::to_string(v) + ",";
   }
+  if (images.videos()) {
+    settings += std::to_string(images.fps()) + "," + std::to_string(p.cap_pixels_per_frame) + "," +
+                std::to_string(p.max_video_tokens);
+    return ":videos=" + images.stats().content_hash + ":processor=" + Fnv1a64Hex(settings);
+  }
   return ":images=" + images.stats().content_hash + ":processor=" + Fnv1a64Hex(settings);
+}
+
+// The single id of `token` in the tokenizer, or an error saying what needs it.
+StatusOr<int64_t> PadId(const Tokenizer& tokenizer, const char* token, const std::string& needs) {
+  const std::vector<int64_t> pad = tokenizer.Encode(token);
+  if (pad.size() != 1) {
+    return InvalidArgumentError(std::string("the tokenizer has no ") + token + " token, which " +
+                                needs);
+  }
+  return pad[0];
+}
+
+// The directories image and video paths may lead into: the data file's, and the allowed ones.
+std::vector<std::filesystem::path> VisualDirs(const ChatOptions& options,
+                                              const DataContext& context,
+                                              const std::filesystem::path& data_path) {
+  std::vector<std::filesystem::path> dirs = {data_path.parent_path()};
+  for (const std::string& dir : options.images().allowed_dirs()) {
+    dirs.push_back(ResolvePath(context.base_dir, dir));
+  }
+  return dirs;
+}
+
+// The video processor for lines that name videos: `videos.processor`, or the directory of the
+// image processor (its video_preprocessor_config.json, or preprocessor_config.json).
+StatusOr<std::shared_ptr<ChatImages>> MakeChatVideos(const ChatOptions& options,
+                                                     const DataContext& context,
+                                                     const Tokenizer& tokenizer,
+                                                     const std::filesystem::path& data_path) {
+  const ChatVideoOptions& videos = options.videos();
+  const std::filesystem::path path =
+      videos.processor().empty()
+          ? ImageProcessorPath(options.tokenizer(), "", context.base_dir).parent_path()
+          : ResolvePath(context.base_dir, videos.processor());
+  ENGINE_ASSIGN_OR_RETURN(Qwen2VlImageProcessor processor,
+                          Qwen2VlImageProcessor::ReadForVideos(path));
+  if (videos.min_pixels() > 0) processor.min_pixels = videos.min_pixels();
+  if (videos.max_pixels() > 0) processor.max_pixels = videos.max_pixels();
+  if (processor.min_pixels > processor.max_pixels) {
+    return InvalidArgumentError("videos: min_pixels " + std::to_string(processor.min_pixels) +
+                                " is above max_pixels " + std::to_string(processor.max_pixels));
+  }
+  if (!(videos.fps() > 0) || videos.fps() > 1000) {
+    return InvalidArgumentError("videos.fps must be above 0 and at most 1000, not " +
+                                std::to_string(videos.fps()));
+  }
+  ENGINE_ASSIGN_OR_RETURN(int64_t pad, PadId(tokenizer, kVideoPadToken, "videos need"));
+  return std::make_shared<ChatImages>(std::move(processor), pad,
+                                      VisualDirs(options, context, data_path), videos.fps());
 }
 
 // The image processor for lines that name images: `images.processor`, or the
@@ -263,17 +331,11 @@ StatusOr<std::shared_ptr<ChatImages>> MakeChatImages(const ChatOptions& options,
     return InvalidArgumentError("images: min_pixels " + std::to_string(processor.min_pixels) +
                                 " is above max_pixels " + std::to_string(processor.max_pixels));
   }
-  const std::vector<int64_t> pad = tokenizer.Encode(kImagePadToken);
-  if (pad.size() != 1) {
-    return InvalidArgumentError(std::string("the tokenizer has no ") + kImagePadToken +
-                                " token, which images need (" + path.string() +
-                                " is Qwen2-VL's image processor)");
-  }
-  std::vector<std::filesystem::path> image_dirs = {data_path.parent_path()};
-  for (const std::string& dir : options.images().allowed_dirs()) {
-    image_dirs.push_back(ResolvePath(context.base_dir, dir));
-  }
-  return std::make_shared<ChatImages>(std::move(processor), pad[0], std::move(image_dirs));
+  ENGINE_ASSIGN_OR_RETURN(
+      int64_t pad, PadId(tokenizer, kImagePadToken,
+                         "images need (" + path.string() + " is Qwen2-VL's image processor)"));
+  return std::make_shared<ChatImages>(std::move(processor), pad,
+                                      VisualDirs(options, context, data_path));
 }
 
 class ChatLoader : public DataLoaderPlugin {
@@ -309,10 +371,19 @@ class ChatLoader : public DataLoaderPlugin {
     ENGINE_ASSIGN_OR_RETURN(chat::ChatTemplate chat_template, config.Load(options.chat_template()));
     ENGINE_ASSIGN_OR_RETURN(std::shared_ptr<ChatImages> images,
                             MakeChatImages(options, context, *tokenizer, path));
+    // A directory without a video processor (or with one this engine refuses) is fine until a
+    // line names a video: that line's error then says why there is none.
+    StatusOr<std::shared_ptr<ChatImages>> videos =
+        MakeChatVideos(options, context, *tokenizer, path);
+    if (!videos.ok() && options.has_videos()) return videos.status();
+    ChatVisuals visuals{images.get(), videos.ok() ? videos->get() : nullptr,
+                        videos.ok() ? "" : videos.status().message()};
     ENGINE_ASSIGN_OR_RETURN(
         ChatExamples examples,
-        ReadChatExamples(text, path.string(), chat_template, *tokenizer, options, images.get()));
+        ReadChatExamples(text, path.string(), chat_template, *tokenizer, options, visuals));
     if (images != nullptr && images->stats().images == 0) images.reset();
+    std::shared_ptr<ChatImages> video_reader = videos.ok() ? *videos : nullptr;
+    if (video_reader != nullptr && video_reader->stats().images == 0) video_reader.reset();
     SplitRows split = ShuffleAndSplit(static_cast<int64_t>(examples.ids.size()), context.seed,
                                       options.eval_fraction());
     if (options.eval_fraction() > 0 && split.eval.empty() && split.train.size() >= 2) {
@@ -332,6 +403,12 @@ class ChatLoader : public DataLoaderPlugin {
           {kPixelValuesField, at::kFloat, {-1, images->processor().patch_values()}, 0});
       spec.fields.push_back({kImageGridField, at::kLong, {-1, 3}, 0});
     }
+    if (video_reader != nullptr) {
+      spec.fields.push_back(
+          {kVideoPixelValuesField, at::kFloat, {-1, video_reader->processor().patch_values()}, 0});
+      spec.fields.push_back({kVideoGridField, at::kLong, {-1, 3}, 0});
+      spec.fields.push_back({kVideoSecondsField, at::kFloat, {-1}, 0});
+    }
     spec.pad_id = tokenizer->pad_id();
     spec.eos_id = tokenizer->eos_id();
     std::map<std::string, double> baselines;
@@ -343,21 +420,24 @@ class ChatLoader : public DataLoaderPlugin {
         examples.stats.Summary(options) + " (" + tokenizer->description() + ", template " +
         chat_template.name() + ") from " + path.string() +
         (images != nullptr ? "; " + images->stats().Summary() : std::string()) +
+        (video_reader != nullptr ? "; " + video_reader->stats().Summary() : std::string()) +
         (options.packing() ? PackingSummary(examples, split.train, rows.train.size(), max_length)
                            : std::string());
-    const std::string identity = "chat:" + Fnv1a64Hex(text) + ":" + tokenizer->identity() +
-                                 ":template=" + Fnv1a64Hex(named.text) +
-                                 ":max_length=" + std::to_string(options.max_length()) +
-                                 ":truncation=" + std::to_string(options.truncation()) +
-                                 ":skip=" + std::to_string(options.skip_without_assistant()) +
-                                 ":eval_fraction=" + std::to_string(options.eval_fraction()) +
-                                 ":max_examples=" + std::to_string(options.max_examples()) +
-                                 ":packing=" + std::to_string(options.packing()) +
-                                 (images != nullptr ? ImagesIdentity(*images) : std::string()) +
-                                 ":seed=" + std::to_string(context.seed);
-    return std::unique_ptr<Dataset>(
-        new ChatDataset(std::move(examples), std::move(rows), options.packing(), std::move(images),
-                        std::move(spec), description, identity, std::move(baselines)));
+    const std::string identity =
+        "chat:" + Fnv1a64Hex(text) + ":" + tokenizer->identity() +
+        ":template=" + Fnv1a64Hex(named.text) +
+        ":max_length=" + std::to_string(options.max_length()) +
+        ":truncation=" + std::to_string(options.truncation()) +
+        ":skip=" + std::to_string(options.skip_without_assistant()) +
+        ":eval_fraction=" + std::to_string(options.eval_fraction()) +
+        ":max_examples=" + std::to_string(options.max_examples()) +
+        ":packing=" + std::to_string(options.packing()) +
+        (images != nullptr ? ImagesIdentity(*images) : std::string()) +
+        (video_reader != nullptr ? ImagesIdentity(*video_reader) : std::string()) +
+        ":seed=" + std::to_string(context.seed);
+    return std::unique_ptr<Dataset>(new ChatDataset(
+        std::move(examples), std::move(rows), options.packing(), std::move(images),
+        std::move(video_reader), std::move(spec), description, identity, std::move(baselines)));
   }
 };
 

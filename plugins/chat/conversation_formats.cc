@@ -110,17 +110,37 @@ Status ReadImagePaths(const ordered_json& json, const std::string& where,
   return Status::Ok();
 }
 
-// Videos (LLaMA-Factory's "videos", a {"type": "video"} content part) are not read yet: a line
-// with one is refused rather than trained on as text.
-Status RefuseVideos(const ordered_json& json, const ordered_json& messages,
-                    const std::string& where) {
+// "videos": [...] or "video": each a directory of frames ("clip/") or a list of frame files.
+Status ReadVideoPaths(const ordered_json& json, const std::string& where,
+                      std::vector<std::vector<std::string>>* videos) {
   for (const char* key : {"videos", "video"}) {
     auto it = json.find(key);
-    if (it != json.end() && !it->is_null()) {
-      return LineError(where, std::string("names videos ('") + key +
-                                  "'); this engine reads images, not videos, in chat data");
+    if (it == json.end() || it->is_null()) continue;
+    if (!videos->empty()) return LineError(where, "names videos under both 'videos' and 'video'");
+    // "video": "clip/" or ["f1.png", "f2.png"] is one video; "videos" is a list of them.
+    const bool one = std::string(key) == "video";
+    const ordered_json list = one || !it->is_array() ? ordered_json::array({*it}) : *it;
+    for (const ordered_json& video : list) {
+      std::vector<std::string> frames;
+      for (const ordered_json& frame : video.is_array() ? video : ordered_json::array({video})) {
+        if (!frame.is_string() || frame.get<std::string>().empty()) {
+          return LineError(where, std::string("'") + key +
+                                      "' must hold videos: a directory of frames or a list of "
+                                      "frame files (strings), not " +
+                                      video.dump());
+        }
+        frames.push_back(frame.get<std::string>());
+      }
+      if (frames.empty())
+        return LineError(where, std::string("'") + key + "' holds a video without frames");
+      videos->push_back(std::move(frames));
     }
   }
+  return Status::Ok();
+}
+
+// A {"type": "video"} content part is refused: videos are named by "videos" and shown at <video>.
+Status RefuseVideoParts(const ordered_json& messages, const std::string& where) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const ordered_json& content =
         messages[i].contains("content") ? messages[i]["content"] : ordered_json();
@@ -128,8 +148,8 @@ Status RefuseVideos(const ordered_json& json, const ordered_json& messages,
     for (const ordered_json& part : content) {
       if (part.is_object() && (part.value("type", "") == "video" || part.contains("video"))) {
         return LineError(where, "messages[" + std::to_string(i) +
-                                    "] holds a video; this engine reads images, not videos, in "
-                                    "chat data");
+                                    "] holds a video content part; name videos in \"videos\" "
+                                    "and show them where the text says <video>");
       }
     }
   }
@@ -169,8 +189,9 @@ StatusOr<ParsedConversation> ParseConversationLine(std::string_view line,
                      "\"conversations\" (ShareGPT) or \"instruction\" and \"output\" "
                      "(alpaca)");
   }
-  ENGINE_RETURN_IF_ERROR(RefuseVideos(json, parsed.messages, where));
+  ENGINE_RETURN_IF_ERROR(RefuseVideoParts(parsed.messages, where));
   ENGINE_RETURN_IF_ERROR(ReadImagePaths(json, where, &parsed.images));
+  ENGINE_RETURN_IF_ERROR(ReadVideoPaths(json, where, &parsed.videos));
   return parsed;
 }
 

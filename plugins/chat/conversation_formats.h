@@ -9,7 +9,10 @@
 //                as the user's turn, the output as the assistant's.
 //
 // Any layout may name images: "images": ["a.png", ...] (LLaMA-Factory) or "image": "a.png" or a
-// list (Qwen-VL's fine-tuning data), each shown where the text says <image>.
+// list (Qwen-VL's fine-tuning data), each shown where the text says <image>; and videos:
+// "videos": [...] (LLaMA-Factory) or "video", each a directory of frames or a list of frame files,
+// shown where the text says <video>. A video file (.mp4) is not decoded, and a video in a content
+// part is refused: both name the line.
 //
 // Failure: a line that is not a JSON object, or holds none of the layouts, or a ShareGPT speaker
 // we do not know, is an error naming the file and line. Pure functions; any thread.
@@ -31,6 +34,8 @@ struct ParsedConversation {
   ConversationFormat format;
   nlohmann::ordered_json messages;  // an array of {"role", "content"}
   std::vector<std::string> images;  // as the line spells them
+  // Each video's frames as the line spells them; one entry may be a directory of frames.
+  std::vector<std::vector<std::string>> videos;
 };
 
 // `where` is "FILE:LINE", for errors.

@@ -41,17 +41,25 @@ class Qwen2VlFamilyModel : public Model,
   // The positions and the image grids are worked out on the host: the trainer leaves these
   // fields there (or Forward copies them back).
   std::vector<std::string> host_fields() const override {
-    return {"input_ids", "attention_mask", "labels", kImageGridField};
+    return {"input_ids",     "attention_mask", "labels",
+            kImageGridField, kVideoGridField,  kVideoSecondsField};
+  }
+
+  // The batch's images and videos (image_batch.h).
+  StatusOr<std::pair<ImagesOfBatch, ImagesOfBatch>> VisualsOf(const Batch& batch) const {
+    const int64_t patch_values = module_->config().vision.patch_values();
+    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images, UnpackImages(batch, patch_values));
+    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch videos, UnpackImages(batch, patch_values, kVideoFields));
+    return std::make_pair(std::move(images), std::move(videos));
   }
 
   StatusOr<ModelOutput> Forward(const Batch& batch) override {
     ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
-    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images,
-                            UnpackImages(batch, module_->config().vision.patch_values()));
+    ENGINE_ASSIGN_OR_RETURN(auto visuals, VisualsOf(batch));
     const bool training = module_->is_training();
     ENGINE_ASSIGN_OR_RETURN(at::Tensor hidden,
-                            module_->Hidden(tokens.ids, tokens.attention_mask, images.pixel_values,
-                                            images.row_grids, checkpointing_ && training));
+                            module_->Hidden(tokens.ids, tokens.attention_mask, visuals.first,
+                                            visuals.second, checkpointing_ && training));
     // Hidden moved what it needed; the loss needs the targets where the hidden states are, and
     // evaluation's exact match the mask too.
     tokens.targets = tokens.targets.to(hidden.device(), /*non_blocking=*/true);
@@ -70,13 +78,12 @@ class Qwen2VlFamilyModel : public Model,
 
   StatusOr<BatchLogits> Logits(const Batch& batch) override {
     ENGINE_ASSIGN_OR_RETURN(BatchTokens tokens, TokensOf(batch, token_labels_));
-    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images,
-                            UnpackImages(batch, module_->config().vision.patch_values()));
+    ENGINE_ASSIGN_OR_RETURN(auto visuals, VisualsOf(batch));
     BatchLogits out;
     ENGINE_ASSIGN_OR_RETURN(
         at::Tensor hidden,
-        module_->Hidden(tokens.ids, tokens.attention_mask, images.pixel_values, images.row_grids,
-                        false, nullptr, nullptr, &out.position_ids));
+        module_->Hidden(tokens.ids, tokens.attention_mask, visuals.first, visuals.second, false,
+                        nullptr, nullptr, &out.position_ids));
     out.logits = module_->lm.Logits(hidden).to(at::kFloat);
     return out;
   }
@@ -88,14 +95,13 @@ class Qwen2VlFamilyModel : public Model,
                                           const GenerationOptions& options) override {
     CausalLm& lm = module_->lm;
     ENGINE_RETURN_IF_ERROR(CheckGenerationLength(lm, ids.size(1), options));
-    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch unpacked,
-                            UnpackImages(images, module_->config().vision.patch_values()));
+    ENGINE_ASSIGN_OR_RETURN(auto visuals, VisualsOf(images));
     at::NoGradGuard no_grad;
     KvCache cache;
     std::vector<int64_t> next;
-    ENGINE_ASSIGN_OR_RETURN(at::Tensor hidden,
-                            module_->Hidden(ids, attention_mask, unpacked.pixel_values,
-                                            unpacked.row_grids, false, &cache, &next));
+    ENGINE_ASSIGN_OR_RETURN(
+        at::Tensor hidden,
+        module_->Hidden(ids, attention_mask, visuals.first, visuals.second, false, &cache, &next));
     DecoderInputs inputs;
     inputs.attention_mask = attention_mask;
     const at::Tensor next_positions = at::tensor(next, at::kLong).to(ids.device());

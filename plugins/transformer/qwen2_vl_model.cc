@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "qwen2_5_vl_vision.h"
@@ -196,55 +197,119 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(
     const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& pixel_values,
     const std::vector<std::vector<ImageGrid>>& row_grids, bool checkpointing, KvCache* cache,
     std::vector<int64_t>* next_positions, at::Tensor* position_ids) {
+  ImagesOfBatch images;
+  images.pixel_values = pixel_values;
+  images.row_grids = row_grids;
+  return Hidden(input_ids, attention_mask, images, ImagesOfBatch(), checkpointing, cache,
+                next_positions, position_ids);
+}
+
+namespace {
+
+// Each row's images and videos, with each video's temporal step: 1, or Qwen2.5-VL's
+// tokens_per_second times its whole seconds per temporal patch (transformers 5 truncates them).
+std::vector<RowVisuals> RowsOf(const ImagesOfBatch& images, const ImagesOfBatch& videos,
+                               const Qwen2VlVisionConfig& vision) {
+  std::vector<RowVisuals> rows(std::max(images.row_grids.size(), videos.row_grids.size()));
+  for (size_t r = 0; r < images.row_grids.size(); ++r) rows[r].images = images.row_grids[r];
+  for (size_t r = 0; r < videos.row_grids.size(); ++r) {
+    rows[r].videos = videos.row_grids[r];
+    for (size_t v = 0; v < videos.row_grids[r].size(); ++v) {
+      const double seconds =
+          r < videos.row_seconds_per_grid.size() && v < videos.row_seconds_per_grid[r].size()
+              ? videos.row_seconds_per_grid[r][v]
+              : 1.0;
+      rows[r].video_time_steps.push_back(vision.family == VisionFamily::kQwen25Vl
+                                             ? vision.tokens_per_second *
+                                                   static_cast<int64_t>(std::trunc(seconds))
+                                             : 1);
+    }
+  }
+  return rows;
+}
+
+// All grids of a batch, in row order.
+std::vector<ImageGrid> AllGrids(const ImagesOfBatch& visuals) {
+  std::vector<ImageGrid> grids;
+  for (const auto& row : visuals.row_grids) grids.insert(grids.end(), row.begin(), row.end());
+  return grids;
+}
+
+}  // namespace
+
+StatusOr<Qwen2VlModule::PlacedVisuals> Qwen2VlModule::Place(
+    const at::Tensor& host_ids, const at::Tensor& ids, const ImagesOfBatch& visuals,
+    int64_t token_id, const char* noun, bool checkpointing, at::Tensor* embeds) {
+  PlacedVisuals placed;
+  placed.tokens = ids.eq(token_id);
+  const std::vector<ImageGrid> grids = AllGrids(visuals);
+  const int64_t merge = config_.vision.spatial_merge_size;
+  int64_t expected_tokens = 0, patches = 0;
+  for (const ImageGrid& g : grids) {
+    expected_tokens += g.patches() / (merge * merge);
+    patches += g.patches();
+  }
+  const int64_t* host_id = host_ids.data_ptr<int64_t>();
+  const int64_t found_tokens = std::count(host_id, host_id + host_ids.numel(), token_id);
+  const std::string name = noun;
+  if (found_tokens != expected_tokens) {
+    return InvalidArgumentError("the batch has " + std::to_string(found_tokens) + " " + name +
+                                " tokens but its " + std::to_string(grids.size()) + " " + name +
+                                "(s) give " + std::to_string(expected_tokens));
+  }
+  if (grids.empty()) return placed;
+  const at::Tensor& pixel_values = visuals.pixel_values;
+  if (!pixel_values.defined() || pixel_values.dim() != 2 || pixel_values.size(0) != patches ||
+      pixel_values.size(1) != config_.vision.patch_values()) {
+    return InvalidArgumentError(
+        std::string(name == "image" ? "pixel_values" : "pixel_values_videos") + " must be [" +
+        std::to_string(patches) + ", " + std::to_string(config_.vision.patch_values()) +
+        "] for the batch's " + name + "s, not " +
+        (pixel_values.defined() ? c10::str(pixel_values.sizes()) : std::string("absent")));
+  }
+  const VisionTokens features = visual->Features(pixel_values, grids, checkpointing);
+  placed.deepstack = features.deepstack;
+  *embeds = embeds->masked_scatter(placed.tokens.unsqueeze(-1).expand_as(*embeds),
+                                   features.merged.to(embeds->scalar_type()));
+  return placed;
+}
+
+StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
+                                           const at::Tensor& attention_mask,
+                                           const ImagesOfBatch& images, const ImagesOfBatch& videos,
+                                           bool checkpointing, KvCache* cache,
+                                           std::vector<int64_t>* next_positions,
+                                           at::Tensor* position_ids) {
+  if (!videos.empty() && config_.vision.family == VisionFamily::kQwen3Vl) {
+    return InvalidArgumentError(
+        "Qwen3-VL's videos (frames sampled and their timestamps written into the text) are not "
+        "read by this engine yet; Qwen2-VL's and Qwen2.5-VL's are");
+  }
   // The ids and the mask may come on the host (Qwen2-VL's host_fields) or on the device: the
-  // positions and the image-token count are worked out from host copies, the rest on the device.
+  // positions and the token counts are worked out from host copies, the rest on the device.
   const at::Device device = lm.model->embed_tokens->weight.device();
   const at::Tensor host_ids = input_ids.to(at::kCPU, at::kLong).contiguous();
   const at::Tensor ids = input_ids.to(device, /*non_blocking=*/true);
   const at::Tensor mask =
       attention_mask.defined() ? attention_mask.to(device, /*non_blocking=*/true) : at::Tensor();
   at::Tensor embeds = lm.model->Embed(ids);
-  const at::Tensor image_tokens = ids.eq(config_.image_token_id);
-  std::vector<ImageGrid> grids;
-  for (const auto& row : row_grids) grids.insert(grids.end(), row.begin(), row.end());
-  int64_t expected_tokens = 0, patches = 0;
-  for (const ImageGrid& g : grids) {
-    expected_tokens +=
-        g.patches() / (config_.vision.spatial_merge_size * config_.vision.spatial_merge_size);
-    patches += g.patches();
-  }
-  const int64_t* host_id = host_ids.data_ptr<int64_t>();
-  const int64_t found_tokens =
-      std::count(host_id, host_id + host_ids.numel(), config_.image_token_id);
-  if (found_tokens != expected_tokens) {
-    return InvalidArgumentError("the batch has " + std::to_string(found_tokens) +
-                                " image tokens but its " + std::to_string(grids.size()) +
-                                " image(s) give " + std::to_string(expected_tokens));
-  }
-  std::vector<at::Tensor> deepstack;
-  if (!grids.empty()) {
-    if (!pixel_values.defined() || pixel_values.dim() != 2 || pixel_values.size(0) != patches ||
-        pixel_values.size(1) != config_.vision.patch_values()) {
-      return InvalidArgumentError(
-          "pixel_values must be [" + std::to_string(patches) + ", " +
-          std::to_string(config_.vision.patch_values()) + "] for the batch's images, not " +
-          (pixel_values.defined() ? c10::str(pixel_values.sizes()) : std::string("absent")));
-    }
-    const VisionTokens features = visual->Features(pixel_values, grids, checkpointing);
-    deepstack = features.deepstack;
-    embeds = embeds.masked_scatter(image_tokens.unsqueeze(-1).expand_as(embeds),
-                                   features.merged.to(embeds.scalar_type()));
-  }
+  ENGINE_ASSIGN_OR_RETURN(
+      PlacedVisuals placed_images,
+      Place(host_ids, ids, images, config_.image_token_id, "image", checkpointing, &embeds));
+  ENGINE_ASSIGN_OR_RETURN(
+      PlacedVisuals placed_videos,
+      Place(host_ids, ids, videos, config_.video_token_id, "video", checkpointing, &embeds));
   ENGINE_ASSIGN_OR_RETURN(
       MultimodalPositions positions,
-      ComputeMultimodalPositions(
-          host_ids, attention_mask.defined() ? attention_mask.cpu() : at::Tensor(), row_grids,
-          config_.image_token_id, config_.vision.spatial_merge_size));
+      ComputeMultimodalPositions(host_ids,
+                                 attention_mask.defined() ? attention_mask.cpu() : at::Tensor(),
+                                 RowsOf(images, videos, config_.vision), config_.image_token_id,
+                                 config_.video_token_id, config_.vision.spatial_merge_size));
   DecoderInputs inputs;
   inputs.attention_mask = mask;
   inputs.position_ids = positions.position_ids.to(device, /*non_blocking=*/true);
-  inputs.layer_additions = std::move(deepstack);
-  if (!inputs.layer_additions.empty()) inputs.addition_mask = image_tokens;
+  inputs.layer_additions = std::move(placed_images.deepstack);
+  if (!inputs.layer_additions.empty()) inputs.addition_mask = placed_images.tokens;
   if (next_positions != nullptr) *next_positions = positions.next;
   if (position_ids != nullptr) *position_ids = positions.position_ids;
   return lm.model->Forward(embeds, inputs, cache, checkpointing && cache == nullptr);

@@ -1,12 +1,13 @@
 // Qwen2-VL, Qwen2.5-VL and Qwen3-VL (transformers' Qwen2VLForConditionalGeneration,
 // Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration): the vision tower's tokens
-// placed at the image tokens of a decoder with multimodal rotary positions. Qwen2-VL and Qwen2.5-VL
-// differ only in their vision towers (qwen2_vl_vision.h, qwen2_5_vl_vision.h); Qwen3-VL also has a
-// Qwen3 decoder with interleaved rotary bands and adds its tower's DeepStack features to the
-// hidden states of the first decoder layers at the image tokens (qwen3_vl_vision.h). config.json's
-// model_type picks the family. Hugging Face names: visual.*, model.*, lm_head.* for the first two
-// (transformers 4's layout, which their hub checkpoints use); model.visual.*,
-// model.language_model.*, lm_head.* for Qwen3-VL (its hub checkpoints' and transformers 5's).
+// placed at the image (and video) tokens of a decoder with multimodal rotary positions. Qwen2-VL
+// and Qwen2.5-VL differ only in their vision towers (qwen2_vl_vision.h, qwen2_5_vl_vision.h);
+// Qwen3-VL also has a Qwen3 decoder with interleaved rotary bands and adds its tower's DeepStack
+// features to the hidden states of the first decoder layers at the image tokens
+// (qwen3_vl_vision.h). config.json's model_type picks the family. Hugging Face names: visual.*,
+// model.*, lm_head.* for the first two (transformers 4's layout, which their hub checkpoints use);
+// model.visual.*, model.language_model.*, lm_head.* for Qwen3-VL (its hub checkpoints' and
+// transformers 5's).
 //
 //   ENGINE_ASSIGN_OR_RETURN(Qwen2VlConfig config, Qwen2VlConfigFromJson(json, "config.json"));
 //   Qwen2VlModule module(config);
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/image_batch.h"
 #include "hf_checkpoint.h"
 #include "llama_modules.h"
 #include "qwen2_vl_vision.h"
@@ -74,6 +76,14 @@ class Qwen2VlModule : public torch::nn::Module {
                               bool checkpointing = false, KvCache* cache = nullptr,
                               std::vector<int64_t>* next_positions = nullptr,
                               at::Tensor* position_ids = nullptr);
+  // The same with videos too (image_batch.h: a video's patches, grid and seconds per temporal
+  // patch), placed at the video tokens. Errors also: video tokens that do not match the videos, and
+  // videos given to Qwen3-VL (whose frames this engine does not read yet).
+  StatusOr<at::Tensor> Hidden(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                              const ImagesOfBatch& images, const ImagesOfBatch& videos,
+                              bool checkpointing = false, KvCache* cache = nullptr,
+                              std::vector<int64_t>* next_positions = nullptr,
+                              at::Tensor* position_ids = nullptr);
 
   const Qwen2VlConfig& config() const { return config_; }
 
@@ -83,6 +93,15 @@ class Qwen2VlModule : public torch::nn::Module {
  private:
   // Where the decoder and the tower are registered: this module, or (Qwen3-VL) its "model".
   torch::nn::Module& PartsOwner(const Qwen2VlConfig& config);
+  // One kind of visual input encoded by the tower and written into `embeds` at its tokens
+  // (`token_id`), after checking their counts against its grids.
+  struct PlacedVisuals {
+    at::Tensor tokens;                  // bool [batch, positions]: where they went
+    std::vector<at::Tensor> deepstack;  // Qwen3-VL
+  };
+  StatusOr<PlacedVisuals> Place(const at::Tensor& host_ids, const at::Tensor& ids,
+                                const ImagesOfBatch& visuals, int64_t token_id, const char* noun,
+                                bool checkpointing, at::Tensor* embeds);
   Qwen2VlConfig config_;
 };
 

@@ -226,20 +226,19 @@ TEST(ChatLoaderTest, BadLinesAreErrorsNamingFileAndLine) {
       HasSubstr("lonely.jsonl:1: the conversation has no assistant turn"));
   EXPECT_THAT(OpenChat(tmp.path(), "lonely.jsonl").status().message(),
               HasSubstr("gives no examples"));
-  // Videos are refused by line, not trained on as text.
+  // A video without a video processor is refused by line, not trained on as text.
   tmp.Write("video.jsonl",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
             "\"assistant\", \"content\": \"b\"}]}\n"
             R"({"messages": [{"role": "user", "content": "<video>What happens?"}, )"
             R"({"role": "assistant", "content": "x"}], "videos": ["clip.mp4"]})");
   EXPECT_THAT(OpenChat(tmp.path(), "video.jsonl").status().message(),
-              HasSubstr("video.jsonl:2: names videos ('videos'); this engine reads images, not "
-                        "videos, in chat data"));
+              HasSubstr("video.jsonl:2: the line names videos, but there is no video processor"));
   tmp.Write("video_part.jsonl",
             R"({"messages": [{"role": "user", "content": [{"type": "video", "video": "c.mp4"}, )"
             R"({"type": "text", "text": "What?"}]}, {"role": "assistant", "content": "x"}]})");
   EXPECT_THAT(OpenChat(tmp.path(), "video_part.jsonl").status().message(),
-              HasSubstr("video_part.jsonl:1: messages[0] holds a video"));
+              HasSubstr("video_part.jsonl:1: messages[0] holds a video content part"));
 }
 
 TEST(ChatLoaderTest, ARoleTheTemplateRefusesIsAnErrorNamingTheLine) {

@@ -19,6 +19,7 @@
 
 #include "engine/data.h"
 #include "engine/model.h"
+#include "engine/model_logits.h"
 #include "engine/safetensors.h"
 #include "engine/text_generator.h"
 #include "plugins/plugin_test_util.h"
@@ -334,7 +335,7 @@ TEST_F(Qwen2VlDataTest, ImagesPastMaxLengthDropTheirExampleAndTextPastItIsTrunca
   ASSERT_TRUE(truncated.ok()) << truncated.status().message();
   EXPECT_THAT((*truncated)->description(), HasSubstr("1 truncated to max_length 64"));
   EXPECT_THAT((*truncated)->description(),
-              HasSubstr("dropped: 1 with image tokens beyond max_length 64"));
+              HasSubstr("dropped: 1 with image or video tokens beyond max_length 64"));
   auto dropped = OpenChat(dir_, lines, "max_length: 64 truncation: DROP");
   ASSERT_TRUE(dropped.ok()) << dropped.status().message();
   EXPECT_THAT((*dropped)->description(), HasSubstr("dropped: 2 longer than max_length 64"));
@@ -384,6 +385,128 @@ TEST_F(Qwen2VlDataTest, ImagesOutsideTheDataDirectoryAreRefusedUnlessThePipeline
     ASSERT_TRUE(data.ok()) << data.status().message();
     EXPECT_THAT((*data)->description(), HasSubstr("1 image"));
   }
+}
+
+// Videos: the video fixture's two conversations (video_reference.safetensors, produce_videos in
+// qwen2_vl_fixture.py) in LLaMA-Factory's layout, one video a directory of frames, the other a
+// list of frame files after an image, their frames taken one a second. The ids, the pixels of
+// transformers' Qwen2VLVideoProcessor (1e-5: its f32 normalisation) and the model's logits on the
+// loader's batch (1e-4, fp32) are transformers'.
+class Qwen2VlVideoDataTest : public Qwen2VlDataTest {
+ protected:
+  void SetUp() override {
+    Qwen2VlDataTest::SetUp();
+    fs::copy(kFixture / "videos", dir_.path() / "videos", fs::copy_options::recursive);
+    fs::copy_file(kFixture / "video_preprocessor_config.json",
+                  dir_.path() / "video_preprocessor_config.json");
+  }
+  static std::string Line(const std::string& user, const std::string& answer,
+                          const nlohmann::json& videos, const nlohmann::json& images = nullptr) {
+    nlohmann::json line = {
+        {"messages",
+         {{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", answer}}}},
+        {"videos", videos}};
+    if (!images.is_null()) line["images"] = images;
+    return line.dump() + "\n";
+  }
+  static std::string FixtureVideoLines() {
+    nlohmann::json rocket = nlohmann::json::array();
+    for (int i = 0; i < 4; ++i)
+      rocket.push_back("videos/rocket/frame_" + std::to_string(i) + ".png");
+    return Line("<video>What moves?", "The cat", {"videos/cat"}) +
+           Line("<image><video>Same?", "No", nlohmann::json::array({rocket}),
+                {"images/camera.png"});
+  }
+  static Reference ReadVideoReference() {
+    auto file = safetensors::File::Open(kFixture / "video_reference.safetensors");
+    EXPECT_TRUE(file.ok()) << file.status().message();
+    return {*file};
+  }
+};
+
+TEST_F(Qwen2VlVideoDataTest, LoaderGivesTheIdsPixelsAndLogitsOfTransformers) {
+  auto data = OpenChat(dir_, FixtureVideoLines(), "videos { fps: 1 }");
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  EXPECT_THAT((*data)->description(),
+              HasSubstr("2 videos of 7 frames; video tokens min/median/max 4/12/12"));
+  EXPECT_THAT((*data)->spec().ToString(),
+              HasSubstr("pixel_values_videos f32[?,1176], video_grid_thw i64[?,3], "
+                        "second_per_grid_ts f32[?]"));
+  const Batch batch = Everything(**data);
+  const Reference reference = ReadVideoReference();
+  const int64_t cat = RowWithImages(batch, 0), rocket = RowWithImages(batch, 1);
+  const at::Tensor ids =
+      batch.at("input_ids")[cat].masked_select(batch.at("attention_mask")[cat].gt(0));
+  EXPECT_TRUE(at::equal(ids, reference.Ids(0)));
+  const at::Tensor expected_rocket = reference.Ids(1);
+  EXPECT_TRUE(at::equal(batch.at("input_ids")[rocket].narrow(0, 0, expected_rocket.size(0)),
+                        expected_rocket));
+  const at::Tensor pixels = reference.Get("pixel_values_videos");
+  EXPECT_TRUE(at::allclose(batch.at("pixel_values_videos")[cat].narrow(0, 0, 48),
+                           pixels.narrow(0, 0, 48), 0, 1e-5));
+  EXPECT_TRUE(at::allclose(batch.at("pixel_values_videos")[rocket].narrow(0, 0, 16),
+                           pixels.narrow(0, 48, 16), 0, 1e-5));
+  EXPECT_TRUE(at::equal(batch.at("video_grid_thw")[cat][0], reference.Get("video_grid_thw")[0]));
+  EXPECT_EQ(batch.at("second_per_grid_ts")[cat][0].item<float>(), 2.0f);
+
+  const std::unique_ptr<Model> model = FixtureModel(**data);
+  ASSERT_NE(model, nullptr);
+  auto* logits_model = dynamic_cast<LogitsModel*>(model.get());
+  ASSERT_NE(logits_model, nullptr);
+  at::NoGradGuard no_grad;
+  auto logits = logits_model->Logits(batch);
+  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  for (auto [row, fixture_row] : {std::pair<int64_t, int64_t>{cat, 0}, {rocket, 1}}) {
+    const int64_t real = reference.Ids(fixture_row).size(0);
+    const at::Tensor ours = logits->logits[row].narrow(0, 0, real);
+    const at::Tensor theirs = reference.Get("logits")[fixture_row].narrow(0, 0, real);
+    EXPECT_LE((ours - theirs).abs().max().item<double>(), 1e-4) << "row " << fixture_row;
+  }
+}
+
+TEST_F(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
+  dir_.Write("videos/film.mp4", "not decoded");
+  fs::create_directories(dir_.path() / "videos/mixed");
+  fs::copy_file(kFixture / "videos/cat/frame_0.png", dir_.path() / "videos/mixed/a.png");
+  fs::copy_file(kFixture / "videos/rocket/frame_0.png", dir_.path() / "videos/mixed/b.png");
+  fs::create_directories(dir_.path() / "videos/empty");
+  const std::string good = Line("<video>What moves?", "The cat", {"videos/cat"});
+  const std::string jsonl = (dir_.path() / "data.jsonl").string();
+  struct Case {
+    std::string line, message;
+  };
+  for (const Case& c :
+       {Case{Line("<video>What?", "x", {"videos/film.mp4"}),
+             "video 'videos/film.mp4' is neither a directory of frames nor an image file; this "
+             "engine decodes no video files"},
+        Case{Line("<video>What?", "x", {"videos/mixed"}), "a video's frames have one size"},
+        Case{Line("<video>What?", "x", {"videos/empty"}), "is a directory without image files"},
+        Case{Line("<video>What?", "x", {"../outside"}), "outside '"},
+        Case{Line("What?", "x", {"videos/cat"}),
+             "0 <video> placeholder(s) in the messages for 1 video(s)"},
+        Case{Line("<video>What?", "x", nlohmann::json::parse("[[]]")),
+             "holds a video without frames"},
+        Case{R"({"messages": [{"role": "user", "content": [{"type": "video", "video": "c"}]}, )"
+             R"({"role": "assistant", "content": "x"}]})",
+             "messages[0] holds a video content part; name videos in \"videos\""}}) {
+    SCOPED_TRACE(c.message);
+    auto data = OpenChat(dir_, good + c.line + "\n");
+    ASSERT_FALSE(data.ok());
+    EXPECT_THAT(data.status().message(), HasSubstr(jsonl + ":2"));
+    EXPECT_THAT(data.status().message(), HasSubstr(c.message));
+  }
+  // Qwen3-VL's video processor samples frames and writes timestamps: refused when a line needs it,
+  // naming the key; lines without videos still open.
+  nlohmann::json qwen3 =
+      nlohmann::json::parse(testing::ReadText(kFixture / "video_preprocessor_config.json"));
+  qwen3["video_processor_type"] = "Qwen3VLVideoProcessor";
+  dir_.Write("video_preprocessor_config.json", qwen3.dump());
+  auto refused = OpenChat(dir_, good);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr(jsonl + ":1: the line names videos"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("video_processor_type' \"Qwen3VLVideoProcessor\" is not supported"));
+  EXPECT_TRUE(OpenChat(dir_, FixtureLines(dir_.path() / "images")).ok());
 }
 
 }  // namespace

@@ -3,10 +3,14 @@
 // <|vision_start|><|image_pad|><|vision_end|> before the chat template renders the conversation
 // (Qwen2-VL's template renders image content parts the same way); after tokenizing, each
 // <|image_pad|> is repeated once per merged patch group of its image
-// (Qwen2VlImageProcessor::TokensFor), as transformers' Qwen2VLProcessor does.
+// (Qwen2VlImageProcessor::TokensFor), as transformers' Qwen2VLProcessor does. Videos likewise:
+// <video> becomes <|vision_start|><|video_pad|><|vision_end|>, and each <|video_pad|> one token per
+// merged patch group of each temporal patch.
 //
 //   int64_t marked = MarkImagePlaceholders(&messages);        // then render and encode
 //   ENGINE_RETURN_IF_ERROR(ExpandImageTokens(pad_id, counts, &ids, &loss));
+//   int64_t videos = MarkVideoPlaceholders(&messages);
+//   ENGINE_RETURN_IF_ERROR(ExpandImageTokens(video_pad_id, counts, &ids, &loss, kVideoPadToken));
 //
 // Pure functions; any thread.
 #pragma once
@@ -21,14 +25,20 @@ namespace engine {
 
 inline constexpr char kImagePlaceholder[] = "<image>";
 inline constexpr char kImagePadToken[] = "<|image_pad|>";
+inline constexpr char kVideoPlaceholder[] = "<video>";
+inline constexpr char kVideoPadToken[] = "<|video_pad|>";
 
 // Replaces <image> in the string contents of `messages` (an array of {"role", "content"}) by the
 // vision tokens; returns how many it replaced.
 int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages);
+// The same for <video>.
+int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages);
 
 // Repeats the i-th `pad_id` of `ids` counts[i] times; the copies carry no loss (`loss`, parallel
-// to `ids`, may be null). An error when `ids` holds another number of pad ids than `counts`.
+// to `ids`, may be null). An error when `ids` holds another number of pad ids than `counts`
+// (naming `pad_token`, the pad's text).
 Status ExpandImageTokens(int64_t pad_id, const std::vector<int64_t>& counts,
-                         std::vector<int64_t>* ids, std::vector<uint8_t>* loss);
+                         std::vector<int64_t>* ids, std::vector<uint8_t>* loss,
+                         const char* pad_token = kImagePadToken);
 
 }  // namespace engine

@@ -15,6 +15,13 @@
 //   tokens the image takes ENGINE_ASSIGN_OR_RETURN(at::Tensor patches,
 //   processor.Patches(rgb_image));
 //
+// Videos are what transformers' Qwen2VLVideoProcessor makes of the frames given (it samples none):
+// every frame resized to one size (smart_resize of the frames' size within the video processor's
+// pixel limits), normalised as images are by the torchvision backend, the last frame repeated to
+// fill the last temporal patch, and the patches grouped as the image's are, frame pair by frame
+// pair. Its settings come from video_preprocessor_config.json, or from preprocessor_config.json
+// where there is none, as transformers falls back (ReadForVideos).
+//
 // Failure: a preprocessor_config.json key this engine does not implement (another resample filter,
 // an unknown key) is refused naming the file and key; an image whose aspect ratio exceeds 200 or
 // that cannot be brought within the pixel limits is an error naming its size. Immutable after
@@ -27,6 +34,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "engine/image_file.h"
 #include "engine/status.h"
@@ -35,6 +43,8 @@ namespace engine {
 
 // The image processor's settings, as Hugging Face names the file.
 inline constexpr char kImageProcessorFile[] = "preprocessor_config.json";
+// The video processor's; where a directory has none, its preprocessor_config.json is read.
+inline constexpr char kVideoProcessorFile[] = "video_preprocessor_config.json";
 
 // Patches along time, height and width (the model's image_grid_thw).
 struct ImageGrid {
@@ -48,6 +58,13 @@ class Qwen2VlImageProcessor {
   Qwen2VlImageProcessor() = default;
   // preprocessor_config.json.
   static StatusOr<Qwen2VlImageProcessor> Read(const std::filesystem::path& path);
+  // Qwen2VLVideoProcessor's defaults (frames of 128 to 768 merged patches' worth of pixels).
+  static Qwen2VlImageProcessor VideoDefaults();
+  // A video processor: `path` names its file, or a model directory whose
+  // video_preprocessor_config.json (or, where there is none, preprocessor_config.json) is read.
+  // Refused, naming the file and key: frame sampling (do_sample_frames), another video processor
+  // (Qwen3-VL's samples frames and writes timestamps into the text).
+  static StatusOr<Qwen2VlImageProcessor> ReadForVideos(const std::filesystem::path& path);
 
   // smart_resize: the size (height, width) an image of this size is resized to.
   StatusOr<std::pair<int64_t, int64_t>> ResizedSize(int64_t height, int64_t width) const;
@@ -58,6 +75,12 @@ class Qwen2VlImageProcessor {
   }
   // f32 [grid.patches(), 3 * temporal_patch_size * patch_size^2].
   StatusOr<at::Tensor> Patches(const RgbImage& image) const;
+  // A video of `frames` frames of height x width pixels: t = frames / temporal_patch_size, rounded
+  // up. An error for no frames, more than max_frames, or a size the pixel limits cannot take.
+  StatusOr<ImageGrid> VideoGridFor(int64_t frames, int64_t height, int64_t width) const;
+  // f32 [grid.patches(), patch_values()] of frames of one size (an error naming the first frame of
+  // another size).
+  StatusOr<at::Tensor> VideoPatches(const std::vector<RgbImage>& frames) const;
   // Values per patch (the vision tower's input width).
   int64_t patch_values() const { return 3 * temporal_patch_size * patch_size * patch_size; }
 
@@ -74,11 +97,22 @@ class Qwen2VlImageProcessor {
   std::array<double, 3> image_std = {0.26862954, 0.26130258, 0.27577711};
   enum class Resampler { kTorchvision, kPillow };
   Resampler resampler = Resampler::kTorchvision;
+  // Videos only.
+  int64_t max_frames = 768;           // more frames in one video are refused
+  bool cap_pixels_per_frame = false;  // qwen-vl-utils' bound on a whole video's pixels
+  int64_t max_video_tokens = 128000;  // the bound's budget, in tokens
 
  private:
   // f32 [3, height, width]: the image resized and normalised as each backend does.
   at::Tensor TorchvisionFrame(const RgbImage& image, int64_t height, int64_t width) const;
   at::Tensor PillowFrame(const RgbImage& image, int64_t height, int64_t width) const;
+  // smart_resize within [min_pixels, pixel_limit].
+  StatusOr<std::pair<int64_t, int64_t>> ResizedWithin(int64_t height, int64_t width,
+                                                      int64_t pixel_limit) const;
+  // The largest frame a video of `frames` frames may have.
+  int64_t VideoMaxPixels(int64_t frames) const;
+  // frames [T, 3, height, width] f32 -> the patches, in the vision tower's order.
+  at::Tensor Patchify(const at::Tensor& frames, int64_t height, int64_t width) const;
 };
 
 }  // namespace engine

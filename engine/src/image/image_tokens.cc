@@ -6,19 +6,17 @@
 namespace engine {
 namespace {
 
-constexpr char kVisionTokens[] = "<|vision_start|><|image_pad|><|vision_end|>";
-
-}  // namespace
-
-int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages) {
+// `placeholder` in the string contents of `messages` replaced by `tokens`; how many.
+int64_t MarkPlaceholders(const std::string& placeholder, const std::string& tokens,
+                         nlohmann::ordered_json* messages) {
   int64_t marked = 0;
   for (auto& message : *messages) {
     auto content = message.find("content");
     if (content == message.end() || !content->is_string()) continue;
     std::string text = content->get<std::string>();
-    for (size_t at = text.find(kImagePlaceholder); at != std::string::npos;
-         at = text.find(kImagePlaceholder, at + sizeof(kVisionTokens) - 1)) {
-      text.replace(at, sizeof(kImagePlaceholder) - 1, kVisionTokens);
+    for (size_t at = text.find(placeholder); at != std::string::npos;
+         at = text.find(placeholder, at + tokens.size())) {
+      text.replace(at, placeholder.size(), tokens);
       ++marked;
     }
     *content = text;
@@ -26,13 +24,29 @@ int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages) {
   return marked;
 }
 
+}  // namespace
+
+int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages) {
+  return MarkPlaceholders(kImagePlaceholder,
+                          std::string("<|vision_start|>") + kImagePadToken + "<|vision_end|>",
+                          messages);
+}
+
+int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages) {
+  return MarkPlaceholders(kVideoPlaceholder,
+                          std::string("<|vision_start|>") + kVideoPadToken + "<|vision_end|>",
+                          messages);
+}
+
 Status ExpandImageTokens(int64_t pad_id, const std::vector<int64_t>& counts,
-                         std::vector<int64_t>* ids, std::vector<uint8_t>* loss) {
+                         std::vector<int64_t>* ids, std::vector<uint8_t>* loss,
+                         const char* pad_token) {
   const auto pads = std::count(ids->begin(), ids->end(), pad_id);
   if (pads != static_cast<int64_t>(counts.size())) {
-    return InvalidArgumentError("the rendered text has " + std::to_string(pads) + " " +
-                                kImagePadToken + " for " + std::to_string(counts.size()) +
-                                " image(s)");
+    const bool video = std::string(pad_token) == kVideoPadToken;
+    return InvalidArgumentError("the rendered text has " + std::to_string(pads) + " " + pad_token +
+                                " for " + std::to_string(counts.size()) +
+                                (video ? " video(s)" : " image(s)"));
   }
   std::vector<int64_t> expanded_ids;
   std::vector<uint8_t> expanded_loss;

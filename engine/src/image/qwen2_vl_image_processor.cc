@@ -23,8 +23,44 @@ const std::set<std::string> kNeutralKeys = {"processor_class", "feature_extracto
 constexpr char kPillowProcessorType[] = "Qwen2VLImageProcessorPil";
 constexpr int kPilBicubic = 3;
 
-// preprocessor_config.json into `p`, every key read, neutral or refused.
-Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
+// The keys of transformers' video processors that matter only when it samples frames, which a
+// video processor read here never does.
+const std::set<std::string> kFrameSamplingKeys = {"fps", "num_frames", "min_frames",
+                                                  "return_metadata", "video_metadata"};
+constexpr char kVideoProcessorType[] = "Qwen2VLVideoProcessor";
+
+// The keys only a video processor has, into `p`.
+Status ReadVideoKeys(JsonKeyReader& keys, Qwen2VlImageProcessor* p) {
+  const nlohmann::json& type = keys.Take("video_processor_type");
+  if (!type.is_null() && type != kVideoProcessorType) {
+    return keys.Error("video_processor_type",
+                      type.dump() +
+                          " is not supported by this engine (supported: " + kVideoProcessorType +
+                          "; Qwen3-VL's samples frames and writes their timestamps into the text, "
+                          "which this engine does not do yet)");
+  }
+  keys.Take("image_processor_type");  // a preprocessor_config.json read for videos
+  bool sample = false;
+  ENGINE_RETURN_IF_ERROR(keys.Bool("do_sample_frames", &sample));
+  if (sample) {
+    return keys.Error("do_sample_frames",
+                      "is true; this engine samples no frames: it reads every frame a video "
+                      "names (give the frames to train on, and set do_sample_frames false)");
+  }
+  const nlohmann::json& cap = keys.Take("cap_pixels_per_frame");
+  if (!cap.is_null()) {
+    if (!cap.is_boolean()) return keys.Error("cap_pixels_per_frame", "must be true or false");
+    p->cap_pixels_per_frame = cap.get<bool>();
+  }
+  ENGINE_RETURN_IF_ERROR(keys.PositiveInt("max_video_tokens", &p->max_video_tokens));
+  ENGINE_RETURN_IF_ERROR(keys.PositiveInt("max_frames", &p->max_frames));
+  for (const std::string& key : kFrameSamplingKeys) keys.MarkRead(key);
+  return Status::Ok();
+}
+
+// preprocessor_config.json (video: a video processor's) into `p`, every key read, neutral or
+// refused.
+Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where, bool video,
                            Qwen2VlImageProcessor* p) {
   if (!json.is_object()) return InvalidArgumentError(where + " is not a JSON object");
   JsonKeyReader keys(json, where);
@@ -67,8 +103,10 @@ Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
     }
     for (size_t c = 0; c < 3; ++c) (*out)[c] = v[c].get<double>();
   }
-  const nlohmann::json& type = keys.Take("image_processor_type");
-  if (type.is_string() && type.get<std::string>() == kPillowProcessorType) {
+  if (video) {
+    ENGINE_RETURN_IF_ERROR(ReadVideoKeys(keys, p));
+  } else if (const nlohmann::json& type = keys.Take("image_processor_type");
+             type.is_string() && type.get<std::string>() == kPillowProcessorType) {
     p->resampler = Qwen2VlImageProcessor::Resampler::kPillow;
   }
   const nlohmann::json& resample = keys.Take("resample");
@@ -77,13 +115,14 @@ Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
                       resample.dump() + " is not supported by this engine (supported: 3, bicubic)");
   }
   ENGINE_RETURN_IF_ERROR(keys.RefuseUnread(
-      kNeutralKeys, "is not supported by this engine's Qwen2-VL image processor"));
+      kNeutralKeys, video ? "is not supported by this engine's Qwen2-VL video processor"
+                          : "is not supported by this engine's Qwen2-VL image processor"));
   if (p->patch_size > 1024 || p->temporal_patch_size > 64 || p->merge_size > 64 ||
-      p->max_pixels > (int64_t{1} << 40)) {
+      p->max_pixels > (int64_t{1} << 40) || p->max_frames > 65536) {
     return InvalidArgumentError(where +
-                                ": patch_size, temporal_patch_size, merge_size or "
-                                "max_pixels above the largest this engine reads (1024, "
-                                "64, 64, 2^40)");
+                                ": patch_size, temporal_patch_size, merge_size, "
+                                "max_pixels or max_frames above the largest this engine reads "
+                                "(1024, 64, 64, 2^40, 65536)");
   }
   if (p->min_pixels > p->max_pixels) {
     return InvalidArgumentError(where + ": min_pixels " + std::to_string(p->min_pixels) +
@@ -99,19 +138,46 @@ std::string ImageSizeText(int64_t height, int64_t width) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-}  // namespace
-
-StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::Read(const std::filesystem::path& path) {
+StatusOr<Qwen2VlImageProcessor> ReadFrom(const std::filesystem::path& path, bool video,
+                                         Qwen2VlImageProcessor processor) {
   ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(path, FileKind::kConfig));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return InvalidArgumentError("'" + path.string() + "' is not valid JSON");
-  Qwen2VlImageProcessor processor;
-  ENGINE_RETURN_IF_ERROR(ReadProcessorConfig(json, "'" + path.string() + "'", &processor));
+  ENGINE_RETURN_IF_ERROR(ReadProcessorConfig(json, "'" + path.string() + "'", video, &processor));
   return processor;
+}
+
+}  // namespace
+
+StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::Read(const std::filesystem::path& path) {
+  return ReadFrom(path, /*video=*/false, Qwen2VlImageProcessor());
+}
+
+Qwen2VlImageProcessor Qwen2VlImageProcessor::VideoDefaults() {
+  Qwen2VlImageProcessor p;
+  p.min_pixels = 128 * 28 * 28;
+  p.max_pixels = 768 * 28 * 28;
+  return p;
+}
+
+StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::ReadForVideos(
+    const std::filesystem::path& path) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) {
+    return ReadFrom(path, /*video=*/true, VideoDefaults());
+  }
+  const std::filesystem::path videos = path / kVideoProcessorFile;
+  return ReadFrom(std::filesystem::exists(videos, error) ? videos : path / kImageProcessorFile,
+                  /*video=*/true, VideoDefaults());
 }
 
 StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t height,
                                                                          int64_t width) const {
+  return ResizedWithin(height, width, max_pixels);
+}
+
+StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedWithin(
+    int64_t height, int64_t width, int64_t pixel_limit) const {
   const int64_t factor = patch_size * merge_size;
   if (!do_resize) {
     if (height % factor != 0 || width % factor != 0) {
@@ -129,8 +195,8 @@ StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t
   // Python's round: half to even, as nearbyint does in the default rounding mode.
   auto h_bar = static_cast<int64_t>(std::nearbyint(h / factor)) * factor;
   auto w_bar = static_cast<int64_t>(std::nearbyint(w / factor)) * factor;
-  if (h_bar * w_bar > max_pixels) {
-    const double beta = std::sqrt(h * w / static_cast<double>(max_pixels));
+  if (h_bar * w_bar > pixel_limit) {
+    const double beta = std::sqrt(h * w / static_cast<double>(pixel_limit));
     h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / factor)) * factor);
     w_bar = std::max(factor, static_cast<int64_t>(std::floor(w / beta / factor)) * factor);
   } else if (h_bar * w_bar < min_pixels) {
@@ -138,12 +204,12 @@ StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t
     h_bar = static_cast<int64_t>(std::ceil(h * beta / factor)) * factor;
     w_bar = static_cast<int64_t>(std::ceil(w * beta / factor)) * factor;
   }
-  if (h_bar <= 0 || w_bar <= 0 || h_bar * w_bar > max_pixels) {
+  if (h_bar <= 0 || w_bar <= 0 || h_bar * w_bar > pixel_limit) {
     return InvalidArgumentError("an image of " + ImageSizeText(height, width) +
                                 " pixels cannot be resized to multiples of " +
                                 std::to_string(factor) + " within min_pixels " +
                                 std::to_string(min_pixels) + " and max_pixels " +
-                                std::to_string(max_pixels));
+                                std::to_string(pixel_limit));
   }
   return std::make_pair(h_bar, w_bar);
 }
@@ -212,14 +278,67 @@ StatusOr<at::Tensor> Qwen2VlImageProcessor::Patches(const RgbImage& image) const
   const at::Tensor frame = resampler == Resampler::kTorchvision
                                ? TorchvisionFrame(image, height, width)
                                : PillowFrame(image, height, width);
+  // The one frame repeated temporal_patch_size times.
+  return Patchify(frame.unsqueeze(0).expand({temporal_patch_size, 3, height, width}), height,
+                  width);
+}
+
+at::Tensor Qwen2VlImageProcessor::Patchify(const at::Tensor& frames, int64_t height,
+                                           int64_t width) const {
+  // Grouped as (t, h/m, w/m, m, m) patches of (C, T, p, p) values.
   const int64_t p = patch_size, m = merge_size, gh = height / p, gw = width / p;
-  // The one frame repeated temporal_patch_size times, then grouped as (t, h/m, w/m, m, m) patches
-  // of (C, T, p, p) values.
-  at::Tensor frames = frame.unsqueeze(0).expand({temporal_patch_size, 3, height, width});
-  return frames.reshape({1, temporal_patch_size, 3, gh / m, m, p, gw / m, m, p})
+  const int64_t t = frames.size(0) / temporal_patch_size;
+  return frames.reshape({t, temporal_patch_size, 3, gh / m, m, p, gw / m, m, p})
       .permute({0, 3, 6, 4, 7, 2, 1, 5, 8})
-      .reshape({gh * gw, patch_values()})
+      .reshape({t * gh * gw, patch_values()})
       .contiguous();
+}
+
+int64_t Qwen2VlImageProcessor::VideoMaxPixels(int64_t frames) const {
+  if (!cap_pixels_per_frame) return max_pixels;
+  // qwen-vl-utils' bound, as transformers writes it: 90% of max_video_tokens tokens' pixels shared
+  // by the frames (counted in temporal patches' worth), at least 1.05 x min_pixels per frame.
+  const int64_t factor = patch_size * merge_size;
+  const auto total =
+      static_cast<int64_t>(static_cast<double>(max_video_tokens) * factor * factor * 0.9);
+  return std::max(std::min(max_pixels, total * temporal_patch_size / frames),
+                  static_cast<int64_t>(static_cast<double>(min_pixels) * 1.05));
+}
+
+StatusOr<ImageGrid> Qwen2VlImageProcessor::VideoGridFor(int64_t frames, int64_t height,
+                                                        int64_t width) const {
+  if (frames < 1 || frames > max_frames) {
+    return InvalidArgumentError("a video of " + std::to_string(frames) +
+                                " frames; this video processor reads 1 to max_frames " +
+                                std::to_string(max_frames));
+  }
+  ENGINE_ASSIGN_OR_RETURN(auto size, ResizedWithin(height, width, VideoMaxPixels(frames)));
+  const int64_t t = (frames + temporal_patch_size - 1) / temporal_patch_size;
+  return ImageGrid{t, size.first / patch_size, size.second / patch_size};
+}
+
+StatusOr<at::Tensor> Qwen2VlImageProcessor::VideoPatches(
+    const std::vector<RgbImage>& frames) const {
+  if (frames.empty()) return InvalidArgumentError("a video without frames");
+  const RgbImage& first = frames.front();
+  for (size_t i = 1; i < frames.size(); ++i) {
+    if (frames[i].height != first.height || frames[i].width != first.width) {
+      return InvalidArgumentError(
+          "frame " + std::to_string(i + 1) + " is " +
+          ImageSizeText(frames[i].height, frames[i].width) + " pixels where frame 1 is " +
+          ImageSizeText(first.height, first.width) + "; a video's frames have one size");
+    }
+  }
+  ENGINE_ASSIGN_OR_RETURN(
+      ImageGrid grid, VideoGridFor(static_cast<int64_t>(frames.size()), first.height, first.width));
+  const int64_t height = grid.h * patch_size, width = grid.w * patch_size;
+  // The video processor resizes and normalises as the image processor's torchvision backend does.
+  std::vector<at::Tensor> resized;
+  for (const RgbImage& frame : frames) resized.push_back(TorchvisionFrame(frame, height, width));
+  while (static_cast<int64_t>(resized.size()) < grid.t * temporal_patch_size) {
+    resized.push_back(resized.back());
+  }
+  return Patchify(at::stack(resized), height, width);
 }
 
 }  // namespace engine

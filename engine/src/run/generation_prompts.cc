@@ -48,6 +48,13 @@ StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& orig
   }
   Prompt prompt;
   prompt.origin = origin;
+  for (const char* key : {"videos", "video"}) {
+    if (json.contains(key) && !json[key].is_null()) {
+      return InvalidArgumentError(origin + ": \"" + key +
+                                  "\": engine generate reads images, not videos, in prompts "
+                                  "(the chat loader trains on videos)");
+    }
+  }
   ENGINE_ASSIGN_OR_RETURN(prompt.images, LineImages(json, dir, origin));
   if (raw && !prompt.images.empty()) {
     return InvalidArgumentError(origin + ": images need the chat template (no --raw)");

@@ -68,16 +68,26 @@ StatusOr<safetensors::NamedTensors> FileTensors(const Batch& batch, const BatchL
   }
   tensors.emplace_back("position_ids", out.position_ids.to(at::kCPU, at::kLong));
   tensors.emplace_back("logits", out.logits.to(at::kCPU, at::kFloat));
-  if (batch.count(kPixelValuesField) == 0) return tensors;
-  const at::Tensor& packed = batch.at(kPixelValuesField);
-  ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch images, UnpackImages(batch, packed.size(-1)));
-  if (images.empty()) return tensors;
-  std::vector<int64_t> grids;
-  for (const auto& row : images.row_grids) {
-    for (const ImageGrid& grid : row) grids.insert(grids.end(), {grid.t, grid.h, grid.w});
+  for (const VisualFields& fields : {kImageFields, kVideoFields}) {
+    if (batch.count(fields.pixels) == 0) continue;
+    const at::Tensor& packed = batch.at(fields.pixels);
+    ENGINE_ASSIGN_OR_RETURN(ImagesOfBatch visuals, UnpackImages(batch, packed.size(-1), fields));
+    if (visuals.empty()) continue;
+    std::vector<int64_t> grids;
+    std::vector<double> seconds;
+    for (size_t row = 0; row < visuals.row_grids.size(); ++row) {
+      for (const ImageGrid& grid : visuals.row_grids[row]) {
+        grids.insert(grids.end(), {grid.t, grid.h, grid.w});
+      }
+      const auto& row_seconds = visuals.row_seconds_per_grid[row];
+      seconds.insert(seconds.end(), row_seconds.begin(), row_seconds.end());
+    }
+    tensors.emplace_back(fields.pixels, visuals.pixel_values.to(at::kCPU, at::kFloat));
+    tensors.emplace_back(fields.grids, at::tensor(grids, at::kLong).view({-1, 3}));
+    if (fields.seconds != nullptr) {
+      tensors.emplace_back(fields.seconds, at::tensor(seconds, at::kDouble).to(at::kFloat));
+    }
   }
-  tensors.emplace_back(kPixelValuesField, images.pixel_values.to(at::kCPU, at::kFloat));
-  tensors.emplace_back(kImageGridField, at::tensor(grids, at::kLong).view({-1, 3}));
   return tensors;
 }
 

@@ -55,6 +55,12 @@ TEST(GenerationPromptsTest, BadLinesAreRefusedNamingTheFileAndLine) {
   const auto number = tmp.Write("c.jsonl", "{\"prompt\": 7}\n");
   EXPECT_THAT(ReadPromptFile(number, false).status().message(),
               HasSubstr(number.string() + ":1: \"prompt\" must be a string"));
+  // A video is refused, not dropped from the prompt.
+  const auto video = tmp.Write(
+      "d.jsonl", "{\"prompt\": \"x\"}\n{\"prompt\": \"<video>x\", \"videos\": [\"clip/\"]}\n");
+  EXPECT_THAT(ReadPromptFile(video, false).status().message(),
+              HasSubstr(video.string() + ":2: \"videos\": engine generate reads images, not "
+                                         "videos, in prompts"));
   EXPECT_THAT(ReadPromptFile(tmp.path() / "missing.jsonl", false).status().message(),
               HasSubstr("--input: cannot open '" + (tmp.path() / "missing.jsonl").string() + "'"));
 }

@@ -1,0 +1,173 @@
+// Qwen2-VL's and Qwen2.5-VL's videos compute what transformers computes: each family's fixture
+// (tests/fixtures/hf/qwen2_vl_fixture.py, produce_videos) holds two clips of PNG frames (3 frames
+// of 84x56, an odd count the processor pads by repeating the last; 4 of 60x40), what transformers'
+// Qwen2VLVideoProcessor makes of them (video_preprocessor_config.json), the M-RoPE positions of
+// get_rope_index with second_per_grid_ts (the frames' fps given as video_metadata: 1 frame a
+// second), the tower's features of the videos and the logits of two conversations, one with an
+// image before its video.
+//
+// Tolerances: pixel values 1e-5 (the same ATen operations; f32 rounding of the fused
+// normalisation); positions exact; features and logits fp32 1e-4 (max abs difference, logits at
+// real tokens). The fixture's metadata records what the plausible mistakes move the logits by
+// (every frame at the first's temporal position 1.7-2.6, second_per_grid_ts ignored 3.2).
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/image_batch.h"
+#include "engine/image_file.h"
+#include "engine/qwen2_vl_image_processor.h"
+#include "engine/safetensors.h"
+#include "qwen2_vl_model.h"
+#include "qwen2_vl_positions.h"
+#include "qwen_vl_fixture.h"
+
+namespace engine::transformer {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_support::MaxDifferenceAtRealTokens;
+
+struct VideoFixture {
+  testing_support::QwenVlFixture model;
+  std::shared_ptr<const safetensors::File> reference;
+  std::filesystem::path dir;
+
+  at::Tensor Get(const std::string& name) const { return *reference->Get(name); }
+  // Row 0: the cat clip; row 1: the camera image, then the rocket clip.
+  std::vector<ImageGrid> VideoGrids() const {
+    const at::Tensor g = Get("video_grid_thw");
+    std::vector<ImageGrid> grids;
+    for (int64_t i = 0; i < g.size(0); ++i) {
+      grids.push_back({g[i][0].item<int64_t>(), g[i][1].item<int64_t>(), g[i][2].item<int64_t>()});
+    }
+    return grids;
+  }
+  ImagesOfBatch Images() const {
+    const at::Tensor g = Get("image_grid_thw");
+    ImagesOfBatch images;
+    images.pixel_values = Get("pixel_values");
+    images.row_grids = {
+        {}, {{g[0][0].item<int64_t>(), g[0][1].item<int64_t>(), g[0][2].item<int64_t>()}}};
+    return images;
+  }
+  // Qwen2-VL's processor gives no second_per_grid_ts: its positions do not read them.
+  ImagesOfBatch Videos() const {
+    const auto grids = VideoGrids();
+    ImagesOfBatch videos;
+    videos.pixel_values = Get("pixel_values_videos");
+    videos.row_grids = {{grids[0]}, {grids[1]}};
+    const bool timed = reference->Get("second_per_grid_ts").ok();
+    const at::Tensor seconds = timed ? Get("second_per_grid_ts") : at::ones({2});
+    videos.row_seconds_per_grid = {{seconds[0].item<double>()}, {seconds[1].item<double>()}};
+    return videos;
+  }
+};
+
+VideoFixture LoadVideoFixture(const std::string& family) {
+  VideoFixture f;
+  f.model = testing_support::LoadQwenVlFixture(family);
+  f.dir = testing_support::FixtureDir(family);
+  auto reference = safetensors::File::Open(f.dir / "video_reference.safetensors");
+  EXPECT_TRUE(reference.ok()) << reference.status().message();
+  f.reference = *reference;
+  return f;
+}
+
+class QwenVlVideoTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QwenVlVideoTest, VideoProcessorEqualsTransformers) {
+  const VideoFixture f = LoadVideoFixture(GetParam());
+  auto processor = Qwen2VlImageProcessor::ReadForVideos(f.dir);
+  ASSERT_TRUE(processor.ok()) << processor.status().message();
+  EXPECT_EQ(processor->min_pixels, 2 * 28 * 28);
+  EXPECT_EQ(processor->max_pixels, 6 * 28 * 28);
+  std::vector<at::Tensor> patches;
+  const std::vector<ImageGrid> expected_grids = f.VideoGrids();
+  int clip = 0;
+  for (const std::pair<const char*, int> frames_of :
+       {std::pair{"cat", 3}, std::pair{"rocket", 4}}) {
+    std::vector<RgbImage> frames;
+    for (int i = 0; i < frames_of.second; ++i) {
+      auto frame = ReadRgbImage(f.dir / "videos" / frames_of.first /
+                                ("frame_" + std::to_string(i) + ".png"));
+      ASSERT_TRUE(frame.ok()) << frame.status().message();
+      frames.push_back(std::move(*frame));
+    }
+    auto grid = processor->VideoGridFor(static_cast<int64_t>(frames.size()), frames[0].height,
+                                        frames[0].width);
+    ASSERT_TRUE(grid.ok()) << grid.status().message();
+    const ImageGrid& want = expected_grids[static_cast<size_t>(clip++)];
+    EXPECT_EQ(std::vector<int64_t>({grid->t, grid->h, grid->w}),
+              std::vector<int64_t>({want.t, want.h, want.w}))
+        << frames_of.first;
+    auto p = processor->VideoPatches(frames);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    patches.push_back(*p);
+  }
+  const at::Tensor ours = at::cat(patches), theirs = f.Get("pixel_values_videos");
+  ASSERT_EQ(ours.sizes(), theirs.sizes());
+  EXPECT_LE((ours - theirs).abs().max().item<double>(), 1e-5);
+}
+
+TEST_P(QwenVlVideoTest, PositionsEqualGetRopeIndex) {
+  const VideoFixture f = LoadVideoFixture(GetParam());
+  const Qwen2VlConfig& config = f.model.config;
+  ImagesOfBatch images = f.Images(), videos = f.Videos();
+  std::vector<RowVisuals> rows(2);
+  for (size_t r = 0; r < 2; ++r) {
+    rows[r].images = images.row_grids[r];
+    rows[r].videos = videos.row_grids[r];
+    const int64_t step = config.vision.tokens_per_second > 0
+                             ? config.vision.tokens_per_second *
+                                   static_cast<int64_t>(videos.row_seconds_per_grid[r][0])
+                             : 1;
+    rows[r].video_time_steps = {step};
+  }
+  auto positions = ComputeMultimodalPositions(f.Get("input_ids"), f.Get("attention_mask"), rows,
+                                              config.image_token_id, config.video_token_id,
+                                              config.vision.spatial_merge_size);
+  ASSERT_TRUE(positions.ok()) << positions.status().message();
+  const at::Tensor real = f.Get("attention_mask").to(at::kBool).unsqueeze(0).expand({3, -1, -1});
+  EXPECT_TRUE(at::equal(positions->position_ids.masked_select(real),
+                        f.Get("mrope_position_ids").masked_select(real)));
+  const at::Tensor expected_next =
+      f.Get("mrope_position_ids").masked_fill(real.logical_not(), 0).amax({0, 2}) + 1;
+  for (size_t row = 0; row < positions->next.size(); ++row) {
+    EXPECT_EQ(positions->next[row], expected_next[static_cast<int64_t>(row)].item<int64_t>());
+  }
+}
+
+TEST_P(QwenVlVideoTest, VideoFeaturesAndLogitsEqualTransformers) {
+  const VideoFixture f = LoadVideoFixture(GetParam());
+  at::NoGradGuard no_grad;
+  const at::Tensor features =
+      f.model.module->visual->forward(f.Get("pixel_values_videos"), f.VideoGrids());
+  ASSERT_EQ(features.sizes(), f.Get("video_features").sizes());
+  EXPECT_LE((features - f.Get("video_features")).abs().max().item<double>(), 1e-4);
+  const at::Tensor mask = f.Get("attention_mask");
+  auto hidden = f.model.module->Hidden(f.Get("input_ids"), mask, f.Images(), f.Videos());
+  ASSERT_TRUE(hidden.ok()) << hidden.status().message();
+  EXPECT_LE(MaxDifferenceAtRealTokens(f.model.module->lm.Logits(*hidden), f.Get("logits"), mask),
+            1e-4);
+}
+
+TEST_P(QwenVlVideoTest, VideoTokensThatDoNotMatchTheVideosAreRefused) {
+  const VideoFixture f = LoadVideoFixture(GetParam());
+  at::NoGradGuard no_grad;
+  ImagesOfBatch videos = f.Videos();
+  videos.row_grids[1].clear();  // row 1's video tokens without its video
+  auto hidden =
+      f.model.module->Hidden(f.Get("input_ids"), f.Get("attention_mask"), f.Images(), videos);
+  ASSERT_FALSE(hidden.ok());
+  EXPECT_THAT(hidden.status().message(), HasSubstr("video tokens but its 1 video(s) give"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, QwenVlVideoTest, ::testing::Values("qwen2_vl", "qwen2_5_vl"));
+
+}  // namespace
+}  // namespace engine::transformer
