@@ -61,6 +61,9 @@ struct LineVisuals {
   size_t named;        // images (videos) the line names
   const char* pad;     // their pad token's text
   std::vector<ExampleImage>* read;
+  bool read_already;  // `read` holds them (Qwen3-VL's videos, read before rendering)
+  // The pads the rendered text must hold: one per image (video), or per temporal patch.
+  size_t Pads() const { return read_already ? reader->PadCounts(*read).size() : named; }
 };
 
 // A rendered conversation's tokens with each image's and video's tokens expanded, and them read
@@ -77,7 +80,7 @@ StatusOr<std::optional<TokenizedConversation>> TokenizeExample(
   // message) is an error, counted on the whole text.
   size_t tokens = encoded_at_most;
   for (const LineVisuals& kind : kinds) {
-    if (kind.named > 0 && RenderedPads(rendered, kind.pad) != kind.named) {
+    if (kind.named > 0 && RenderedPads(rendered, kind.pad) != kind.Pads()) {
       tokens = std::numeric_limits<size_t>::max();
     }
   }
@@ -85,12 +88,14 @@ StatusOr<std::optional<TokenizedConversation>> TokenizeExample(
   if (!example.ok()) return example.status().WithContext(where);
   for (const LineVisuals& kind : kinds) {
     if (kind.named == 0) continue;
-    ENGINE_ASSIGN_OR_RETURN(*kind.read, kind.reader->videos()
-                                            ? kind.reader->CheckVideos(parsed.videos, where)
-                                            : kind.reader->Check(parsed.images, where));
+    if (!kind.read_already) {
+      ENGINE_ASSIGN_OR_RETURN(*kind.read, kind.reader->videos()
+                                              ? kind.reader->CheckVideos(parsed.videos, where)
+                                              : kind.reader->Check(parsed.images, where));
+    }
     if (tokens == encoded_at_most && example->ids.size() >= encoded_at_most &&
         std::count(example->ids.begin(), example->ids.end(), kind.reader->pad_id()) <
-            static_cast<std::ptrdiff_t>(kind.read->size())) {
+            static_cast<std::ptrdiff_t>(kind.Pads())) {
       // Encoding stopped before a pad, which would land past max_length: FitLength's drop.
       ++(options.truncation() == ChatOptions::DROP ? stats->dropped_too_long
                                                    : stats->dropped_image_cut);
@@ -126,14 +131,25 @@ Status AddLine(std::string_view line, const std::string& where,
                const chat::ChatTemplate& chat_template, const Tokenizer& tokenizer,
                const ChatOptions& options, const ChatVisuals& visuals, ChatExamples* out) {
   ENGINE_ASSIGN_OR_RETURN(ParsedConversation parsed, ParseConversationLine(line, where));
+  // Qwen3-VL's text shows each temporal patch's time: its videos are read (frames sampled) first.
+  std::vector<ExampleImage> example_images, example_videos;
+  std::vector<std::string> video_texts;
+  const bool videos_first =
+      visuals.videos != nullptr && visuals.videos->timestamps_in_text() && !parsed.videos.empty();
+  if (videos_first) {
+    ENGINE_ASSIGN_OR_RETURN(example_videos, visuals.videos->CheckVideos(parsed.videos, where));
+    for (const ExampleImage& video : example_videos) {
+      video_texts.push_back(Qwen3VideoText(video.timestamps));
+    }
+  }
   ENGINE_RETURN_IF_ERROR(CheckNamed(
       where, MarkImagePlaceholders(&parsed.messages), parsed.images.size(), kImagePlaceholder,
       "image", visuals.images,
       "set `images { processor: \"preprocessor_config.json\" }` (Qwen2-VL's), or put it beside "
       "the tokenizer"));
   ENGINE_RETURN_IF_ERROR(CheckNamed(
-      where, MarkVideoPlaceholders(&parsed.messages), parsed.videos.size(), kVideoPlaceholder,
-      "video", visuals.videos,
+      where, MarkVideoPlaceholders(&parsed.messages, video_texts), parsed.videos.size(),
+      kVideoPlaceholder, "video", visuals.videos,
       visuals.videos_unavailable.empty()
           ? "put video_preprocessor_config.json (or preprocessor_config.json) beside the "
             "tokenizer, or name it in `videos { processor: ... }`"
@@ -149,10 +165,9 @@ Status AddLine(std::string_view line, const std::string& where,
   }
   StatusOr<chat::RenderedConversation> rendered = chat_template.RenderForTraining(parsed.messages);
   if (!rendered.ok()) return rendered.status().WithContext(where);
-  std::vector<ExampleImage> example_images, example_videos;
   const std::vector<LineVisuals> kinds = {
-      {visuals.images, parsed.images.size(), kImagePadToken, &example_images},
-      {visuals.videos, parsed.videos.size(), kVideoPadToken, &example_videos}};
+      {visuals.images, parsed.images.size(), kImagePadToken, &example_images, false},
+      {visuals.videos, parsed.videos.size(), kVideoPadToken, &example_videos, videos_first}};
   ENGINE_ASSIGN_OR_RETURN(
       std::optional<TokenizedConversation> example,
       TokenizeExample(*rendered, parsed, tokenizer, options, where, kinds, &out->stats));

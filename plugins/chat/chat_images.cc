@@ -29,6 +29,9 @@ bool IsImageFileName(const std::filesystem::path& path) {
   return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
 }
 
+// The most frame files of one video a processor that samples frames chooses from.
+constexpr int64_t kMaxListedFrames = 100000;
+
 }  // namespace
 
 std::string ImageStats::Summary() const {
@@ -89,7 +92,7 @@ StatusOr<std::vector<ExampleImage>> ChatImages::Check(const std::vector<std::str
     if (!grid.ok()) return grid.status().WithContext(where + ": image '" + path.string() + "'");
     stats_.tokens.push_back(processor_.TokensFor(*grid));
     ++stats_.images;
-    images.push_back({path, *grid, {}});
+    images.push_back({path, *grid, {}, {}});
   }
   return images;
 }
@@ -112,14 +115,16 @@ StatusOr<std::vector<std::filesystem::path>> ChatImages::FramesOf(
     }
     return frames;
   }
-  // A directory: its image files in name order, at most max_frames of them.
+  // A directory: its image files in name order, at most max_frames of them (a processor that
+  // samples frames keeps at most max_frames of up to kMaxListedFrames).
   const std::filesystem::path dir = frames[0];
   frames.clear();
+  const int64_t most = processor_.sample_frames ? kMaxListedFrames : processor_.max_frames;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     if (!IsImageFileName(entry.path())) continue;
-    if (static_cast<int64_t>(frames.size()) >= processor_.max_frames) {
-      return InvalidArgumentError(where + ": video '" + video[0] + "' holds more than max_frames " +
-                                  std::to_string(processor_.max_frames) + " frames");
+    if (static_cast<int64_t>(frames.size()) >= most) {
+      return InvalidArgumentError(where + ": video '" + video[0] + "' holds more than " +
+                                  std::to_string(most) + " frames, the most this engine reads");
     }
     frames.push_back(entry.path());
   }
@@ -139,7 +144,11 @@ StatusOr<std::vector<ExampleImage>> ChatImages::CheckVideos(
     const std::vector<std::vector<std::string>>& videos, const std::string& where) {
   std::vector<ExampleImage> out;
   for (const std::vector<std::string>& video : videos) {
-    ENGINE_ASSIGN_OR_RETURN(std::vector<std::filesystem::path> frames, FramesOf(video, where));
+    ENGINE_ASSIGN_OR_RETURN(std::vector<std::filesystem::path> listed, FramesOf(video, where));
+    const std::vector<int64_t> kept =
+        processor_.SampledFrames(static_cast<int64_t>(listed.size()), fps_);
+    std::vector<std::filesystem::path> frames;
+    for (int64_t i : kept) frames.push_back(listed[static_cast<size_t>(i)]);
     const std::string what = where + ": video '" + video[0] + "'";
     int64_t height = 0, width = 0;
     for (const std::filesystem::path& frame : frames) {
@@ -160,16 +169,31 @@ StatusOr<std::vector<ExampleImage>> ChatImages::CheckVideos(
     stats_.tokens.push_back(processor_.TokensFor(*grid));
     stats_.frames += static_cast<int64_t>(frames.size());
     ++stats_.images;
-    out.push_back({image_dirs_.front() / video[0], *grid, std::move(frames)});
+    std::vector<double> timestamps;
+    if (timestamps_in_text()) timestamps = processor_.Timestamps(kept, fps_);
+    out.push_back(
+        {image_dirs_.front() / video[0], *grid, std::move(frames), std::move(timestamps)});
   }
   return out;
+}
+
+std::vector<int64_t> ChatImages::PadCounts(const std::vector<ExampleImage>& images) const {
+  std::vector<int64_t> counts;
+  for (const ExampleImage& image : images) {
+    if (!timestamps_in_text()) {
+      counts.push_back(processor_.TokensFor(image.grid));
+      continue;
+    }
+    const ImageGrid patch{1, image.grid.h, image.grid.w};
+    counts.insert(counts.end(), static_cast<size_t>(image.grid.t), processor_.TokensFor(patch));
+  }
+  return counts;
 }
 
 Status ChatImages::ExpandImageTokens(const std::vector<ExampleImage>& images,
                                      const std::string& where,
                                      TokenizedConversation* example) const {
-  std::vector<int64_t> counts;
-  for (const ExampleImage& image : images) counts.push_back(processor_.TokensFor(image.grid));
+  const std::vector<int64_t> counts = PadCounts(images);
   return engine::ExpandImageTokens(pad_id_, counts, &example->ids, &example->loss,
                                    videos() ? kVideoPadToken : kImagePadToken)
       .WithContext(where);

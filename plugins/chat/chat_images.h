@@ -39,7 +39,8 @@ namespace engine::plugins {
 struct ExampleImage {
   std::filesystem::path path;  // the image, or the video as the line names it
   ImageGrid grid;
-  std::vector<std::filesystem::path> frames;  // videos only
+  std::vector<std::filesystem::path> frames;  // videos only: the frames the processor reads
+  std::vector<double> timestamps;  // Qwen3-VL's videos: each temporal patch's time (seconds)
 };
 
 // Counts for the plan.
@@ -71,12 +72,19 @@ class ChatImages {
     stats_.noun = "video";
   }
 
-  // Reads every image of a line (decoding it whole, so that a truncated file is found now).
+  // Reads every image of a line (decoding it whole, so that a truncated file is found now). Videos
+  // of a processor that samples frames read only the frames it keeps.
   StatusOr<std::vector<ExampleImage>> Check(const std::vector<std::string>& paths,
                                             const std::string& where);
   // The same for videos: every frame of each.
   StatusOr<std::vector<ExampleImage>> CheckVideos(
       const std::vector<std::vector<std::string>>& videos, const std::string& where);
+  // Whether the text shows each temporal patch's time (Qwen3-VL's videos: Qwen3VideoText).
+  bool timestamps_in_text() const {
+    return videos() && processor_.video_kind == Qwen2VlImageProcessor::VideoKind::kQwen3Vl;
+  }
+  // The pad tokens `images` take in the rendered text, and how many tokens each becomes.
+  std::vector<int64_t> PadCounts(const std::vector<ExampleImage>& images) const;
   // Repeats each pad token of `example` for its image (video).
   Status ExpandImageTokens(const std::vector<ExampleImage>& images, const std::string& where,
                            TokenizedConversation* example) const;

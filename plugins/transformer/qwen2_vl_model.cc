@@ -208,11 +208,19 @@ namespace {
 
 // Each row's images and videos, with each video's temporal step: 1, or Qwen2.5-VL's
 // tokens_per_second times its whole seconds per temporal patch (transformers 5 truncates them).
+// Qwen3-VL's text puts each temporal patch of a video in its own vision tokens after its
+// timestamp: one run of tokens, and positions, per temporal patch.
 std::vector<RowVisuals> RowsOf(const ImagesOfBatch& images, const ImagesOfBatch& videos,
                                const Qwen2VlVisionConfig& vision) {
   std::vector<RowVisuals> rows(std::max(images.row_grids.size(), videos.row_grids.size()));
   for (size_t r = 0; r < images.row_grids.size(); ++r) rows[r].images = images.row_grids[r];
   for (size_t r = 0; r < videos.row_grids.size(); ++r) {
+    if (vision.family == VisionFamily::kQwen3Vl) {
+      for (const ImageGrid& g : videos.row_grids[r]) {
+        rows[r].videos.insert(rows[r].videos.end(), g.t, ImageGrid{1, g.h, g.w});
+      }
+      continue;
+    }
     rows[r].videos = videos.row_grids[r];
     for (size_t v = 0; v < videos.row_grids[r].size(); ++v) {
       const double seconds =
@@ -274,17 +282,35 @@ StatusOr<Qwen2VlModule::PlacedVisuals> Qwen2VlModule::Place(
   return placed;
 }
 
+// Qwen3-VL: each DeepStack layer's features of the images and of the videos, in the order of
+// their tokens in the batch (where both are there), as transformers joins them.
+StatusOr<std::vector<at::Tensor>> Qwen2VlModule::DeepStackInPositionOrder(
+    const PlacedVisuals& images, const PlacedVisuals& videos) {
+  if (videos.deepstack.empty()) return images.deepstack;
+  if (images.deepstack.empty()) return videos.deepstack;
+  if (images.deepstack.size() != videos.deepstack.size()) {
+    return InternalError("the images and the videos have other numbers of DeepStack layers");
+  }
+  const at::Tensor visual = images.tokens.logical_or(videos.tokens);
+  const at::Tensor image_rows = images.tokens.masked_select(visual);
+  const at::Tensor video_rows = videos.tokens.masked_select(visual);
+  std::vector<at::Tensor> joined;
+  for (size_t layer = 0; layer < images.deepstack.size(); ++layer) {
+    const at::Tensor& image = images.deepstack[layer];
+    at::Tensor both = at::zeros({image_rows.size(0), image.size(-1)}, image.options());
+    both.index_put_({image_rows}, image);
+    both.index_put_({video_rows}, videos.deepstack[layer].to(image.scalar_type()));
+    joined.push_back(both);
+  }
+  return joined;
+}
+
 StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
                                            const at::Tensor& attention_mask,
                                            const ImagesOfBatch& images, const ImagesOfBatch& videos,
                                            bool checkpointing, KvCache* cache,
                                            std::vector<int64_t>* next_positions,
                                            at::Tensor* position_ids) {
-  if (!videos.empty() && config_.vision.family == VisionFamily::kQwen3Vl) {
-    return InvalidArgumentError(
-        "Qwen3-VL's videos (frames sampled and their timestamps written into the text) are not "
-        "read by this engine yet; Qwen2-VL's and Qwen2.5-VL's are");
-  }
   // The ids and the mask may come on the host (Qwen2-VL's host_fields) or on the device: the
   // positions and the token counts are worked out from host copies, the rest on the device.
   const at::Device device = lm.model->embed_tokens->weight.device();
@@ -308,8 +334,14 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
   DecoderInputs inputs;
   inputs.attention_mask = mask;
   inputs.position_ids = positions.position_ids.to(device, /*non_blocking=*/true);
-  inputs.layer_additions = std::move(placed_images.deepstack);
-  if (!inputs.layer_additions.empty()) inputs.addition_mask = placed_images.tokens;
+  ENGINE_ASSIGN_OR_RETURN(inputs.layer_additions,
+                          DeepStackInPositionOrder(placed_images, placed_videos));
+  if (!inputs.layer_additions.empty()) {
+    inputs.addition_mask = placed_videos.deepstack.empty() ? placed_images.tokens
+                           : placed_images.deepstack.empty()
+                               ? placed_videos.tokens
+                               : placed_images.tokens.logical_or(placed_videos.tokens);
+  }
   if (next_positions != nullptr) *next_positions = positions.next;
   if (position_ids != nullptr) *position_ids = positions.position_ids;
   return lm.model->Forward(embeds, inputs, cache, checkpointing && cache == nullptr);

@@ -77,8 +77,8 @@ class Qwen2VlModule : public torch::nn::Module {
                               std::vector<int64_t>* next_positions = nullptr,
                               at::Tensor* position_ids = nullptr);
   // The same with videos too (image_batch.h: a video's patches, grid and seconds per temporal
-  // patch), placed at the video tokens. Errors also: video tokens that do not match the videos, and
-  // videos given to Qwen3-VL (whose frames this engine does not read yet).
+  // patch), placed at the video tokens (Qwen3-VL: each temporal patch's tokens a run of their own,
+  // after its timestamp). Errors also: video tokens that do not match the videos.
   StatusOr<at::Tensor> Hidden(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                               const ImagesOfBatch& images, const ImagesOfBatch& videos,
                               bool checkpointing = false, KvCache* cache = nullptr,
@@ -99,6 +99,8 @@ class Qwen2VlModule : public torch::nn::Module {
     at::Tensor tokens;                  // bool [batch, positions]: where they went
     std::vector<at::Tensor> deepstack;  // Qwen3-VL
   };
+  static StatusOr<std::vector<at::Tensor>> DeepStackInPositionOrder(const PlacedVisuals& images,
+                                                                    const PlacedVisuals& videos);
   StatusOr<PlacedVisuals> Place(const at::Tensor& host_ids, const at::Tensor& ids,
                                 const ImagesOfBatch& visuals, int64_t token_id, const char* noun,
                                 bool checkpointing, at::Tensor* embeds);

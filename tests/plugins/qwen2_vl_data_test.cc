@@ -40,14 +40,14 @@ constexpr char kChatMl[] =
 
 // The fixture's tokenizer.json, its tokenizer_config.json with the template (ending turns at
 // <|im_end|>), and the image processor's config, in `dir`.
-void WriteTokenizer(const testing::TempDir& dir) {
-  fs::copy_file(kFixture / "tokenizer.json", dir.path() / "tokenizer.json");
+void WriteTokenizer(const testing::TempDir& dir, const fs::path& fixture = kFixture) {
+  fs::copy_file(fixture / "tokenizer.json", dir.path() / "tokenizer.json");
   nlohmann::json config =
-      nlohmann::json::parse(testing::ReadText(kFixture / "tokenizer_config.json"));
+      nlohmann::json::parse(testing::ReadText(fixture / "tokenizer_config.json"));
   config["chat_template"] = kChatMl;
   config["eos_token"] = "<|im_end|>";
   dir.Write("tokenizer_config.json", config.dump());
-  fs::copy_file(kFixture / "preprocessor_config.json", dir.path() / "preprocessor_config.json");
+  fs::copy_file(fixture / "preprocessor_config.json", dir.path() / "preprocessor_config.json");
 }
 
 const DataLoaderPlugin& QwenVlChatPlugin() {
@@ -111,10 +111,12 @@ class Qwen2VlDataTest : public ::testing::Test {
   }
   // The qwen2_vl loader's model of the fixture checkpoint for `data`, in eval mode (null after a
   // test failure).
-  static std::unique_ptr<Model> FixtureModel(const Dataset& data) {
-    const auto& loader =
-        testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, "qwen2_vl");
-    auto options = testing::Options(loader, "pretrained: \"" + kFixture.string() + "\"");
+  static std::unique_ptr<Model> FixtureModel(const Dataset& data,
+                                             const fs::path& fixture = kFixture) {
+    // The family's loader, named as its directory is.
+    const auto& loader = testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader,
+                                                                   fixture.filename().string());
+    auto options = testing::Options(loader, "pretrained: \"" + fixture.string() + "\"");
     OptionErrors errors;
     loader.ValidateOptions(*options, &errors);
     EXPECT_TRUE(errors.empty());
@@ -389,15 +391,20 @@ TEST_F(Qwen2VlDataTest, ImagesOutsideTheDataDirectoryAreRefusedUnlessThePipeline
 
 // Videos: the video fixture's two conversations (video_reference.safetensors, produce_videos in
 // qwen2_vl_fixture.py) in LLaMA-Factory's layout, one video a directory of frames, the other a
-// list of frame files after an image, their frames taken one a second. The ids, the pixels of
-// transformers' Qwen2VLVideoProcessor (1e-5: its f32 normalisation) and the model's logits on the
-// loader's batch (1e-4, fp32) are transformers'.
-class Qwen2VlVideoDataTest : public Qwen2VlDataTest {
+// list of frame files after an image. Qwen2-VL's frames were taken one a second, and its processor
+// reads all 7; Qwen3-VL's four a second, and its processor samples 4 of the cat's 6 and writes each
+// temporal patch's time into the text. The ids, the pixels of transformers' video processor (1e-5:
+// its f32 normalisation) and the model's logits on the loader's batch (1e-4, fp32) are
+// transformers'.
+class Qwen2VlVideoDataTest : public Qwen2VlDataTest,
+                             public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
-    Qwen2VlDataTest::SetUp();
-    fs::copy(kFixture / "videos", dir_.path() / "videos", fs::copy_options::recursive);
-    fs::copy_file(kFixture / "video_preprocessor_config.json",
+    fixture_ = fs::path(testing::kSourceDir) / "tests/fixtures/hf" / GetParam();
+    WriteTokenizer(dir_, fixture_);
+    fs::copy(fixture_ / "images", dir_.path() / "images");
+    fs::copy(fixture_ / "videos", dir_.path() / "videos", fs::copy_options::recursive);
+    fs::copy_file(fixture_ / "video_preprocessor_config.json",
                   dir_.path() / "video_preprocessor_config.json");
   }
   static std::string Line(const std::string& user, const std::string& answer,
@@ -411,27 +418,31 @@ class Qwen2VlVideoDataTest : public Qwen2VlDataTest {
   }
   static std::string FixtureVideoLines() {
     nlohmann::json rocket = nlohmann::json::array();
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i) {
       rocket.push_back("videos/rocket/frame_" + std::to_string(i) + ".png");
+    }
     return Line("<video>What moves?", "The cat", {"videos/cat"}) +
            Line("<image><video>Same?", "No", nlohmann::json::array({rocket}),
                 {"images/camera.png"});
   }
-  static Reference ReadVideoReference() {
-    auto file = safetensors::File::Open(kFixture / "video_reference.safetensors");
+  Reference ReadVideoReference() const {
+    auto file = safetensors::File::Open(fixture_ / "video_reference.safetensors");
     EXPECT_TRUE(file.ok()) << file.status().message();
     return {*file};
   }
+  fs::path fixture_;
 };
 
-TEST_F(Qwen2VlVideoDataTest, LoaderGivesTheIdsPixelsAndLogitsOfTransformers) {
-  auto data = OpenChat(dir_, FixtureVideoLines(), "videos { fps: 1 }");
+TEST_P(Qwen2VlVideoDataTest, LoaderGivesTheIdsPixelsAndLogitsOfTransformers) {
+  const bool qwen3 = GetParam() == "qwen3_vl";
+  auto data =
+      OpenChat(dir_, FixtureVideoLines(), qwen3 ? "videos { fps: 4 }" : "videos { fps: 1 }");
   ASSERT_TRUE(data.ok()) << data.status().message();
-  EXPECT_THAT((*data)->description(),
-              HasSubstr("2 videos of 7 frames; video tokens min/median/max 4/12/12"));
+  EXPECT_THAT((*data)->description(), HasSubstr(std::string("2 videos of ") + (qwen3 ? "8" : "7") +
+                                                " frames; video tokens min/median/max 4/12/12"));
   EXPECT_THAT((*data)->spec().ToString(),
-              HasSubstr("pixel_values_videos f32[?,1176], video_grid_thw i64[?,3], "
-                        "second_per_grid_ts f32[?]"));
+              HasSubstr("pixel_values_videos f32[?," + std::string(qwen3 ? "1536" : "1176") +
+                        "], video_grid_thw i64[?,3], second_per_grid_ts f32[?]"));
   const Batch batch = Everything(**data);
   const Reference reference = ReadVideoReference();
   const int64_t cat = RowWithImages(batch, 0), rocket = RowWithImages(batch, 1);
@@ -447,9 +458,9 @@ TEST_F(Qwen2VlVideoDataTest, LoaderGivesTheIdsPixelsAndLogitsOfTransformers) {
   EXPECT_TRUE(at::allclose(batch.at("pixel_values_videos")[rocket].narrow(0, 0, 16),
                            pixels.narrow(0, 48, 16), 0, 1e-5));
   EXPECT_TRUE(at::equal(batch.at("video_grid_thw")[cat][0], reference.Get("video_grid_thw")[0]));
-  EXPECT_EQ(batch.at("second_per_grid_ts")[cat][0].item<float>(), 2.0f);
+  if (!qwen3) EXPECT_EQ(batch.at("second_per_grid_ts")[cat][0].item<float>(), 2.0f);
 
-  const std::unique_ptr<Model> model = FixtureModel(**data);
+  const std::unique_ptr<Model> model = FixtureModel(**data, fixture_);
   ASSERT_NE(model, nullptr);
   auto* logits_model = dynamic_cast<LogitsModel*>(model.get());
   ASSERT_NE(logits_model, nullptr);
@@ -464,11 +475,15 @@ TEST_F(Qwen2VlVideoDataTest, LoaderGivesTheIdsPixelsAndLogitsOfTransformers) {
   }
 }
 
-TEST_F(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
+TEST_P(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
   dir_.Write("videos/film.mp4", "not decoded");
   fs::create_directories(dir_.path() / "videos/mixed");
-  fs::copy_file(kFixture / "videos/cat/frame_0.png", dir_.path() / "videos/mixed/a.png");
-  fs::copy_file(kFixture / "videos/rocket/frame_0.png", dir_.path() / "videos/mixed/b.png");
+  for (const char* frame : {"a.png", "b.png"}) {  // two sizes; sampling keeps both
+    fs::copy_file(fixture_ / "videos/cat/frame_0.png", dir_.path() / "videos/mixed" / frame);
+  }
+  for (const char* frame : {"c.png", "d.png"}) {
+    fs::copy_file(fixture_ / "videos/rocket/frame_0.png", dir_.path() / "videos/mixed" / frame);
+  }
   fs::create_directories(dir_.path() / "videos/empty");
   const std::string good = Line("<video>What moves?", "The cat", {"videos/cat"});
   const std::string jsonl = (dir_.path() / "data.jsonl").string();
@@ -495,19 +510,21 @@ TEST_F(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
     EXPECT_THAT(data.status().message(), HasSubstr(jsonl + ":2"));
     EXPECT_THAT(data.status().message(), HasSubstr(c.message));
   }
-  // Qwen3-VL's video processor samples frames and writes timestamps: refused when a line needs it,
-  // naming the key; lines without videos still open.
-  nlohmann::json qwen3 =
-      nlohmann::json::parse(testing::ReadText(kFixture / "video_preprocessor_config.json"));
-  qwen3["video_processor_type"] = "Qwen3VLVideoProcessor";
-  dir_.Write("video_preprocessor_config.json", qwen3.dump());
+  // A video processor this engine does not know is refused when a line needs it, naming the key;
+  // lines without videos still open.
+  nlohmann::json other =
+      nlohmann::json::parse(testing::ReadText(fixture_ / "video_preprocessor_config.json"));
+  other["video_processor_type"] = "InternVLVideoProcessor";
+  dir_.Write("video_preprocessor_config.json", other.dump());
   auto refused = OpenChat(dir_, good);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), HasSubstr(jsonl + ":1: the line names videos"));
   EXPECT_THAT(refused.status().message(),
-              HasSubstr("video_processor_type' \"Qwen3VLVideoProcessor\" is not supported"));
-  EXPECT_TRUE(OpenChat(dir_, FixtureLines(dir_.path() / "images")).ok());
+              HasSubstr("'video_processor_type' \"InternVLVideoProcessor\" is not supported"));
+  EXPECT_TRUE(OpenChat(dir_, Line("Cat?", "Yes", nullptr)).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, Qwen2VlVideoDataTest, ::testing::Values("qwen2_vl", "qwen3_vl"));
 
 }  // namespace
 }  // namespace engine

@@ -5,7 +5,8 @@
 // <|image_pad|> is repeated once per merged patch group of its image
 // (Qwen2VlImageProcessor::TokensFor), as transformers' Qwen2VLProcessor does. Videos likewise:
 // <video> becomes <|vision_start|><|video_pad|><|vision_end|>, and each <|video_pad|> one token per
-// merged patch group of each temporal patch.
+// merged patch group of each temporal patch. Qwen3-VL's processor also writes each temporal
+// patch's time into the text, each patch in vision tokens of its own (Qwen3VideoText).
 //
 //   int64_t marked = MarkImagePlaceholders(&messages);        // then render and encode
 //   ENGINE_RETURN_IF_ERROR(ExpandImageTokens(pad_id, counts, &ids, &loss));
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "engine/status.h"
@@ -31,8 +33,15 @@ inline constexpr char kVideoPadToken[] = "<|video_pad|>";
 // Replaces <image> in the string contents of `messages` (an array of {"role", "content"}) by the
 // vision tokens; returns how many it replaced.
 int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages);
-// The same for <video>.
-int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages);
+// The same for <video>; with `texts`, the i-th <video> becomes texts[i] (those past its end the
+// usual vision tokens).
+int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages,
+                              const std::vector<std::string>& texts = {});
+// Qwen3-VL's text for a video whose temporal patches are at `timestamps` seconds, as transformers
+// 5.17's Qwen3VLProcessor writes it in place of the video's <|video_pad|> (so inside the video's
+// own <|vision_start|> ... <|vision_end|>): "<0.2 seconds><|vision_start|><|video_pad|>
+// <|vision_end|>" for each patch, the pad then repeated per merged patch group of one patch.
+std::string Qwen3VideoText(const std::vector<double>& timestamps);
 
 // Repeats the i-th `pad_id` of `ids` counts[i] times; the copies carry no loss (`loss`, parallel
 // to `ids`, may be null). An error when `ids` holds another number of pad ids than `counts`

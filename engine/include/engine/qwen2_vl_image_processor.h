@@ -15,12 +15,14 @@
 //   tokens the image takes ENGINE_ASSIGN_OR_RETURN(at::Tensor patches,
 //   processor.Patches(rgb_image));
 //
-// Videos are what transformers' Qwen2VLVideoProcessor makes of the frames given (it samples none):
-// every frame resized to one size (smart_resize of the frames' size within the video processor's
-// pixel limits), normalised as images are by the torchvision backend, the last frame repeated to
-// fill the last temporal patch, and the patches grouped as the image's are, frame pair by frame
-// pair. Its settings come from video_preprocessor_config.json, or from preprocessor_config.json
-// where there is none, as transformers falls back (ReadForVideos).
+// Videos are what transformers' video processors make of a video's frames: Qwen2VLVideoProcessor
+// takes every frame given; Qwen3VLVideoProcessor first samples them (SampledFrames: `fps` a second
+// of the rate they were taken at, at least min_frames) and bounds their size with their count.
+// Then every frame is resized to one size, normalised as images are by the torchvision backend,
+// the last frame repeated to fill the last temporal patch, and the patches grouped as the image's
+// are, frame pair by frame pair. Qwen3-VL's text gives each temporal patch its time
+// (Timestamps). The settings come from video_preprocessor_config.json, or from
+// preprocessor_config.json where there is none, as transformers falls back (ReadForVideos).
 //
 // Failure: a preprocessor_config.json key this engine does not implement (another resample filter,
 // an unknown key) is refused naming the file and key; an image whose aspect ratio exceeds 200 or
@@ -58,8 +60,11 @@ class Qwen2VlImageProcessor {
   Qwen2VlImageProcessor() = default;
   // preprocessor_config.json.
   static StatusOr<Qwen2VlImageProcessor> Read(const std::filesystem::path& path);
-  // Qwen2VLVideoProcessor's defaults (frames of 128 to 768 merged patches' worth of pixels).
-  static Qwen2VlImageProcessor VideoDefaults();
+  // Which video processor, by its video_processor_type.
+  enum class VideoKind { kQwen2Vl, kQwen3Vl };
+  // That processor's defaults (frames of 128 to 768 merged patches' worth of pixels; Qwen3-VL's
+  // with patches of 16, mean and std 0.5, and frames sampled 2 a second).
+  static Qwen2VlImageProcessor VideoDefaults(VideoKind kind = VideoKind::kQwen2Vl);
   // A video processor: `path` names its file, or a model directory whose
   // video_preprocessor_config.json (or, where there is none, preprocessor_config.json) is read.
   // Refused, naming the file and key: frame sampling (do_sample_frames), another video processor
@@ -81,6 +86,12 @@ class Qwen2VlImageProcessor {
   // f32 [grid.patches(), patch_values()] of frames of one size (an error naming the first frame of
   // another size).
   StatusOr<at::Tensor> VideoPatches(const std::vector<RgbImage>& frames) const;
+  // The frames (indices) of a video of `total` frames taken `fps` a second that the processor
+  // reads: all of them, or (sample_frames) transformers' uniform sample.
+  std::vector<int64_t> SampledFrames(int64_t total, double fps) const;
+  // Qwen3-VL: the time in seconds of each temporal patch of frames `indices` (the mean of its
+  // first and last frame's), which its text shows as "<t seconds>" before the patch's tokens.
+  std::vector<double> Timestamps(const std::vector<int64_t>& indices, double fps) const;
   // Values per patch (the vision tower's input width).
   int64_t patch_values() const { return 3 * temporal_patch_size * patch_size * patch_size; }
 
@@ -98,7 +109,12 @@ class Qwen2VlImageProcessor {
   enum class Resampler { kTorchvision, kPillow };
   Resampler resampler = Resampler::kTorchvision;
   // Videos only.
-  int64_t max_frames = 768;           // more frames in one video are refused
+  VideoKind video_kind = VideoKind::kQwen2Vl;
+  bool sample_frames = false;  // do_sample_frames (Qwen3-VL)
+  double sample_fps = 2;       // fps: frames sampled a second
+  int64_t num_frames = 0;      // > 0: this many frames sampled instead
+  int64_t min_frames = 4;      // sampled at least (as many as there are)
+  int64_t max_frames = 768;    // more frames in one video are refused (Qwen3-VL: sampled at most)
   bool cap_pixels_per_frame = false;  // qwen-vl-utils' bound on a whole video's pixels
   int64_t max_video_tokens = 128000;  // the bound's budget, in tokens
 
@@ -109,8 +125,11 @@ class Qwen2VlImageProcessor {
   // smart_resize within [min_pixels, pixel_limit].
   StatusOr<std::pair<int64_t, int64_t>> ResizedWithin(int64_t height, int64_t width,
                                                       int64_t pixel_limit) const;
-  // The largest frame a video of `frames` frames may have.
+  // The largest frame (Qwen3-VL: all frames together) a video of `frames` frames may have.
   int64_t VideoMaxPixels(int64_t frames) const;
+  // The size (height, width) a video's frames are resized to.
+  StatusOr<std::pair<int64_t, int64_t>> ResizedFrames(int64_t frames, int64_t height,
+                                                      int64_t width) const;
   // frames [T, 3, height, width] f32 -> the patches, in the vision tower's order.
   at::Tensor Patchify(const at::Tensor& frames, int64_t height, int64_t width) const;
 };

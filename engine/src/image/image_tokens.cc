@@ -1,41 +1,57 @@
 #include "engine/image_tokens.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace engine {
 namespace {
 
-// `placeholder` in the string contents of `messages` replaced by `tokens`; how many.
+// `placeholder` in the string contents of `messages` replaced, the i-th by texts[i] or (past
+// their end) by `tokens`; how many.
 int64_t MarkPlaceholders(const std::string& placeholder, const std::string& tokens,
-                         nlohmann::ordered_json* messages) {
+                         const std::vector<std::string>& texts, nlohmann::ordered_json* messages) {
   int64_t marked = 0;
   for (auto& message : *messages) {
     auto content = message.find("content");
     if (content == message.end() || !content->is_string()) continue;
     std::string text = content->get<std::string>();
-    for (size_t at = text.find(placeholder); at != std::string::npos;
-         at = text.find(placeholder, at + tokens.size())) {
-      text.replace(at, placeholder.size(), tokens);
+    for (size_t at = text.find(placeholder); at != std::string::npos;) {
+      const std::string& replacement =
+          static_cast<size_t>(marked) < texts.size() ? texts[static_cast<size_t>(marked)] : tokens;
+      text.replace(at, placeholder.size(), replacement);
       ++marked;
+      at = text.find(placeholder, at + replacement.size());
     }
     *content = text;
   }
   return marked;
 }
 
+std::string VisionTokens(const char* pad) {
+  return std::string("<|vision_start|>") + pad + "<|vision_end|>";
+}
+
 }  // namespace
 
 int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages) {
-  return MarkPlaceholders(kImagePlaceholder,
-                          std::string("<|vision_start|>") + kImagePadToken + "<|vision_end|>",
-                          messages);
+  return MarkPlaceholders(kImagePlaceholder, VisionTokens(kImagePadToken), {}, messages);
 }
 
-int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages) {
-  return MarkPlaceholders(kVideoPlaceholder,
-                          std::string("<|vision_start|>") + kVideoPadToken + "<|vision_end|>",
-                          messages);
+int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages,
+                              const std::vector<std::string>& texts) {
+  return MarkPlaceholders(kVideoPlaceholder, VisionTokens(kVideoPadToken), texts, messages);
+}
+
+std::string Qwen3VideoText(const std::vector<double>& timestamps) {
+  std::string patches;
+  for (double seconds : timestamps) {
+    // Python's f"{t:.1f}": the binary value rounded to nearest, half to even, as printf does.
+    char time[64];
+    std::snprintf(time, sizeof(time), "<%.1f seconds>", seconds);
+    patches += time + VisionTokens(kVideoPadToken);
+  }
+  return "<|vision_start|>" + patches + "<|vision_end|>";
 }
 
 Status ExpandImageTokens(int64_t pad_id, const std::vector<int64_t>& counts,

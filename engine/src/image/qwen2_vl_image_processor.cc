@@ -23,29 +23,36 @@ const std::set<std::string> kNeutralKeys = {"processor_class", "feature_extracto
 constexpr char kPillowProcessorType[] = "Qwen2VLImageProcessorPil";
 constexpr int kPilBicubic = 3;
 
-// The keys of transformers' video processors that matter only when it samples frames, which a
-// video processor read here never does.
-const std::set<std::string> kFrameSamplingKeys = {"fps", "num_frames", "min_frames",
-                                                  "return_metadata", "video_metadata"};
-constexpr char kVideoProcessorType[] = "Qwen2VLVideoProcessor";
+constexpr char kQwen2VideoProcessorType[] = "Qwen2VLVideoProcessor";
+constexpr char kQwen3VideoProcessorType[] = "Qwen3VLVideoProcessor";
 
-// The keys only a video processor has, into `p`.
-Status ReadVideoKeys(JsonKeyReader& keys, Qwen2VlImageProcessor* p) {
-  const nlohmann::json& type = keys.Take("video_processor_type");
-  if (!type.is_null() && type != kVideoProcessorType) {
-    return keys.Error("video_processor_type",
-                      type.dump() +
-                          " is not supported by this engine (supported: " + kVideoProcessorType +
-                          "; Qwen3-VL's samples frames and writes their timestamps into the text, "
-                          "which this engine does not do yet)");
+// The kind a video processor's config names (video_processor_type; none: Qwen2-VL's, as a
+// preprocessor_config.json read for videos is), or an error naming the key.
+StatusOr<Qwen2VlImageProcessor::VideoKind> VideoKindOf(const nlohmann::json& json,
+                                                       const std::string& where) {
+  if (!json.is_object() || !json.contains("video_processor_type") ||
+      json["video_processor_type"] == kQwen2VideoProcessorType) {
+    return Qwen2VlImageProcessor::VideoKind::kQwen2Vl;
   }
+  if (json["video_processor_type"] == kQwen3VideoProcessorType) {
+    return Qwen2VlImageProcessor::VideoKind::kQwen3Vl;
+  }
+  return InvalidArgumentError(
+      where + ": 'video_processor_type' " + json["video_processor_type"].dump() +
+      " is not supported by this engine (supported: " + kQwen2VideoProcessorType + ", " +
+      kQwen3VideoProcessorType + ")");
+}
+
+// The keys only a video processor has, into `p` (whose video_kind is set).
+Status ReadVideoKeys(JsonKeyReader& keys, Qwen2VlImageProcessor* p) {
+  keys.Take("video_processor_type");  // VideoKindOf read it
   keys.Take("image_processor_type");  // a preprocessor_config.json read for videos
-  bool sample = false;
-  ENGINE_RETURN_IF_ERROR(keys.Bool("do_sample_frames", &sample));
-  if (sample) {
+  ENGINE_RETURN_IF_ERROR(keys.Bool("do_sample_frames", &p->sample_frames));
+  if (p->sample_frames && p->video_kind == Qwen2VlImageProcessor::VideoKind::kQwen2Vl) {
     return keys.Error("do_sample_frames",
-                      "is true; this engine samples no frames: it reads every frame a video "
-                      "names (give the frames to train on, and set do_sample_frames false)");
+                      "is true; this engine samples no frames for Qwen2-VL's video processor: "
+                      "it reads every frame a video names (give the frames to train on, and set "
+                      "do_sample_frames false)");
   }
   const nlohmann::json& cap = keys.Take("cap_pixels_per_frame");
   if (!cap.is_null()) {
@@ -54,7 +61,18 @@ Status ReadVideoKeys(JsonKeyReader& keys, Qwen2VlImageProcessor* p) {
   }
   ENGINE_RETURN_IF_ERROR(keys.PositiveInt("max_video_tokens", &p->max_video_tokens));
   ENGINE_RETURN_IF_ERROR(keys.PositiveInt("max_frames", &p->max_frames));
-  for (const std::string& key : kFrameSamplingKeys) keys.MarkRead(key);
+  ENGINE_RETURN_IF_ERROR(keys.PositiveInt("min_frames", &p->min_frames));
+  ENGINE_RETURN_IF_ERROR(keys.PositiveInt("num_frames", &p->num_frames));
+  const nlohmann::json& fps = keys.Take("fps");
+  if (!fps.is_null()) {
+    if (!fps.is_number() || !(fps.get<double>() > 0)) {
+      return keys.Error("fps", "must be a positive number, not " + fps.dump());
+    }
+    p->sample_fps = fps.get<double>();
+  }
+  // What the processor returns besides the pixels, not how it computes them.
+  keys.MarkRead("return_metadata");
+  keys.MarkRead("video_metadata");
   return Status::Ok();
 }
 
@@ -138,25 +156,53 @@ std::string ImageSizeText(int64_t height, int64_t width) {
   return std::to_string(width) + "x" + std::to_string(height);
 }
 
-StatusOr<Qwen2VlImageProcessor> ReadFrom(const std::filesystem::path& path, bool video,
-                                         Qwen2VlImageProcessor processor) {
+// An image processor's file, or a video processor's (starting from its kind's defaults).
+StatusOr<Qwen2VlImageProcessor> ReadFrom(const std::filesystem::path& path, bool video) {
   ENGINE_ASSIGN_OR_RETURN(std::string text, ReadUntrustedFile(path, FileKind::kConfig));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return InvalidArgumentError("'" + path.string() + "' is not valid JSON");
-  ENGINE_RETURN_IF_ERROR(ReadProcessorConfig(json, "'" + path.string() + "'", video, &processor));
+  const std::string where = "'" + path.string() + "'";
+  Qwen2VlImageProcessor processor;
+  if (video) {
+    ENGINE_ASSIGN_OR_RETURN(Qwen2VlImageProcessor::VideoKind kind, VideoKindOf(json, where));
+    processor = Qwen2VlImageProcessor::VideoDefaults(kind);
+  }
+  ENGINE_RETURN_IF_ERROR(ReadProcessorConfig(json, where, video, &processor));
   return processor;
+}
+
+// numpy.linspace(0, last, count) rounded half to even, as the video processors sample frames.
+std::vector<int64_t> EvenlySpaced(int64_t last, int64_t count) {
+  std::vector<int64_t> out;
+  const double step = count > 1 ? static_cast<double>(last) / static_cast<double>(count - 1) : 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double at =
+        i + 1 == count && count > 1 ? static_cast<double>(last) : static_cast<double>(i) * step;
+    out.push_back(static_cast<int64_t>(std::nearbyint(at)));
+  }
+  return out;
 }
 
 }  // namespace
 
 StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::Read(const std::filesystem::path& path) {
-  return ReadFrom(path, /*video=*/false, Qwen2VlImageProcessor());
+  return ReadFrom(path, /*video=*/false);
 }
 
-Qwen2VlImageProcessor Qwen2VlImageProcessor::VideoDefaults() {
+Qwen2VlImageProcessor Qwen2VlImageProcessor::VideoDefaults(VideoKind kind) {
   Qwen2VlImageProcessor p;
+  p.video_kind = kind;
   p.min_pixels = 128 * 28 * 28;
   p.max_pixels = 768 * 28 * 28;
+  if (kind == VideoKind::kQwen3Vl) {
+    p.patch_size = 16;
+    p.min_pixels = 128 * 32 * 32;
+    p.max_pixels = 768 * 32 * 32;
+    p.image_mean = {0.5, 0.5, 0.5};
+    p.image_std = {0.5, 0.5, 0.5};
+    p.sample_frames = true;
+    p.max_video_tokens = 768;
+  }
   return p;
 }
 
@@ -164,11 +210,11 @@ StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::ReadForVideos(
     const std::filesystem::path& path) {
   std::error_code error;
   if (!std::filesystem::is_directory(path, error)) {
-    return ReadFrom(path, /*video=*/true, VideoDefaults());
+    return ReadFrom(path, /*video=*/true);
   }
   const std::filesystem::path videos = path / kVideoProcessorFile;
   return ReadFrom(std::filesystem::exists(videos, error) ? videos : path / kImageProcessorFile,
-                  /*video=*/true, VideoDefaults());
+                  /*video=*/true);
 }
 
 StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t height,
@@ -296,25 +342,99 @@ at::Tensor Qwen2VlImageProcessor::Patchify(const at::Tensor& frames, int64_t hei
 
 int64_t Qwen2VlImageProcessor::VideoMaxPixels(int64_t frames) const {
   if (!cap_pixels_per_frame) return max_pixels;
+  const int64_t factor = patch_size * merge_size;
+  const auto at_least = static_cast<int64_t>(static_cast<double>(min_pixels) * 1.05);
+  if (video_kind == VideoKind::kQwen3Vl) {
+    // Qwen3-VL's bound on all the frames together: each at most max_video_tokens tokens' pixels
+    // and its share of max_pixels, at least 1.05 x min_pixels.
+    return std::max(std::min(max_video_tokens * factor * factor, max_pixels / frames), at_least) *
+           frames;
+  }
   // qwen-vl-utils' bound, as transformers writes it: 90% of max_video_tokens tokens' pixels shared
   // by the frames (counted in temporal patches' worth), at least 1.05 x min_pixels per frame.
-  const int64_t factor = patch_size * merge_size;
   const auto total =
       static_cast<int64_t>(static_cast<double>(max_video_tokens) * factor * factor * 0.9);
-  return std::max(std::min(max_pixels, total * temporal_patch_size / frames),
-                  static_cast<int64_t>(static_cast<double>(min_pixels) * 1.05));
+  return std::max(std::min(max_pixels, total * temporal_patch_size / frames), at_least);
+}
+
+StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedFrames(int64_t frames,
+                                                                           int64_t height,
+                                                                           int64_t width) const {
+  if (video_kind == VideoKind::kQwen2Vl || !do_resize) {
+    return ResizedWithin(height, width, VideoMaxPixels(frames));
+  }
+  // Qwen3-VL's smart_resize: frames smaller than a merged patch scaled up first, then the pixels
+  // of all frames (rounded to whole temporal patches) kept within the limits.
+  const int64_t factor = patch_size * merge_size;
+  const int64_t pixel_limit = VideoMaxPixels(frames);
+  double h = static_cast<double>(height), w = static_cast<double>(width);
+  if (h < factor || w < factor) {
+    const double scale = std::max(factor / h, factor / w);
+    h = std::trunc(h * scale);
+    w = std::trunc(w * scale);
+  }
+  if (std::max(h, w) / std::min(h, w) > 200) {
+    return InvalidArgumentError("frames of " + ImageSizeText(height, width) +
+                                " pixels have an aspect ratio above 200, which Qwen3-VL refuses");
+  }
+  const auto t = static_cast<double>(frames);
+  auto h_bar = static_cast<int64_t>(std::nearbyint(h / factor)) * factor;
+  auto w_bar = static_cast<int64_t>(std::nearbyint(w / factor)) * factor;
+  const auto t_bar =
+      static_cast<int64_t>(std::nearbyint(t / static_cast<double>(temporal_patch_size))) *
+      temporal_patch_size;
+  if (t_bar * h_bar * w_bar > pixel_limit) {
+    const double beta = std::sqrt(t * h * w / static_cast<double>(pixel_limit));
+    h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / factor)) * factor);
+    w_bar = std::max(factor, static_cast<int64_t>(std::floor(w / beta / factor)) * factor);
+  } else if (t_bar * h_bar * w_bar < min_pixels) {
+    const double beta = std::sqrt(static_cast<double>(min_pixels) / (t * h * w));
+    h_bar = static_cast<int64_t>(std::ceil(h * beta / factor)) * factor;
+    w_bar = static_cast<int64_t>(std::ceil(w * beta / factor)) * factor;
+  }
+  return std::make_pair(h_bar, w_bar);
 }
 
 StatusOr<ImageGrid> Qwen2VlImageProcessor::VideoGridFor(int64_t frames, int64_t height,
                                                         int64_t width) const {
-  if (frames < 1 || frames > max_frames) {
+  const int64_t fewest = video_kind == VideoKind::kQwen3Vl ? temporal_patch_size : 1;
+  if (frames < fewest || frames > max_frames) {
     return InvalidArgumentError("a video of " + std::to_string(frames) +
-                                " frames; this video processor reads 1 to max_frames " +
-                                std::to_string(max_frames));
+                                " frames; this video processor reads " + std::to_string(fewest) +
+                                " to max_frames " + std::to_string(max_frames));
   }
-  ENGINE_ASSIGN_OR_RETURN(auto size, ResizedWithin(height, width, VideoMaxPixels(frames)));
+  ENGINE_ASSIGN_OR_RETURN(auto size, ResizedFrames(frames, height, width));
   const int64_t t = (frames + temporal_patch_size - 1) / temporal_patch_size;
   return ImageGrid{t, size.first / patch_size, size.second / patch_size};
+}
+
+std::vector<int64_t> Qwen2VlImageProcessor::SampledFrames(int64_t total, double fps) const {
+  if (!sample_frames) return EvenlySpaced(total - 1, total);
+  int64_t count = num_frames;
+  if (count <= 0) {
+    // transformers' Qwen3-VL: int(total / fps * sample_fps), at least min_frames, at most
+    // max_frames and the frames there are; a video of unknown rate counts as 24 a second.
+    const double rate = fps > 0 ? fps : 24;
+    count = static_cast<int64_t>(static_cast<double>(total) / rate * sample_fps);
+    count = std::min({std::max(count, min_frames), max_frames, total});
+  }
+  return EvenlySpaced(total - 1, count);
+}
+
+std::vector<double> Qwen2VlImageProcessor::Timestamps(const std::vector<int64_t>& indices,
+                                                      double fps) const {
+  std::vector<int64_t> padded = indices;
+  while (!padded.empty() && padded.size() % static_cast<size_t>(temporal_patch_size) != 0) {
+    padded.push_back(padded.back());
+  }
+  std::vector<double> out;
+  for (size_t i = 0; i < padded.size(); i += static_cast<size_t>(temporal_patch_size)) {
+    const double first = static_cast<double>(padded[i]) / fps;
+    const double last =
+        static_cast<double>(padded[i + static_cast<size_t>(temporal_patch_size) - 1]) / fps;
+    out.push_back((first + last) / 2);
+  }
+  return out;
 }
 
 StatusOr<at::Tensor> Qwen2VlImageProcessor::VideoPatches(

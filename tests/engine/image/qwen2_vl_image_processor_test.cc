@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/image_file.h"
+#include "engine/image_tokens.h"
 #include "engine/safetensors.h"
 #include "image/image_resize.h"
 #include "testing/temp_dir.h"
@@ -265,6 +266,73 @@ TEST(Qwen2VlImageProcessorTest, PreprocessorConfigKeysAreReadOrRefusedByName) {
     EXPECT_THAT(read.status().message(), HasSubstr(path.string()));
     EXPECT_THAT(read.status().message(), HasSubstr(c.message));
   }
+}
+
+// A video processor is read from video_preprocessor_config.json, else (as transformers falls back)
+// preprocessor_config.json, starting from its kind's defaults; what this engine cannot do is
+// refused naming the file and key.
+TEST(Qwen2VlImageProcessorTest, VideoProcessorsAreReadWithTheirKindsDefaults) {
+  testing::TempDir dir;
+  dir.Write("preprocessor_config.json", R"({"min_pixels": 3136, "max_pixels": 12845056})");
+  auto fallback = Qwen2VlImageProcessor::ReadForVideos(dir.path());
+  ASSERT_TRUE(fallback.ok()) << fallback.status().message();
+  EXPECT_EQ(fallback->min_pixels, 3136);
+  EXPECT_EQ(fallback->video_kind, Qwen2VlImageProcessor::VideoKind::kQwen2Vl);
+  EXPECT_FALSE(fallback->sample_frames);
+  dir.Write("video_preprocessor_config.json",
+            R"({"video_processor_type": "Qwen3VLVideoProcessor"})");
+  auto qwen3 = Qwen2VlImageProcessor::ReadForVideos(dir.path());
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status().message();
+  EXPECT_EQ(qwen3->video_kind, Qwen2VlImageProcessor::VideoKind::kQwen3Vl);
+  EXPECT_EQ(qwen3->patch_size, 16);
+  EXPECT_EQ(qwen3->min_pixels, 128 * 32 * 32);
+  EXPECT_TRUE(qwen3->sample_frames);
+  EXPECT_EQ(qwen3->image_mean[0], 0.5);
+  for (const auto& [json, message] :
+       {std::pair<const char*, const char*>{
+            R"({"video_processor_type": "Qwen2VLVideoProcessor", "do_sample_frames": true})",
+            "'do_sample_frames' is true; this engine samples no frames for Qwen2-VL's"},
+        {R"({"video_processor_type": "LlavaNextVideoProcessor"})",
+         "'video_processor_type' \"LlavaNextVideoProcessor\" is not supported"},
+        {R"({"video_processor_type": "Qwen3VLVideoProcessor", "fps": 0})",
+         "'fps' must be a positive number, not 0"},
+        {R"({"crop_size": 224})",
+         "'crop_size' (224) is not supported by this engine's Qwen2-VL video"}}) {
+    SCOPED_TRACE(json);
+    auto refused =
+        Qwen2VlImageProcessor::ReadForVideos(dir.Write("video_preprocessor_config.json", json));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_THAT(refused.status().message(), HasSubstr("video_preprocessor_config.json"));
+    EXPECT_THAT(refused.status().message(), HasSubstr(message));
+  }
+}
+
+// Qwen3-VL's frame sampling and timestamps as transformers 5.17 computes them (values from its
+// Qwen3VLVideoProcessor.sample_frames and Qwen3VLProcessor on frames with video_metadata).
+TEST(Qwen2VlImageProcessorTest, Qwen3VlSamplesFramesAndTimesTheirPatchesAsTransformers) {
+  Qwen2VlImageProcessor p =
+      Qwen2VlImageProcessor::VideoDefaults(Qwen2VlImageProcessor::VideoKind::kQwen3Vl);
+  // 7 frames at 2 a second: all kept; 0..6 padded with 6, pairs averaged.
+  EXPECT_EQ(p.SampledFrames(7, 2), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(p.Timestamps(p.SampledFrames(7, 2), 2), (std::vector<double>{0.25, 1.25, 2.25, 3.0}));
+  EXPECT_EQ(Qwen3VideoText({0.25, 3.0}),
+            "<|vision_start|><0.2 seconds><|vision_start|><|video_pad|><|vision_end|>"
+            "<3.0 seconds><|vision_start|><|video_pad|><|vision_end|><|vision_end|>");
+  // int(6 / 4 * 2) = 3, at least min_frames 4: linspace(0, 5, 4) = 0, 1.67, 3.33, 5.
+  EXPECT_EQ(p.SampledFrames(6, 4), (std::vector<int64_t>{0, 2, 3, 5}));
+  // 300 frames at 30 a second: 20 frames, spread over the whole video.
+  const std::vector<int64_t> long_video = p.SampledFrames(300, 30);
+  ASSERT_EQ(long_video.size(), 20u);
+  EXPECT_EQ(long_video.front(), 0);
+  EXPECT_EQ(long_video.back(), 299);
+  // Fewer frames than min_frames: all of them; one frame is too few for a temporal patch.
+  EXPECT_EQ(p.SampledFrames(3, 2), (std::vector<int64_t>{0, 1, 2}));
+  auto one = p.VideoGridFor(1, 64, 64);
+  ASSERT_FALSE(one.ok());
+  EXPECT_THAT(one.status().message(),
+              HasSubstr("a video of 1 frames; this video processor reads 2"));
+  // Qwen2-VL's processor reads every frame.
+  EXPECT_EQ(Qwen2VlImageProcessor::VideoDefaults().SampledFrames(5, 30).size(), 5u);
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
-// Qwen2-VL's and Qwen2.5-VL's videos compute what transformers computes: each family's fixture
-// (tests/fixtures/hf/qwen2_vl_fixture.py, produce_videos) holds two clips of PNG frames (3 frames
-// of 84x56, an odd count the processor pads by repeating the last; 4 of 60x40), what transformers'
-// Qwen2VLVideoProcessor makes of them (video_preprocessor_config.json), the M-RoPE positions of
-// get_rope_index with second_per_grid_ts (the frames' fps given as video_metadata: 1 frame a
-// second), the tower's features of the videos and the logits of two conversations, one with an
-// image before its video.
+// Videos of the three families compute what transformers computes: each family's fixture
+// (tests/fixtures/hf/qwen2_vl_fixture.py, produce_videos) holds two clips of PNG frames (a cat of
+// 84x56 and a rocket of 60x40), what transformers' video processor makes of them
+// (video_preprocessor_config.json: Qwen2VLVideoProcessor takes every frame, padding an odd count
+// with the last; Qwen3VLVideoProcessor samples 4 of the cat's 6 frames), the M-RoPE positions of
+// get_rope_index (with second_per_grid_ts for Qwen2.5-VL: the frames' fps given as video_metadata),
+// the tower's features of the videos and the logits of two conversations, one with an image before
+// its video (Qwen3-VL's with each temporal patch's timestamp in the text).
 //
 // Tolerances: pixel values 1e-5 (the same ATen operations; f32 rounding of the fused
 // normalisation); positions exact; features and logits fp32 1e-4 (max abs difference, logits at
@@ -14,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -55,7 +57,18 @@ struct VideoFixture {
         {}, {{g[0][0].item<int64_t>(), g[0][1].item<int64_t>(), g[0][2].item<int64_t>()}}};
     return images;
   }
-  // Qwen2-VL's processor gives no second_per_grid_ts: its positions do not read them.
+  double fps() const { return std::stod(reference->metadata().at("fps")); }
+  // The frame files of clip `name`, in order.
+  std::vector<std::filesystem::path> Frames(const std::string& name) const {
+    std::vector<std::filesystem::path> frames;
+    for (const auto& entry : std::filesystem::directory_iterator(dir / "videos" / name)) {
+      frames.push_back(entry.path());
+    }
+    std::sort(frames.begin(), frames.end());
+    return frames;
+  }
+  // Qwen2-VL's and Qwen3-VL's processors give no second_per_grid_ts: their positions do not read
+  // them.
   ImagesOfBatch Videos() const {
     const auto grids = VideoGrids();
     ImagesOfBatch videos;
@@ -84,17 +97,23 @@ TEST_P(QwenVlVideoTest, VideoProcessorEqualsTransformers) {
   const VideoFixture f = LoadVideoFixture(GetParam());
   auto processor = Qwen2VlImageProcessor::ReadForVideos(f.dir);
   ASSERT_TRUE(processor.ok()) << processor.status().message();
-  EXPECT_EQ(processor->min_pixels, 2 * 28 * 28);
-  EXPECT_EQ(processor->max_pixels, 6 * 28 * 28);
+  const bool qwen3 = GetParam() == "qwen3_vl";
+  const int64_t factor = qwen3 ? 32 : 28;
+  EXPECT_EQ(processor->min_pixels, 2 * factor * factor);
+  EXPECT_EQ(processor->max_pixels, (qwen3 ? 40 : 6) * factor * factor);
   std::vector<at::Tensor> patches;
   const std::vector<ImageGrid> expected_grids = f.VideoGrids();
   int clip = 0;
-  for (const std::pair<const char*, int> frames_of :
-       {std::pair{"cat", 3}, std::pair{"rocket", 4}}) {
+  for (const char* name : {"cat", "rocket"}) {
+    const std::vector<std::filesystem::path> files = f.Frames(name);
+    const std::vector<int64_t> kept =
+        processor->SampledFrames(static_cast<int64_t>(files.size()), f.fps());
+    if (qwen3 && std::string(name) == "cat") {
+      EXPECT_EQ(kept, (std::vector<int64_t>{0, 2, 3, 5}));  // numpy's linspace, half to even
+    }
     std::vector<RgbImage> frames;
-    for (int i = 0; i < frames_of.second; ++i) {
-      auto frame = ReadRgbImage(f.dir / "videos" / frames_of.first /
-                                ("frame_" + std::to_string(i) + ".png"));
+    for (int64_t i : kept) {
+      auto frame = ReadRgbImage(files[static_cast<size_t>(i)]);
       ASSERT_TRUE(frame.ok()) << frame.status().message();
       frames.push_back(std::move(*frame));
     }
@@ -104,7 +123,7 @@ TEST_P(QwenVlVideoTest, VideoProcessorEqualsTransformers) {
     const ImageGrid& want = expected_grids[static_cast<size_t>(clip++)];
     EXPECT_EQ(std::vector<int64_t>({grid->t, grid->h, grid->w}),
               std::vector<int64_t>({want.t, want.h, want.w}))
-        << frames_of.first;
+        << name;
     auto p = processor->VideoPatches(frames);
     ASSERT_TRUE(p.ok()) << p.status().message();
     patches.push_back(*p);
@@ -122,6 +141,10 @@ TEST_P(QwenVlVideoTest, PositionsEqualGetRopeIndex) {
   for (size_t r = 0; r < 2; ++r) {
     rows[r].images = images.row_grids[r];
     rows[r].videos = videos.row_grids[r];
+    if (config.vision.family == VisionFamily::kQwen3Vl) {  // a run of tokens per temporal patch
+      const ImageGrid g = videos.row_grids[r][0];
+      rows[r].videos.assign(static_cast<size_t>(g.t), ImageGrid{1, g.h, g.w});
+    }
     const int64_t step = config.vision.tokens_per_second > 0
                              ? config.vision.tokens_per_second *
                                    static_cast<int64_t>(videos.row_seconds_per_grid[r][0])
@@ -167,7 +190,8 @@ TEST_P(QwenVlVideoTest, VideoTokensThatDoNotMatchTheVideosAreRefused) {
   EXPECT_THAT(hidden.status().message(), HasSubstr("video tokens but its 1 video(s) give"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, QwenVlVideoTest, ::testing::Values("qwen2_vl", "qwen2_5_vl"));
+INSTANTIATE_TEST_SUITE_P(Families, QwenVlVideoTest,
+                         ::testing::Values("qwen2_vl", "qwen2_5_vl", "qwen3_vl"));
 
 }  // namespace
 }  // namespace engine::transformer
