@@ -2,8 +2,9 @@
 // names videos (LLaMA-Factory's "videos", each two frames of one of the digits' images, as a list
 // of frame files in another directory the pipeline allows), on the tiny Qwen2-VL and Qwen3-VL
 // checkpoints of tests/fixtures/hf with their own video processors, conversations packed. The
-// plan counts the videos and their fields; the stage trains, and `engine eval` of its final
-// checkpoint scores the answers far better than the plan's baseline (a unigram model of them).
+// plan counts the videos and their fields; the stage trains; its checkpoint and hf export carry the
+// video processor; and `engine eval` of its final checkpoint scores the answers far better than
+// the plan's baseline (a unigram model of them).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -110,7 +111,16 @@ stage {
 
   const auto run = testing::RunEngine({"run", pipeline.string()});
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
-  EXPECT_TRUE(fs::exists(tmp.path() / "out" / "clips" / "final"));
+  // The checkpoint, and its hf export, carry the video processor beside the image processor.
+  const std::string video_processor =
+      testing::ReadText(tmp.path() / "video_preprocessor_config.json");
+  EXPECT_EQ(testing::ReadText(tmp.path() / "out/clips/final/video_preprocessor_config.json"),
+            video_processor);
+  const auto exported = testing::RunEngine({"export", pipeline.string() + ":clips", "--format=hf",
+                                            "--to=" + (tmp.path() / "hf").string()});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(testing::ReadText(tmp.path() / "hf/video_preprocessor_config.json"), video_processor);
+  EXPECT_TRUE(fs::exists(tmp.path() / "hf/preprocessor_config.json"));
   const auto eval = testing::RunEngine({"eval", pipeline.string(), "--format=json"});
   ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
   const auto report = nlohmann::json::parse(eval.out);

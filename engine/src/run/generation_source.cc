@@ -89,6 +89,9 @@ class DirectorySource : public GenerationSource {
     }
     ENGINE_RETURN_IF_ERROR(LoadPluginSearchPath(options.plugin_path, &source->registry_));
     ENGINE_RETURN_IF_ERROR(source->ReadImageProcessor(source->dir_ / kImageProcessorFile));
+    if (fs::is_regular_file(source->dir_ / kVideoProcessorFile)) {
+      source->video_processor_file_ = source->dir_ / kVideoProcessorFile;
+    }
     if (!options.need_text) return std::unique_ptr<GenerationSource>(std::move(source));
     ENGINE_ASSIGN_OR_RETURN(source->tokenizer_, DirectoryTokenizer(source->dir_));
     ENGINE_RETURN_IF_ERROR(source->ReadChat(source->dir_));
@@ -229,9 +232,15 @@ class PipelineSource : public GenerationSource {
     return Status::Ok();
   }
 
-  // The checkpoint's preprocessor_config.json, or (for checkpoints written before they carried
-  // one) the data's.
+  // The checkpoint's preprocessor_config.json (and video_preprocessor_config.json), or (for
+  // checkpoints written before they carried one) the data's.
   Status ReadStageImageProcessor() {
+    for (const fs::path& file : {checkpoint_ / kVideoProcessorFile,
+                                 StageVideoProcessorPath(*stage(), session_.pipeline->base_dir)}) {
+      if (video_processor_file_.empty() && !file.empty() && fs::is_regular_file(file)) {
+        video_processor_file_ = file;
+      }
+    }
     ENGINE_RETURN_IF_ERROR(ReadImageProcessor(checkpoint_ / kImageProcessorFile));
     if (image_processor() != nullptr) return Status::Ok();
     return ReadImageProcessor(StageImageProcessorPath(*stage(), session_.pipeline->base_dir));

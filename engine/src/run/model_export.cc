@@ -121,9 +121,11 @@ StatusOr<ExportedFiles> CollectFiles(Model& model, const GenerationSource& sourc
   ExportedFiles files;
   ENGINE_RETURN_IF_ERROR(AddModelFiles(model, source, options, &files));
   for (const fs::path& file : TokenizerFiles(source)) files.copied.push_back(file);
-  if (!source.image_processor_file().empty()) {
-    ENGINE_ASSIGN_OR_RETURN(files.text_files[kImageProcessorFile],
-                            ReadUntrustedFile(source.image_processor_file(), FileKind::kConfig));
+  for (const auto& [name, file] :
+       {std::pair<const char*, fs::path>{kImageProcessorFile, source.image_processor_file()},
+        {kVideoProcessorFile, source.video_processor_file()}}) {
+    if (file.empty()) continue;
+    ENGINE_ASSIGN_OR_RETURN(files.text_files[name], ReadUntrustedFile(file, FileKind::kConfig));
   }
   return files;
 }

@@ -37,25 +37,41 @@ std::filesystem::path ImageProcessorPath(const proto::TokenizerOptions& tokenize
   return config / kImageProcessorFile;
 }
 
+namespace {
+
+// The data's `<field> { processor }` (images, videos), read by reflection: the loader's options
+// type is its own. Empty when it has none.
+std::string NamedProcessor(const ResolvedStage& stage, const char* field) {
+  const google::protobuf::Message& options = *stage.data.options;
+  const auto* message = options.GetDescriptor()->FindFieldByName(field);
+  if (message == nullptr || message->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE ||
+      message->is_repeated() || !options.GetReflection()->HasField(options, message)) {
+    return "";
+  }
+  const google::protobuf::Message& inner = options.GetReflection()->GetMessage(options, message);
+  const auto* processor = inner.GetDescriptor()->FindFieldByName("processor");
+  if (processor == nullptr || processor->type() != google::protobuf::FieldDescriptor::TYPE_STRING) {
+    return "";
+  }
+  return inner.GetReflection()->GetString(inner, processor);
+}
+
+}  // namespace
+
 std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
                                               const std::filesystem::path& base_dir) {
   const auto tokenizer = StageTokenizerOptions(stage);
   if (!tokenizer || tokenizer->kind() != proto::TokenizerOptions::HF_JSON) return {};
-  // The data's `images { processor }`, read by reflection: the loader's options type is its own.
-  std::string named;
-  const google::protobuf::Message& options = *stage.data.options;
-  const auto* images = options.GetDescriptor()->FindFieldByName("images");
-  if (images != nullptr && images->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
-      !images->is_repeated() && options.GetReflection()->HasField(options, images)) {
-    const google::protobuf::Message& image_options =
-        options.GetReflection()->GetMessage(options, images);
-    const auto* processor = image_options.GetDescriptor()->FindFieldByName("processor");
-    if (processor != nullptr &&
-        processor->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
-      named = image_options.GetReflection()->GetString(image_options, processor);
-    }
-  }
-  return ImageProcessorPath(*tokenizer, named, base_dir);
+  return ImageProcessorPath(*tokenizer, NamedProcessor(stage, "images"), base_dir);
+}
+
+std::filesystem::path StageVideoProcessorPath(const ResolvedStage& stage,
+                                              const std::filesystem::path& base_dir) {
+  const auto tokenizer = StageTokenizerOptions(stage);
+  if (!tokenizer || tokenizer->kind() != proto::TokenizerOptions::HF_JSON) return {};
+  const std::string named = NamedProcessor(stage, "videos");
+  if (!named.empty()) return ResolvePath(base_dir, named);
+  return ImageProcessorPath(*tokenizer, "", base_dir).parent_path() / kVideoProcessorFile;
 }
 
 StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
@@ -73,10 +89,12 @@ StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
     ENGINE_ASSIGN_OR_RETURN(files["tokenizer_config.json"],
                             ReadUntrustedFile(config, FileKind::kConfig));
   }
-  const std::filesystem::path processor = StageImageProcessorPath(stage, base_dir);
-  if (std::filesystem::exists(processor)) {
-    ENGINE_ASSIGN_OR_RETURN(files[kImageProcessorFile],
-                            ReadUntrustedFile(processor, FileKind::kConfig));
+  for (const auto& [name, processor] :
+       {std::pair<const char*, std::filesystem::path>{kImageProcessorFile,
+                                                      StageImageProcessorPath(stage, base_dir)},
+        {kVideoProcessorFile, StageVideoProcessorPath(stage, base_dir)}}) {
+    if (!std::filesystem::is_regular_file(processor)) continue;
+    ENGINE_ASSIGN_OR_RETURN(files[name], ReadUntrustedFile(processor, FileKind::kConfig));
   }
   return files;
 }

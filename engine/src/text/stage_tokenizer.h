@@ -29,10 +29,16 @@ std::filesystem::path ImageProcessorPath(const proto::TokenizerOptions& tokenize
 // The same for a stage's data; empty when its tokenizer is not HF_JSON.
 std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
                                               const std::filesystem::path& base_dir);
+// The video processor's video_preprocessor_config.json for a stage's data: its
+// `videos { processor }`, or the one beside its image processor's path. The file may not exist;
+// empty when the stage's tokenizer is not HF_JSON.
+std::filesystem::path StageVideoProcessorPath(const ResolvedStage& stage,
+                                              const std::filesystem::path& base_dir);
 
-// For an HF_JSON tokenizer: "tokenizer.json" and, when there are, "tokenizer_config.json" and the
+// For an HF_JSON tokenizer: "tokenizer.json" and, when there are, "tokenizer_config.json", the
 // image processor's preprocessor_config.json (the data's `images.processor`, or the one beside the
-// tokenizer's config), by file name, with their contents. Empty for other kinds. A file that
+// tokenizer's config) and the video processor's video_preprocessor_config.json
+// (StageVideoProcessorPath), by file name, with their contents. Empty for other kinds. A file that
 // cannot be read is an error naming it.
 StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
     const ResolvedStage& stage, const std::filesystem::path& base_dir);
