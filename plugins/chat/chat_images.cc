@@ -3,7 +3,6 @@
 #include <ATen/ops/cat.h>
 
 #include <algorithm>
-#include <cctype>
 
 #include "engine/format.h"
 #include "engine/hash.h"
@@ -19,14 +18,6 @@ std::string ModeWords(const std::string& mode) {
   if (mode == "RGBA") return "with alpha";
   if (mode == "P") return "palette";
   return mode;
-}
-
-// A frame file, by its name: what image_file.h decodes.
-bool IsImageFileName(const std::filesystem::path& path) {
-  std::string extension = path.extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
 }
 
 // The most frame files of one video a processor that samples frames chooses from.
@@ -99,6 +90,14 @@ StatusOr<std::vector<ExampleImage>> ChatImages::Check(const std::vector<std::str
 
 StatusOr<std::vector<std::filesystem::path>> ChatImages::FramesOf(
     const std::vector<std::string>& video, const std::string& where) const {
+  // At most max_frames frames (a processor that samples frames keeps at most max_frames of up to
+  // kMaxListedFrames).
+  const int64_t most = processor_.sample_frames ? kMaxListedFrames : processor_.max_frames;
+  if (static_cast<int64_t>(video.size()) > most) {
+    return InvalidArgumentError(where + ": a video of " + std::to_string(video.size()) +
+                                " frames, more than the " + std::to_string(most) +
+                                " this engine reads of one video");
+  }
   std::vector<std::filesystem::path> frames;
   for (const std::string& name : video) {
     const std::filesystem::path path = (image_dirs_.front() / name).lexically_normal();
@@ -115,29 +114,12 @@ StatusOr<std::vector<std::filesystem::path>> ChatImages::FramesOf(
     }
     return frames;
   }
-  // A directory: its image files in name order, at most max_frames of them (a processor that
-  // samples frames keeps at most max_frames of up to kMaxListedFrames).
-  const std::filesystem::path dir = frames[0];
-  frames.clear();
-  const int64_t most = processor_.sample_frames ? kMaxListedFrames : processor_.max_frames;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    if (!IsImageFileName(entry.path())) continue;
-    if (static_cast<int64_t>(frames.size()) >= most) {
-      return InvalidArgumentError(where + ": video '" + video[0] + "' holds more than " +
-                                  std::to_string(most) + " frames, the most this engine reads");
-    }
-    frames.push_back(entry.path());
-  }
-  if (error) return IoError(where + ": video '" + video[0] + "': " + error.message());
-  if (frames.empty()) {
-    return InvalidArgumentError(where + ": video '" + video[0] +
-                                "' is a directory without image files (.png, .jpg, .jpeg)");
-  }
-  std::sort(frames.begin(), frames.end());
-  for (const std::filesystem::path& frame : frames) {
+  StatusOr<std::vector<std::filesystem::path>> listed = FrameFilesOf(frames[0], most);
+  if (!listed.ok()) return listed.status().WithContext(where + ": video '" + video[0] + "'");
+  for (const std::filesystem::path& frame : *listed) {
     ENGINE_RETURN_IF_ERROR(CheckAllowed(frame, where + ": video frame '" + frame.string() + "'"));
   }
-  return frames;
+  return listed;
 }
 
 StatusOr<std::vector<ExampleImage>> ChatImages::CheckVideos(
@@ -153,6 +135,8 @@ StatusOr<std::vector<ExampleImage>> ChatImages::CheckVideos(
     int64_t height = 0, width = 0;
     for (const std::filesystem::path& frame : frames) {
       ENGINE_ASSIGN_OR_RETURN(RgbImage image, ReadChecked(frame, what));
+      ENGINE_RETURN_IF_ERROR(Qwen2VlImageProcessor::CheckVideoFrame(image).WithContext(
+          what + ": frame '" + frame.string() + "'"));
       if (height == 0) {
         height = image.height;
         width = image.width;
@@ -180,12 +164,12 @@ StatusOr<std::vector<ExampleImage>> ChatImages::CheckVideos(
 std::vector<int64_t> ChatImages::PadCounts(const std::vector<ExampleImage>& images) const {
   std::vector<int64_t> counts;
   for (const ExampleImage& image : images) {
-    if (!timestamps_in_text()) {
+    if (!videos()) {
       counts.push_back(processor_.TokensFor(image.grid));
       continue;
     }
-    const ImageGrid patch{1, image.grid.h, image.grid.w};
-    counts.insert(counts.end(), static_cast<size_t>(image.grid.t), processor_.TokensFor(patch));
+    const std::vector<int64_t> pads = processor_.VideoPadTokens(image.grid);
+    counts.insert(counts.end(), pads.begin(), pads.end());
   }
   return counts;
 }
@@ -206,15 +190,20 @@ StatusOr<ExampleImages> ChatImages::Pixels(const std::vector<ExampleImage>& imag
     // Read again for each batch: the paths must still lead where they did when the data opened.
     const std::string what =
         std::string(videos() ? "video '" : "image '") + image.path.string() + "'";
-    std::vector<RgbImage> frames;
-    for (const std::filesystem::path& path :
-         videos() ? image.frames : std::vector<std::filesystem::path>{image.path}) {
+    // Each frame read when the processor takes it: one frame at its own size at a time.
+    const auto read = [&](const std::filesystem::path& path) -> StatusOr<RgbImage> {
       ENGINE_RETURN_IF_ERROR(CheckAllowed(path, what));
-      ENGINE_ASSIGN_OR_RETURN(RgbImage rgb, ReadRgbImage(path));
-      frames.push_back(std::move(rgb));
+      return ReadRgbImage(path);
+    };
+    StatusOr<at::Tensor> p = at::Tensor();
+    if (videos()) {
+      p = processor_.VideoPatches(static_cast<int64_t>(image.frames.size()), [&](int64_t i) {
+        return read(image.frames[static_cast<size_t>(i)]);
+      });
+    } else {
+      ENGINE_ASSIGN_OR_RETURN(RgbImage rgb, read(image.path));
+      p = processor_.Patches(rgb);
     }
-    StatusOr<at::Tensor> p =
-        videos() ? processor_.VideoPatches(frames) : processor_.Patches(frames.front());
     if (!p.ok()) return p.status().WithContext(what);
     if (p->size(0) != image.grid.patches()) {
       return DataLossError(what + " has changed since the data was opened (other size)");

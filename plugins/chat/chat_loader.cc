@@ -258,8 +258,13 @@ std::string ImagesIdentity(const ChatImages& images) {
     settings += std::to_string(v) + ",";
   }
   if (images.videos()) {
-    settings += std::to_string(images.fps()) + "," + std::to_string(p.cap_pixels_per_frame) + "," +
-                std::to_string(p.max_video_tokens);
+    for (double v :
+         {images.fps(), static_cast<double>(p.cap_pixels_per_frame),
+          static_cast<double>(p.max_video_tokens), static_cast<double>(p.video_kind),
+          static_cast<double>(p.sample_frames), p.sample_fps, static_cast<double>(p.num_frames),
+          static_cast<double>(p.min_frames), static_cast<double>(p.max_frames)}) {
+      settings += std::to_string(v) + ",";
+    }
     return ":videos=" + images.stats().content_hash + ":processor=" + Fnv1a64Hex(settings);
   }
   return ":images=" + images.stats().content_hash + ":processor=" + Fnv1a64Hex(settings);

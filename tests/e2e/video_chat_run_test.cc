@@ -3,8 +3,9 @@
 // of frame files in another directory the pipeline allows), on the tiny Qwen2-VL and Qwen3-VL
 // checkpoints of tests/fixtures/hf with their own video processors, conversations packed. The
 // plan counts the videos and their fields; the stage trains; its checkpoint and hf export carry the
-// video processor; and `engine eval` of its final checkpoint scores the answers far better than
-// the plan's baseline (a unigram model of them).
+// video processor; `engine generate` asks it about a clip given as frame files or as a directory;
+// and `engine eval` of its final checkpoint scores the answers far better than the plan's
+// baseline (a unigram model of them).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -121,6 +122,34 @@ stage {
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_EQ(testing::ReadText(tmp.path() / "hf/video_preprocessor_config.json"), video_processor);
   EXPECT_TRUE(fs::exists(tmp.path() / "hf/preprocessor_config.json"));
+  // Asking the trained model about clips: the same clip as a list of frames and as a directory of
+  // them gives the same reply; a line without a placeholder shows its video first.
+  fs::create_directories(tmp.path() / "clip7");
+  for (const char* name : {"0007.png", "0017.png"}) {
+    fs::copy_file(images / name, tmp.path() / "clip7" / name);
+  }
+  nlohmann::json as_list = {{"prompt", "<video>What digit?"}, {"videos", nlohmann::json::array()}};
+  as_list["videos"].push_back(
+      nlohmann::json::array({(images / "0007.png").string(), (images / "0017.png").string()}));
+  const auto prompts =
+      tmp.Write("prompts.jsonl",
+                as_list.dump() + "\n" +
+                    nlohmann::json{{"prompt", "What digit?"}, {"video", "clip7"}}.dump() + "\n");
+  const auto generated = testing::RunEngine({"generate", pipeline.string(), "--format=json",
+                                             "--input=" + prompts.string(), "--max_new_tokens=8"});
+  ASSERT_EQ(generated.exit_code, 0) << generated.err;
+  const auto outputs = nlohmann::json::parse(generated.out)["outputs"];
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[0]["text"], outputs[1]["text"]);
+  EXPECT_EQ(outputs[0]["prompt_text"], outputs[1]["prompt_text"]);
+  EXPECT_EQ(outputs[0]["finish_reason"], "stop");
+  // Qwen3-VL's prompt times its one temporal patch (frames 0 and 1 at 2 a second: 0.25 s).
+  EXPECT_THAT(
+      outputs[0]["prompt_text"].get<std::string>(),
+      HasSubstr(family == "qwen3_vl" ? "<|vision_start|><0.2 seconds><|vision_start|><|video_pad|>"
+                                       "<|vision_end|><|vision_end|>What digit?"
+                                     : "<|vision_start|><|video_pad|><|vision_end|>What digit?"));
+
   const auto eval = testing::RunEngine({"eval", pipeline.string(), "--format=json"});
   ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
   const auto report = nlohmann::json::parse(eval.out);

@@ -204,19 +204,14 @@ TEST_F(Qwen2VlDataTest, ModelOnTheLoadersBatchGivesTheLossOfTransformersLogits) 
   EXPECT_NEAR(out->loss.item<double>(), nll / static_cast<double>(counted), 1e-4);
 }
 
-// Generation with images (the KV cache, and new tokens at the positions after the prompt's
-// multimodal ones) continues each prompt exactly as a full forward over prompt and continuation
-// predicts it: every generated token is the argmax there (exact match 1 by teacher forcing).
-TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
-  auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"));
-  ASSERT_TRUE(data.ok()) << data.status().message();
-  const std::unique_ptr<Model> model = FixtureModel(**data);
-  ASSERT_NE(model, nullptr);
-  auto* generator = dynamic_cast<ImageTextGenerator*>(model.get());
+// Generates 4 tokens after each row's prompt (its tokens before the answer, left-padded) of
+// `batch`, with its `visual_fields`, and checks that the full forward of prompt and continuation
+// predicts every generated token (exact match 1 by teacher forcing).
+void ExpectGenerationContinuesTheFullForward(Model& model, const Batch& batch,
+                                             const std::vector<std::string>& visual_fields) {
+  auto* generator = dynamic_cast<ImageTextGenerator*>(&model);
   ASSERT_NE(generator, nullptr);
-  const Batch batch = Everything(**data);
   const int64_t rows = batch.at("input_ids").size(0);
-  // Each row's prompt: its tokens before the answer, left-padded.
   std::vector<at::Tensor> prompts;
   int64_t longest = 0;
   for (int64_t row = 0; row < rows; ++row) {
@@ -230,18 +225,18 @@ TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
     ids[row].narrow(0, longest - n, n).copy_(prompts[row]);
     mask[row].narrow(0, longest - n, n).fill_(1);
   }
-  const Batch images{{"pixel_values", batch.at("pixel_values")},
-                     {"image_grid_thw", batch.at("image_grid_thw")}};
+  Batch visuals;
+  for (const std::string& field : visual_fields) visuals[field] = batch.at(field);
   GenerationOptions generation;
   generation.max_new_tokens = 4;
   at::NoGradGuard no_grad;
-  auto generated = generator->GenerateWithImages(ids, mask, images, generation);
+  auto generated = generator->GenerateWithImages(ids, mask, visuals, generation);
   ASSERT_TRUE(generated.ok()) << generated.status().message();
   ASSERT_EQ(generated->sizes(), (std::vector<int64_t>{rows, 4}));
 
   // The prompts and their continuations, right-padded, the continuations as answers.
   const int64_t length = longest + 4;
-  Batch full = images;
+  Batch full = visuals;
   full["input_ids"] = at::zeros({rows, length}, at::kLong);
   full["labels"] = at::full({rows, length}, -100, at::kLong);
   full["attention_mask"] = at::zeros({rows, length}, at::kLong);
@@ -252,10 +247,22 @@ TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
     full["labels"][row].narrow(0, n, 4).copy_((*generated)[row]);
     full["attention_mask"][row].narrow(0, 0, n + 4).fill_(1);
   }
-  auto out = model->Forward(full);
+  auto out = model.Forward(full);
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->metrics.at("exact_match").count, rows);
   EXPECT_EQ(out->metrics.at("exact_match").sum, rows);
+}
+
+// Generation with images (the KV cache, and new tokens at the positions after the prompt's
+// multimodal ones) continues each prompt exactly as a full forward over prompt and continuation
+// predicts it: every generated token is the argmax there.
+TEST_F(Qwen2VlDataTest, GeneratingWithImagesContinuesAsTheFullForwardPredicts) {
+  auto data = OpenChat(dir_, FixtureLines(dir_.path() / "images"));
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  const std::unique_ptr<Model> model = FixtureModel(**data);
+  ASSERT_NE(model, nullptr);
+  ExpectGenerationContinuesTheFullForward(*model, Everything(**data),
+                                          {"pixel_values", "image_grid_thw"});
 }
 
 // Packed into one row, the two conversations (with their three images) give the loss they give
@@ -346,8 +353,9 @@ TEST_F(Qwen2VlDataTest, ImagesPastMaxLengthDropTheirExampleAndTextPastItIsTrunca
   auto written =
       OpenChat(dir_, line("<|image_pad|>" + words + "<image>Cat?", "Yes"), "max_length: 64");
   ASSERT_FALSE(written.ok());
-  EXPECT_THAT(written.status().message(),
-              HasSubstr("data.jsonl:1: the rendered text has 2 <|image_pad|> for 1 image(s)"));
+  EXPECT_THAT(
+      written.status().message(),
+      HasSubstr("data.jsonl:1: the rendered text has 2 <|image_pad|> where the images need 1"));
 }
 
 TEST_F(Qwen2VlDataTest, ImagesOutsideTheDataDirectoryAreRefusedUnlessThePipelineAllowsThem) {
@@ -475,6 +483,18 @@ TEST_P(Qwen2VlVideoDataTest, LoaderGivesTheIdsPixelsAndLogitsOfTransformers) {
   }
 }
 
+// Generating after a video (and an image) continues as the full forward predicts: the cache's
+// positions go on from each row's largest multimodal position plus one.
+TEST_P(Qwen2VlVideoDataTest, GeneratingWithVideosContinuesAsTheFullForwardPredicts) {
+  auto data = OpenChat(dir_, FixtureVideoLines(), "videos { fps: 4 }");
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  const std::unique_ptr<Model> model = FixtureModel(**data, fixture_);
+  ASSERT_NE(model, nullptr);
+  ExpectGenerationContinuesTheFullForward(*model, Everything(**data),
+                                          {"pixel_values", "image_grid_thw", "pixel_values_videos",
+                                           "video_grid_thw", "second_per_grid_ts"});
+}
+
 TEST_P(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
   dir_.Write("videos/film.mp4", "not decoded");
   fs::create_directories(dir_.path() / "videos/mixed");
@@ -501,6 +521,9 @@ TEST_P(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
              "0 <video> placeholder(s) in the messages for 1 video(s)"},
         Case{Line("<video>What?", "x", nlohmann::json::parse("[[]]")),
              "holds a video without frames"},
+        Case{Line("<video>What?", "x",
+                  nlohmann::json::parse(R"([["images/logo.png", "images/logo.png"]])")),
+             "logo.png': a video frame with transparency (RGBA)"},
         Case{R"({"messages": [{"role": "user", "content": [{"type": "video", "video": "c"}]}, )"
              R"({"role": "assistant", "content": "x"}]})",
              "messages[0] holds a video content part; name videos in \"videos\""}}) {

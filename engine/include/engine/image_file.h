@@ -38,6 +38,13 @@ StatusOr<RgbImage> ReadRgbImage(const std::filesystem::path& path);
 // The same for a file's bytes; `path` names it in errors.
 StatusOr<RgbImage> DecodeRgbImage(const std::string& bytes, const std::filesystem::path& path);
 
+// Whether `path` names a PNG or JPEG file, by its extension (any case).
+bool IsImageFileName(const std::filesystem::path& path);
+// A video given as a directory of frames: its PNG and JPEG files (by name) in name order. An error
+// naming the directory when it cannot be listed, holds none, or holds more than `most`.
+StatusOr<std::vector<std::filesystem::path>> FrameFilesOf(const std::filesystem::path& dir,
+                                                          int64_t most);
+
 // Whether a file of this mode loses something on the way to RGB (alpha) or gains channels
 // (greyscale), for the plan's account of conversions.
 inline bool ConvertedToRgb(const std::string& source_mode) { return source_mode != "RGB"; }

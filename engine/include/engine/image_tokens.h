@@ -33,8 +33,8 @@ inline constexpr char kVideoPadToken[] = "<|video_pad|>";
 // Replaces <image> in the string contents of `messages` (an array of {"role", "content"}) by the
 // vision tokens; returns how many it replaced.
 int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages);
-// The same for <video>; with `texts`, the i-th <video> becomes texts[i] (those past its end the
-// usual vision tokens).
+// The same for <video>; with `texts`, the i-th <video> becomes texts[i] (where that is empty or
+// past their end, the usual vision tokens).
 int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages,
                               const std::vector<std::string>& texts = {});
 // Qwen3-VL's text for a video whose temporal patches are at `timestamps` seconds, as transformers

@@ -35,6 +35,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,15 +61,16 @@ class Qwen2VlImageProcessor {
   Qwen2VlImageProcessor() = default;
   // preprocessor_config.json.
   static StatusOr<Qwen2VlImageProcessor> Read(const std::filesystem::path& path);
-  // Which video processor, by its video_processor_type.
+  // Which video processor, by its video_processor_type (without one: Qwen3-VL's when the file's
+  // processor_class is Qwen3VLProcessor, as transformers picks by the model).
   enum class VideoKind { kQwen2Vl, kQwen3Vl };
   // That processor's defaults (frames of 128 to 768 merged patches' worth of pixels; Qwen3-VL's
   // with patches of 16, mean and std 0.5, and frames sampled 2 a second).
   static Qwen2VlImageProcessor VideoDefaults(VideoKind kind = VideoKind::kQwen2Vl);
   // A video processor: `path` names its file, or a model directory whose
   // video_preprocessor_config.json (or, where there is none, preprocessor_config.json) is read.
-  // Refused, naming the file and key: frame sampling (do_sample_frames), another video processor
-  // (Qwen3-VL's samples frames and writes timestamps into the text).
+  // Refused, naming the file and key: another video processor than Qwen2-VL's and Qwen3-VL's,
+  // frame sampling by Qwen2-VL's (do_sample_frames), num_frames beside Qwen3-VL's fps.
   static StatusOr<Qwen2VlImageProcessor> ReadForVideos(const std::filesystem::path& path);
 
   // smart_resize: the size (height, width) an image of this size is resized to.
@@ -84,8 +86,20 @@ class Qwen2VlImageProcessor {
   // up. An error for no frames, more than max_frames, or a size the pixel limits cannot take.
   StatusOr<ImageGrid> VideoGridFor(int64_t frames, int64_t height, int64_t width) const;
   // f32 [grid.patches(), patch_values()] of frames of one size (an error naming the first frame of
-  // another size).
+  // another size, or one CheckVideoFrame refuses).
   StatusOr<at::Tensor> VideoPatches(const std::vector<RgbImage>& frames) const;
+  // The same for `count` frames read one at a time by `frame(i)`, each resized as it comes, so
+  // that no more than one frame is held at its own size.
+  StatusOr<at::Tensor> VideoPatches(int64_t count,
+                                    const std::function<StatusOr<RgbImage>(int64_t)>& frame) const;
+  // Frames with transparency (RGBA, LA) are refused: transformers' video processors composite it
+  // on white (or cannot take such frames at all), which this engine does not do. Greyscale and
+  // palette frames are converted to RGB as images are.
+  static Status CheckVideoFrame(const RgbImage& frame);
+  // The <|video_pad|> tokens a video of `grid` takes in the text, and how many tokens each becomes:
+  // one pad for the whole video, or (Qwen3-VL, whose text times each temporal patch) one per
+  // temporal patch.
+  std::vector<int64_t> VideoPadTokens(const ImageGrid& grid) const;
   // The frames (indices) of a video of `total` frames taken `fps` a second that the processor
   // reads: all of them, or (sample_frames) transformers' uniform sample.
   std::vector<int64_t> SampledFrames(int64_t total, double fps) const;
@@ -122,9 +136,10 @@ class Qwen2VlImageProcessor {
   // f32 [3, height, width]: the image resized and normalised as each backend does.
   at::Tensor TorchvisionFrame(const RgbImage& image, int64_t height, int64_t width) const;
   at::Tensor PillowFrame(const RgbImage& image, int64_t height, int64_t width) const;
-  // smart_resize within [min_pixels, pixel_limit].
+  // smart_resize within [min_pixels, pixel_limit]; `refuse_above`: an error when its result is
+  // still above the limit (the image processor's check; the video processors keep it).
   StatusOr<std::pair<int64_t, int64_t>> ResizedWithin(int64_t height, int64_t width,
-                                                      int64_t pixel_limit) const;
+                                                      int64_t pixel_limit, bool refuse_above) const;
   // The largest frame (Qwen3-VL: all frames together) a video of `frames` frames may have.
   int64_t VideoMaxPixels(int64_t frames) const;
   // The size (height, width) a video's frames are resized to.

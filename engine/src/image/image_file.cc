@@ -9,6 +9,8 @@
 #include <png.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csetjmp>
 #include <cstring>
@@ -253,6 +255,44 @@ StatusOr<RgbImage> DecodeRgbImage(const std::string& bytes, const std::filesyste
   FilePtr file(fmemopen(const_cast<char*>(bytes.data()), bytes.size(), "rb"));
   if (file == nullptr) return InternalError(Quoted(path) + ": " + std::strerror(errno));
   return DecodeImageFile(file.get(), path);
+}
+
+bool IsImageFileName(const std::filesystem::path& path) {
+  std::string extension = path.extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
+}
+
+StatusOr<std::vector<std::filesystem::path>> FrameFilesOf(const std::filesystem::path& dir,
+                                                          int64_t most) {
+  std::vector<std::filesystem::path> frames;
+  std::error_code error;
+  // Other files are skipped, but not without bound: a directory of millions of entries is refused
+  // rather than walked.
+  int64_t entries = 0;
+  const int64_t most_entries = 2 * most + 1000;
+  for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end;
+       it.increment(error)) {
+    if (++entries > most_entries) {
+      return InvalidArgumentError(Quoted(dir) + " holds more than " + std::to_string(most_entries) +
+                                  " entries, too many to look "
+                                  "through for the frames of one video");
+    }
+    if (!IsImageFileName(it->path())) continue;
+    if (static_cast<int64_t>(frames.size()) >= most) {
+      return InvalidArgumentError(Quoted(dir) + " holds more than " + std::to_string(most) +
+                                  " frames, the most this engine reads of one video");
+    }
+    frames.push_back(it->path());
+  }
+  if (error) return IoError(Quoted(dir) + " cannot be listed: " + error.message());
+  if (frames.empty()) {
+    return InvalidArgumentError(Quoted(dir) +
+                                " is a directory without image files (.png, .jpg, .jpeg)");
+  }
+  std::sort(frames.begin(), frames.end());
+  return frames;
 }
 
 }  // namespace engine

@@ -8,7 +8,7 @@ namespace engine {
 namespace {
 
 // `placeholder` in the string contents of `messages` replaced, the i-th by texts[i] or (past
-// their end) by `tokens`; how many.
+// their end, or empty) by `tokens`; how many.
 int64_t MarkPlaceholders(const std::string& placeholder, const std::string& tokens,
                          const std::vector<std::string>& texts, nlohmann::ordered_json* messages) {
   int64_t marked = 0;
@@ -17,8 +17,9 @@ int64_t MarkPlaceholders(const std::string& placeholder, const std::string& toke
     if (content == message.end() || !content->is_string()) continue;
     std::string text = content->get<std::string>();
     for (size_t at = text.find(placeholder); at != std::string::npos;) {
+      const auto at_text = static_cast<size_t>(marked);
       const std::string& replacement =
-          static_cast<size_t>(marked) < texts.size() ? texts[static_cast<size_t>(marked)] : tokens;
+          at_text < texts.size() && !texts[at_text].empty() ? texts[at_text] : tokens;
       text.replace(at, placeholder.size(), replacement);
       ++marked;
       at = text.find(placeholder, at + replacement.size());
@@ -61,8 +62,8 @@ Status ExpandImageTokens(int64_t pad_id, const std::vector<int64_t>& counts,
   if (pads != static_cast<int64_t>(counts.size())) {
     const bool video = std::string(pad_token) == kVideoPadToken;
     return InvalidArgumentError("the rendered text has " + std::to_string(pads) + " " + pad_token +
-                                " for " + std::to_string(counts.size()) +
-                                (video ? " video(s)" : " image(s)"));
+                                " where the " + (video ? "videos" : "images") + " need " +
+                                std::to_string(counts.size()));
   }
   std::vector<int64_t> expanded_ids;
   std::vector<uint8_t> expanded_loss;

@@ -30,8 +30,15 @@ constexpr char kQwen3VideoProcessorType[] = "Qwen3VLVideoProcessor";
 // preprocessor_config.json read for videos is), or an error naming the key.
 StatusOr<Qwen2VlImageProcessor::VideoKind> VideoKindOf(const nlohmann::json& json,
                                                        const std::string& where) {
-  if (!json.is_object() || !json.contains("video_processor_type") ||
-      json["video_processor_type"] == kQwen2VideoProcessorType) {
+  if (!json.is_object()) return Qwen2VlImageProcessor::VideoKind::kQwen2Vl;
+  if (!json.contains("video_processor_type")) {
+    // A preprocessor_config.json read for videos: transformers picks the video processor by the
+    // model, which Qwen3-VL's hub files name as their processor_class.
+    return json.value("processor_class", "") == "Qwen3VLProcessor"
+               ? Qwen2VlImageProcessor::VideoKind::kQwen3Vl
+               : Qwen2VlImageProcessor::VideoKind::kQwen2Vl;
+  }
+  if (json["video_processor_type"] == kQwen2VideoProcessorType) {
     return Qwen2VlImageProcessor::VideoKind::kQwen2Vl;
   }
   if (json["video_processor_type"] == kQwen3VideoProcessorType) {
@@ -63,6 +70,12 @@ Status ReadVideoKeys(JsonKeyReader& keys, Qwen2VlImageProcessor* p) {
   ENGINE_RETURN_IF_ERROR(keys.PositiveInt("max_frames", &p->max_frames));
   ENGINE_RETURN_IF_ERROR(keys.PositiveInt("min_frames", &p->min_frames));
   ENGINE_RETURN_IF_ERROR(keys.PositiveInt("num_frames", &p->num_frames));
+  if (p->num_frames > 0 && p->sample_frames) {
+    // transformers passes the processor's fps with it, and refuses the two together.
+    return keys.Error("num_frames",
+                      "and fps are exclusive in transformers' frame sampling, which always has an "
+                      "fps (2 by default): leave num_frames out");
+  }
   const nlohmann::json& fps = keys.Take("fps");
   if (!fps.is_null()) {
     if (!fps.is_number() || !(fps.get<double>() > 0)) {
@@ -93,11 +106,19 @@ Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
                                               "is not read by Qwen2-VL (it reads "
                                               "shortest_edge and longest_edge)"));
   }
+  // Qwen3VLVideoProcessor reads its pixel limits from size alone; min_pixels and max_pixels (of a
+  // preprocessor_config.json it falls back to) stay unread there, as in transformers.
+  const bool limits_from_size_only =
+      video && p->video_kind == Qwen2VlImageProcessor::VideoKind::kQwen3Vl;
   for (auto [key, value] : {std::pair<const char*, int64_t*>{"min_pixels", &p->min_pixels},
                             {"max_pixels", &p->max_pixels},
                             {"patch_size", &p->patch_size},
                             {"temporal_patch_size", &p->temporal_patch_size},
                             {"merge_size", &p->merge_size}}) {
+    if (limits_from_size_only && std::string(key).find("pixels") != std::string::npos) {
+      keys.Take(key);
+      continue;
+    }
     ENGINE_RETURN_IF_ERROR(keys.PositiveInt(key, value));
   }
   ENGINE_RETURN_IF_ERROR(keys.Bool("do_resize", &p->do_resize));
@@ -136,11 +157,13 @@ Status ReadProcessorConfig(const nlohmann::json& json, const std::string& where,
       kNeutralKeys, video ? "is not supported by this engine's Qwen2-VL video processor"
                           : "is not supported by this engine's Qwen2-VL image processor"));
   if (p->patch_size > 1024 || p->temporal_patch_size > 64 || p->merge_size > 64 ||
-      p->max_pixels > (int64_t{1} << 40) || p->max_frames > 65536) {
+      p->max_pixels > (int64_t{1} << 40) || p->max_frames > 65536 || p->min_frames > 65536 ||
+      p->num_frames > 65536 || p->max_video_tokens > (int64_t{1} << 30)) {
     return InvalidArgumentError(where +
                                 ": patch_size, temporal_patch_size, merge_size, "
-                                "max_pixels or max_frames above the largest this engine reads "
-                                "(1024, 64, 64, 2^40, 65536)");
+                                "max_pixels, max_frames, min_frames, num_frames or "
+                                "max_video_tokens above the largest this engine reads (1024, 64, "
+                                "64, 2^40, 65536, 65536, 65536, 2^30)");
   }
   if (p->min_pixels > p->max_pixels) {
     return InvalidArgumentError(where + ": min_pixels " + std::to_string(p->min_pixels) +
@@ -219,11 +242,11 @@ StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::ReadForVideos(
 
 StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t height,
                                                                          int64_t width) const {
-  return ResizedWithin(height, width, max_pixels);
+  return ResizedWithin(height, width, max_pixels, /*refuse_above=*/true);
 }
 
 StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedWithin(
-    int64_t height, int64_t width, int64_t pixel_limit) const {
+    int64_t height, int64_t width, int64_t pixel_limit, bool refuse_above) const {
   const int64_t factor = patch_size * merge_size;
   if (!do_resize) {
     if (height % factor != 0 || width % factor != 0) {
@@ -250,7 +273,7 @@ StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedWithin(
     h_bar = static_cast<int64_t>(std::ceil(h * beta / factor)) * factor;
     w_bar = static_cast<int64_t>(std::ceil(w * beta / factor)) * factor;
   }
-  if (h_bar <= 0 || w_bar <= 0 || h_bar * w_bar > pixel_limit) {
+  if (h_bar <= 0 || w_bar <= 0 || (refuse_above && h_bar * w_bar > pixel_limit)) {
     return InvalidArgumentError("an image of " + ImageSizeText(height, width) +
                                 " pixels cannot be resized to multiples of " +
                                 std::to_string(factor) + " within min_pixels " +
@@ -361,7 +384,8 @@ StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedFrames(int64
                                                                            int64_t height,
                                                                            int64_t width) const {
   if (video_kind == VideoKind::kQwen2Vl || !do_resize) {
-    return ResizedWithin(height, width, VideoMaxPixels(frames));
+    // The video processor keeps what smart_resize gives, even past a capped limit.
+    return ResizedWithin(height, width, VideoMaxPixels(frames), /*refuse_above=*/false);
   }
   // Qwen3-VL's smart_resize: frames smaller than a merged patch scaled up first, then the pixels
   // of all frames (rounded to whole temporal patches) kept within the limits.
@@ -408,6 +432,11 @@ StatusOr<ImageGrid> Qwen2VlImageProcessor::VideoGridFor(int64_t frames, int64_t 
   return ImageGrid{t, size.first / patch_size, size.second / patch_size};
 }
 
+std::vector<int64_t> Qwen2VlImageProcessor::VideoPadTokens(const ImageGrid& grid) const {
+  if (video_kind != VideoKind::kQwen3Vl) return {TokensFor(grid)};
+  return std::vector<int64_t>(static_cast<size_t>(grid.t), TokensFor(ImageGrid{1, grid.h, grid.w}));
+}
+
 std::vector<int64_t> Qwen2VlImageProcessor::SampledFrames(int64_t total, double fps) const {
   if (!sample_frames) return EvenlySpaced(total - 1, total);
   int64_t count = num_frames;
@@ -423,6 +452,7 @@ std::vector<int64_t> Qwen2VlImageProcessor::SampledFrames(int64_t total, double 
 
 std::vector<double> Qwen2VlImageProcessor::Timestamps(const std::vector<int64_t>& indices,
                                                       double fps) const {
+  if (!(fps > 0)) fps = 24;  // a video of unknown rate, as transformers counts it
   std::vector<int64_t> padded = indices;
   while (!padded.empty() && padded.size() % static_cast<size_t>(temporal_patch_size) != 0) {
     padded.push_back(padded.back());
@@ -437,28 +467,50 @@ std::vector<double> Qwen2VlImageProcessor::Timestamps(const std::vector<int64_t>
   return out;
 }
 
+Status Qwen2VlImageProcessor::CheckVideoFrame(const RgbImage& frame) {
+  if (frame.source_mode == "RGBA" || frame.source_mode == "LA") {
+    return InvalidArgumentError("a video frame with transparency (" + frame.source_mode +
+                                "): transformers' video processors composite it on white, which "
+                                "this engine does not do; give RGB frames");
+  }
+  return Status::Ok();
+}
+
 StatusOr<at::Tensor> Qwen2VlImageProcessor::VideoPatches(
     const std::vector<RgbImage>& frames) const {
-  if (frames.empty()) return InvalidArgumentError("a video without frames");
-  const RgbImage& first = frames.front();
-  for (size_t i = 1; i < frames.size(); ++i) {
-    if (frames[i].height != first.height || frames[i].width != first.width) {
+  return VideoPatches(static_cast<int64_t>(frames.size()), [&](int64_t i) -> StatusOr<RgbImage> {
+    return frames[static_cast<size_t>(i)];
+  });
+}
+
+StatusOr<at::Tensor> Qwen2VlImageProcessor::VideoPatches(
+    int64_t count, const std::function<StatusOr<RgbImage>(int64_t)>& frame) const {
+  if (count < 1) return InvalidArgumentError("a video without frames");
+  at::Tensor resized;  // [temporal patches x temporal_patch_size, 3, height, width]
+  int64_t first_height = 0, first_width = 0;
+  ImageGrid grid;
+  for (int64_t i = 0; i < count; ++i) {
+    ENGINE_ASSIGN_OR_RETURN(RgbImage image, frame(i));
+    ENGINE_RETURN_IF_ERROR(CheckVideoFrame(image).WithContext("frame " + std::to_string(i + 1)));
+    if (i == 0) {
+      first_height = image.height;
+      first_width = image.width;
+      ENGINE_ASSIGN_OR_RETURN(grid, VideoGridFor(count, image.height, image.width));
+      resized = at::empty(
+          {grid.t * temporal_patch_size, 3, grid.h * patch_size, grid.w * patch_size}, at::kFloat);
+    } else if (image.height != first_height || image.width != first_width) {
       return InvalidArgumentError(
-          "frame " + std::to_string(i + 1) + " is " +
-          ImageSizeText(frames[i].height, frames[i].width) + " pixels where frame 1 is " +
-          ImageSizeText(first.height, first.width) + "; a video's frames have one size");
+          "frame " + std::to_string(i + 1) + " is " + ImageSizeText(image.height, image.width) +
+          " pixels where frame 1 is " + ImageSizeText(first_height, first_width) +
+          "; a video's frames have one size");
     }
+    // The video processor resizes and normalises as the image processor's torchvision backend
+    // does.
+    resized[i].copy_(TorchvisionFrame(image, grid.h * patch_size, grid.w * patch_size));
   }
-  ENGINE_ASSIGN_OR_RETURN(
-      ImageGrid grid, VideoGridFor(static_cast<int64_t>(frames.size()), first.height, first.width));
-  const int64_t height = grid.h * patch_size, width = grid.w * patch_size;
-  // The video processor resizes and normalises as the image processor's torchvision backend does.
-  std::vector<at::Tensor> resized;
-  for (const RgbImage& frame : frames) resized.push_back(TorchvisionFrame(frame, height, width));
-  while (static_cast<int64_t>(resized.size()) < grid.t * temporal_patch_size) {
-    resized.push_back(resized.back());
-  }
-  return Patchify(at::stack(resized), height, width);
+  // The last frame repeated to fill the last temporal patch.
+  for (int64_t i = count; i < resized.size(0); ++i) resized[i].copy_(resized[count - 1]);
+  return Patchify(resized, grid.h * patch_size, grid.w * patch_size);
 }
 
 }  // namespace engine

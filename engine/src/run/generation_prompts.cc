@@ -32,10 +32,47 @@ StatusOr<std::vector<fs::path>> LineImages(const nlohmann::ordered_json& json, c
   return images;
 }
 
-// "<image><image>text": the images first, as Qwen2-VL's examples put them.
-std::string WithImagePlaceholders(size_t images, const std::string& text) {
+// The videos of a line ("videos": [...] or "video": each a directory of frames or a list of
+// frame files), relative to its file, and the rate their frames were taken at ("fps").
+Status LineVideos(const nlohmann::ordered_json& json, const fs::path& dir,
+                  const std::string& origin, Prompt* prompt) {
+  for (const char* key : {"videos", "video"}) {
+    auto it = json.find(key);
+    if (it == json.end() || it->is_null()) continue;
+    const bool one = std::string(key) == "video";
+    const nlohmann::ordered_json list =
+        one || !it->is_array() ? nlohmann::ordered_json::array({*it}) : *it;
+    for (const auto& video : list) {
+      std::vector<fs::path> frames;
+      for (const auto& frame : video.is_array() ? video : nlohmann::ordered_json::array({video})) {
+        if (!frame.is_string() || frame.get<std::string>().empty()) {
+          return InvalidArgumentError(origin + ": \"" + key +
+                                      "\" must hold videos: a directory of frames or a list of "
+                                      "frame files");
+        }
+        frames.push_back(dir / frame.get<std::string>());
+      }
+      if (frames.empty()) {
+        return InvalidArgumentError(origin + ": \"" + key + "\" holds a video without frames");
+      }
+      prompt->videos.push_back(std::move(frames));
+    }
+  }
+  if (auto fps = json.find("fps"); fps != json.end() && !fps->is_null()) {
+    if (!fps->is_number() || !(fps->get<double>() > 0) || fps->get<double>() > 1000) {
+      return InvalidArgumentError(origin + ": \"fps\" must be a number above 0, at most 1000");
+    }
+    prompt->fps = fps->get<double>();
+  }
+  return Status::Ok();
+}
+
+// "<image><image><video>text": the images, then the videos, first, as Qwen2-VL's examples put
+// them.
+std::string WithPlaceholders(size_t images, size_t videos, const std::string& text) {
   std::string out;
   for (size_t i = 0; i < images; ++i) out += kImagePlaceholder;
+  for (size_t i = 0; i < videos; ++i) out += kVideoPlaceholder;
   return out + text;
 }
 
@@ -48,16 +85,10 @@ StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& orig
   }
   Prompt prompt;
   prompt.origin = origin;
-  for (const char* key : {"videos", "video"}) {
-    if (json.contains(key) && !json[key].is_null()) {
-      return InvalidArgumentError(origin + ": \"" + key +
-                                  "\": engine generate reads images, not videos, in prompts "
-                                  "(the chat loader trains on videos)");
-    }
-  }
   ENGINE_ASSIGN_OR_RETURN(prompt.images, LineImages(json, dir, origin));
-  if (raw && !prompt.images.empty()) {
-    return InvalidArgumentError(origin + ": images need the chat template (no --raw)");
+  ENGINE_RETURN_IF_ERROR(LineVideos(json, dir, origin, &prompt));
+  if (raw && (!prompt.images.empty() || !prompt.videos.empty())) {
+    return InvalidArgumentError(origin + ": images and videos need the chat template (no --raw)");
   }
   if (json.contains("messages")) {
     if (raw) {
@@ -74,8 +105,9 @@ StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& orig
   if (raw) {
     prompt.text = text;
   } else {
-    if (text.find(kImagePlaceholder) == std::string::npos) {
-      text = WithImagePlaceholders(prompt.images.size(), text);
+    if (text.find(kImagePlaceholder) == std::string::npos &&
+        text.find(kVideoPlaceholder) == std::string::npos) {
+      text = WithPlaceholders(prompt.images.size(), prompt.videos.size(), text);
     }
     prompt.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
   }
@@ -111,6 +143,62 @@ Status AddImages(const GenerationSource& source, Prompt* prompt, std::vector<int
   return ExpandImageTokens(pad[0], counts, ids, nullptr);
 }
 
+// What the prompt's videos put in the text and the batch: each read through the source's video
+// processor (its frames sampled as it samples them), its patches into prompt->video_pixels, the
+// text each <video> becomes (Qwen3-VL's timestamps; empty: the usual tokens) into `texts`, and
+// each <|video_pad|>'s token count into `pads`.
+Status ReadVideos(const GenerationSource& source, Prompt* prompt, std::vector<std::string>* texts,
+                  std::vector<int64_t>* pads) {
+  if (prompt->videos.empty()) return Status::Ok();
+  const fs::path where = !source.video_processor_file().empty()
+                             ? source.video_processor_file()
+                             : source.image_processor_file().parent_path();
+  if (where.empty()) {
+    return FailedPreconditionError(source.description() + " has no video processor (" +
+                                   kVideoProcessorFile + " or " + kImageProcessorFile +
+                                   " beside its tokenizer) to read videos with");
+  }
+  ENGINE_ASSIGN_OR_RETURN(Qwen2VlImageProcessor processor,
+                          Qwen2VlImageProcessor::ReadForVideos(where));
+  std::vector<at::Tensor> patches;
+  for (const std::vector<fs::path>& video : prompt->videos) {
+    const std::string what = "video '" + video.front().string() + "'";
+    std::vector<fs::path> listed = video;
+    if (video.size() == 1 && fs::is_directory(video.front())) {
+      StatusOr<std::vector<fs::path>> files = FrameFilesOf(video.front(), 100000);
+      if (!files.ok()) return files.status().WithContext(what);
+      listed = std::move(*files);
+    }
+    const std::vector<int64_t> kept =
+        processor.SampledFrames(static_cast<int64_t>(listed.size()), prompt->fps);
+    int64_t height = 0, width = 0;
+    StatusOr<at::Tensor> values = processor.VideoPatches(
+        static_cast<int64_t>(kept.size()), [&](int64_t i) -> StatusOr<RgbImage> {
+          StatusOr<RgbImage> frame = ReadRgbImage(listed[static_cast<size_t>(kept[i])]);
+          if (frame.ok() && i == 0) {
+            height = frame->height;
+            width = frame->width;
+          }
+          return frame;
+        });
+    if (!values.ok()) return values.status().WithContext(what);
+    StatusOr<ImageGrid> grid =
+        processor.VideoGridFor(static_cast<int64_t>(kept.size()), height, width);
+    if (!grid.ok()) return grid.status().WithContext(what);
+    patches.push_back(*values);
+    prompt->video_pixels.grids.push_back(*grid);
+    prompt->video_pixels.seconds_per_grid.push_back(
+        static_cast<double>(processor.temporal_patch_size) / prompt->fps);
+    const std::vector<int64_t> video_pads = processor.VideoPadTokens(*grid);
+    pads->insert(pads->end(), video_pads.begin(), video_pads.end());
+    texts->push_back(processor.video_kind == Qwen2VlImageProcessor::VideoKind::kQwen3Vl
+                         ? Qwen3VideoText(processor.Timestamps(kept, prompt->fps))
+                         : "");
+  }
+  prompt->video_pixels.patches = at::cat(patches);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<Prompt> PromptsFromTexts(const std::vector<std::string>& texts,
@@ -127,7 +215,7 @@ std::vector<Prompt> PromptsFromTexts(const std::vector<std::string>& texts,
       prompt.messages = nlohmann::ordered_json::array();
       if (!system.empty()) prompt.messages.push_back({{"role", "system"}, {"content", system}});
       prompt.messages.push_back(
-          {{"role", "user"}, {"content", WithImagePlaceholders(images.size(), texts[i])}});
+          {{"role", "user"}, {"content", WithPlaceholders(images.size(), 0, texts[i])}});
     }
     prompts.push_back(std::move(prompt));
   }
@@ -166,6 +254,8 @@ StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& p
   std::vector<std::vector<int64_t>> encoded;
   for (Prompt& prompt : prompts) {
     std::vector<int64_t> ids;
+    std::vector<std::string> video_texts;
+    std::vector<int64_t> video_pads;
     if (raw) {
       if (source.tokenizer().bos_id() >= 0) ids.push_back(source.tokenizer().bos_id());
     } else {
@@ -174,6 +264,14 @@ StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& p
         return InvalidArgumentError(prompt.origin + ": " + std::to_string(marked) + " " +
                                     kImagePlaceholder + " placeholder(s) for " +
                                     std::to_string(prompt.images.size()) + " image(s)");
+      }
+      ENGINE_RETURN_IF_ERROR(
+          ReadVideos(source, &prompt, &video_texts, &video_pads).WithContext(prompt.origin));
+      const int64_t videos = MarkVideoPlaceholders(&prompt.messages, video_texts);
+      if (videos != static_cast<int64_t>(prompt.videos.size())) {
+        return InvalidArgumentError(prompt.origin + ": " + std::to_string(videos) + " " +
+                                    kVideoPlaceholder + " placeholder(s) for " +
+                                    std::to_string(prompt.videos.size()) + " video(s)");
       }
       chat::ChatRenderOptions render;
       render.add_generation_prompt = true;
@@ -184,6 +282,15 @@ StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& p
     ids.insert(ids.end(), body.begin(), body.end());
     if (ids.empty()) return InvalidArgumentError(prompt.origin + ": the prompt has no tokens");
     ENGINE_RETURN_IF_ERROR(AddImages(source, &prompt, &ids).WithContext(prompt.origin));
+    if (!prompt.videos.empty()) {
+      const std::vector<int64_t> pad = source.tokenizer().Encode(kVideoPadToken);
+      if (pad.size() != 1) {
+        return FailedPreconditionError(prompt.origin + ": the tokenizer has no " + kVideoPadToken +
+                                       " token, which videos need");
+      }
+      ENGINE_RETURN_IF_ERROR(ExpandImageTokens(pad[0], video_pads, &ids, nullptr, kVideoPadToken)
+                                 .WithContext(prompt.origin));
+    }
     encoded.push_back(std::move(ids));
   }
   return encoded;

@@ -11,18 +11,25 @@
 namespace engine {
 namespace {
 
-// The images of prompts [begin, end) as the model reads them; an empty batch when none has any.
+// The images and videos of prompts [begin, end) as the model reads them; an empty batch when none
+// has any.
 Batch BatchImages(const std::vector<Prompt>& prompts, size_t begin, size_t end,
-                  const GenerationSource& source, const at::Device& device) {
-  std::vector<ExampleImages> rows;
-  bool any = false;
+                  const at::Device& device) {
+  std::vector<ExampleImages> rows, video_rows;
+  bool any = false, any_video = false;
+  int64_t patch_values = 0;
   for (size_t i = begin; i < end; ++i) {
     rows.push_back(prompts[i].pixels);
+    video_rows.push_back(prompts[i].video_pixels);
     any = any || !prompts[i].pixels.grids.empty();
+    any_video = any_video || !prompts[i].video_pixels.grids.empty();
+    for (const ExampleImages* pixels : {&prompts[i].pixels, &prompts[i].video_pixels}) {
+      if (pixels->patches.defined()) patch_values = pixels->patches.size(-1);
+    }
   }
   Batch images;
-  if (!any) return images;
-  PackImages(rows, source.image_processor()->patch_values(), &images);
+  if (any) PackImages(rows, patch_values, &images);
+  if (any_video) PackImages(video_rows, patch_values, &images, kVideoFields);
   for (auto& [name, tensor] : images) tensor = tensor.to(device);
   return images;
 }
@@ -78,7 +85,7 @@ StatusOr<std::vector<Reply>> GenerateBatch(Model& model, TextGenerator& generato
       LeftPadded(encoded, begin, end, std::max<int64_t>(source.tokenizer().pad_id(), 0));
   ids = ids.to(device);
   mask = mask.to(device);
-  const Batch images = BatchImages(prompts, begin, end, source, device);
+  const Batch images = BatchImages(prompts, begin, end, device);
   at::Tensor generated;
   if (images.empty()) {
     ENGINE_ASSIGN_OR_RETURN(generated, generator.Generate(ids, mask, options));

@@ -70,7 +70,10 @@ std::filesystem::path StageVideoProcessorPath(const ResolvedStage& stage,
   const auto tokenizer = StageTokenizerOptions(stage);
   if (!tokenizer || tokenizer->kind() != proto::TokenizerOptions::HF_JSON) return {};
   const std::string named = NamedProcessor(stage, "videos");
-  if (!named.empty()) return ResolvePath(base_dir, named);
+  if (!named.empty()) {
+    const std::filesystem::path path = ResolvePath(base_dir, named);
+    return std::filesystem::is_directory(path) ? path / kVideoProcessorFile : path;
+  }
   return ImageProcessorPath(*tokenizer, "", base_dir).parent_path() / kVideoProcessorFile;
 }
 

@@ -279,6 +279,15 @@ TEST(Qwen2VlImageProcessorTest, VideoProcessorsAreReadWithTheirKindsDefaults) {
   EXPECT_EQ(fallback->min_pixels, 3136);
   EXPECT_EQ(fallback->video_kind, Qwen2VlImageProcessor::VideoKind::kQwen2Vl);
   EXPECT_FALSE(fallback->sample_frames);
+  // Qwen3-VL's hub preprocessor_config.json names its processor, by which transformers picks
+  // Qwen3VLVideoProcessor; that one reads its limits from size alone.
+  testing::TempDir qwen3_dir;
+  qwen3_dir.Write("preprocessor_config.json",
+                  R"({"processor_class": "Qwen3VLProcessor", "min_pixels": 3136})");
+  auto by_class = Qwen2VlImageProcessor::ReadForVideos(qwen3_dir.path());
+  ASSERT_TRUE(by_class.ok()) << by_class.status().message();
+  EXPECT_EQ(by_class->video_kind, Qwen2VlImageProcessor::VideoKind::kQwen3Vl);
+  EXPECT_EQ(by_class->min_pixels, 128 * 32 * 32);
   dir.Write("video_preprocessor_config.json",
             R"({"video_processor_type": "Qwen3VLVideoProcessor"})");
   auto qwen3 = Qwen2VlImageProcessor::ReadForVideos(dir.path());
@@ -296,6 +305,8 @@ TEST(Qwen2VlImageProcessorTest, VideoProcessorsAreReadWithTheirKindsDefaults) {
          "'video_processor_type' \"LlavaNextVideoProcessor\" is not supported"},
         {R"({"video_processor_type": "Qwen3VLVideoProcessor", "fps": 0})",
          "'fps' must be a positive number, not 0"},
+        {R"({"video_processor_type": "Qwen3VLVideoProcessor", "num_frames": 8})",
+         "'num_frames' and fps are exclusive"},
         {R"({"crop_size": 224})",
          "'crop_size' (224) is not supported by this engine's Qwen2-VL video"}}) {
     SCOPED_TRACE(json);

@@ -43,6 +43,24 @@ TEST(GenerationPromptsTest, AFileLineGivesItsConversationAndImagesBesideTheFile)
   EXPECT_EQ((*prompts)[1].messages[0]["content"], "Hi");
 }
 
+TEST(GenerationPromptsTest, VideosAreDirectoriesOrFrameListsBesideTheFileShownAfterTheImages) {
+  testing::TempDir tmp;
+  const auto file = tmp.Write(
+      "prompts/in.jsonl",
+      R"({"prompt": "Same?", "images": ["a.png"], "videos": ["clip/", ["f/1.png", "f/2.png"]], )"
+      R"("fps": 4})"
+      "\n");
+  const StatusOr<std::vector<Prompt>> prompts = ReadPromptFile(file, /*raw=*/false);
+  ASSERT_TRUE(prompts.ok()) << prompts.status().message();
+  const Prompt& prompt = (*prompts)[0];
+  EXPECT_EQ(prompt.messages[0]["content"], "<image><video><video>Same?");
+  ASSERT_EQ(prompt.videos.size(), 2u);
+  EXPECT_EQ(prompt.videos[0], std::vector<std::filesystem::path>{tmp.path() / "prompts/clip/"});
+  EXPECT_EQ(prompt.videos[1], (std::vector<std::filesystem::path>{tmp.path() / "prompts/f/1.png",
+                                                                  tmp.path() / "prompts/f/2.png"}));
+  EXPECT_EQ(prompt.fps, 4);
+}
+
 TEST(GenerationPromptsTest, BadLinesAreRefusedNamingTheFileAndLine) {
   testing::TempDir tmp;
   const auto not_json = tmp.Write("a.jsonl", "{\"prompt\": \"ok\"}\nnot json\n");
@@ -50,17 +68,22 @@ TEST(GenerationPromptsTest, BadLinesAreRefusedNamingTheFileAndLine) {
       ReadPromptFile(not_json, false).status().message(),
       HasSubstr(not_json.string() + ":2: expected a JSON object with \"messages\" or \"prompt\""));
   const auto image = tmp.Write("b.jsonl", "{\"prompt\": \"x\", \"image\": \"7.png\"}\n");
-  EXPECT_THAT(ReadPromptFile(image, /*raw=*/true).status().message(),
-              HasSubstr(image.string() + ":1: images need the chat template (no --raw)"));
+  EXPECT_THAT(
+      ReadPromptFile(image, /*raw=*/true).status().message(),
+      HasSubstr(image.string() + ":1: images and videos need the chat template (no --raw)"));
   const auto number = tmp.Write("c.jsonl", "{\"prompt\": 7}\n");
   EXPECT_THAT(ReadPromptFile(number, false).status().message(),
               HasSubstr(number.string() + ":1: \"prompt\" must be a string"));
-  // A video is refused, not dropped from the prompt.
-  const auto video = tmp.Write(
-      "d.jsonl", "{\"prompt\": \"x\"}\n{\"prompt\": \"<video>x\", \"videos\": [\"clip/\"]}\n");
+  const auto video =
+      tmp.Write("d.jsonl", "{\"prompt\": \"x\"}\n{\"prompt\": \"x\", \"videos\": [1]}\n");
   EXPECT_THAT(ReadPromptFile(video, false).status().message(),
-              HasSubstr(video.string() + ":2: \"videos\": engine generate reads images, not "
-                                         "videos, in prompts"));
+              HasSubstr(video.string() + ":2: \"videos\" must hold videos"));
+  const auto raw_video = tmp.Write("e.jsonl", "{\"prompt\": \"x\", \"video\": \"clip\"}\n");
+  EXPECT_THAT(ReadPromptFile(raw_video, /*raw=*/true).status().message(),
+              HasSubstr(raw_video.string() + ":1: images and videos need the chat template"));
+  const auto fps = tmp.Write("f.jsonl", "{\"prompt\": \"x\", \"video\": \"clip\", \"fps\": 0}\n");
+  EXPECT_THAT(ReadPromptFile(fps, false).status().message(),
+              HasSubstr(fps.string() + ":1: \"fps\" must be a number above 0"));
   EXPECT_THAT(ReadPromptFile(tmp.path() / "missing.jsonl", false).status().message(),
               HasSubstr("--input: cannot open '" + (tmp.path() / "missing.jsonl").string() + "'"));
 }
