@@ -130,17 +130,19 @@ class Qwen2VlFamilyModel : public Model,
   std::shared_ptr<Qwen2VlModule> module_;
 };
 
-// The data's images must be cut as this model reads them.
+// The data's images and videos must be cut as this model reads them.
 Status CheckDataImages(const DataSpec* data, const Qwen2VlConfig& config,
                        const std::string& where) {
-  const FieldSpec* pixels = data != nullptr ? data->Find(kPixelValuesField) : nullptr;
-  if (pixels == nullptr) return Status::Ok();
-  const int64_t wanted = config.vision.patch_values();
-  if (pixels->shape.size() != 2 || pixels->shape[1] != wanted) {
-    return InvalidArgumentError(
-        where + ": the model reads patches of " + std::to_string(wanted) +
-        " values (3 x temporal_patch_size x patch_size^2) but the data's '" + kPixelValuesField +
-        "' are " + data->ToString());
+  for (const char* field : {kPixelValuesField, kVideoPixelValuesField}) {
+    const FieldSpec* pixels = data != nullptr ? data->Find(field) : nullptr;
+    if (pixels == nullptr) continue;
+    const int64_t wanted = config.vision.patch_values();
+    if (pixels->shape.size() != 2 || pixels->shape[1] != wanted) {
+      return InvalidArgumentError(
+          where + ": the model reads patches of " + std::to_string(wanted) +
+          " values (3 x temporal_patch_size x patch_size^2) but the data's '" + field + "' are " +
+          data->ToString() + " (another model's image or video processor?)");
+    }
   }
   return Status::Ok();
 }

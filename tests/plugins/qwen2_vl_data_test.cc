@@ -495,6 +495,26 @@ TEST_P(Qwen2VlVideoDataTest, GeneratingWithVideosContinuesAsTheFullForwardPredic
                                            "video_grid_thw", "second_per_grid_ts"});
 }
 
+// Videos cut by the other family's processor (patches of 16 pixels for 14, or the reverse) are
+// refused when the model is built for the data, naming the field.
+TEST_P(Qwen2VlVideoDataTest, AnotherFamilysVideoProcessorIsRefusedNamingTheField) {
+  const char* other = GetParam() == "qwen3_vl" ? "qwen2_vl" : "qwen3_vl";
+  fs::copy_file(fs::path(testing::kSourceDir) / "tests/fixtures/hf" / other /
+                    "video_preprocessor_config.json",
+                dir_.path() / "video_preprocessor_config.json",
+                fs::copy_options::overwrite_existing);
+  auto data = OpenChat(dir_, FixtureVideoLines(), "videos { fps: 4 }");
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  const auto& loader =
+      testing::BuiltinPlugin<ModelLoaderPlugin>(PluginKind::kModelLoader, GetParam());
+  auto options = testing::Options(loader, "pretrained: \"" + fixture_.string() + "\"");
+  ModelContext context;
+  context.data = &(*data)->spec();
+  auto model = loader.Create(*options, context);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("but the data's 'pixel_values_videos' are"));
+}
+
 TEST_P(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
   dir_.Write("videos/film.mp4", "not decoded");
   fs::create_directories(dir_.path() / "videos/mixed");
