@@ -399,8 +399,9 @@ TEST_F(Qwen2VlDataTest, ImagesOutsideTheDataDirectoryAreRefusedUnlessThePipeline
 
 // Videos: the video fixture's two conversations (video_reference.safetensors, produce_videos in
 // qwen2_vl_fixture.py) in LLaMA-Factory's layout, one video a directory of frames, the other a
-// list of frame files after an image. Qwen2-VL's frames were taken one a second, and its processor
-// reads all 7; Qwen3-VL's four a second, and its processor samples 4 of the cat's 6 and writes each
+// list of frame files after an image. Qwen2-VL's and Qwen2.5-VL's frames were taken one a second
+// (Qwen2.5-VL's temporal positions step by 2 x 2 = 4), and their processor reads all 7; Qwen3-VL's
+// four a second, and its processor samples 4 of the cat's 6 and writes each
 // temporal patch's time into the text. The ids, the pixels of transformers' video processor (1e-5:
 // its f32 normalisation) and the model's logits on the loader's batch (1e-4, fp32) are
 // transformers'.
@@ -567,7 +568,8 @@ TEST_P(Qwen2VlVideoDataTest, BadVideoLinesAreErrorsNamingTheFileLineAndVideo) {
   EXPECT_TRUE(OpenChat(dir_, Line("Cat?", "Yes", nullptr)).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Qwen2VlVideoDataTest, ::testing::Values("qwen2_vl", "qwen3_vl"));
+INSTANTIATE_TEST_SUITE_P(Families, Qwen2VlVideoDataTest,
+                         ::testing::Values("qwen2_vl", "qwen2_5_vl", "qwen3_vl"));
 
 }  // namespace
 }  // namespace engine
