@@ -150,6 +150,15 @@ stage {
                                        "<|vision_end|><|vision_end|>What digit?"
                                      : "<|vision_start|><|video_pad|><|vision_end|>What digit?"));
 
+  // A video file is refused naming the line, not decoded.
+  const auto film = tmp.Write("film.jsonl", R"({"prompt": "What?", "video": "film.mp4"})"
+                                            "\n");
+  const auto refused = testing::RunEngine(
+      {"generate", pipeline.string(), "--input=" + film.string(), "--max_new_tokens=8"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr(film.string() + ":1: video '"));
+  EXPECT_THAT(refused.err, HasSubstr("is neither a directory of frames nor an image file"));
+
   const auto eval = testing::RunEngine({"eval", pipeline.string(), "--format=json"});
   ASSERT_EQ(eval.exit_code, 0) << eval.out << eval.err;
   const auto report = nlohmann::json::parse(eval.out);

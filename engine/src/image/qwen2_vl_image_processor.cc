@@ -34,7 +34,8 @@ StatusOr<Qwen2VlImageProcessor::VideoKind> VideoKindOf(const nlohmann::json& jso
   if (!json.contains("video_processor_type")) {
     // A preprocessor_config.json read for videos: transformers picks the video processor by the
     // model, which Qwen3-VL's hub files name as their processor_class.
-    return json.value("processor_class", "") == "Qwen3VLProcessor"
+    const auto named = json.find("processor_class");
+    return named != json.end() && *named == "Qwen3VLProcessor"
                ? Qwen2VlImageProcessor::VideoKind::kQwen3Vl
                : Qwen2VlImageProcessor::VideoKind::kQwen2Vl;
   }

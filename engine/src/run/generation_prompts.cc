@@ -150,9 +150,8 @@ Status AddImages(const GenerationSource& source, Prompt* prompt, std::vector<int
 Status ReadVideos(const GenerationSource& source, Prompt* prompt, std::vector<std::string>* texts,
                   std::vector<int64_t>* pads) {
   if (prompt->videos.empty()) return Status::Ok();
-  const fs::path where = !source.video_processor_file().empty()
-                             ? source.video_processor_file()
-                             : source.image_processor_file().parent_path();
+  const fs::path where = !source.video_processor_file().empty() ? source.video_processor_file()
+                                                                : source.image_processor_file();
   if (where.empty()) {
     return FailedPreconditionError(source.description() + " has no video processor (" +
                                    kVideoProcessorFile + " or " + kImageProcessorFile +
@@ -164,6 +163,11 @@ Status ReadVideos(const GenerationSource& source, Prompt* prompt, std::vector<st
   for (const std::vector<fs::path>& video : prompt->videos) {
     const std::string what = "video '" + video.front().string() + "'";
     std::vector<fs::path> listed = video;
+    if (video.size() == 1 && !fs::is_directory(video.front()) && !IsImageFileName(video.front())) {
+      return InvalidArgumentError(what +
+                                  " is neither a directory of frames nor an image file; this "
+                                  "engine decodes no video files: extract its frames");
+    }
     if (video.size() == 1 && fs::is_directory(video.front())) {
       StatusOr<std::vector<fs::path>> files = FrameFilesOf(video.front(), 100000);
       if (!files.ok()) return files.status().WithContext(what);

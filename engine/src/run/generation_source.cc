@@ -91,6 +91,7 @@ class DirectorySource : public GenerationSource {
     ENGINE_RETURN_IF_ERROR(source->ReadImageProcessor(source->dir_ / kImageProcessorFile));
     if (fs::is_regular_file(source->dir_ / kVideoProcessorFile)) {
       source->video_processor_file_ = source->dir_ / kVideoProcessorFile;
+      source->video_export_file_ = source->video_processor_file_;
     }
     if (!options.need_text) return std::unique_ptr<GenerationSource>(std::move(source));
     ENGINE_ASSIGN_OR_RETURN(source->tokenizer_, DirectoryTokenizer(source->dir_));
@@ -241,6 +242,9 @@ class PipelineSource : public GenerationSource {
         video_processor_file_ = file;
       }
     }
+    // Only a file the image processor does not stand for is exported beside it.
+    video_export_file_ = VideoProcessorToCarry(
+        video_processor_file_, StageImageProcessorPath(*stage(), session_.pipeline->base_dir));
     ENGINE_RETURN_IF_ERROR(ReadImageProcessor(checkpoint_ / kImageProcessorFile));
     if (image_processor() != nullptr) return Status::Ok();
     return ReadImageProcessor(StageImageProcessorPath(*stage(), session_.pipeline->base_dir));

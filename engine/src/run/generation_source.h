@@ -73,9 +73,10 @@ class GenerationSource {
   }
   // The file it was read from (empty when none).
   const std::filesystem::path& image_processor_file() const { return image_processor_file_; }
-  // The video processor's video_preprocessor_config.json beside it (empty when none), which an
-  // export carries as it is.
+  // The file the video processor is read from (empty: the image processor's file serves), and the
+  // one an export carries as video_preprocessor_config.json (empty: none).
   const std::filesystem::path& video_processor_file() const { return video_processor_file_; }
+  const std::filesystem::path& video_export_file() const { return video_export_file_; }
   // "model directory 'DIR'" or "stage 'sft' of 'p.pbtxt' (checkpoint DIR)".
   const std::string& description() const { return description_; }
   // The directory the weights are read from: the model directory, or the stage's checkpoint.
@@ -105,6 +106,7 @@ class GenerationSource {
   std::optional<Qwen2VlImageProcessor> image_processor_;
   std::filesystem::path image_processor_file_;
   std::filesystem::path video_processor_file_;
+  std::filesystem::path video_export_file_;
   std::string chat_absence_;
   std::vector<int64_t> stop_ids_;
   std::string description_;

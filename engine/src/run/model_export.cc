@@ -123,7 +123,7 @@ StatusOr<ExportedFiles> CollectFiles(Model& model, const GenerationSource& sourc
   for (const fs::path& file : TokenizerFiles(source)) files.copied.push_back(file);
   for (const auto& [name, file] :
        {std::pair<const char*, fs::path>{kImageProcessorFile, source.image_processor_file()},
-        {kVideoProcessorFile, source.video_processor_file()}}) {
+        {kVideoProcessorFile, source.video_export_file()}}) {
     if (file.empty()) continue;
     ENGINE_ASSIGN_OR_RETURN(files.text_files[name], ReadUntrustedFile(file, FileKind::kConfig));
   }

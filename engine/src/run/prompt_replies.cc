@@ -16,20 +16,18 @@ namespace {
 Batch BatchImages(const std::vector<Prompt>& prompts, size_t begin, size_t end,
                   const at::Device& device) {
   std::vector<ExampleImages> rows, video_rows;
-  bool any = false, any_video = false;
-  int64_t patch_values = 0;
+  int64_t image_values = 0, video_values = 0;  // each kind's patch width (0: none)
   for (size_t i = begin; i < end; ++i) {
     rows.push_back(prompts[i].pixels);
     video_rows.push_back(prompts[i].video_pixels);
-    any = any || !prompts[i].pixels.grids.empty();
-    any_video = any_video || !prompts[i].video_pixels.grids.empty();
-    for (const ExampleImages* pixels : {&prompts[i].pixels, &prompts[i].video_pixels}) {
-      if (pixels->patches.defined()) patch_values = pixels->patches.size(-1);
+    if (prompts[i].pixels.patches.defined()) image_values = prompts[i].pixels.patches.size(-1);
+    if (prompts[i].video_pixels.patches.defined()) {
+      video_values = prompts[i].video_pixels.patches.size(-1);
     }
   }
   Batch images;
-  if (any) PackImages(rows, patch_values, &images);
-  if (any_video) PackImages(video_rows, patch_values, &images, kVideoFields);
+  if (image_values > 0) PackImages(rows, image_values, &images);
+  if (video_values > 0) PackImages(video_rows, video_values, &images, kVideoFields);
   for (auto& [name, tensor] : images) tensor = tensor.to(device);
   return images;
 }

@@ -70,11 +70,22 @@ std::filesystem::path StageVideoProcessorPath(const ResolvedStage& stage,
   const auto tokenizer = StageTokenizerOptions(stage);
   if (!tokenizer || tokenizer->kind() != proto::TokenizerOptions::HF_JSON) return {};
   const std::string named = NamedProcessor(stage, "videos");
+  std::filesystem::path path = ImageProcessorPath(*tokenizer, "", base_dir).parent_path();
   if (!named.empty()) {
-    const std::filesystem::path path = ResolvePath(base_dir, named);
-    return std::filesystem::is_directory(path) ? path / kVideoProcessorFile : path;
+    path = ResolvePath(base_dir, named);
+    if (!std::filesystem::is_directory(path)) return path;
   }
-  return ImageProcessorPath(*tokenizer, "", base_dir).parent_path() / kVideoProcessorFile;
+  // A directory: as Qwen2VlImageProcessor::ReadForVideos reads it.
+  return std::filesystem::exists(path / kVideoProcessorFile) ? path / kVideoProcessorFile
+                                                             : path / kImageProcessorFile;
+}
+
+std::filesystem::path VideoProcessorToCarry(const std::filesystem::path& video,
+                                            const std::filesystem::path& image) {
+  if (video.empty() || !std::filesystem::is_regular_file(video)) return {};
+  if (video.filename() == kVideoProcessorFile) return video;
+  std::error_code error;
+  return std::filesystem::equivalent(video, image, error) ? std::filesystem::path() : video;
 }
 
 StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
@@ -92,10 +103,11 @@ StatusOr<std::map<std::string, std::string>> StageTokenizerFiles(
     ENGINE_ASSIGN_OR_RETURN(files["tokenizer_config.json"],
                             ReadUntrustedFile(config, FileKind::kConfig));
   }
+  const std::filesystem::path image = StageImageProcessorPath(stage, base_dir);
   for (const auto& [name, processor] :
-       {std::pair<const char*, std::filesystem::path>{kImageProcessorFile,
-                                                      StageImageProcessorPath(stage, base_dir)},
-        {kVideoProcessorFile, StageVideoProcessorPath(stage, base_dir)}}) {
+       {std::pair<const char*, std::filesystem::path>{kImageProcessorFile, image},
+        {kVideoProcessorFile,
+         VideoProcessorToCarry(StageVideoProcessorPath(stage, base_dir), image)}}) {
     if (!std::filesystem::is_regular_file(processor)) continue;
     ENGINE_ASSIGN_OR_RETURN(files[name], ReadUntrustedFile(processor, FileKind::kConfig));
   }

@@ -29,11 +29,17 @@ std::filesystem::path ImageProcessorPath(const proto::TokenizerOptions& tokenize
 // The same for a stage's data; empty when its tokenizer is not HF_JSON.
 std::filesystem::path StageImageProcessorPath(const ResolvedStage& stage,
                                               const std::filesystem::path& base_dir);
-// The video processor's video_preprocessor_config.json for a stage's data: its
-// `videos { processor }`, or the one beside its image processor's path. The file may not exist;
+// The file a stage's data reads its video processor from, as the chat loader does: its
+// `videos { processor }` file, or in that directory (default: the tokenizer config's) its
+// video_preprocessor_config.json, else its preprocessor_config.json. The file may not exist;
 // empty when the stage's tokenizer is not HF_JSON.
 std::filesystem::path StageVideoProcessorPath(const ResolvedStage& stage,
                                               const std::filesystem::path& base_dir);
+// What a checkpoint or an export carries as video_preprocessor_config.json besides the image
+// processor `image`: `video` when it exists and is a video processor's file or another file than
+// `image`; empty otherwise (the carried preprocessor_config.json then serves both, as it did).
+std::filesystem::path VideoProcessorToCarry(const std::filesystem::path& video,
+                                            const std::filesystem::path& image);
 
 // For an HF_JSON tokenizer: "tokenizer.json" and, when there are, "tokenizer_config.json", the
 // image processor's preprocessor_config.json (the data's `images.processor`, or the one beside the
