@@ -3,9 +3,10 @@
 // of frame files in another directory the pipeline allows), on the tiny Qwen2-VL and Qwen3-VL
 // checkpoints of tests/fixtures/hf with their own video processors, conversations packed. The
 // plan counts the videos and their fields; the stage trains; its checkpoint and hf export carry the
-// video processor; `engine generate` asks it about a clip given as frame files or as a directory;
-// and `engine eval` of its final checkpoint scores the answers far better than the plan's
-// baseline (a unigram model of them).
+// video processor, and transformers loading the export computes the engine's positions and logits
+// on its eval batch of videos; `engine generate` asks it about a clip given as frame files or as a
+// directory; and `engine eval` of its final checkpoint scores the answers far better than the
+// plan's baseline (a unigram model of them).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -149,6 +150,27 @@ stage {
       HasSubstr(family == "qwen3_vl" ? "<|vision_start|><0.2 seconds><|vision_start|><|video_pad|>"
                                        "<|vision_end|><|vision_end|>What digit?"
                                      : "<|vision_start|><|video_pad|><|vision_end|>What digit?"));
+
+  // transformers, loading the hf export, computes the engine's multimodal positions and logits
+  // on the stage's eval batch of videos (`engine eval --logits`; f32, 1e-4).
+  const fs::path logits = tmp.path() / "logits.safetensors";
+  const auto written = testing::RunEngine(
+      {"eval", pipeline.string(), "--logits=" + logits.string(), "--examples=4"});
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  const fs::path cases =
+      tmp.Write("cases.json", nlohmann::json{{"cases",
+                                              {{{"name", family},
+                                                {"kind", "image_text_logits"},
+                                                {"hf", (tmp.path() / "hf").string()},
+                                                {"logits", logits.string()}}}}}
+                                  .dump());
+  const auto checked = testing::RunCommand(
+      {testing::kPython, testing::kExportInteropScript, "check", cases.string()});
+  ASSERT_EQ(checked.exit_code, 0) << checked.err;
+  const auto result = nlohmann::json::parse(checked.out)[0];
+  ASSERT_FALSE(result.contains("error")) << result;
+  EXPECT_TRUE(result["positions_equal"].get<bool>()) << result;
+  EXPECT_LE(result["hf_vs_engine"].get<double>(), 1e-4) << result;
 
   // A video file is refused naming the line, not decoded.
   const auto film = tmp.Write("film.jsonl", R"({"prompt": "What?", "video": "film.mp4"})"

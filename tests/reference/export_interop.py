@@ -51,6 +51,9 @@ tests/e2e/export_interop_test.cc. Two commands, each one Python start:
                                       bitsandbytes dequantizes it and the hf export's
           bnb4_source_vs_engine       the largest |logit| difference between transformers' 4-bit
                                       model and the engine's, on the file's inputs
+        A case with "kind": "image_text_logits", "hf" and "logits" (an image-text stage's, its
+        eval batch with images or videos) gives hf_missing, hf_unexpected, hf_vs_engine and
+        positions_equal only.
         A case with "image" and "prompt_text" (a Qwen2-VL or Qwen2.5-VL stage's) is checked through
         AutoModelForImageTextToText and the processor, the logits on the prompt with its image
         (with "bnb4", a QLoRA stage's, as below).
@@ -231,14 +234,23 @@ def check_peft(hf, base, peft_dir, inputs, result):
 
 def model_inputs(model, saved):
     """The inputs of an `engine eval --logits` file as `model` takes them: text models get the
-    engine's positions; image-text models get the images and work out their own multimodal
-    positions from the image tokens (mm_token_type_ids) and grids."""
+    engine's positions; image-text models get the images and videos (Qwen2.5-VL's with their
+    second_per_grid_ts) and work out their own multimodal positions from the image and video tokens
+    (mm_token_type_ids: 1 and 2) and grids."""
     inputs = {"input_ids": saved["input_ids"], "attention_mask": saved["attention_mask"]}
-    if "image_grid_thw" in saved:
-        inputs.update(pixel_values=saved["pixel_values"], image_grid_thw=saved["image_grid_thw"],
-                      mm_token_type_ids=(saved["input_ids"] == model.config.image_token_id).int())
-    else:
+    if "image_grid_thw" not in saved and "video_grid_thw" not in saved:
         inputs["position_ids"] = saved["position_ids"]
+        return inputs
+    kinds = (saved["input_ids"] == model.config.image_token_id).int()
+    if "image_grid_thw" in saved:
+        inputs.update(pixel_values=saved["pixel_values"], image_grid_thw=saved["image_grid_thw"])
+    if "video_grid_thw" in saved:
+        kinds += 2 * (saved["input_ids"] == model.config.video_token_id).int()
+        inputs.update(pixel_values_videos=saved["pixel_values_videos"],
+                      video_grid_thw=saved["video_grid_thw"])
+        if model.config.model_type == "qwen2_5_vl":
+            inputs["second_per_grid_ts"] = saved["second_per_grid_ts"]
+    inputs["mm_token_type_ids"] = kinds
     return inputs
 
 
@@ -252,10 +264,11 @@ def check_engine_logits(hf, path, result):
     saved = load_file(path)
     mask = saved["attention_mask"]
     inputs = model_inputs(hf, saved)
-    if "image_grid_thw" in saved:
+    if "mm_token_type_ids" in inputs:
+        grids = {k: inputs[k] for k in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
+                 if k in inputs}
         positions, _ = hf.model.get_rope_index(
-            inputs["input_ids"], inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"],
-            attention_mask=mask)
+            inputs["input_ids"], inputs["mm_token_type_ids"], attention_mask=mask, **grids)
         real = mask.bool().unsqueeze(0).expand_as(positions)
         result["positions_equal"] = bool(
             positions.masked_select(real).equal(saved["position_ids"].masked_select(real)))
@@ -360,7 +373,20 @@ def check_image_text(case):
     return result
 
 
+def check_image_text_logits(case):
+    """An image-text stage's hf export, loaded by AutoModelForImageTextToText, on the inputs of its
+    `engine eval --logits` file (images and videos)."""
+    from transformers import AutoModelForImageTextToText
+
+    result = {}
+    hf = load_hf(AutoModelForImageTextToText, case["hf"], result)
+    check_engine_logits(hf, case["logits"], result)
+    return result
+
+
 def check(case):
+    if case.get("kind") == "image_text_logits":
+        return check_image_text_logits(case)
     if "peft_source" in case:
         return check_peft_source(case)
     if "bnb4_source" in case:
