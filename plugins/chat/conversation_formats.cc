@@ -3,6 +3,7 @@
 #include <map>
 
 #include "data_line.h"
+#include "engine/image_tokens.h"
 
 namespace engine::plugins {
 namespace {
@@ -110,35 +111,6 @@ Status ReadImagePaths(const ordered_json& json, const std::string& where,
   return Status::Ok();
 }
 
-// "videos": [...] or "video": each a directory of frames ("clip/") or a list of frame files.
-Status ReadVideoPaths(const ordered_json& json, const std::string& where,
-                      std::vector<std::vector<std::string>>* videos) {
-  for (const char* key : {"videos", "video"}) {
-    auto it = json.find(key);
-    if (it == json.end() || it->is_null()) continue;
-    if (!videos->empty()) return LineError(where, "names videos under both 'videos' and 'video'");
-    // "video": "clip/" or ["f1.png", "f2.png"] is one video; "videos" is a list of them.
-    const bool one = std::string(key) == "video";
-    const ordered_json list = one || !it->is_array() ? ordered_json::array({*it}) : *it;
-    for (const ordered_json& video : list) {
-      std::vector<std::string> frames;
-      for (const ordered_json& frame : video.is_array() ? video : ordered_json::array({video})) {
-        if (!frame.is_string() || frame.get<std::string>().empty()) {
-          return LineError(where, std::string("'") + key +
-                                      "' must hold videos: a directory of frames or a list of "
-                                      "frame files (strings), not " +
-                                      video.dump());
-        }
-        frames.push_back(frame.get<std::string>());
-      }
-      if (frames.empty())
-        return LineError(where, std::string("'") + key + "' holds a video without frames");
-      videos->push_back(std::move(frames));
-    }
-  }
-  return Status::Ok();
-}
-
 // A {"type": "video"} content part is refused: videos are named by "videos" and shown at <video>.
 Status RefuseVideoParts(const ordered_json& messages, const std::string& where) {
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -191,7 +163,9 @@ StatusOr<ParsedConversation> ParseConversationLine(std::string_view line,
   }
   ENGINE_RETURN_IF_ERROR(RefuseVideoParts(parsed.messages, where));
   ENGINE_RETURN_IF_ERROR(ReadImagePaths(json, where, &parsed.images));
-  ENGINE_RETURN_IF_ERROR(ReadVideoPaths(json, where, &parsed.videos));
+  StatusOr<std::vector<std::vector<std::string>>> videos = LineVideos(json);
+  if (!videos.ok()) return LineError(where, videos.status().message());
+  parsed.videos = std::move(*videos);
   return parsed;
 }
 

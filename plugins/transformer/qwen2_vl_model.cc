@@ -247,9 +247,8 @@ std::vector<ImageGrid> AllGrids(const ImagesOfBatch& visuals) {
 
 StatusOr<Qwen2VlModule::PlacedVisuals> Qwen2VlModule::Place(
     const at::Tensor& host_ids, const at::Tensor& ids, const ImagesOfBatch& visuals,
-    int64_t token_id, const char* noun, bool checkpointing, at::Tensor* embeds) {
+    int64_t token_id, const VisualFields& fields, bool checkpointing, at::Tensor* embeds) {
   PlacedVisuals placed;
-  placed.tokens = ids.eq(token_id);
   const std::vector<ImageGrid> grids = AllGrids(visuals);
   const int64_t merge = config_.vision.spatial_merge_size;
   int64_t expected_tokens = 0, patches = 0;
@@ -259,7 +258,7 @@ StatusOr<Qwen2VlModule::PlacedVisuals> Qwen2VlModule::Place(
   }
   const int64_t* host_id = host_ids.data_ptr<int64_t>();
   const int64_t found_tokens = std::count(host_id, host_id + host_ids.numel(), token_id);
-  const std::string name = noun;
+  const std::string name = fields.noun;
   if (found_tokens != expected_tokens) {
     return InvalidArgumentError("the batch has " + std::to_string(found_tokens) + " " + name +
                                 " tokens but its " + std::to_string(grids.size()) + " " + name +
@@ -270,13 +269,13 @@ StatusOr<Qwen2VlModule::PlacedVisuals> Qwen2VlModule::Place(
   if (!pixel_values.defined() || pixel_values.dim() != 2 || pixel_values.size(0) != patches ||
       pixel_values.size(1) != config_.vision.patch_values()) {
     return InvalidArgumentError(
-        std::string(name == "image" ? "pixel_values" : "pixel_values_videos") + " must be [" +
-        std::to_string(patches) + ", " + std::to_string(config_.vision.patch_values()) +
-        "] for the batch's " + name + "s, not " +
+        std::string(fields.pixels) + " must be [" + std::to_string(patches) + ", " +
+        std::to_string(config_.vision.patch_values()) + "] for the batch's " + name + "s, not " +
         (pixel_values.defined() ? c10::str(pixel_values.sizes()) : std::string("absent")));
   }
   const VisionTokens features = visual->Features(pixel_values, grids, checkpointing);
   placed.deepstack = features.deepstack;
+  placed.tokens = ids.eq(token_id);
   *embeds = embeds->masked_scatter(placed.tokens.unsqueeze(-1).expand_as(*embeds),
                                    features.merged.to(embeds->scalar_type()));
   return placed;
@@ -321,10 +320,10 @@ StatusOr<at::Tensor> Qwen2VlModule::Hidden(const at::Tensor& input_ids,
   at::Tensor embeds = lm.model->Embed(ids);
   ENGINE_ASSIGN_OR_RETURN(
       PlacedVisuals placed_images,
-      Place(host_ids, ids, images, config_.image_token_id, "image", checkpointing, &embeds));
+      Place(host_ids, ids, images, config_.image_token_id, kImageFields, checkpointing, &embeds));
   ENGINE_ASSIGN_OR_RETURN(
       PlacedVisuals placed_videos,
-      Place(host_ids, ids, videos, config_.video_token_id, "video", checkpointing, &embeds));
+      Place(host_ids, ids, videos, config_.video_token_id, kVideoFields, checkpointing, &embeds));
   ENGINE_ASSIGN_OR_RETURN(
       MultimodalPositions positions,
       ComputeMultimodalPositions(host_ids,

@@ -93,17 +93,17 @@ class Qwen2VlModule : public torch::nn::Module {
  private:
   // Where the decoder and the tower are registered: this module, or (Qwen3-VL) its "model".
   torch::nn::Module& PartsOwner(const Qwen2VlConfig& config);
-  // One kind of visual input encoded by the tower and written into `embeds` at its tokens
-  // (`token_id`), after checking their counts against its grids.
+  // One kind of visual input (`fields` names it) encoded by the tower and written into `embeds` at
+  // its tokens (`token_id`), after checking their counts against its grids.
   struct PlacedVisuals {
-    at::Tensor tokens;                  // bool [batch, positions]: where they went
+    at::Tensor tokens;  // bool [batch, positions]: where they went; undefined when none did
     std::vector<at::Tensor> deepstack;  // Qwen3-VL
   };
   static StatusOr<std::vector<at::Tensor>> DeepStackInPositionOrder(const PlacedVisuals& images,
                                                                     const PlacedVisuals& videos);
   StatusOr<PlacedVisuals> Place(const at::Tensor& host_ids, const at::Tensor& ids,
-                                const ImagesOfBatch& visuals, int64_t token_id, const char* noun,
-                                bool checkpointing, at::Tensor* embeds);
+                                const ImagesOfBatch& visuals, int64_t token_id,
+                                const VisualFields& fields, bool checkpointing, at::Tensor* embeds);
   Qwen2VlConfig config_;
 };
 

@@ -37,6 +37,12 @@ int64_t MarkImagePlaceholders(nlohmann::ordered_json* messages);
 // past their end, the usual vision tokens).
 int64_t MarkVideoPlaceholders(nlohmann::ordered_json* messages,
                               const std::vector<std::string>& texts = {});
+// The videos a line of chat data or of `engine generate`'s prompt file names, in LLaMA-Factory's
+// layout: "videos" (a list of videos) or "video" (one), each a directory of frames ("clip/") or a
+// list of frame files, as the line spells them. An error naming the key (the caller says which
+// line) for both keys, a frame that is not a non-empty string, or a video without frames.
+StatusOr<std::vector<std::vector<std::string>>> LineVideos(const nlohmann::ordered_json& line);
+
 // Qwen3-VL's text for a video whose temporal patches are at `timestamps` seconds, as transformers
 // 5.17's Qwen3VLProcessor writes it in place of the video's <|video_pad|> (so inside the video's
 // own <|vision_start|> ... <|vision_end|>): "<0.2 seconds><|vision_start|><|video_pad|>

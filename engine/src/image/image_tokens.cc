@@ -79,4 +79,37 @@ Status ExpandImageTokens(int64_t pad_id, const std::vector<int64_t>& counts,
   return Status::Ok();
 }
 
+StatusOr<std::vector<std::vector<std::string>>> LineVideos(const nlohmann::ordered_json& line) {
+  std::vector<std::vector<std::string>> videos;
+  for (const char* key : {"videos", "video"}) {
+    auto it = line.find(key);
+    if (it == line.end() || it->is_null()) continue;
+    if (!videos.empty()) {
+      return InvalidArgumentError("names videos under both 'videos' and 'video'");
+    }
+    // "video": "clip/" or ["f1.png", "f2.png"] is one video; "videos" is a list of them.
+    const bool one = std::string(key) == "video";
+    const nlohmann::ordered_json list =
+        one || !it->is_array() ? nlohmann::ordered_json::array({*it}) : *it;
+    for (const nlohmann::ordered_json& video : list) {
+      std::vector<std::string> frames;
+      for (const nlohmann::ordered_json& frame :
+           video.is_array() ? video : nlohmann::ordered_json::array({video})) {
+        if (!frame.is_string() || frame.get<std::string>().empty()) {
+          return InvalidArgumentError(std::string("'") + key +
+                                      "' must hold videos: a directory of frames or a list of "
+                                      "frame files (strings), not " +
+                                      video.dump());
+        }
+        frames.push_back(frame.get<std::string>());
+      }
+      if (frames.empty()) {
+        return InvalidArgumentError(std::string("'") + key + "' holds a video without frames");
+      }
+      videos.push_back(std::move(frames));
+    }
+  }
+  return videos;
+}
+
 }  // namespace engine

@@ -32,31 +32,16 @@ StatusOr<std::vector<fs::path>> LineImages(const nlohmann::ordered_json& json, c
   return images;
 }
 
-// The videos of a line ("videos": [...] or "video": each a directory of frames or a list of
-// frame files), relative to its file, and the rate their frames were taken at ("fps").
-Status LineVideos(const nlohmann::ordered_json& json, const fs::path& dir,
-                  const std::string& origin, Prompt* prompt) {
-  for (const char* key : {"videos", "video"}) {
-    auto it = json.find(key);
-    if (it == json.end() || it->is_null()) continue;
-    const bool one = std::string(key) == "video";
-    const nlohmann::ordered_json list =
-        one || !it->is_array() ? nlohmann::ordered_json::array({*it}) : *it;
-    for (const auto& video : list) {
-      std::vector<fs::path> frames;
-      for (const auto& frame : video.is_array() ? video : nlohmann::ordered_json::array({video})) {
-        if (!frame.is_string() || frame.get<std::string>().empty()) {
-          return InvalidArgumentError(origin + ": \"" + key +
-                                      "\" must hold videos: a directory of frames or a list of "
-                                      "frame files");
-        }
-        frames.push_back(dir / frame.get<std::string>());
-      }
-      if (frames.empty()) {
-        return InvalidArgumentError(origin + ": \"" + key + "\" holds a video without frames");
-      }
-      prompt->videos.push_back(std::move(frames));
-    }
+// The videos of a line (LineVideos, engine/image_tokens.h), relative to its file, and the rate
+// their frames were taken at ("fps").
+Status PromptVideos(const nlohmann::ordered_json& json, const fs::path& dir,
+                    const std::string& origin, Prompt* prompt) {
+  StatusOr<std::vector<std::vector<std::string>>> videos = LineVideos(json);
+  if (!videos.ok()) return videos.status().WithContext(origin);
+  for (const std::vector<std::string>& video : *videos) {
+    std::vector<fs::path> frames;
+    for (const std::string& frame : video) frames.push_back(dir / frame);
+    prompt->videos.push_back(std::move(frames));
   }
   if (auto fps = json.find("fps"); fps != json.end() && !fps->is_null()) {
     if (!fps->is_number() || !(fps->get<double>() > 0) || fps->get<double>() > 1000) {
@@ -86,7 +71,7 @@ StatusOr<Prompt> PromptFromLine(const std::string& line, const std::string& orig
   Prompt prompt;
   prompt.origin = origin;
   ENGINE_ASSIGN_OR_RETURN(prompt.images, LineImages(json, dir, origin));
-  ENGINE_RETURN_IF_ERROR(LineVideos(json, dir, origin, &prompt));
+  ENGINE_RETURN_IF_ERROR(PromptVideos(json, dir, origin, &prompt));
   if (raw && (!prompt.images.empty() || !prompt.videos.empty())) {
     return InvalidArgumentError(origin + ": images and videos need the chat template (no --raw)");
   }
@@ -143,13 +128,12 @@ Status AddImages(const GenerationSource& source, Prompt* prompt, std::vector<int
   return ExpandImageTokens(pad[0], counts, ids, nullptr);
 }
 
-// What the prompt's videos put in the text and the batch: each read through the source's video
-// processor (its frames sampled as it samples them), its patches into prompt->video_pixels, the
+// What the prompt's videos put in the text and the batch: each read through the video processor
+// (its frames sampled as it samples them), its patches into prompt->video_pixels, the
 // text each <video> becomes (Qwen3-VL's timestamps; empty: the usual tokens) into `texts`, and
 // each <|video_pad|>'s token count into `pads`.
-Status ReadVideos(const GenerationSource& source, Prompt* prompt, std::vector<std::string>* texts,
-                  std::vector<int64_t>* pads) {
-  if (prompt->videos.empty()) return Status::Ok();
+// The source's video processor: its video_processor_file(), else its image processor's file.
+StatusOr<Qwen2VlImageProcessor> VideoProcessorOf(const GenerationSource& source) {
   const fs::path where = !source.video_processor_file().empty() ? source.video_processor_file()
                                                                 : source.image_processor_file();
   if (where.empty()) {
@@ -157,8 +141,11 @@ Status ReadVideos(const GenerationSource& source, Prompt* prompt, std::vector<st
                                    kVideoProcessorFile + " or " + kImageProcessorFile +
                                    " beside its tokenizer) to read videos with");
   }
-  ENGINE_ASSIGN_OR_RETURN(Qwen2VlImageProcessor processor,
-                          Qwen2VlImageProcessor::ReadForVideos(where));
+  return Qwen2VlImageProcessor::ReadForVideos(where);
+}
+
+Status ReadVideos(const Qwen2VlImageProcessor& processor, Prompt* prompt,
+                  std::vector<std::string>* texts, std::vector<int64_t>* pads) {
   std::vector<at::Tensor> patches;
   for (const std::vector<fs::path>& video : prompt->videos) {
     const std::string what = "video '" + video.front().string() + "'";
@@ -256,6 +243,7 @@ StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& p
     ENGINE_ASSIGN_OR_RETURN(chat_template, source.chat()->Load());
   }
   std::vector<std::vector<int64_t>> encoded;
+  std::optional<Qwen2VlImageProcessor> video_processor;
   for (Prompt& prompt : prompts) {
     std::vector<int64_t> ids;
     std::vector<std::string> video_texts;
@@ -269,8 +257,14 @@ StatusOr<std::vector<std::vector<int64_t>>> EncodePrompts(std::vector<Prompt>& p
                                     kImagePlaceholder + " placeholder(s) for " +
                                     std::to_string(prompt.images.size()) + " image(s)");
       }
-      ENGINE_RETURN_IF_ERROR(
-          ReadVideos(source, &prompt, &video_texts, &video_pads).WithContext(prompt.origin));
+      if (!prompt.videos.empty()) {
+        if (!video_processor) {  // read once, for the first prompt with videos
+          ENGINE_ASSIGN_OR_RETURN(video_processor,
+                                  VideoProcessorOf(source).WithContext(prompt.origin));
+        }
+        ENGINE_RETURN_IF_ERROR(ReadVideos(*video_processor, &prompt, &video_texts, &video_pads)
+                                   .WithContext(prompt.origin));
+      }
       const int64_t videos = MarkVideoPlaceholders(&prompt.messages, video_texts);
       if (videos != static_cast<int64_t>(prompt.videos.size())) {
         return InvalidArgumentError(prompt.origin + ": " + std::to_string(videos) + " " +

@@ -77,7 +77,7 @@ TEST(GenerationPromptsTest, BadLinesAreRefusedNamingTheFileAndLine) {
   const auto video =
       tmp.Write("d.jsonl", "{\"prompt\": \"x\"}\n{\"prompt\": \"x\", \"videos\": [1]}\n");
   EXPECT_THAT(ReadPromptFile(video, false).status().message(),
-              HasSubstr(video.string() + ":2: \"videos\" must hold videos"));
+              HasSubstr(video.string() + ":2: 'videos' must hold videos"));
   const auto raw_video = tmp.Write("e.jsonl", "{\"prompt\": \"x\", \"video\": \"clip\"}\n");
   EXPECT_THAT(ReadPromptFile(raw_video, /*raw=*/true).status().message(),
               HasSubstr(raw_video.string() + ":1: images and videos need the chat template"));

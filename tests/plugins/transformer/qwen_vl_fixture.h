@@ -22,20 +22,22 @@ inline std::filesystem::path FixtureDir(const std::string& family) {
   return std::filesystem::path(testing::kSourceDir) / "tests" / "fixtures" / "hf" / family;
 }
 
+// The rows of a [n, 3] grid tensor (image_grid_thw, video_grid_thw) as grids.
+inline std::vector<ImageGrid> GridsOf(const at::Tensor& g) {
+  std::vector<ImageGrid> all;
+  for (int64_t i = 0; i < g.size(0); ++i) {
+    all.push_back({g[i][0].item<int64_t>(), g[i][1].item<int64_t>(), g[i][2].item<int64_t>()});
+  }
+  return all;
+}
+
 struct QwenVlFixture {
   Qwen2VlConfig config;
   std::shared_ptr<Qwen2VlModule> module;
   std::shared_ptr<const safetensors::File> reference;
 
   at::Tensor Get(const std::string& name) const { return *reference->Get(name); }
-  std::vector<ImageGrid> Grids() const {
-    const at::Tensor g = Get("image_grid_thw");
-    std::vector<ImageGrid> all;
-    for (int64_t i = 0; i < g.size(0); ++i) {
-      all.push_back({g[i][0].item<int64_t>(), g[i][1].item<int64_t>(), g[i][2].item<int64_t>()});
-    }
-    return all;
-  }
+  std::vector<ImageGrid> Grids() const { return GridsOf(Get("image_grid_thw")); }
   // The fixture's images by row: row 0 has one, row 1 two, row 2 one.
   std::vector<std::vector<ImageGrid>> RowGrids() const {
     const auto all = Grids();

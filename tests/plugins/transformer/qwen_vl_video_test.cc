@@ -42,19 +42,12 @@ struct VideoFixture {
   at::Tensor Get(const std::string& name) const { return *reference->Get(name); }
   // Row 0: the cat clip; row 1: the camera image, then the rocket clip.
   std::vector<ImageGrid> VideoGrids() const {
-    const at::Tensor g = Get("video_grid_thw");
-    std::vector<ImageGrid> grids;
-    for (int64_t i = 0; i < g.size(0); ++i) {
-      grids.push_back({g[i][0].item<int64_t>(), g[i][1].item<int64_t>(), g[i][2].item<int64_t>()});
-    }
-    return grids;
+    return testing_support::GridsOf(Get("video_grid_thw"));
   }
   ImagesOfBatch Images() const {
-    const at::Tensor g = Get("image_grid_thw");
     ImagesOfBatch images;
     images.pixel_values = Get("pixel_values");
-    images.row_grids = {
-        {}, {{g[0][0].item<int64_t>(), g[0][1].item<int64_t>(), g[0][2].item<int64_t>()}}};
+    images.row_grids = {{}, testing_support::GridsOf(Get("image_grid_thw"))};
     return images;
   }
   double fps() const { return std::stod(reference->metadata().at("fps")); }
