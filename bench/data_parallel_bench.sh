@@ -24,10 +24,11 @@
 # should stay where training puts it (a ratio near 1 to the run without checkpoints).
 #
 # Last, shard_level 3 against DDP on 4 ranks (two per core here) and an MLP of 8 hidden layers of
-# 4096 (134 M f32 parameters), 10 AdamW steps of 4 x 16: rank 0's peak RSS over the whole run (its
-# last moments hold the whole model, gathered for the final evaluation and checkpoint), its largest
-# RSS at a step's end while training, and the training seconds, with their ratios; and the RSS of
-# an engine process training a tiny MLP, which every rank pays whatever it shards.
+# 4096 (134 M f32 parameters), 10 AdamW steps of 4 x 16: rank 0's peak RSS over the whole run (the
+# evaluation runs a block at a time and the final checkpoint is written in the ranks' parts, so
+# nothing gathers the whole model), its largest RSS at a step's end while training, and the training
+# seconds, with their ratios; and the RSS of an engine process training a tiny MLP, which every rank
+# pays whatever it shards.
 #
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
 #   PARTS=level3 bash bench/data_parallel_bench.sh   # one part (or: throughput sharded checkpoints)

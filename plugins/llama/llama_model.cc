@@ -91,6 +91,7 @@ class LlamaModel : public Model, public TextGenerator, public LogitsModel {
 
   std::string architecture() const override { return "llama"; }
   std::vector<std::string> blocks() const override { return module_->lm.BlockNames(*module_); }
+  bool EvaluatesBlockByBlock(const Batch& batch) const override { return !GeneratesAnswers(batch); }
 
   std::string config_json() const override {
     return config_.ToJson(TorchDtypeName(module_->lm.model->embed_tokens->weight.scalar_type()))

@@ -134,6 +134,7 @@ class MlpModel : public Model {
 
   std::string architecture() const override { return "mlp"; }
   std::vector<std::string> blocks() const override { return module_->block_names(); }
+  bool EvaluatesBlockByBlock(const Batch&) const override { return true; }
 
   std::vector<ComputeDeclaration> compute_declarations() const override {
     if (!config_.head_compute_fp32) return {};

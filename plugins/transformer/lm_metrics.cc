@@ -151,14 +151,17 @@ void TeacherForcedExactMatch(const at::Tensor& predicted, const at::Tensor& labe
   out->metrics["exact_match"] = {right.sum().item<double>(), answered.sum().item<double>()};
 }
 
+bool GeneratesAnswers(const Batch& batch) {
+  return batch.count("prompt_length") > 0 && batch.count("answer_ids") > 0 &&
+         batch.count("input_ids") > 0;
+}
+
 Status ScoreGeneratedAnswers(CausalLm& lm, const at::Tensor& image_prefix, const Batch& batch,
                              int64_t eos_id, ModelOutput* out) {
+  if (!GeneratesAnswers(batch)) return Status::Ok();
   auto prompt_length = batch.find("prompt_length");
   auto answers = batch.find("answer_ids");
   auto ids = batch.find("input_ids");
-  if (prompt_length == batch.end() || answers == batch.end() || ids == batch.end()) {
-    return Status::Ok();
-  }
   const at::Tensor lengths = prompt_length->second;
   const int64_t length = lengths.numel() > 0 ? lengths.min().item<int64_t>() : 0;
   if (lengths.numel() == 0 || lengths.max().item<int64_t>() != length || length <= 0 ||

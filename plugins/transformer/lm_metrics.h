@@ -67,5 +67,7 @@ void TeacherForcedExactMatch(const at::Tensor& predicted, const at::Tensor& labe
 // prompt_length input_ids, scored by ExactMatch. Otherwise does nothing.
 Status ScoreGeneratedAnswers(CausalLm& lm, const at::Tensor& image_prefix, const Batch& batch,
                              int64_t eos_id, ModelOutput* out);
+// Whether ScoreGeneratedAnswers generates for `batch` (token by token, outside RunBlock).
+bool GeneratesAnswers(const Batch& batch);
 
 }  // namespace engine::transformer

@@ -37,6 +37,8 @@ class Qwen2VlFamilyModel : public Model,
   Qwen2VlModule& qwen2_vl() { return *module_; }
   // The decoder layers; the vision tower's blocks stay whole on every rank.
   std::vector<std::string> blocks() const override { return module_->lm.BlockNames(*module_); }
+  // Its evaluation scores the answers teacher-forced, in the one forward.
+  bool EvaluatesBlockByBlock(const Batch&) const override { return true; }
 
   // The positions and the image grids are worked out on the host: the trainer leaves these
   // fields there (or Forward copies them back).

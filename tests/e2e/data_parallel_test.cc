@@ -27,7 +27,7 @@ namespace engine {
 namespace {
 
 using testing::DataParallelPipeline;
-using testing::ExpectSameWeights;
+using testing::ExpectSameModel;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -50,8 +50,7 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   ASSERT_TRUE(std::regex_search(r1.out, metrics, std::regex("eval on 359 examples: [^;]*")));
   EXPECT_THAT(r2.out, HasSubstr(metrics.str()));
   EXPECT_THAT(r2.err, HasSubstr("engine run: started 2 ranks on 127.0.0.1:"));
-  ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
-                    tmp.path() / "two/s/final/model.safetensors", /*exactly=*/false);
+  ExpectSameModel(tmp.path() / "one/s/final", tmp.path() / "two/s/final", /*exactly=*/false);
 
   // The all-reduce starts from inside the last micro-batch's backward and must still carry the
   // earlier micro-batches: 2 ranks x 2 micro-batches of 8 end at the same place too.
@@ -59,8 +58,7 @@ TEST(DataParallelTest, TwoRanksWithHalfTheBatchEndWhereOneRankWithAllOfItEnds) {
   auto r4 = testing::RunEngine({"run", "--nproc=2", four.string()});
   ASSERT_EQ(r4.exit_code, 0) << r4.err;
   EXPECT_THAT(r4.out, HasSubstr("8 examples x 2 accumulation x 2 ranks = 32 examples per step"));
-  ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
-                    tmp.path() / "four/s/final/model.safetensors", /*exactly=*/false);
+  ExpectSameModel(tmp.path() / "one/s/final", tmp.path() / "four/s/final", /*exactly=*/false);
 }
 
 TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnds) {
@@ -95,8 +93,7 @@ TEST(DataParallelTest, TwoRanksWithUnevenlyMaskedConversationsEndWhereOneRankEnd
     auto r2 = testing::RunEngine({"run", "--nproc=2", file.string()});
     ASSERT_EQ(r2.exit_code, 0) << r2.err;
     EXPECT_THAT(r2.out, HasSubstr("2 examples x 1 accumulation x 2 ranks = 4 examples per step"));
-    ExpectSameWeights(tmp.path() / "one/s/final/model.safetensors",
-                      tmp.path() / dir / "s/final/model.safetensors", /*exactly=*/false);
+    ExpectSameModel(tmp.path() / "one/s/final", tmp.path() / dir / "s/final", /*exactly=*/false);
     for (const std::string step : {"1/3", "2/3", "3/3"}) {
       std::smatch loss;
       ASSERT_TRUE(std::regex_search(r1.err, loss, std::regex("step " + step + " loss [0-9.]+")));
@@ -219,8 +216,7 @@ void ExpectOneRankGroupEqualsAPlainRun(const std::string& device, const std::str
   const std::string name = backend == "NCCL" ? "NCCL" : "Gloo";
   EXPECT_THAT(r2.out, HasSubstr("DDP over " + name + ": this is rank 0 of 1; 1,438 examples"));
   EXPECT_THAT(r2.out, HasSubstr("32 examples x 1 accumulation x 1 device = 32 examples per step"));
-  ExpectSameWeights(tmp.path() / "plain/s/final/model.safetensors",
-                    tmp.path() / "group/s/final/model.safetensors", /*exactly=*/true);
+  ExpectSameModel(tmp.path() / "plain/s/final", tmp.path() / "group/s/final", /*exactly=*/true);
 }
 
 TEST(DataParallelTest, OneRankFromTheEnvironmentTrainsInAGlooGroupOfOneLikeAPlainRun) {

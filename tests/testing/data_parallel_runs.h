@@ -44,6 +44,13 @@ inline std::string DataParallelPipeline(const std::string& out, int batch,
          " }\n}\n";
 }
 
+// Two tensors equal or (with a tolerance) close. Sums over 32 examples split 16 + 16 across ranks
+// round differently from one sum of 32; after 40 AdamW steps the weights agree to about 1e-6.
+inline void ExpectSameTensor(const at::Tensor& u, const at::Tensor& v, bool exactly,
+                             const std::string& name) {
+  EXPECT_TRUE(exactly ? at::equal(u, v) : at::allclose(u, v, 1e-4, 1e-5)) << name;
+}
+
 // Two safetensors files (weights, or optimizer state) hold the same names, every tensor equal or
 // (with a tolerance) close.
 inline void ExpectSameWeights(const std::filesystem::path& a, const std::filesystem::path& b,
@@ -53,11 +60,7 @@ inline void ExpectSameWeights(const std::filesystem::path& a, const std::filesys
   ASSERT_TRUE(x.ok() && y.ok());
   ASSERT_EQ((*x)->tensors().size(), (*y)->tensors().size());
   for (const auto& info : (*x)->tensors()) {
-    const at::Tensor u = *(*x)->Get(info.name);
-    const at::Tensor v = *(*y)->Get(info.name);
-    // Sums over 32 examples split 16 + 16 across ranks round differently from one sum of 32; after
-    // 40 AdamW steps the weights agree to about 1e-6.
-    EXPECT_TRUE(exactly ? at::equal(u, v) : at::allclose(u, v, 1e-4, 1e-5)) << info.name;
+    ExpectSameTensor(*(*x)->Get(info.name), *(*y)->Get(info.name), exactly, info.name);
   }
 }
 
@@ -86,8 +89,10 @@ inline std::map<std::string, at::Tensor> OptimizerStateOf(const std::filesystem:
   return state;
 }
 
-// Two checkpoints hold the same model tensors, wherever each stores them (CheckpointTensors).
-inline void ExpectSameModel(const std::filesystem::path& a, const std::filesystem::path& b) {
+// Two checkpoints hold the same model tensors, wherever each stores them (CheckpointTensors: a
+// shard_level 3 stage's in its ranks' files), equal or (not `exactly`) close.
+inline void ExpectSameModel(const std::filesystem::path& a, const std::filesystem::path& b,
+                            bool exactly = true) {
   auto x_manifest = ReadManifest(a);
   auto y_manifest = ReadManifest(b);
   ASSERT_TRUE(x_manifest.ok() && y_manifest.ok());
@@ -100,7 +105,7 @@ inline void ExpectSameModel(const std::filesystem::path& a, const std::filesyste
     auto u = x->Get(info.name);
     auto v = y->Get(info.name);
     ASSERT_TRUE(u.ok() && v.ok()) << info.name;
-    EXPECT_TRUE(at::equal(*u, *v)) << info.name;
+    ExpectSameTensor(*u, *v, exactly, info.name);
   }
 }
 
@@ -113,8 +118,7 @@ inline void ExpectSameOptimizerState(const std::filesystem::path& a, const std::
   for (const auto& [name, u] : x) {
     auto it = y.find(name);
     ASSERT_NE(it, y.end()) << name;
-    EXPECT_TRUE(exactly ? at::equal(u, it->second) : at::allclose(u, it->second, 1e-4, 1e-5))
-        << name;
+    ExpectSameTensor(u, it->second, exactly, name);
   }
 }
 

@@ -99,6 +99,13 @@ class Model {
   // stay whole on every rank. Empty (the default): the model runs no blocks that way, and such a
   // stage is refused.
   virtual std::vector<std::string> blocks() const { return {}; }
+  // Whether Forward(batch) in evaluation (the module not training) reaches the trainable
+  // parameters of blocks() only through RunBlock, running each block once in their order, as it
+  // does in training. A shard_level 3 stage then evaluates the batch a block at a time, gathering
+  // each block's parameters as training does; otherwise (the default) it makes every parameter
+  // whole on every rank for the batch: for an evaluation that generates answers token by token
+  // through its layers, say.
+  virtual bool EvaluatesBlockByBlock(const Batch& batch) const { return false; }
 };
 
 struct ModelContext {

@@ -25,15 +25,16 @@
 extern "C" {
 #endif
 
-/* The plugin interface version this SDK speaks. 11: videos travel in batches (image_batch.h:
-   ExampleImages and ImagesOfBatch gained the seconds of a video's temporal patch) and the Qwen2-VL
-   image processor reads video processors (new members). 10: ModelContext gained plan_only (a plugin
-   built against it reads the field, which an engine of API 9 does not pass). 9: Model gained
-   blocks() (the modules a model runs through RunBlock, engine/model_block.h, which a stage at
-   shard_level 3 gathers one at a time), a new virtual function. 8: AdapterPlugin gained
-   SavedModelTensors().
+/* The plugin interface version this SDK speaks. 12: Model gained EvaluatesBlockByBlock() (whether
+   a shard_level 3 stage may evaluate a batch a block at a time), a new virtual function. 11: videos
+   travel in batches (image_batch.h: ExampleImages and ImagesOfBatch gained the seconds of a video's
+   temporal patch) and the Qwen2-VL image processor reads video processors (new members). 10:
+   ModelContext gained plan_only (a plugin built against it reads the field, which an engine of API
+   9 does not pass). 9: Model gained blocks() (the modules a model runs through RunBlock,
+   engine/model_block.h, which a stage at shard_level 3 gathers one at a time), a new virtual
+   function. 8: AdapterPlugin gained SavedModelTensors().
  */
-#define ENGINE_PLUGIN_API_VERSION 11
+#define ENGINE_PLUGIN_API_VERSION 12
 
 #define ENGINE_PLUGIN_MANIFEST_SYMBOL "engine_plugin_manifest"
 #define ENGINE_PLUGIN_REGISTER_SYMBOL "engine_plugin_register"

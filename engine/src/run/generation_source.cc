@@ -147,10 +147,10 @@ class DirectorySource : public GenerationSource {
                             RankFiles(manifest, RankFile::kWeights));
     if (!weight_parts.empty()) {
       return FailedPreconditionError(
-          "'" + dir_.string() + "' is a periodic checkpoint of stage '" + manifest.stage() +
+          "'" + dir_.string() + "' is a checkpoint of stage '" + manifest.stage() +
           "' whose ranks each wrote their parts of the weights (" + weight_parts.front() +
-          ", ...; parallel.shard_level 3), not a model directory: use the stage's final "
-          "checkpoint, which holds them whole");
+          ", ...; parallel.shard_level 3), not a model directory" + use_the_stage +
+          ", or `engine export` it");
     }
     if (manifest.has_frozen_base()) {
       return FailedPreconditionError("'" + dir_.string() + "' is a checkpoint of stage '" +

@@ -224,7 +224,8 @@ class StageTrainer : public CallbackActions {
   }
 
   // Runs `use` with the model's parameters whole on every rank: at shard_level 3 (a collective)
-  // for what reads or writes them all (an evaluation, a checkpoint, a restore); else as it is.
+  // for what reads or writes them all (a restore, an evaluation the model cannot run block by
+  // block); else as it is.
   Status WithWholeParameters(const std::function<Status()>& use) {
     if (parameter_shards_ == nullptr) return use();
     return GuardedCall(context_, [&] { return parameter_shards_->WithWholeParameters(use); });
@@ -324,7 +325,7 @@ class StageTrainer : public CallbackActions {
     result.step_phases = phases_;
     result.stop_reason = stop_reason_;
     result.final_train_loss = last_loss_;
-    ENGINE_RETURN_IF_ERROR(WithWholeParameters([&] { return EvaluateAndSaveFinal(result); }));
+    ENGINE_RETURN_IF_ERROR(EvaluateAndSaveFinal(result));
     // The stages after this one read its final checkpoint on every rank.
     if (data_parallel_ != nullptr) ENGINE_RETURN_IF_ERROR(data_parallel_->Barrier());
     result.seconds = Seconds();
@@ -694,15 +695,29 @@ class StageTrainer : public CallbackActions {
   // evaluation takes 1/world_size of the time; all ranks end with the same metrics.
   StatusOr<std::map<std::string, double>> Evaluate() {
     if (plan_.eval_examples == 0) return std::map<std::string, double>();
-    std::map<std::string, double> metrics;
-    ENGINE_RETURN_IF_ERROR(WithWholeParameters([&]() -> Status {
-      ENGINE_ASSIGN_OR_RETURN(metrics, EvaluateWhole());
-      return Status::Ok();
-    }));
-    return metrics;
+    const std::vector<std::vector<int64_t>> batches = EvalBatches();
+    const size_t ranks = static_cast<size_t>(plan_.world_size);
+    if (data_parallel_ != nullptr && batches.size() >= ranks) {
+      std::vector<std::vector<int64_t>> mine;
+      for (size_t b = static_cast<size_t>(plan_.rank); b < batches.size(); b += ranks) {
+        mine.push_back(batches[b]);
+      }
+      LOG(INFO) << context_ << ": rank " << plan_.rank << " evaluates " << mine.size() << " of "
+                << batches.size() << " eval batches";
+      const size_t most = (batches.size() + ranks - 1) / ranks;
+      ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(mine, most));
+      ENGINE_ASSIGN_OR_RETURN(const bool summed, SumOverRanks(*data_parallel_, partials));
+      if (summed) return partials.Values();
+      LOG(WARNING) << context_
+                   << ": the ranks' evaluations returned different metric names, so every rank "
+                      "evaluates the whole split instead";
+    }
+    ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(batches, batches.size()));
+    return partials.Values();
   }
 
-  StatusOr<std::map<std::string, double>> EvaluateWhole() {
+  // The eval split's examples in batches of eval_batch_size.
+  std::vector<std::vector<int64_t>> EvalBatches() const {
     const int64_t n = plan_.eval_examples;
     std::vector<std::vector<int64_t>> batches;
     for (int64_t begin = 0; begin < n; begin += plan_.eval_batch_size) {
@@ -712,46 +727,61 @@ class StageTrainer : public CallbackActions {
       }
       batches.push_back(std::move(indices));
     }
-    const size_t ranks = static_cast<size_t>(plan_.world_size);
-    if (data_parallel_ != nullptr && batches.size() >= ranks) {
-      std::vector<std::vector<int64_t>> mine;
-      for (size_t b = static_cast<size_t>(plan_.rank); b < batches.size(); b += ranks) {
-        mine.push_back(batches[b]);
-      }
-      LOG(INFO) << context_ << ": rank " << plan_.rank << " evaluates " << mine.size() << " of "
-                << batches.size() << " eval batches";
-      ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(mine));
-      ENGINE_ASSIGN_OR_RETURN(const bool summed, SumOverRanks(*data_parallel_, partials));
-      if (summed) return partials.Values();
-      LOG(WARNING) << context_
-                   << ": the ranks' evaluations returned different metric names, so every rank "
-                      "evaluates the whole split instead";
-    }
-    ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(batches));
-    return partials.Values();
+    return batches;
   }
 
-  StatusOr<EvalPartials> EvaluateBatches(const std::vector<std::vector<int64_t>>& batches) {
+  // `batches` evaluated in `forwards` forwards: at shard_level 3 each forward is a collective
+  // (its blocks' gathers), so a rank with fewer batches than the others runs its first again,
+  // uncounted.
+  StatusOr<EvalPartials> EvaluateBatches(const std::vector<std::vector<int64_t>>& batches,
+                                         size_t forwards) {
+    std::vector<std::vector<int64_t>> run = batches;
+    while (!batches.empty() && run.size() < forwards) run.push_back(batches.front());
     module_.eval();
     at::NoGradGuard no_grad;
     EvalPartials partials;
-    BatchPrefetcher prefetcher(*plan_.dataset, Split::kEval, batches, stage_.data.context,
+    BatchPrefetcher prefetcher(*plan_.dataset, Split::kEval, run, stage_.data.context,
                                LoaderStepDevice());
-    for (size_t b = 0; b < batches.size(); ++b) {
-      auto batch = NextBatch(prefetcher);
-      if (!batch.ok()) {
-        module_.train();
-        return batch.status();
-      }
-      auto output = ForwardInContext(*batch);
-      if (!output.ok()) {
-        module_.train();
-        return output.status();
-      }
-      partials.Add(*output);
-    }
+    const Status evaluated = EvaluateFrom(prefetcher, 0, run.size(), batches.size(), partials);
     module_.train();
+    if (!evaluated.ok()) return evaluated;
     return partials;
+  }
+
+  // Forwards `b` to `forwards` - 1 of the prefetcher's batches, adding those before `counted`.
+  // From the first batch the model cannot evaluate block by block on some rank, every parameter
+  // is whole for the rest (at shard_level 3; WholeParametersFor).
+  Status EvaluateFrom(BatchPrefetcher& prefetcher, size_t b, size_t forwards, size_t counted,
+                      EvalPartials& partials) {
+    for (; b < forwards; ++b) {
+      ENGINE_ASSIGN_OR_RETURN(Batch batch, NextBatch(prefetcher));
+      ENGINE_ASSIGN_OR_RETURN(const bool whole, WholeParametersFor(batch));
+      if (whole) {
+        return WithWholeParameters([&]() -> Status {
+          ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
+          if (b < counted) partials.Add(output);
+          return EvaluateFrom(prefetcher, b + 1, forwards, counted, partials);
+        });
+      }
+      ENGINE_ASSIGN_OR_RETURN(ModelOutput output, ForwardInContext(batch));
+      if (b < counted) partials.Add(output);
+    }
+    return Status::Ok();
+  }
+
+  // Whether evaluating `batch` needs every parameter whole on every rank: at shard_level 3, while
+  // they are not, when the model cannot evaluate this rank's batch or another rank's block by
+  // block (Model::EvaluatesBlockByBlock; the ranks agree, a collective).
+  StatusOr<bool> WholeParametersFor(const Batch& batch) {
+    if (parameter_shards_ == nullptr || parameter_shards_->whole()) return false;
+    ENGINE_ASSIGN_OR_RETURN(const bool by_blocks,
+                            GuardedCall(stage_.model.context, [&]() -> StatusOr<bool> {
+                              return model_.EvaluatesBlockByBlock(batch);
+                            }));
+    if (data_parallel_ == nullptr) return !by_blocks;
+    ENGINE_ASSIGN_OR_RETURN(std::vector<double> any,
+                            data_parallel_->Max({by_blocks ? 0.0 : 1.0}).WithContext(context_));
+    return any[0] > 0;
   }
 
   StatusOr<std::map<std::string, double>> EvaluateAndReport() {
@@ -803,8 +833,9 @@ class StageTrainer : public CallbackActions {
   }
 
   // Every rank calls this before a checkpoint: each rank of a sharded optimizer writes its own
-  // parts of the state, and at shard_level 3, unless the weights are whole for the checkpoint, of
-  // the blocks' weights (a collective), which rank 0's checkpoint then takes in.
+  // parts of the state, and at shard_level 3 of the blocks' weights (a collective; the final
+  // checkpoint too, so that nothing gathers the whole model), which rank 0's checkpoint then takes
+  // in.
   Status WriteOwnParts(CheckpointWrite& write) {
     std::vector<RankFileParts> files;
     if (write.optimizer_state && optimizer_->sharded()) {
