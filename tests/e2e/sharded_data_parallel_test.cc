@@ -288,6 +288,11 @@ TEST(ShardedDataParallelTest, QloraAtShardLevelsTwoAndThreeEndsWhereDdpEnds) {
     ExpectSameModel(tmp.path() / "ddp/s/checkpoints/step-00000002",
                     tmp.path() / level / "s/checkpoints/step-00000002");
   }
+  // The final checkpoint gathers the adapters, which are all the stage trains, and writes them
+  // whole into PEFT's adapter file too, which a stage that merges them reads.
+  const std::filesystem::path final_dir = tmp.path() / "level3/s/final";
+  EXPECT_TRUE(std::filesystem::exists(final_dir / "adapter_model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(final_dir / RankFileName(RankFile::kWeights, 0, 2)));
 }
 
 TEST(ShardedDataParallelTest,

@@ -2,7 +2,7 @@
 // stores them: model.safetensors; for a slim checkpoint, adapter_model.safetensors for the
 // tensors it keeps there only (manifest field `adapter_file_tensor`, under PEFT's
 // "base_model.model." names), so that each trained tensor is written once; and the ranks' weight
-// files of a shard_level 3 stage's periodic checkpoint (checkpoint/checkpoint.h's
+// files of a shard_level 3 stage's checkpoint (checkpoint/checkpoint.h's
 // RankFile::kWeights), whose pieces Get() puts together.
 //
 // Holds the files open (memory-mapped); read-only and usable from any thread once opened. Errors

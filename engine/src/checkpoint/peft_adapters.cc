@@ -116,6 +116,9 @@ std::filesystem::path PeftBaseModel(const ResolvedStage& stage, const ResolvedPi
       FinalCheckpointDir(pipeline.output_dir / pipeline.stages[*stage.from_stage].name);
   StatusOr<proto::CheckpointManifest> manifest = ReadManifest(parent);
   if (!manifest.ok()) return {};
+  // A shard_level 3 stage's checkpoint holds the ranks' parts of its weights, not a model.
+  StatusOr<std::vector<std::string>> weight_parts = RankFiles(*manifest, RankFile::kWeights);
+  if (!weight_parts.ok() || !weight_parts->empty()) return {};
   for (const proto::PluginVersion& plugin : manifest->plugin()) {
     if (plugin.kind() == PluginKindName(PluginKind::kAdapter) ||
         plugin.kind() == PluginKindName(PluginKind::kQuantizer)) {

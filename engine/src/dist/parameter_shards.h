@@ -17,9 +17,10 @@
 // Trainable parameters outside every block, and frozen ones (a LoRA or 4-bit base), stay whole on
 // every rank: the former are gathered after each update as at level 2, the latter never move.
 //
-// WithWholeParameters() makes every block's parameters whole on every rank for a while (an
-// evaluation, a checkpoint, a restore), then copies this rank's parts of them back into its slices
-// (so what a restore loaded into them is kept) and empties them.
+// WithWholeParameters() makes every block's parameters whole on every rank for a while (a
+// restore, an evaluation that cannot run a block at a time, a LoRA stage's final checkpoint), then
+// copies this rank's parts of them back into its slices (so what a restore loaded into them is
+// kept) and empties them.
 //
 // Every Run() and WithWholeParameters() is a collective: all ranks make the same calls in the same
 // order. A failed collective in Run() throws std::runtime_error (it runs inside the forward and the

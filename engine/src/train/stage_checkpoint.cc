@@ -67,7 +67,7 @@ Status AddAdapters(const StageParts& parts, const CheckpointWrite& write,
 
 // model.safetensors: every tensor of the model; a slim checkpoint's leaves out its frozen base and
 // the tensors adapter_model.safetensors already holds (the manifest lists both), and a shard_level
-// 3 stage's periodic one the blocks' weights the ranks' files hold.
+// 3 stage's the blocks' weights the ranks' files hold.
 void AddModelTensors(const StageParts& parts, const CheckpointWrite& write,
                      CheckpointContents* contents) {
   const std::vector<ModuleTensor> tensors = ModuleTensors(parts.model->module());

@@ -8,8 +8,8 @@
 // generators of every rank, the callbacks' states and the counters behind the step events
 // (training_state.h). A sharded optimizer's slots and masters are in the ranks' own files
 // (train/rank_files.h), which a resume at any world size reads its parts from; so are the blocks'
-// weights of a shard_level 3 stage's periodic checkpoints (its final one holds them whole, as its
-// readers outside the engine expect, and no adapter files are written beside the ranks' weights).
+// weights of a shard_level 3 stage's checkpoints (no adapter files are written beside the ranks'
+// weights; a stage with adapters writes its final checkpoint whole, with them).
 //
 // The layout and the atomic publication are checkpoint/checkpoint.h's. Both functions run on the
 // training thread and borrow the trainer's parts for the call. Restore checks everything against

@@ -338,13 +338,21 @@ class StageTrainer : public CallbackActions {
     return result;
   }
 
-  // The final evaluation and checkpoint, into `result`.
+  // The final evaluation and checkpoint, into `result`. At shard_level 3 the checkpoint holds the
+  // ranks' parts of the blocks' weights, unless the stage trains adapters: they are then what it
+  // trains (its base stays whole on every rank), so gathering them costs little, and whole they go
+  // into PEFT's adapter_model.safetensors too, which a stage that merges them reads.
   Status EvaluateAndSaveFinal(StageResult& result) {
     ENGINE_ASSIGN_OR_RETURN(result.eval_metrics, EvaluateAndReport());
     for (const auto& [metric, value] : plan_.data_baselines) {
       result.eval_baselines["eval/" + metric] = value;
     }
     result.eval_examples = plan_.eval_examples;
+    if (plan_.stage->adapters.empty()) return SaveFinal(result);
+    return WithWholeParameters([&] { return SaveFinal(result); });
+  }
+
+  Status SaveFinal(StageResult& result) {
     result.final_checkpoint = FinalCheckpointDir(request_.stage_dir);
     CheckpointWrite write = NewCheckpointWrite(result.final_checkpoint, /*final=*/true);
     write.stop_reason = stop_reason_;
