@@ -712,8 +712,10 @@ class StageTrainer : public CallbackActions {
       }
       LOG(INFO) << context_ << ": rank " << plan_.rank << " evaluates " << mine.size() << " of "
                 << batches.size() << " eval batches";
-      const size_t most = (batches.size() + ranks - 1) / ranks;
-      ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(mine, most));
+      // At shard_level 3 every rank makes as many forwards as the rank with the most batches.
+      const size_t forwards =
+          parameter_shards_ != nullptr ? (batches.size() + ranks - 1) / ranks : mine.size();
+      ENGINE_ASSIGN_OR_RETURN(EvalPartials partials, EvaluateBatches(mine, forwards));
       ENGINE_ASSIGN_OR_RETURN(const bool summed, SumOverRanks(*data_parallel_, partials));
       if (summed) return partials.Values();
       LOG(WARNING) << context_
