@@ -23,12 +23,13 @@
 # any. Each sharded rank writes its own parts of the state, so rank 0 gathers nothing: its peak
 # should stay where training puts it (a ratio near 1 to the run without checkpoints).
 #
-# Last, shard_level 3 against DDP on 4 ranks (two per core here) and an MLP of 8 hidden layers of
-# 4096 (134 M f32 parameters), 10 AdamW steps of 4 x 16: rank 0's peak RSS over the whole run (the
-# evaluation runs a block at a time and the final checkpoint is written in the ranks' parts, so
-# nothing gathers the whole model), its largest RSS at a step's end while training, and the training
-# seconds, with their ratios; and the RSS of an engine process training a tiny MLP, which every rank
-# pays whatever it shards.
+# Last, shard_level 3 against DDP on 4 ranks (two per core here) and two MLPs of 134 M f32
+# parameters, one of 8 hidden layers of 4096 and one of 32 of 2048 (as many blocks as a 7B
+# decoder has layers, so a gathered block is a 32nd of the model), 10 AdamW steps of 4 x 16: rank
+# 0's peak RSS over the whole run (the evaluation runs a block at a time and the final checkpoint is
+# written in the ranks' parts, so nothing gathers the whole model), its largest RSS at a step's end
+# while training, and the training seconds, with their ratios; and first the RSS of an engine
+# process training a tiny MLP, which every rank pays whatever it shards.
 #
 #   bash bench/data_parallel_bench.sh [build/bin/engine]
 #   PARTS=level3 bash bench/data_parallel_bench.sh   # one part (or: throughput sharded checkpoints)
@@ -147,17 +148,18 @@ PY
 fi
 
 if [[ " $parts " == *" level3 "* ]]; then
-eight="$big $big"
-pipeline ddp4 16 1 "strategy: DDP" "$eight" 10 > "$work/ddp4.pbtxt"
-pipeline level3 16 1 "strategy: SHARDED shard_level: 3" "$eight" 10 > "$work/level3.pbtxt"
 pipeline tiny 16 1 "strategy: DDP" "hidden_units: 16" 3 > "$work/tiny.pbtxt"
-ddp4=$("$engine" run --nproc 4 --oversubscribe "$work/ddp4.pbtxt" 2>/dev/null | seconds)
-level3=$("$engine" run --nproc 4 --oversubscribe "$work/level3.pbtxt" 2>/dev/null | seconds)
 "$engine" run --nproc 4 --oversubscribe "$work/tiny.pbtxt" >/dev/null 2>&1
-python3 - "$work" "$ddp4" "$level3" <<'PY'
+level3() {  # label hidden_units...
+  local label=$1 ddp4 level3
+  pipeline "ddp4$label" 16 1 "strategy: DDP" "$2" 10 > "$work/ddp4$label.pbtxt"
+  pipeline "level3$label" 16 1 "strategy: SHARDED shard_level: 3" "$2" 10 > "$work/level3$label.pbtxt"
+  ddp4=$("$engine" run --nproc 4 --oversubscribe "$work/ddp4$label.pbtxt" 2>/dev/null | seconds)
+  level3=$("$engine" run --nproc 4 --oversubscribe "$work/level3$label.pbtxt" 2>/dev/null | seconds)
+  python3 - "$work" "$label" "$ddp4" "$level3" <<'PY'
 import json, sys
-work = sys.argv[1]
-ddp, level3 = map(float, sys.argv[2:4])
+work, label = sys.argv[1:3]
+ddp, level3 = map(float, sys.argv[3:5])
 def events(name, kind):
     with open(f"{work}/{name}/metrics.jsonl") as f:
         return [e for e in map(json.loads, f) if e["event"] == kind]
@@ -165,12 +167,19 @@ def peak(name):
     return events(name, "stage_end")[-1]["peak_rss_bytes"] / 1e6
 def training(name):
     return max(e["rss_bytes"] for e in events(name, "step_end")) / 1e6
-dp, lp, dt, lt, tiny = peak("ddp4"), peak("level3"), training("ddp4"), training("level3"), peak("tiny")
-print("MLP 64-4096x8-10 (134 M f32 parameters), 4 ranks x 16, 10 AdamW steps:")
+dp, lp = peak("ddp4" + label), peak("level3" + label)
+dt, lt = training("ddp4" + label), training("level3" + label)
+tiny = peak("tiny")
+print(f"MLP 64-{label}-10 (134 M f32 parameters), 4 ranks x 16, 10 AdamW steps:")
 print(f"  DDP:                   {ddp:7.2f} s, rank 0 peak RSS {dp:7.0f} MB, at steps' ends {dt:7.0f} MB")
 print(f"  SHARDED shard_level 3: {level3:7.2f} s, rank 0 peak RSS {lp:7.0f} MB, at steps' ends {lt:7.0f} MB")
-print(f"  an engine process training MLP 64-16-10: peak RSS {tiny:.0f} MB")
 print(f"ratio shard_level 3 / DDP: time {level3 / ddp:.2f}, peak RSS {lp / dp:.2f}, "
       f"at steps' ends {lt / dt:.2f}, above the tiny process's {(lt - tiny) / (dt - tiny):.2f}")
 PY
+}
+echo "an engine process training MLP 64-16-10 on 4 ranks: peak RSS" \
+  "$(grep -o '"peak_rss_bytes":[0-9]*' "$work/tiny/metrics.jsonl" | tail -1 | cut -d: -f2 |
+     awk '{printf "%.0f MB", $1 / 1e6}')"
+level3 4096x8 "$big $big"
+level3 2048x32 "$(for _ in $(seq 32); do printf 'hidden_units: 2048 '; done)"
 fi

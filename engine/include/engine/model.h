@@ -105,7 +105,7 @@ class Model {
   // each block's parameters as training does; otherwise (the default) it makes every parameter
   // whole on every rank for the batch: for an evaluation that generates answers token by token
   // through its layers, say.
-  virtual bool EvaluatesBlockByBlock(const Batch& batch) const { return false; }
+  virtual bool EvaluatesBlockByBlock(const Batch& /*batch*/) const { return false; }
 };
 
 struct ModelContext {

@@ -15,6 +15,25 @@ namespace engine {
 // whether the settings were applied.
 bool ConfigureAllocatorForTraining();
 
+// While alive, blocks of `bytes` or more that the heap cannot serve from memory it already holds
+// come from mmap and go back to the kernel when freed, where ConfigureAllocatorForTraining() would
+// grow the heap for anything up to 32 MB. For a stage whose point is
+// memory (shard_level 3): each of its blocks' gradients is allocated and freed once a step, and
+// the smaller allocations between them leave holes in the heap that the next ones do not fit, so
+// the heap would grow by a few blocks' worth every step. Costs the page faults of those blocks.
+// Does nothing where ConfigureAllocatorForTraining() did not apply. Training thread only; not
+// nested.
+class LargeBlocksFromMmap {
+ public:
+  explicit LargeBlocksFromMmap(int bytes);
+  ~LargeBlocksFromMmap();
+  LargeBlocksFromMmap(const LargeBlocksFromMmap&) = delete;
+  LargeBlocksFromMmap& operator=(const LargeBlocksFromMmap&) = delete;
+
+ private:
+  bool applied_ = false;
+};
+
 // Gives the memory freed so far back to the kernel, which the settings above keep in the process:
 // after something large is freed that the next allocations may not reuse, because it was freed in
 // holes they do not fit or in another thread's glibc arena (a stage's model, built and released

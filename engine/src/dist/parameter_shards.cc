@@ -85,8 +85,43 @@ StatusOr<std::unique_ptr<ParameterShards>> ParameterShards::Make(
   for (size_t i = 0; i < params.size(); ++i) {
     if (block_of[i] >= 0) shards->parameters_of_block_[block_of[i]].push_back(i);
   }
+  ENGINE_RETURN_IF_ERROR(shards->PlanGatherRuns());
+  shards->whole_of_block_.resize(blocks.size());
   for (size_t b = 0; b < blocks.size(); ++b) shards->Release(static_cast<int>(b), false);
   return shards;
+}
+
+Status ParameterShards::PlanGatherRuns() {
+  const ShardLayout& layout = *layout_;
+  runs_of_block_.resize(buckets_of_block_.size());
+  gathered_at_.resize(parameters_.size());
+  std::vector<bool> placed(parameters_.size(), false);
+  for (size_t b = 0; b < buckets_of_block_.size(); ++b) {
+    std::vector<GatherRun>& runs = runs_of_block_[b];
+    for (size_t k : buckets_of_block_[b]) {
+      const ShardLayout::Bucket& bucket = layout.buckets[k];
+      if (runs.empty() || runs.back().dtype != bucket.dtype) {
+        runs.emplace_back();
+        runs.back().dtype = bucket.dtype;
+      }
+      GatherRun& run = runs.back();
+      const int64_t offset = run.elements;
+      run.buckets.emplace_back(k, offset);
+      run.elements += bucket.shard * layout.world_size;
+      for (const ShardLayout::Piece& piece : bucket.pieces) {
+        const GatheredAt at{runs.size() - 1, offset + piece.at - piece.from};
+        GatheredAt& first = gathered_at_[piece.parameter];
+        if (!placed[piece.parameter]) {
+          first = at;
+          placed[piece.parameter] = true;
+        } else if (first.run != at.run || first.offset != at.offset) {
+          return InternalError("the buckets of block '" + block_names_[b] + "' do not hold '" +
+                               parameters_[piece.parameter].name + "' end to end");
+        }
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 at::Tensor ParameterShards::TakeBuffer(at::ScalarType dtype, int64_t elements) {
@@ -107,12 +142,14 @@ void ParameterShards::ReturnBuffer(at::Tensor buffer) {
 ParameterShards::InFlight ParameterShards::StartGather(int b) {
   InFlight flight;
   flight.block = b;
-  for (size_t k : buckets_of_block_[b]) {
-    const ShardLayout::Bucket& bucket = layout_->buckets[k];
-    at::Tensor gathered = TakeBuffer(bucket.dtype, bucket.shard * group_->world_size());
-    at::Tensor slice = slices_[k];
-    if (slice.device() != group_->device()) slice = slice.to(group_->device());
-    flight.pending.push_back(group_->StartAllGather(slice, gathered));
+  for (const GatherRun& run : runs_of_block_[b]) {
+    at::Tensor gathered = TakeBuffer(run.dtype, run.elements);
+    for (const auto& [k, offset] : run.buckets) {
+      const int64_t elements = layout_->buckets[k].shard * group_->world_size();
+      at::Tensor slice = slices_[k];
+      if (slice.device() != group_->device()) slice = slice.to(group_->device());
+      flight.pending.push_back(group_->StartAllGather(slice, gathered.narrow(0, offset, elements)));
+    }
     flight.gathered.push_back(std::move(gathered));
   }
   return flight;
@@ -137,24 +174,26 @@ Status ParameterShards::FinishGather(InFlight& flight) {
   at::NoGradGuard no_grad;
   const int b = flight.block;
   const Status status = WaitFor(flight);
-  if (status.ok()) {
-    std::map<size_t, at::Tensor> whole;
-    for (size_t i : parameters_of_block_[b]) {
-      whole[i] = at::empty(shapes_[i], parameters_[i].tensor.options().requires_grad(false));
-    }
-    for (size_t n = 0; n < buckets_of_block_[b].size(); ++n) {
-      const ShardLayout::Bucket& bucket = layout_->buckets[buckets_of_block_[b][n]];
-      const at::Tensor& gathered = flight.gathered[n];
-      for (const ShardLayout::Piece& piece : bucket.pieces) {
-        Flat(whole[piece.parameter])
-            .narrow(0, piece.from, piece.length)
-            .copy_(gathered.narrow(0, piece.at, piece.length));
-      }
-    }
-    for (auto& [i, tensor] : whole) parameters_[i].tensor.set_data(tensor);
+  if (!status.ok()) {
+    Done(flight);
+    return status.WithContext("gathering the parameters of block '" + block_names_[b] + "'");
   }
-  Done(flight);
-  return status.WithContext("gathering the parameters of block '" + block_names_[b] + "'");
+  std::vector<at::Tensor>& buffers = whole_of_block_[b];
+  buffers = std::move(flight.gathered);
+  flight = InFlight();
+  for (size_t i : parameters_of_block_[b]) {
+    at::Tensor& p = parameters_[i].tensor;
+    at::Tensor& buffer = buffers[gathered_at_[i].run];
+    // Gloo on a GPU's parameters gathers on the host: the block gets a copy on its device.
+    if (buffer.device() != p.device()) {
+      at::Tensor on_device = buffer.to(p.device());
+      ReturnBuffer(std::move(buffer));
+      buffer = std::move(on_device);
+    }
+    const int64_t numel = c10::multiply_integers(shapes_[i]);
+    p.set_data(buffer.narrow(0, gathered_at_[i].offset, numel).view(shapes_[i]));
+  }
+  return Status::Ok();
 }
 
 Status ParameterShards::Settle() {
@@ -193,6 +232,13 @@ void ParameterShards::Release(int b, bool write_back) {
     at::Tensor& p = parameters_[i].tensor;
     p.set_data(at::empty({0}, p.options().requires_grad(false)));
   }
+  for (at::Tensor& buffer : whole_of_block_[b]) {
+    if (buffer.device() == group_->device() && buffer.use_count() == 1 &&
+        buffer.storage().use_count() == 1) {
+      ReturnBuffer(std::move(buffer));
+    }
+  }
+  whole_of_block_[b].clear();
 }
 
 at::Tensor ParameterShards::Run(const torch::nn::Module& block,

@@ -7,15 +7,17 @@
 // instead of the parameter, so the sharded optimizer updates the slices and the reduce-scatter
 // leaves the parts' gradients there, as at level 2. The parameters themselves hold no elements
 // (empty tensors) until their block runs: RunBlock (engine/model_block.h) reaches Run(), which
-// all-gathers the block's buckets into whole parameters, runs the block without keeping its
-// activations, and empties them again; the backward gathers them once more, recomputes the block
-// and runs its backward (the gradients go to the reduce-scatter's hooks) before emptying them.
-// While a block runs, the gather of the next one is on the wire already: block b + 1 in the
-// forward, b - 1 in the backward (Model::blocks() lists them in the order Forward runs them; a
-// prefetch of a block that does not come next is waited for and dropped). So at most two blocks'
-// weights are whole, and one bucket of gathered slices per bucket of the next block.
-// Trainable parameters outside every block, and frozen ones (a LoRA or 4-bit base), stay whole on
-// every rank: the former are gathered after each update as at level 2, the latter never move.
+// all-gathers the block's buckets, makes its parameters views of what was gathered (a block's
+// buckets of one dtype are gathered into one buffer, where its parameters lie end to end: see
+// dist/shard_layout.h), runs the block without keeping its activations, and empties them again; the
+// backward gathers them once more, recomputes the block and runs its backward (the gradients go to
+// the reduce-scatter's hooks) before emptying them. While a block runs, the gather of the next one
+// is on the wire already: block b + 1 in the forward, b - 1 in the backward (Model::blocks() lists
+// them in the order Forward runs them; a prefetch of a block that does not come next is waited for
+// and dropped). So at most two blocks' weights are whole, each in its gather buffer. A buffer goes
+// back to a pool for the next gather once nothing views it any more. Trainable parameters outside
+// every block, and frozen ones (a LoRA or 4-bit base), stay whole on every rank: the former are
+// gathered after each update as at level 2, the latter never move.
 //
 // WithWholeParameters() makes every block's parameters whole on every rank for a while (a
 // restore, an evaluation that cannot run a block at a time, a LoRA stage's final checkpoint), then
@@ -95,25 +97,43 @@ class ParameterShards : public BlockRunner {
  private:
   ParameterShards(DataParallel* group, std::vector<NamedParameter> parameters);
 
-  // A block's all-gather on the wire: a buffer per bucket of the block, and the collectives.
+  // Consecutive buckets of a block of one dtype, gathered into one buffer: each bucket's gather
+  // lands at its offset, and the block's parameters in it lie end to end.
+  struct GatherRun {
+    at::ScalarType dtype = at::kFloat;
+    int64_t elements = 0;
+    std::vector<std::pair<size_t, int64_t>> buckets;  // the bucket, its offset in the buffer
+  };
+  // Where a block parameter's elements lie once gathered: in which of its block's runs, from where.
+  struct GatheredAt {
+    size_t run = 0;
+    int64_t offset = 0;
+  };
+  // A block's all-gather on the wire: a buffer per run of the block, a collective per bucket.
   struct InFlight {
     int block = -1;
-    std::vector<at::Tensor> gathered;  // per bucket, in buckets_of_block_ order
+    std::vector<at::Tensor> gathered;  // per run, in runs_of_block_ order
     std::vector<std::unique_ptr<DataParallel::PendingSum>> pending;
   };
+
+  // Lays out each block's runs and each of its parameters' place in them. Fails only on a layout
+  // that breaks dist/shard_layout.h's promise (a parameter not end to end in its run).
+  Status PlanGatherRuns();
 
   // Block b's parameters whole (a collective; from the prefetch when it is b's), then `next`'s
   // gather started (-1: none).
   Status Gather(int b, int next);
   InFlight StartGather(int b);
-  // Waits for `flight` and makes its block's parameters whole from it.
+  // Waits for `flight` and makes its block's parameters views of its buffers, which the block keeps
+  // until Release().
   Status FinishGather(InFlight& flight);
   // Waits for every collective of `flight` (the first error, if any); then Done() returns its
   // buffers and clears it.
   Status WaitFor(InFlight& flight);
   void Done(InFlight& flight);
   // Block b's parameters emptied, writing this rank's parts of them back into its slices first
-  // where `write_back`.
+  // where `write_back`; its gather buffers pooled where nothing else views them (an autograd graph
+  // still alive frees its own when it dies).
   void Release(int b, bool write_back);
   // A buffer of `elements` of `dtype` on the group's device, reused from earlier gathers (buffers
   // of a bucket's size freed and allocated again grow the C heap).
@@ -128,6 +148,9 @@ class ParameterShards : public BlockRunner {
   std::vector<std::string> block_names_;
   std::vector<std::vector<size_t>> buckets_of_block_;
   std::vector<std::vector<size_t>> parameters_of_block_;
+  std::vector<std::vector<GatherRun>> runs_of_block_;
+  std::vector<GatheredAt> gathered_at_;                  // per parameter (block parameters only)
+  std::vector<std::vector<at::Tensor>> whole_of_block_;  // per block: its buffers while whole
   std::vector<at::Tensor> slices_;  // per bucket: this rank's slice (undefined outside blocks)
   std::multimap<std::pair<at::ScalarType, int64_t>, at::Tensor> free_buffers_;
   InFlight prefetch_;

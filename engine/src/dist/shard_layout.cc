@@ -20,8 +20,11 @@ ShardLayout MakeShardLayout(const std::vector<at::Tensor>& parameters, int world
   for (size_t i = 0; i < parameters.size(); ++i) {
     const at::Tensor& p = parameters[i];
     const int block = block_of.empty() ? -1 : block_of[i];
+    // A multiple of the world size: a full bucket needs no padding, so the gathered buckets of a
+    // run of one block and dtype are its parameters end to end (shard_level 3 views them there).
     const int64_t capacity =
-        std::max<int64_t>(world_size, bucket_bytes / static_cast<int64_t>(p.element_size()));
+        std::max<int64_t>(world_size, bucket_bytes / static_cast<int64_t>(p.element_size()) /
+                                          world_size * world_size);
     for (int64_t from = 0; from < p.numel();) {
       if (buckets.empty() || buckets.back().dtype != p.scalar_type() ||
           buckets.back().block != block || buckets.back().elements == capacity) {

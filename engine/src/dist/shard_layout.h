@@ -6,9 +6,11 @@
 // The parameters, in order, are laid end to end and cut into buckets of at most `bucket_bytes` (a
 // new bucket where the dtype changes; a parameter may span buckets, so every transient buffer is
 // at most a bucket), each padded with zeros to a multiple of the world size; rank r owns the r-th
-// equal slice ("shard") of every bucket. Where a slice meets a parameter, this rank owns a part of
-// it: a run of its elements, and `view`, a flat view of them that shares the parameter's memory
-// (detached: it records no autograd history, and may carry a .grad of its own).
+// equal slice ("shard") of every bucket. A bucket is full at a multiple of the world size, so only
+// the last bucket of a run (before another dtype or block, or the end) has padding. Where a slice
+// meets a parameter, this rank owns a part of it: a run of its elements, and `view`, a flat view of
+// them that shares the parameter's memory (detached: it records no autograd history, and may carry
+// a .grad of its own).
 //
 // Plain data, built once per stage; read-only afterwards (any thread).
 #pragma once

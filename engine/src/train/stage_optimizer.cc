@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/allocator.h"
 #include "dist/gradient_averager.h"
 #include "dist/gradient_reduce_scatter.h"
 #include "train/sharded_optimizer.h"
@@ -29,6 +30,9 @@ StatusOr<StageOptimizer> MakeStageOptimizer(const StagePlan& plan, const proto::
     ENGINE_ASSIGN_OR_RETURN(made.parameter_shards,
                             ParameterShards::Make(group, runtime.optimizer_parameters(), blocks,
                                                   plan.shard_bucket_bytes));
+    // The whole blocks every rank built were just let go: give them back before training
+    // allocates its own, or glibc keeps them beside it (core/allocator.h).
+    ReturnFreedMemory();
     layout = made.parameter_shards->layout();
   } else {
     ENGINE_ASSIGN_OR_RETURN(

@@ -192,6 +192,36 @@ TEST_P(ParameterShardsTest, ABlockRunOutOfOrderDropsThePrefetchAndStillGetsItsOw
   });
 }
 
+TEST_P(ParameterShardsTest, ARunningBlocksWeightsAreViewsOfOneGatherBufferReusedByTheNextGather) {
+  const int world = GetParam();
+  testing::OnRanks(world, [&](DataParallel& group) {
+    ShardToy toy;
+    auto made = ParameterShards::Make(&group, Trainable(toy), Blocks(toy), kToyBucketBytes);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    at::NoGradGuard no_grad;
+    const at::Tensor x = Input(group.rank());
+    // b0's weight (35 elements) and bias (7) span 5 buckets of 40 bytes: whole, they lie end to
+    // end in one buffer, not copied out of the gathered buckets.
+    std::vector<const void*> buffers;
+    auto forward = [&](const at::Tensor& in) {
+      const at::Tensor& weight = toy.blocks[0]->weight;
+      const at::Tensor& bias = toy.blocks[0]->bias;
+      EXPECT_TRUE(weight.storage().is_alias_of(bias.storage()));
+      EXPECT_EQ(static_cast<const float*>(bias.data_ptr()),
+                static_cast<const float*>(weight.data_ptr()) + 35);
+      buffers.push_back(weight.storage().data());
+      return toy.blocks[0]->forward(in);
+    };
+    (*made)->Run(*toy.blocks[0], forward, x, false);
+    ASSERT_TRUE((*made)->Settle().ok());  // b1's prefetch back in the pool
+    (*made)->Run(*toy.blocks[0], forward, x, false);
+    ASSERT_EQ(buffers.size(), 2u);
+    EXPECT_EQ(buffers[0], buffers[1]);
+    EXPECT_EQ(toy.blocks[0]->weight.numel(), 0);
+    EXPECT_TRUE((*made)->Settle().ok());
+  });
+}
+
 TEST(ParameterShardsRefusalTest, AParameterTwoBlocksHoldIsRefusedNamingBoth) {
   testing::OnRanks(2, [&](DataParallel& group) {
     ShardToy toy;
