@@ -135,6 +135,8 @@ at::Tensor ParameterShards::TakeBuffer(at::ScalarType dtype, int64_t elements) {
 }
 
 void ParameterShards::ReturnBuffer(at::Tensor buffer) {
+  // Blocks of many sizes (an MLP of several widths) would otherwise leave a buffer of each.
+  if (free_buffers_.size() >= kPooledBuffers) free_buffers_.erase(free_buffers_.begin());
   const std::pair<at::ScalarType, int64_t> key{buffer.scalar_type(), buffer.numel()};
   free_buffers_.emplace(key, std::move(buffer));
 }
@@ -183,6 +185,11 @@ Status ParameterShards::FinishGather(InFlight& flight) {
   flight = InFlight();
   for (size_t i : parameters_of_block_[b]) {
     at::Tensor& p = parameters_[i].tensor;
+    const int64_t numel = c10::multiply_integers(shapes_[i]);
+    if (numel == 0) {  // in no bucket
+      p.set_data(at::empty(shapes_[i], p.options().requires_grad(false)));
+      continue;
+    }
     at::Tensor& buffer = buffers[gathered_at_[i].run];
     // Gloo on a GPU's parameters gathers on the host: the block gets a copy on its device.
     if (buffer.device() != p.device()) {
@@ -190,7 +197,6 @@ Status ParameterShards::FinishGather(InFlight& flight) {
       ReturnBuffer(std::move(buffer));
       buffer = std::move(on_device);
     }
-    const int64_t numel = c10::multiply_integers(shapes_[i]);
     p.set_data(buffer.narrow(0, gathered_at_[i].offset, numel).view(shapes_[i]));
   }
   return Status::Ok();

@@ -135,8 +135,10 @@ class ParameterShards : public BlockRunner {
   // where `write_back`; its gather buffers pooled where nothing else views them (an autograd graph
   // still alive frees its own when it dies).
   void Release(int b, bool write_back);
-  // A buffer of `elements` of `dtype` on the group's device, reused from earlier gathers (buffers
-  // of a bucket's size freed and allocated again grow the C heap).
+  // A buffer of `elements` of `dtype` on the group's device: one an earlier gather gave back where
+  // the pool has one of that size. The pool keeps kPooledBuffers, enough for the runs of the two
+  // blocks whole at a time, not one per block size (the first by dtype and size go first).
+  static constexpr size_t kPooledBuffers = 4;
   at::Tensor TakeBuffer(at::ScalarType dtype, int64_t elements);
   void ReturnBuffer(at::Tensor buffer);
 

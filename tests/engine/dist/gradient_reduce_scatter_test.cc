@@ -19,8 +19,9 @@
 namespace engine {
 namespace {
 
-// 41 elements in 6 tensors; 40-byte buckets cut them into 10, 10, 10, 10 and 1 elements, so
-// tensors span buckets and ranks, and with 3 ranks slices are padded.
+// 41 elements in 6 tensors; 40-byte buckets cut them into 10, 10, 10, 10 and 1 elements (with 3
+// ranks 9, 9, 9, 9 and 5: a full bucket is a multiple of the world size), so tensors span buckets
+// and ranks, and the last bucket's slices are padded.
 const std::vector<std::vector<int64_t>> kShapes = {{5, 3}, {2}, {3}, {7}, {2, 2, 2}, {11}};
 constexpr int64_t kBucketBytes = 40;
 // Parameter 3 takes no part in the loss: its gradient counts as zeros.

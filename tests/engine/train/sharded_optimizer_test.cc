@@ -23,7 +23,8 @@ namespace {
 using ::testing::HasSubstr;
 
 // 41 elements in 6 tensors. 40-byte buckets cut them into 10, 10, 10, 10 and 1 elements, so
-// tensors span buckets and ranks; with 3 ranks every bucket's last slice is padded.
+// tensors span buckets and ranks; with 3 ranks into 9, 9, 9, 9 and 5 (a full bucket is a multiple
+// of the world size), and the last bucket's last slice is padded.
 const std::vector<std::vector<int64_t>> kShardedShapes = {{5, 3}, {2}, {3}, {7}, {2, 2, 2}, {11}};
 constexpr int64_t kShardedBucketBytes = 40;
 
