@@ -60,6 +60,10 @@ struct NamedBlock {
 
 class ParameterShards : public BlockRunner {
  public:
+  // The gather buffers kept for later gathers: enough for the runs of the two blocks whole at a
+  // time, not one per block size (the first by dtype and size go first).
+  static constexpr size_t kPooledBuffers = 4;
+
   // Lays `parameters` (the stage's trainable ones, in the optimizer's order) out over `group` in
   // buckets of `bucket_bytes`, keeps this rank's slices of the blocks' ones and empties those
   // parameters. Refuses, by name, a parameter that is not contiguous or that two blocks hold.
@@ -85,6 +89,9 @@ class ParameterShards : public BlockRunner {
   // Waits for a prefetch still on the wire (a collective every rank makes at the same point): the
   // trainer calls it after the backward, before the optimizer writes the slices a gather reads.
   Status Settle();
+
+  // Gather buffers kept for the next gathers (at most kPooledBuffers).
+  size_t pooled_buffers() const { return free_buffers_.size(); }
 
   // Gathers made, and how many of them a prefetch had started.
   int64_t gathers() const { return gathers_; }
@@ -136,9 +143,7 @@ class ParameterShards : public BlockRunner {
   // still alive frees its own when it dies).
   void Release(int b, bool write_back);
   // A buffer of `elements` of `dtype` on the group's device: one an earlier gather gave back where
-  // the pool has one of that size. The pool keeps kPooledBuffers, enough for the runs of the two
-  // blocks whole at a time, not one per block size (the first by dtype and size go first).
-  static constexpr size_t kPooledBuffers = 4;
+  // the pool has one of that size.
   at::Tensor TakeBuffer(at::ScalarType dtype, int64_t elements);
   void ReturnBuffer(at::Tensor buffer);
 

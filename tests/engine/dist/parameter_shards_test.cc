@@ -248,6 +248,33 @@ TEST_P(ParameterShardsTest, AParameterWithoutElementsKeepsItsShapeAndDtypeThroug
   });
 }
 
+TEST(ParameterShardsPoolTest, BlocksOfManySizesLeaveAFewBuffersPooledNotOneEach) {
+  testing::OnRanks(2, [&](DataParallel& group) {
+    // Eight blocks of widths 2, 3, ..., 9: eight run sizes.
+    torch::nn::Module model;
+    std::vector<torch::nn::Linear> blocks;
+    std::vector<NamedBlock> named;
+    for (int64_t width = 2; width < 10; ++width) {
+      const std::string name = "b" + std::to_string(width);
+      blocks.push_back(model.register_module(name, torch::nn::Linear(width, width)));
+      named.push_back({name, blocks.back().get()});
+    }
+    std::vector<NamedParameter> trainable;
+    for (const auto& item : model.named_parameters())
+      trainable.push_back({item.key(), item.value()});
+    auto made = ParameterShards::Make(&group, trainable, named, kToyBucketBytes);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const at::Tensor x = at::ones({1, static_cast<int64_t>(i) + 2});
+      auto forward = [&, i](const at::Tensor& in) { return blocks[i]->forward(in); };
+      (*made)->Run(*blocks[i], forward, x, false);
+    }
+    ASSERT_TRUE((*made)->Settle().ok());
+    EXPECT_LE((*made)->pooled_buffers(), ParameterShards::kPooledBuffers);
+  });
+}
+
 TEST(ParameterShardsRefusalTest, AParameterTwoBlocksHoldIsRefusedNamingBoth) {
   testing::OnRanks(2, [&](DataParallel& group) {
     ShardToy toy;
