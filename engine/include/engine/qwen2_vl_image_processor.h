@@ -72,6 +72,8 @@ class Qwen2VlImageProcessor {
   // Refused, naming the file and key: another video processor than Qwen2-VL's and Qwen3-VL's,
   // frame sampling by Qwen2-VL's (do_sample_frames), num_frames beside Qwen3-VL's fps.
   static StatusOr<Qwen2VlImageProcessor> ReadForVideos(const std::filesystem::path& path);
+  // The file ReadForVideos(path) reads.
+  static std::filesystem::path VideoFileFor(const std::filesystem::path& path);
 
   // smart_resize: the size (height, width) an image of this size is resized to.
   StatusOr<std::pair<int64_t, int64_t>> ResizedSize(int64_t height, int64_t width) const;

@@ -17,16 +17,17 @@ bool ConfigureAllocatorForTraining();
 
 // While alive, blocks of `bytes` or more that the heap cannot serve from memory it already holds
 // come from mmap and go back to the kernel when freed, where ConfigureAllocatorForTraining() would
-// grow the heap for anything up to 32 MB. For a stage whose point is
-// memory (shard_level 3): each of its blocks' gradients is allocated and freed once a step, and
-// the smaller allocations between them leave holes in the heap that the next ones do not fit, so
-// the heap would grow by a few blocks' worth every step. Costs the page faults of those blocks.
-// Does nothing where ConfigureAllocatorForTraining() did not apply. Training thread only; not
-// nested.
+// grow the heap for anything up to 32 MB. For a stage whose point is memory (shard_level 3): each
+// of its blocks' gradients is allocated and freed once a step, and the smaller allocations between
+// them leave holes in the heap that the next ones do not fit, so the heap would grow by a few
+// blocks' worth every step. Costs the page faults of those blocks. Does nothing where
+// ConfigureAllocatorForTraining() did not apply. Training thread only; not nested.
 class LargeBlocksFromMmap {
  public:
   explicit LargeBlocksFromMmap(int bytes);
   ~LargeBlocksFromMmap();
+  // Whether the threshold was changed (ConfigureAllocatorForTraining() applied, mallopt agreed).
+  bool applied() const { return applied_; }
   LargeBlocksFromMmap(const LargeBlocksFromMmap&) = delete;
   LargeBlocksFromMmap& operator=(const LargeBlocksFromMmap&) = delete;
 
@@ -38,7 +39,8 @@ class LargeBlocksFromMmap {
 // after something large is freed that the next allocations may not reuse, because it was freed in
 // holes they do not fit or in another thread's glibc arena (a stage's model, built and released
 // before the next stage's is built elsewhere; a dense weight replaced by its 4-bit codes). Without
-// it the process grows as if nothing had been freed. Costs a walk over the heap; not per step.
+// it the process grows as if nothing had been freed. Costs a walk over the heap: not per step,
+// except under LargeBlocksFromMmap, where memory comes before speed.
 void ReturnFreedMemory();
 
 }  // namespace engine

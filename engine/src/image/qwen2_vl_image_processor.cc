@@ -230,15 +230,16 @@ Qwen2VlImageProcessor Qwen2VlImageProcessor::VideoDefaults(VideoKind kind) {
   return p;
 }
 
+std::filesystem::path Qwen2VlImageProcessor::VideoFileFor(const std::filesystem::path& path) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) return path;
+  const std::filesystem::path videos = path / kVideoProcessorFile;
+  return std::filesystem::exists(videos, error) ? videos : path / kImageProcessorFile;
+}
+
 StatusOr<Qwen2VlImageProcessor> Qwen2VlImageProcessor::ReadForVideos(
     const std::filesystem::path& path) {
-  std::error_code error;
-  if (!std::filesystem::is_directory(path, error)) {
-    return ReadFrom(path, /*video=*/true);
-  }
-  const std::filesystem::path videos = path / kVideoProcessorFile;
-  return ReadFrom(std::filesystem::exists(videos, error) ? videos : path / kImageProcessorFile,
-                  /*video=*/true);
+  return ReadFrom(VideoFileFor(path), /*video=*/true);
 }
 
 StatusOr<std::pair<int64_t, int64_t>> Qwen2VlImageProcessor::ResizedSize(int64_t height,

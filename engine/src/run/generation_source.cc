@@ -242,12 +242,12 @@ class PipelineSource : public GenerationSource {
         video_processor_file_ = file;
       }
     }
+    const fs::path data_image_file = StageImageProcessorPath(*stage(), session_.pipeline->base_dir);
     // Only a file the image processor does not stand for is exported beside it.
-    video_export_file_ = VideoProcessorToCarry(
-        video_processor_file_, StageImageProcessorPath(*stage(), session_.pipeline->base_dir));
+    video_export_file_ = VideoProcessorToCarry(video_processor_file_, data_image_file);
     ENGINE_RETURN_IF_ERROR(ReadImageProcessor(checkpoint_ / kImageProcessorFile));
     if (image_processor() != nullptr) return Status::Ok();
-    return ReadImageProcessor(StageImageProcessorPath(*stage(), session_.pipeline->base_dir));
+    return ReadImageProcessor(data_image_file);
   }
 
   // The stage's tokenizer; the chat template beside the checkpoint (a stage that trained with a

@@ -70,14 +70,9 @@ std::filesystem::path StageVideoProcessorPath(const ResolvedStage& stage,
   const auto tokenizer = StageTokenizerOptions(stage);
   if (!tokenizer || tokenizer->kind() != proto::TokenizerOptions::HF_JSON) return {};
   const std::string named = NamedProcessor(stage, "videos");
-  std::filesystem::path path = ImageProcessorPath(*tokenizer, "", base_dir).parent_path();
-  if (!named.empty()) {
-    path = ResolvePath(base_dir, named);
-    if (!std::filesystem::is_directory(path)) return path;
-  }
-  // A directory: as Qwen2VlImageProcessor::ReadForVideos reads it.
-  return std::filesystem::exists(path / kVideoProcessorFile) ? path / kVideoProcessorFile
-                                                             : path / kImageProcessorFile;
+  return Qwen2VlImageProcessor::VideoFileFor(
+      named.empty() ? ImageProcessorPath(*tokenizer, "", base_dir).parent_path()
+                    : ResolvePath(base_dir, named));
 }
 
 std::filesystem::path VideoProcessorToCarry(const std::filesystem::path& video,

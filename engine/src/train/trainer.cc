@@ -498,7 +498,7 @@ class StageTrainer : public CallbackActions {
           (plan_.precision.autocast ? std::string(", or compute in a wider dtype") : ""));
     }
     ENGINE_ASSIGN_OR_RETURN(double grad_norm, UpdateWeights(read, scale));
-    if (parameter_shards_ != nullptr) ReturnFreedMemory();  // see large_blocks_from_mmap_
+    if (large_blocks_from_mmap_ && large_blocks_from_mmap_->applied()) ReturnFreedMemory();
     ++step_;
     examples_ += read.count;
     last_loss_ = loss;
